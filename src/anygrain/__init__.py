@@ -1,0 +1,39 @@
+"""anygrain: dense retrieval at any grain (phrase, sentence, passage, document), English and Chinese.
+
+The nouns: a :class:`CorpusStore` of passages, an :class:`Index` over it,
+:class:`Hit` s that every search returns, and :class:`Questions` to evaluate with.
+"""
+
+from anygrain.api import evaluate_index, load_questions, run_demo
+from anygrain.corpus.questions import Question, Questions
+from anygrain.corpus.store import CorpusStore
+from anygrain.errors import AnygrainError, ErrorPolicy, InputError
+from anygrain.search.hit import Hit, Unit
+from anygrain.search.index import Index, IndexKind
+
+__version__ = "0.1.0"
+
+
+def evaluate(*args, **kwargs):  # type: ignore[no-untyped-def]
+    """Evaluate an index on questions; see :func:`anygrain.eval.evaluate`."""
+    from anygrain.eval import evaluate as _evaluate
+
+    return _evaluate(*args, **kwargs)
+
+
+__all__ = [
+    "AnygrainError",
+    "CorpusStore",
+    "ErrorPolicy",
+    "Hit",
+    "Index",
+    "IndexKind",
+    "InputError",
+    "Question",
+    "Questions",
+    "Unit",
+    "evaluate",
+    "evaluate_index",
+    "load_questions",
+    "run_demo",
+]

@@ -1,0 +1,170 @@
+"""The ``anygrain`` command: thin wrappers over the Python API.
+
+Each command parses its options, calls one API function and prints the
+result; errors anygrain raises on purpose are printed without a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Dense retrieval at any grain: phrases, sentences, passages, documents.")
+console = Console(stderr=True)
+out = Console()
+
+
+def _fail(e: Exception) -> None:
+    console.print(f"[bold red]error:[/] {e}", highlight=False)
+    raise typer.Exit(2)
+
+
+@app.command("index")
+def index_cmd(
+    source: Annotated[str, typer.Argument(help="Corpus: PATH, FORMAT:PATH, or an existing corpus directory")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Index directory to write")],
+    kind: Annotated[str, typer.Option(help="bm25 | dense | hybrid | phrase")] = "bm25",
+    split: Annotated[str, typer.Option(help="auto | paragraph | w100 | chars:N")] = "auto",
+    lang: Annotated[Optional[str], typer.Option(help="en | zh (detected when omitted)")] = None,  # noqa: UP045
+    model: Annotated[Optional[str], typer.Option(help="Encoder: alias (minilm, me5-small), hub name or directory")] = None,  # noqa: UP045
+    faiss: Annotated[Optional[str], typer.Option("--faiss", help="FAISS factory string (default: chosen from corpus size)")] = None,  # noqa: UP045
+    on_error: Annotated[ErrorPolicy, typer.Option("--on-error", help="stop at a malformed record, or skip and count it")] = ErrorPolicy.STOP,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars")] = False,
+) -> None:
+    """Build an index from a corpus."""
+    from anygrain.search.index import Index
+
+    errors = ErrorLog(on_error)
+    settings: dict[str, Any] = {"split": split, "lang": lang, "errors": errors, "progress": not quiet}
+    if model:
+        settings["model"] = model
+    if faiss:
+        settings["factory"] = faiss
+    try:
+        idx = Index.build(source, kind=kind, out=out_dir, **settings)
+    except (AnygrainError, ValueError) as e:
+        _fail(e)
+        return
+    if errors.n_skipped:
+        console.print(f"[yellow]{errors.summary()}[/]")
+    c = idx.corpus
+    console.print(f"indexed {len(c)} passages from {c.n_documents} documents ({c.manifest['source_format']}) as {idx.kind.value} → {out_dir}")
+
+
+@app.command("search")
+def search_cmd(
+    index_dir: Annotated[Path, typer.Argument(help="Index directory")],
+    query: Annotated[str, typer.Argument(help="The question")],
+    k: Annotated[int, typer.Option("-k", help="How many hits")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per hit on stdout")] = False,
+) -> None:
+    """Search an index with one question."""
+    from anygrain.search.index import Index
+
+    try:
+        idx = Index.load(index_dir)
+        hits = idx.search_one(query, k)
+    except AnygrainError as e:
+        _fail(e)
+        return
+    if as_json:
+        for h in hits:
+            out.print_json(json.dumps(h.to_dict(), ensure_ascii=False)) if sys.stdout.isatty() else print(json.dumps(h.to_dict(), ensure_ascii=False))
+        return
+    table = Table(show_lines=True)
+    for col in ("#", "score", "title", "text"):
+        table.add_column(col)
+    for i, h in enumerate(hits, 1):
+        text = h.text if len(h.text) < 400 else h.text[:400] + "…"
+        table.add_row(str(i), f"{h.score:.3f}", h.title, text)
+    out.print(table)
+
+
+@app.command("eval")
+def eval_cmd(
+    index_dir: Annotated[Path, typer.Argument(help="Index directory")],
+    questions: Annotated[str, typer.Option("--questions", help="Question set: FORMAT:PATH or PATH")],
+    metrics: Annotated[str, typer.Option(help="Comma-separated metrics")] = "top@1,top@5,top@20,mrr@20,p@20",
+    k: Annotated[Optional[int], typer.Option("-k", help="Hits retrieved per question (default: largest cutoff)")] = None,  # noqa: UP045
+    run_out: Annotated[Optional[Path], typer.Option("--run-out", help="Write a TREC run file")] = None,  # noqa: UP045
+    drop_empty: Annotated[bool, typer.Option("--drop-empty", help="Drop queries with no results from means (original Multi-CPR script)")] = False,
+    limit: Annotated[Optional[int], typer.Option(help="Evaluate only the first N questions")] = None,  # noqa: UP045
+    on_error: Annotated[ErrorPolicy, typer.Option("--on-error")] = ErrorPolicy.STOP,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+) -> None:
+    """Evaluate an index on a question set."""
+    from anygrain.api import evaluate_index
+
+    try:
+        report = evaluate_index(
+            index_dir,
+            questions,
+            metrics=[m.strip() for m in metrics.split(",") if m.strip()],
+            k=k,
+            run_out=run_out,
+            drop_empty=drop_empty,
+            limit=limit,
+            errors=ErrorLog(on_error),
+            progress=not quiet and not as_json,
+        )
+    except AnygrainError as e:
+        _fail(e)
+        return
+    d = report.to_dict()
+    if as_json:
+        print(json.dumps(d, ensure_ascii=False))
+        return
+    table = Table(title=f"{index_dir} on {questions} ({d['n_questions']} questions)")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, v in d["metrics"].items():
+        table.add_row(name, f"{v:.4f}")
+    out.print(table)
+
+
+@app.command("formats")
+def formats_cmd() -> None:
+    """List the source formats anygrain reads."""
+    from anygrain.corpus.formats import FORMATS, _ensure_loaded
+
+    _ensure_loaded()
+    for f in sorted(FORMATS.values(), key=lambda f: f.name):
+        what = "+".join(x for x, fn in (("documents", f.read_documents), ("questions", f.read_questions)) if fn)
+        out.print(f"[bold]{f.name:12}[/] {what:20} {f.description}", highlight=False)
+
+
+@app.command("demo")
+def demo_cmd(
+    out_dir: Annotated[Path, typer.Option("--out", help="Where to write the demo index")] = Path("anygrain-demo"),
+    kind: Annotated[str, typer.Option(help="Index kind for the demo")] = "bm25",
+) -> None:
+    """Index CPython's bundled reference topics (offline) and answer a few questions."""
+    from anygrain.api import run_demo
+
+    try:
+        result = run_demo(out_dir, kind=kind, progress=True)
+    except AnygrainError as e:
+        _fail(e)
+        return
+    for q, hits in result.answers:
+        top = hits[0] if hits else None
+        snippet = (top.text[:160].replace("\n", " ") + "…") if top else "(no hit)"
+        out.print(f"[bold]Q:[/] {q.text}\n   [green]{top.title if top else ''}[/] {snippet}", highlight=False)
+    out.print(json.dumps(result.report.to_dict()))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

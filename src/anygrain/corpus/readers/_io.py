@@ -1,0 +1,371 @@
+"""Shared helpers for readers: strict UTF-8 line reading, JSON with locations, sniffing aids.
+
+Every helper reports problems as :class:`InputError` naming file, line and
+field; per-record problems go through :meth:`ErrorLog.handle` so that SKIP mode
+counts them instead of stopping.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from anygrain.errors import ErrorLog, InputError
+
+# Sniffers parse at most this much of a JSONL file's first line.
+_SNIFF_LINE_LIMIT = 8 << 20
+
+
+def head(path: Path, n: int = 4096) -> str:
+    """The first ``n`` bytes decoded leniently, for format sniffing."""
+    with open(path, "rb") as f:
+        return f.read(n).decode("utf-8", errors="replace")
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, text)`` with invalid UTF-8 reported by line."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(
+                    f"invalid UTF-8 at byte {e.start}", path=str(path), line=lineno
+                ) from None
+            if lineno == 1 and line.startswith("\ufeff"):
+                line = line[1:]
+            yield lineno, line.rstrip("\r\n")
+
+
+def iter_text_lines(path: Path, errors: ErrorLog) -> Iterator[tuple[int, str]]:
+    """Like :func:`iter_lines`, but a line of invalid UTF-8 goes to ``errors`` (SKIP skips it)."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                errors.handle(
+                    InputError(f"invalid UTF-8 at byte {e.start}", path=str(path), line=lineno)
+                )
+                continue
+            if lineno == 1 and line.startswith("\ufeff"):
+                line = line[1:]
+            yield lineno, line.rstrip("\r\n")
+
+
+def iter_jsonl(path: Path, errors: ErrorLog) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line_number, object)`` for each non-blank line; bad JSON or non-objects go to ``errors``."""
+    for lineno, line in iter_text_lines(path, errors):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            errors.handle(
+                InputError(f"invalid JSON: {e.msg} (column {e.colno})", path=str(path), line=lineno)
+            )
+            continue
+        if not isinstance(obj, dict):
+            errors.handle(
+                InputError(
+                    f"expected a JSON object, got {type(obj).__name__}",
+                    path=str(path),
+                    line=lineno,
+                )
+            )
+            continue
+        yield lineno, obj
+
+
+def read_text(path: Path) -> str:
+    """A whole file as UTF-8 (BOM dropped); invalid bytes are reported with their line."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise InputError(f"invalid UTF-8 at byte {e.start}", path=str(path), line=line) from None
+
+
+def load_json(path: Path) -> Any:
+    """Load a whole JSON file; syntax errors name the line."""
+    text = read_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"invalid JSON: {e.msg}", path=str(path), line=e.lineno) from None
+
+
+def iter_json_array(path: Path, key: str | None = None) -> Iterator[tuple[int, Any]]:
+    """``(line, element)`` for each element of a JSON array, with the line where it starts.
+
+    ``key=None`` reads a top-level array; otherwise the array under that key of a
+    top-level object (``{"data": [...]}``).  Elements are decoded one at a time
+    so each gets its own line number; the whole file is held in memory.
+    """
+    text = read_text(path)
+    dec = json.JSONDecoder()
+    pos = 0
+    line = 1
+    where = str(path)
+
+    def skip_ws(i: int) -> int:
+        while i < len(text) and text[i] in " \t\r\n":
+            i += 1
+        return i
+
+    def line_at(i: int) -> int:
+        nonlocal pos, line
+        line += text.count("\n", pos, i)
+        pos = i
+        return line
+
+    def decode(i: int) -> tuple[Any, int]:
+        try:
+            return dec.raw_decode(text, i)
+        except json.JSONDecodeError as e:
+            raise InputError(f"invalid JSON: {e.msg}", path=where, line=e.lineno) from None
+
+    def expect(i: int, chars: str, what: str) -> int:
+        i = skip_ws(i)
+        if i >= len(text) or text[i] not in chars:
+            found = repr(text[i]) if i < len(text) else "end of file"
+            raise InputError(
+                f"invalid JSON: expected {what}, found {found}", path=where, line=line_at(i)
+            )
+        return i
+
+    i = skip_ws(0)
+    if key is not None:
+        i = expect(i, "{", "an object") + 1
+        while True:
+            i = skip_ws(i)
+            if i < len(text) and text[i] == "}":
+                raise InputError("missing field", path=where, line=1, field=key)
+            i = expect(i, '"', "a key")
+            name, i = decode(i)
+            i = expect(i, ":", "':'") + 1
+            i = skip_ws(i)
+            if name == key:
+                break
+            _, i = decode(i)
+            i = expect(i, ",}", "',' or '}'")
+            if text[i] == "}":
+                raise InputError("missing field", path=where, line=1, field=key)
+            i += 1
+        if i >= len(text) or text[i] != "[":
+            value, _ = decode(i)
+            raise InputError(
+                f"expected list, got {type(value).__name__}",
+                path=where,
+                line=line_at(i),
+                field=key,
+            )
+    i = expect(i, "[", "a list") + 1
+    i = skip_ws(i)
+    if i < len(text) and text[i] == "]":
+        return
+    while True:
+        i = skip_ws(i)
+        start = line_at(i)
+        value, i = decode(i)
+        yield start, value
+        i = expect(i, ",]", "',' or ']'")
+        if text[i] == "]":
+            return
+        i += 1
+
+
+def require(
+    obj: dict[str, Any],
+    key: str,
+    typ: type | tuple[type, ...],
+    *,
+    path: Path,
+    line: int | None,
+    where: str = "",
+) -> Any:
+    """``obj[key]`` checked for presence and type; the error names file, line and field."""
+    name = f"{where}.{key}" if where else key
+    if not isinstance(obj, dict) or key not in obj:
+        raise InputError("missing field", path=str(path), line=line, field=name)
+    value = obj[key]
+    if not isinstance(value, typ) or (isinstance(value, bool) and bool not in _types(typ)):
+        want = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
+        raise InputError(
+            f"expected {want}, got {type(value).__name__}", path=str(path), line=line, field=name
+        )
+    return value
+
+
+def _types(typ: type | tuple[type, ...]) -> tuple[type, ...]:
+    return (typ,) if isinstance(typ, type) else typ
+
+
+def require_text(
+    obj: dict[str, Any], key: str, *, path: Path, line: int | None, where: str = ""
+) -> str:
+    """A required, non-blank string field."""
+    value: str = require(obj, key, str, path=path, line=line, where=where)
+    if not value.strip():
+        name = f"{where}.{key}" if where else key
+        raise InputError("empty text", path=str(path), line=line, field=name)
+    return value
+
+
+def require_id(
+    obj: dict[str, Any], key: str, *, path: Path, line: int | None, where: str = ""
+) -> str:
+    """A required id, string or integer, returned as a non-empty string."""
+    value = require(obj, key, (str, int), path=path, line=line, where=where)
+    text = str(value).strip()
+    if not text:
+        name = f"{where}.{key}" if where else key
+        raise InputError("empty id", path=str(path), line=line, field=name)
+    return text
+
+
+def string_list(value: Any, *, path: Path, line: int | None, field: str) -> list[str]:
+    """``value`` checked to be a list of strings (answer lists and the like)."""
+    if not isinstance(value, list):
+        raise InputError(
+            f"expected list, got {type(value).__name__}", path=str(path), line=line, field=field
+        )
+    for k, item in enumerate(value):
+        if not isinstance(item, str):
+            raise InputError(
+                f"expected str, got {type(item).__name__}",
+                path=str(path),
+                line=line,
+                field=f"{field}[{k}]",
+            )
+    return list(value)
+
+
+def dedupe(items: list[str]) -> list[str]:
+    """Items in first-seen order without repeats."""
+    return list(dict.fromkeys(items))
+
+
+def split_tsv(line: str, ncols: int | None = None) -> list[str]:
+    """Split one TSV line, undoing CSV quoting where the line uses it.
+
+    DPR's files are written by the ``csv`` module (tab delimiter, ``"``-quoted
+    fields with doubled quotes), but some derived files hold raw text whose
+    fields merely start with a quote (``"Heartbeat". Alan ...``), which strict
+    CSV rejects.  A line is parsed as CSV when that succeeds (and gives
+    ``ncols`` fields), else split on tabs as is.  Records never span lines.
+    """
+    if '"' not in line:
+        return line.split("\t")
+    raw = line.split("\t")
+    try:
+        row = next(csv.reader([line], delimiter="\t", strict=True))
+    except csv.Error:
+        return raw
+    if ncols is not None and len(row) != ncols and len(raw) == ncols:
+        return raw
+    return row
+
+
+class IdSet:
+    """Seen-id tracking for very large files: small decimal ids live in a bitmap, not a set."""
+
+    _BITMAP_MAX = 1 << 28  # 32 MiB of bitmap at most
+
+    def __init__(self) -> None:
+        self._bits = bytearray()
+        self._other: set[str] = set()
+
+    def add(self, key: str) -> bool:
+        """Add ``key``; False when it was already there."""
+        if key.isascii() and key.isdigit() and (key[0] != "0" or key == "0") and len(key) < 10:
+            n = int(key)
+            if n < self._BITMAP_MAX:
+                byte, mask = n >> 3, 1 << (n & 7)
+                if byte >= len(self._bits):
+                    self._bits.extend(bytes(max(byte + 1 - len(self._bits), len(self._bits))))
+                if self._bits[byte] & mask:
+                    return False
+                self._bits[byte] |= mask
+                return True
+        if key in self._other:
+            return False
+        self._other.add(key)
+        return True
+
+
+class UniqueNames:
+    """Derived ids (titles) made unique as ``name#2``, ``name#3``...; stores 8-byte digests only."""
+
+    def __init__(self) -> None:
+        self._seen: set[bytes] = set()
+        self._repeats: dict[str, int] = {}
+
+    def claim(self, name: str) -> str:
+        digest = hashlib.blake2b(name.encode("utf-8"), digest_size=8).digest()
+        if digest not in self._seen:
+            self._seen.add(digest)
+            return name
+        n = self._repeats.get(name, 1)
+        while True:
+            n += 1
+            candidate = f"{name}#{n}"
+            d2 = hashlib.blake2b(candidate.encode("utf-8"), digest_size=8).digest()
+            if d2 not in self._seen:
+                self._seen.add(d2)
+                self._repeats[name] = n
+                return candidate
+
+
+def no_records(path: Path, what: str) -> InputError:
+    """The error for an input that yielded nothing usable; always raised, whatever the policy."""
+    return InputError(f"no {what} found", path=str(path))
+
+
+# --- sniffing -------------------------------------------------------------------------------
+
+
+def first_line(path: Path, limit: int = 65536) -> str:
+    """The first non-blank line (at most ``limit`` bytes), decoded leniently, without its newline."""
+    with open(path, "rb") as f:
+        for _ in range(64):
+            raw = f.readline(limit)
+            if not raw:
+                return ""
+            text = raw.decode("utf-8", errors="replace").lstrip("\ufeff").rstrip("\r\n")
+            if text.strip():
+                return text
+    return ""
+
+
+@functools.lru_cache(maxsize=16)
+def _first_json_object(path: str, _mtime: int, _size: int) -> dict[str, Any] | None:
+    with open(path, "rb") as f:
+        raw = b""
+        for _ in range(64):
+            raw = f.readline(_SNIFF_LINE_LIMIT)
+            if not raw or raw.strip():
+                break
+    text = raw.decode("utf-8", errors="replace").lstrip("\ufeff").strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def first_json_object(path: Path) -> dict[str, Any] | None:
+    """The first non-blank line parsed as a JSON object, or None; cached across sniffers."""
+    if not path.is_file():
+        return None
+    st = os.stat(path)
+    return _first_json_object(str(path), st.st_mtime_ns, st.st_size)

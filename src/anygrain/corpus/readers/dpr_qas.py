@@ -1,0 +1,140 @@
+"""DPR's question files: ``question<TAB>['answer', ...]`` (``nq-test.qa.csv``, ``topics.dpr.*``).
+
+The answer column is a Python list literal, read with :func:`ast.literal_eval`.
+Lines whose question is CSV-quoted (TriviaQA's, with doubled quotes) are
+unquoted once with the :mod:`csv` module, exactly as DPR's own reader does, so
+question texts match DPR's (a few keep quotes that were quoted twice upstream).
+Pyserini ships some ``topics.dpr.*`` files as JSON lines (``curated``,
+``squad``, ``wq``); such lines are read as NQ-open records, so every
+``topics.dpr.*`` file reads with this format.
+
+CuratedTREC's answers are regular expressions: ``answers_are_regex`` is set when
+the file name contains ``curated``, or for every file read as ``dpr-qas-regex``.
+Ids are line numbers (1-based) unless a JSON line has an ``id``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from functools import partial
+from pathlib import Path
+
+from anygrain.corpus.formats import Format, register
+from anygrain.corpus.questions import Question, Questions
+from anygrain.corpus.readers._io import (
+    dedupe,
+    first_json_object,
+    first_line,
+    iter_text_lines,
+    no_records,
+    split_tsv,
+    string_list,
+)
+from anygrain.corpus.readers.nq_open import add_unique, is_question_record, question_from_json
+from anygrain.errors import ErrorLog, InputError
+
+
+def _looks_like_list(text: str) -> bool:
+    text = text.strip()
+    return text.startswith("[") and text.endswith("]")
+
+
+def sniff(path: Path) -> bool:
+    """``question<TAB>[...]`` lines, or question JSON lines in a ``topics.dpr.*``/curated file."""
+    if not path.is_file():
+        return False
+    fields = split_tsv(first_line(path), 2)
+    if len(fields) == 2 and fields[0].strip() and _looks_like_list(fields[1]):
+        return True
+    name = path.name.lower()
+    return (name.startswith("topics.dpr.") or "curated" in name) and is_question_record(
+        first_json_object(path)
+    )
+
+
+def is_regex_file(path: Path) -> bool:
+    """CuratedTREC files hold regular expressions as answers."""
+    return "curated" in path.name.lower()
+
+
+def question_from_line(text: str, *, path: Path, line: int, regex: bool) -> Question:
+    """One ``question<TAB>['a', 'b']`` line."""
+    fields = split_tsv(text, 2)
+    if len(fields) != 2:
+        raise InputError(
+            f"expected 2 tab-separated columns (question, answers), got {len(fields)}",
+            path=str(path),
+            line=line,
+            field="answers" if len(fields) < 2 else None,
+        )
+    question, raw = fields
+    if not question.strip():
+        raise InputError("empty text", path=str(path), line=line, field="question")
+    try:
+        value = ast.literal_eval(raw.strip())
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        raise InputError(
+            "answers are not a Python list literal", path=str(path), line=line, field="answers"
+        ) from None
+    answers = string_list(value, path=path, line=line, field="answers")
+    return Question(
+        id=str(line), text=question.strip(), answers=dedupe(answers), answers_are_regex=regex
+    )
+
+
+def read_questions(path: Path, errors: ErrorLog, *, regex: bool | None = None) -> Questions:
+    """Read a DPR qas file; ``regex=None`` decides from the file name (``curated``)."""
+    is_regex = is_regex_file(path) if regex is None else regex
+    out: list[Question] = []
+    seen: set[str] = set()
+    for line, text in iter_text_lines(path, errors):
+        if not text.strip():
+            continue
+        try:
+            if text.lstrip().startswith("{"):
+                q = question_from_json(_json(text, path, line), path=path, line=line, regex=is_regex)
+            else:
+                q = question_from_line(text, path=path, line=line, regex=is_regex)
+        except InputError as e:
+            errors.handle(e)
+            continue
+        add_unique(out, seen, q, path=path, line=line, errors=errors)
+    if not out:
+        raise no_records(path, "questions")
+    return Questions(out, source=str(path), format="dpr-qas")
+
+
+def _json(text: str, path: Path, line: int) -> dict[str, object]:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(
+            f"invalid JSON: {e.msg} (column {e.colno})", path=str(path), line=line
+        ) from None
+    if not isinstance(obj, dict):
+        raise InputError(
+            f"expected a JSON object, got {type(obj).__name__}", path=str(path), line=line
+        )
+    return obj
+
+
+register(
+    Format(
+        name="dpr-qas",
+        description="DPR questions: question<TAB>['answers'] lines (curated: regex answers)",
+        sniff=sniff,
+        read_questions=read_questions,
+        priority=25,
+    )
+)
+
+register(
+    Format(
+        name="dpr-qas-regex",
+        description="DPR questions whose answers are regular expressions (force only)",
+        sniff=lambda path: False,
+        read_questions=partial(read_questions, regex=True),
+        priority=-1000,
+    )
+)

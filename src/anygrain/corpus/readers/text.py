@@ -1,0 +1,86 @@
+"""Plain text: a ``.txt`` file, or a directory of them (searched recursively, sorted).
+
+One document per file: ``doc_id`` is the path relative to the directory (the
+file name for a single file), ``title`` the file stem.  The splitter cuts the
+text (``passages=None``).  Line endings are normalised to ``\\n``; hidden
+files and directories (``.name``) are skipped.  This is the fallback format: it
+claims a ``.txt`` file only when no other format recognises it, and a directory
+only when it is not a BEIR or Multi-CPR directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from anygrain.corpus.formats import FORMATS, Format, register
+from anygrain.corpus.readers._io import no_records, read_text
+from anygrain.corpus.records import SourceDocument
+from anygrain.errors import ErrorLog, InputError
+
+NAME = "text"
+SUFFIXES = (".txt",)
+
+
+def text_files(path: Path) -> list[Path]:
+    """The files a ``text`` source reads, in a stable order."""
+    if path.is_file():
+        return [path]
+    return sorted(
+        p
+        for p in path.rglob("*")
+        if p.suffix.lower() in SUFFIXES
+        and p.is_file()
+        and not any(part.startswith(".") for part in p.relative_to(path).parts)
+    )
+
+
+def _claimed_elsewhere(path: Path) -> bool:
+    for fmt in FORMATS.values():
+        if fmt.name == NAME:
+            continue
+        try:
+            if fmt.sniff(path):
+                return True
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+    return False
+
+
+def sniff(path: Path) -> bool:
+    if path.is_file():
+        return path.suffix.lower() in SUFFIXES and not _claimed_elsewhere(path)
+    if path.is_dir():
+        return not _claimed_elsewhere(path) and any(
+            p.suffix.lower() in SUFFIXES for p in path.rglob("*") if p.is_file()
+        )
+    return False
+
+
+def read_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
+    base = path.parent if path.is_file() else path
+    n_docs = 0
+    for file in text_files(path):
+        rel = file.relative_to(base).as_posix()
+        try:
+            text = read_text(file).replace("\r\n", "\n").replace("\r", "\n")
+            if not text.strip():
+                raise InputError("empty text", path=str(file), line=1, field="text")
+        except InputError as e:
+            errors.handle(e)
+            continue
+        n_docs += 1
+        yield SourceDocument(doc_id=rel, title=file.stem, text=text, origin=f"{file}:1")
+    if not n_docs:
+        raise no_records(path, "text documents (.txt files)")
+
+
+register(
+    Format(
+        name=NAME,
+        description="plain text: a .txt file or a directory of .txt files, one document each",
+        sniff=sniff,
+        read_documents=read_documents,
+        priority=-100,
+    )
+)

@@ -1,0 +1,48 @@
+"""The records that flow out of corpus readers into splitters and the passage store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Span:
+    """A pre-cut unit inside a document: character offsets and, when the source has one, an id."""
+
+    start: int
+    end: int
+    id: str | None = None
+    title: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SourceDocument:
+    """One document as a reader yields it.
+
+    ``passages`` holds the source's own units (SQuAD paragraphs, TSV rows) as
+    spans into ``text``; when it is ``None`` a splitter cuts the text.
+    ``origin`` is ``"path:line"`` so later errors can still point at the input.
+    """
+
+    doc_id: str
+    title: str
+    text: str
+    passages: list[Span] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    origin: str = ""
+
+
+@dataclass
+class Passage:
+    """A retrieval unit as stored: offsets are into the document's text."""
+
+    id: str
+    doc_id: str
+    title: str
+    text: str
+    start: int
+    end: int
+    sentences: list[tuple[int, int]] = field(default_factory=list)  # offsets within ``text``
+    meta: dict[str, Any] = field(default_factory=dict)

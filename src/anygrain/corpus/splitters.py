@@ -1,0 +1,125 @@
+"""Splitters cut documents into passages, keeping character offsets into the document.
+
+- ``auto``: the source's own units (SQuAD paragraphs, TSV rows); natural paragraphs otherwise.
+- ``paragraph``: blank-line separated blocks (single newlines when there are no blank lines).
+- ``w100`` (``wN``): DPR's disjoint blocks of N whitespace words; the title stays a field.
+- ``chars:N``: windows of about N characters, CJK-aware: Chinese is cut by characters,
+  while Latin words are never split.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from anygrain.corpus.records import Span, SourceDocument
+from anygrain.errors import AnygrainError
+
+
+class SplitKind(str, enum.Enum):
+    AUTO = "auto"
+    PARAGRAPH = "paragraph"
+    WORDS = "words"
+    CHARS = "chars"
+
+
+@dataclass(frozen=True)
+class SplitSpec:
+    kind: SplitKind = SplitKind.AUTO
+    size: int = 0
+
+    @staticmethod
+    def parse(spec: str | SplitSpec | None) -> SplitSpec:
+        if spec is None:
+            return SplitSpec()
+        if isinstance(spec, SplitSpec):
+            return spec
+        s = spec.strip().lower()
+        if s in ("auto", ""):
+            return SplitSpec(SplitKind.AUTO)
+        if s in ("paragraph", "paragraphs"):
+            return SplitSpec(SplitKind.PARAGRAPH)
+        m = re.fullmatch(r"w(\d+)", s)
+        if m and int(m.group(1)) > 0:
+            return SplitSpec(SplitKind.WORDS, int(m.group(1)))
+        m = re.fullmatch(r"chars:(\d+)", s)
+        if m and int(m.group(1)) > 0:
+            return SplitSpec(SplitKind.CHARS, int(m.group(1)))
+        raise AnygrainError(f"unknown split {spec!r}: use auto, paragraph, w100 (wN) or chars:N")
+
+    def __str__(self) -> str:
+        if self.kind is SplitKind.WORDS:
+            return f"w{self.size}"
+        if self.kind is SplitKind.CHARS:
+            return f"chars:{self.size}"
+        return self.kind.value
+
+
+_PARA_BLANK = re.compile(r"\n[ \t]*\n")
+_WORD = re.compile(r"\S+")
+_CJK_CHAR = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef]")
+
+
+def _trimmed(text: str, start: int, end: int) -> Span | None:
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return Span(start, end) if end > start else None
+
+
+def split_paragraphs(text: str) -> list[Span]:
+    sep = _PARA_BLANK if _PARA_BLANK.search(text) else re.compile(r"\n")
+    spans, start = [], 0
+    for m in sep.finditer(text):
+        sp = _trimmed(text, start, m.start())
+        if sp:
+            spans.append(sp)
+        start = m.end()
+    sp = _trimmed(text, start, len(text))
+    if sp:
+        spans.append(sp)
+    return spans
+
+
+def split_words(text: str, n: int) -> list[Span]:
+    words = [(m.start(), m.end()) for m in _WORD.finditer(text)]
+    return [Span(words[i][0], words[min(i + n, len(words)) - 1][1]) for i in range(0, len(words), n)]
+
+
+def split_chars(text: str, n: int) -> list[Span]:
+    """Windows of ~n non-space characters; a cut never falls inside a Latin word."""
+    spans: list[Span] = []
+    start = 0
+    length = len(text)
+    while start < length:
+        while start < length and text[start].isspace():
+            start += 1
+        if start >= length:
+            break
+        end = min(start + n, length)
+        if end < length and not _CJK_CHAR.match(text[end - 1]) and not text[end].isspace() and not _CJK_CHAR.match(text[end]):
+            # Extend to the end of the Latin word rather than cut it.
+            while end < length and not text[end].isspace() and not _CJK_CHAR.match(text[end]):
+                end += 1
+        sp = _trimmed(text, start, end)
+        if sp:
+            spans.append(sp)
+        start = end
+    return spans
+
+
+def split_document(doc: SourceDocument, spec: SplitSpec) -> Iterator[Span]:
+    """Passage spans for one document, ids filled as ``{doc_id}_{i}`` where the source had none."""
+    if spec.kind is SplitKind.AUTO and doc.passages is not None:
+        spans = doc.passages
+    elif spec.kind in (SplitKind.AUTO, SplitKind.PARAGRAPH):
+        spans = split_paragraphs(doc.text)
+    elif spec.kind is SplitKind.WORDS:
+        spans = split_words(doc.text, spec.size)
+    else:
+        spans = split_chars(doc.text, spec.size)
+    for i, sp in enumerate(spans):
+        yield Span(sp.start, sp.end, id=sp.id or f"{doc.doc_id}_{i}", title=sp.title, meta=sp.meta)

@@ -1,0 +1,84 @@
+"""Errors that name where bad input is: file, line and field.
+
+Readers raise :class:`InputError`; the CLI prints its message without a
+traceback.  :class:`ErrorPolicy` decides whether a bad record stops the run
+(default) or is skipped and counted, so nothing is ever dropped silently.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class AnygrainError(Exception):
+    """Base class for every error anygrain raises on purpose."""
+
+
+class InputError(AnygrainError):
+    """A record in a user's file is malformed."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        field: str | None = None,
+    ) -> None:
+        self.message = message
+        self.path = path
+        self.line = line
+        self.field = field
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        where = []
+        if self.path is not None:
+            where.append(str(self.path))
+        if self.line is not None:
+            where.append(f"line {self.line}")
+        if self.field is not None:
+            where.append(f"field '{self.field}'")
+        prefix = ", ".join(where)
+        return f"{prefix}: {self.message}" if prefix else self.message
+
+
+class IndexMismatchError(AnygrainError):
+    """A model, index or corpus does not belong with the others it is used with."""
+
+
+class ModelNotFoundError(AnygrainError):
+    """A model name could not be resolved (offline, or unknown)."""
+
+
+class ErrorPolicy(str, enum.Enum):
+    """What to do with a malformed record."""
+
+    STOP = "stop"
+    SKIP = "skip"
+
+
+@dataclass
+class ErrorLog:
+    """Collects skipped records so callers can report how many were dropped and why."""
+
+    policy: ErrorPolicy = ErrorPolicy.STOP
+    skipped: list[InputError] = field(default_factory=list)
+
+    def handle(self, error: InputError) -> None:
+        """Raise under STOP; record and continue under SKIP."""
+        if self.policy is ErrorPolicy.STOP:
+            raise error
+        self.skipped.append(error)
+
+    @property
+    def n_skipped(self) -> int:
+        return len(self.skipped)
+
+    def summary(self, limit: int = 5) -> str:
+        if not self.skipped:
+            return "no records skipped"
+        head = "\n".join(f"  {e}" for e in self.skipped[:limit])
+        more = f"\n  ... and {self.n_skipped - limit} more" if self.n_skipped > limit else ""
+        return f"skipped {self.n_skipped} malformed record(s):\n{head}{more}"

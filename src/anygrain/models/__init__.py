@@ -1,0 +1,1 @@
+"""Encoders: resolving names to model directories, the bi-encoder, and converters."""

@@ -1,0 +1,111 @@
+"""A text encoder: one transformer plus pooling, with length-bucketed batched encoding."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from anygrain.utils.progress import progress_bar
+
+
+class Pooling(str, enum.Enum):
+    CLS = "cls"
+    MEAN = "mean"
+
+
+@dataclass
+class EncoderConfig:
+    """How one side (questions or passages) turns text into a vector."""
+
+    pooling: Pooling = Pooling.MEAN
+    normalize: bool = False
+    prefix: str = ""
+    max_length: int = 256
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pooling": self.pooling.value, "normalize": self.normalize, "prefix": self.prefix, "max_length": self.max_length}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EncoderConfig:
+        return cls(Pooling(d["pooling"]), bool(d["normalize"]), str(d["prefix"]), int(d["max_length"]))
+
+
+def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Tensor:
+    if pooling is Pooling.CLS:
+        return hidden[:, 0]
+    m = mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
+
+
+class TextEncoder(nn.Module):
+    """Transformer + pooling; ``forward`` is differentiable, ``encode`` is batched inference."""
+
+    def __init__(self, model: nn.Module, tokenizer: Any, config: EncoderConfig) -> None:
+        super().__init__()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config
+
+    @property
+    def dim(self) -> int:
+        return int(self.model.config.hidden_size)  # type: ignore[union-attr]
+
+    def tokenize(self, texts: Sequence[str], titles: Sequence[str] | None = None, *, padding: bool | str = True) -> Any:
+        texts = [self.config.prefix + t for t in texts]
+        if titles is not None:
+            # DPR encodes "title [SEP] text"; truncate the text, never the title.
+            return self.tokenizer(list(titles), texts, truncation="only_second", max_length=self.config.max_length, padding=padding, return_tensors="pt" if padding else None)
+        return self.tokenizer(texts, truncation=True, max_length=self.config.max_length, padding=padding, return_tensors="pt" if padding else None)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kw: Any) -> torch.Tensor:
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, **kw)
+        emb = pool(out.last_hidden_state, attention_mask, self.config.pooling)
+        if self.config.normalize:
+            emb = nn.functional.normalize(emb, dim=-1)
+        return emb
+
+    @torch.inference_mode()
+    def encode(
+        self,
+        texts: Sequence[str],
+        titles: Sequence[str] | None = None,
+        *,
+        batch_size: int = 64,
+        progress: bool = False,
+        desc: str = "encoding",
+        bf16: bool = False,
+    ) -> np.ndarray:
+        """Vectors for ``texts`` (float32, input order); batches hold texts of similar length
+        so little compute goes to padding."""
+        n = len(texts)
+        out = np.zeros((n, self.dim), dtype=np.float32)
+        if n == 0:
+            return out
+        self.model.eval()
+        enc = self.tokenize(texts, titles, padding=False)
+        ids: list[list[int]] = enc["input_ids"]
+        order = np.argsort([-len(x) for x in ids], kind="stable")
+        pad_id = self.tokenizer.pad_token_id or 0
+        batches = [order[i : i + batch_size] for i in range(0, n, batch_size)]
+        tt = enc.get("token_type_ids")
+        for b in progress_bar(batches, desc=desc, unit="batch", disable=not progress):
+            width = max(len(ids[i]) for i in b)
+            input_ids = torch.full((len(b), width), pad_id, dtype=torch.long)
+            mask = torch.zeros((len(b), width), dtype=torch.long)
+            types = torch.zeros((len(b), width), dtype=torch.long)
+            for r, i in enumerate(b):
+                input_ids[r, : len(ids[i])] = torch.tensor(ids[i])
+                mask[r, : len(ids[i])] = 1
+                if tt is not None:
+                    types[r, : len(ids[i])] = torch.tensor(tt[i])
+            extra = {"token_type_ids": types} if tt is not None else {}
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                emb = self.forward(input_ids, mask, **extra)
+            out[b] = emb.float().numpy()
+        return out

@@ -1,0 +1,3 @@
+"""Imports every index kind so each registers itself with ``Index``."""
+
+from anygrain.sparse import bm25  # noqa: F401

@@ -1,0 +1,1 @@
+"""Small shared utilities: atomic writes, hashing, progress."""

@@ -1,0 +1,15 @@
+"""Progress bars: one place decides how long work reports itself."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
+
+from tqdm.auto import tqdm
+
+T = TypeVar("T")
+
+
+def progress_bar(items: Iterable[T], *, desc: str, unit: str = "it", total: int | None = None, disable: bool = False, **kw: Any) -> Iterator[T]:
+    """tqdm on stderr; disabled for quiet runs and when callers ask."""
+    return iter(tqdm(items, desc=desc, unit=unit, total=total, disable=disable, dynamic_ncols=True, **kw))

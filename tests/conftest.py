@@ -1,0 +1,51 @@
+"""Shared fixtures: tiny corpora written by the tests, and the path to ../shared/data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def shared_file(rel: str) -> Path:
+    """A file under ../shared/data, or skip the test with the reason."""
+    p = SHARED / rel
+    if not p.exists():
+        pytest.skip(f"../shared/data/{rel} not present")
+    return p
+
+
+@pytest.fixture
+def squad_file(tmp_path: Path) -> Path:
+    """A small SQuAD v1.1-style file: 3 articles, 6 paragraphs, 8 questions."""
+    paras = {
+        "Alpha_Centauri": [
+            ("Alpha Centauri is the closest star system to the Solar System. It is 4.37 light-years away.", [("How far away is Alpha Centauri?", "4.37 light-years")]),
+            ("The system contains three stars. Proxima Centauri is the smallest of them.", [("Which is the smallest star of the system?", "Proxima Centauri")]),
+        ],
+        "Python_(language)": [
+            ("Python was created by Guido van Rossum and first released in 1991.", [("Who created Python?", "Guido van Rossum"), ("When was Python first released?", "1991")]),
+            ("Python uses indentation to delimit blocks. Its design emphasises readability.", [("What does Python use to delimit blocks?", "indentation")]),
+        ],
+        "Great_Wall": [
+            ("The Great Wall of China was built over many centuries to protect against raids.", [("Why was the Great Wall built?", "to protect against raids")]),
+            ("Its total length is about 21,196 kilometres according to a 2012 survey.", [("How long is the Great Wall?", "21,196 kilometres"), ("When was the survey of the wall's length?", "2012")]),
+        ],
+    }
+    data = []
+    qn = 0
+    for title, ps in paras.items():
+        art = {"title": title, "paragraphs": []}
+        for ctx, qas in ps:
+            items = []
+            for q, a in qas:
+                items.append({"id": f"q{qn}", "question": q, "answers": [{"text": a, "answer_start": ctx.index(a)}]})
+                qn += 1
+            art["paragraphs"].append({"context": ctx, "qas": items})
+        data.append(art)
+    p = tmp_path / "tiny-squad.json"
+    p.write_text(json.dumps({"version": "1.1", "data": data}), encoding="utf-8")
+    return p
