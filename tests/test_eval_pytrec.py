@@ -12,7 +12,6 @@ import pytrec_eval
 
 from anygrain.corpus.questions import Question
 from anygrain.eval import evaluate, evaluate_run
-from anygrain.eval.runs import write_run
 from anygrain.search.hit import Hit, Unit
 
 CUTOFFS = (1, 3, 5, 10, 20)
@@ -48,7 +47,7 @@ def random_collection(seed: int, n_queries: int = 50):
         if qi % 7 == 3:
             qrels = dict.fromkeys(judged, 0)  # judged, but nothing relevant
         else:
-            qrels = {d: rng.choice([0, 0, 1, 2, 3]) for d in judged}
+            qrels = {d: rng.choice([-1, 0, 0, 1, 2, 3]) for d in judged}
             qrels[judged[0]] = rng.choice([1, 2, 3])
         questions.append(Question(id=qid, text=f"query {qi}", qrels=qrels))
         n = rng.randint(1, 30)
@@ -102,6 +101,7 @@ def test_collection_exercises_edge_cases() -> None:
     assert any(not any(r > 0 for r in q.qrels.values()) for q in questions)
     assert any(len({r for r in q.qrels.values() if r > 0}) > 1 for q in questions)
     assert any(len(run[q.id]) < 20 for q in questions)
+    assert any(r < 0 for q in questions for r in q.qrels.values())
     assert evaluate_run(run, questions, ["ndcg@10"]).metrics["ndcg@10"] > 0
 
 
@@ -132,14 +132,18 @@ def test_duplicate_unit_ids_count_once_like_trec_eval() -> None:
     hits = [hit("a", 3.0), hit("a", 2.5), hit("c", 2.0), hit("b", 1.0)]
     per = evaluate_run({"q": hits}, [q], ["p@2", "recall@3", "rprec"]).per_question["q"]
     ref = trec({"q": q.qrels}, {"q": [hits[0], hits[2], hits[3]]}, {"P.2", "recall.3", "Rprec"})
-    assert per == pytest.approx({"p@2": ref["q"]["P_2"], "recall@3": ref["q"]["recall_3"], "rprec": ref["q"]["Rprec"]})
+    assert per == pytest.approx(
+        {"p@2": ref["q"]["P_2"], "recall@3": ref["q"]["recall_3"], "rprec": ref["q"]["Rprec"]}
+    )
     assert per["p@2"] == 0.5
 
 
 # --- Multi-CPR ------------------------------------------------------------------
 
 
-def multicpr_reference(qrels: dict[str, list[str]], results: dict[str, list[tuple[str, float]]], topk: int):
+def multicpr_reference(
+    qrels: dict[str, list[str]], results: dict[str, list[tuple[str, float]]], topk: int
+):
     """The Multi-CPR retrieval/evaluate.py algorithm: mean over queries in the result file."""
     mrr, found, judged = 0.0, 0, 0
     for qid, res in results.items():
@@ -159,7 +163,8 @@ def multicpr_reference(qrels: dict[str, list[str]], results: dict[str, list[tupl
 
 def multicpr_collection(seed: int = 11, n: int = 40):
     rng = random.Random(seed)
-    questions, run = [], {}
+    questions: list[Question] = []
+    run: dict[str, list[Hit]] = {}
     for i in range(n):
         gold = f"p{rng.randint(0, 3000)}"
         questions.append(Question(id=str(200000 + i), text=f"查询{i}", qrels={gold: 1}))
@@ -205,6 +210,5 @@ def test_question_missing_from_run_counts_as_empty() -> None:
     rep = evaluate_run({"1": [hit("x", 1.0)]}, [q1, q2], ["mrr@10"])
     assert rep.metrics["mrr@10"] == 0.5
     assert rep.n_empty == 1
-    assert evaluate_run({"1": [hit("x", 1.0)]}, [q1, q2], ["mrr@10"], drop_empty=True).metrics[
-        "mrr@10"
-    ] == 1.0
+    dropped = evaluate_run({"1": [hit("x", 1.0)]}, [q1, q2], ["mrr@10"], drop_empty=True)
+    assert dropped.metrics["mrr@10"] == 1.0

@@ -9,9 +9,8 @@ Conventions, chosen so nothing is dropped silently:
 * ``n_questions`` counts every question given.  Each metric is averaged over the
   questions it applies to (see :mod:`anygrain.eval.metrics`); how many is in
   ``n_evaluated``.  Questions with neither answers nor qrels (SQuAD v2
-  unanswerable ones) are left out of all answer-based metrics and counted in
-  ``n_unanswerable_skipped``; if they apply to no requested metric they are not
-  searched at all unless a run file is written.
+  unanswerable ones) are left out of every metric and counted in
+  ``n_unanswerable_skipped``; they are not searched unless a run file is written.
 * A question with no hits scores 0 (trec_eval ``-c``).  ``drop_empty=True``
   instead leaves such questions out of every mean, which is what the Multi-CPR
   evaluation script does (it averages over the queries present in the result

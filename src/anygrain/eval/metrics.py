@@ -4,8 +4,10 @@ Each metric is computed per question from a :class:`~anygrain.eval.relevance.Jud
 list (see there for when a unit counts as relevant) and averaged over the
 questions it applies to.  A metric *applies* to a question when the question has
 what its definition needs -- answers or qrels for ranking metrics, qrels for
-nDCG, qrels or gold ids for R-precision, answer strings for EM/F1; questions it
-does not apply to are left out of its mean and counted, never dropped silently.
+nDCG, qrels or gold ids (with answers) for R-precision, answer strings for EM/F1;
+questions it does not apply to are left out of its mean and counted, never
+dropped silently.  Questions with neither answers nor qrels (SQuAD v2
+unanswerable ones) apply to no metric.
 
 On qrels the ranking metrics equal trec_eval's (checked against pytrec_eval):
 ``top@k`` = ``success_k``, ``mrr@k`` = ``recip_rank`` on the run cut at ``k``,
@@ -27,6 +29,7 @@ from anygrain.errors import AnygrainError
 from anygrain.eval.answers import phrase_match
 from anygrain.eval.relevance import Judged, gold_sets
 from anygrain.eval.squad import exact_match, f1
+from anygrain.search.hit import Hit
 
 __all__ = [
     "Metric",
@@ -120,7 +123,7 @@ def available_metrics() -> list[str]:
     return sorted(f"{n}@k" if f.takes_k else n for n, f in _REGISTRY.items())
 
 
-_SPEC = re.compile(r"^\s*([a-z_]+)\s*(?:@\s*(\S+))?\s*$")
+_SPEC = re.compile(r"^\s*([a-z][a-z0-9_]*)\s*(?:@\s*(\S+))?\s*$")
 
 
 def get_metric(spec: str | Metric) -> Metric:
@@ -176,7 +179,9 @@ def _has_qrels(q: Question) -> bool:
 
 
 def _has_ids(q: Question) -> bool:
-    return bool(q.qrels) or bool(gold_sets(q))
+    # Unanswerable (SQuAD v2) questions keep their paragraph as ``gold``; they are
+    # skipped here too so every metric averages over the same answerable questions.
+    return bool(q.qrels) or (bool(q.answers) and bool(gold_sets(q)))
 
 
 def _has_answers(q: Question) -> bool:
@@ -264,36 +269,66 @@ def ndcg_k(j: Judged, k: int) -> float:
 
 
 @register_metric(
-    "rprec", takes_k=False, applies=_has_ids, needs="qrels or gold ids", aliases=("r_prec",)
+    "rprec",
+    takes_k=False,
+    applies=_has_ids,
+    needs="qrels, or gold ids and answers",
+    aliases=("r_prec",),
 )
 def r_precision(j: Judged, k: int) -> float:
     """R-precision: with R relevant ids, the fraction of the top R units that are relevant.
 
     With qrels, R = units with rel > 0 and this is trec_eval's ``Rprec``.  Without
-    qrels it is KILT's page-level R-precision against ``question.gold``: retrieved
-    units are reduced to their documents (``doc_id``, first occurrence kept, as
-    KILT de-duplicates provenance pages), a document matches a gold id equal to its
-    ``doc_id`` or ``title``, and with several provenance sets
+    qrels it is KILT's R-precision against ``question.gold``.  Gold ids may name
+    documents (KILT pages: matched by ``doc_id``, or by ``title`` against the gold
+    ids and ``meta['titles']``) or units (passage ids, as SQuAD's gold passage):
+    whichever a retrieved unit matches sets the grain.  At document grain the
+    ranking is reduced to distinct documents first (first occurrence kept), as KILT
+    de-duplicates provenance pages.  With several provenance sets
     (``question.meta['gold_sets']``) R-precision is computed per set (R = its size)
-    and the maximum is taken, as KILT does.  R = 0 scores 0.
+    and the maximum is taken, as KILT does; otherwise ``gold`` is one set.  R = 0
+    and no matching unit score 0.
     """
     if j.uses_qrels:
         r = j.n_relevant
         return j.n_relevant_in(r) / r if r else 0.0
-    docs: list[tuple[str, str]] = []
+    return _gold_rprec(j)
+
+
+def _gold_rprec(j: Judged) -> float:
+    q = j.question
+    sets = gold_sets(q)
+    from_meta = bool(q.meta.get("gold_sets")) if q.meta else False
+    raw_titles = q.meta.get("titles") if q.meta and not from_meta else None
+    titles = {str(t) for t in raw_titles} if isinstance(raw_titles, (list, tuple)) else set()
+    ids = {i for s in sets for i in s}
+
+    def doc_match(h: Hit, pool: set[str], alias: set[str]) -> bool:
+        return h.doc_id in pool or (bool(h.title) and (h.title in pool or h.title in alias))
+
+    ranked: list[Hit] = []
     seen: set[str] = set()
+    if any(doc_match(h, ids, titles) for h in j.hits):
+        key = "doc_id"
+    elif any(h.unit_id in ids for h in j.hits):
+        key = "unit_id"
+    else:
+        return 0.0
     for h in j.hits:
-        if h.doc_id not in seen:
-            seen.add(h.doc_id)
-            docs.append((h.doc_id, h.title))
+        kv = getattr(h, key)
+        if kv not in seen:
+            seen.add(kv)
+            ranked.append(h)
     best = 0.0
-    for s in gold_sets(j.question):
+    for s in sets:
         r = len(s)
-        if r == 0:
-            continue
-        ids = set(s)
-        num = sum(1 for d, t in docs[:r] if d in ids or t in ids)
-        best = max(best, num / r)
+        pool = set(s)
+        if key == "doc_id":
+            num = sum(1 for h in ranked[:r] if doc_match(h, pool, titles))
+        else:
+            num = sum(1 for h in ranked[:r] if h.unit_id in pool)
+        if r:
+            best = max(best, num / r)
     return best
 
 

@@ -6,8 +6,8 @@ articles *a/an/the*, collapse whitespace; EM is equality of the normalised
 strings, F1 the bag-of-tokens overlap of whitespace tokens; both take the max over
 gold answers.  As in v1.1, an empty normalised prediction or gold scores F1 0.
 
-When any gold answer contains a Chinese character, the CMRC 2018 official script
-(v5) is followed instead, because whitespace tokens mean nothing in Chinese:
+When any gold answer contains a Chinese (Han) character, the CMRC 2018 official
+script (v5) is followed instead, because whitespace tokens mean nothing in Chinese:
 
 * segmentation is *mixed*: each character in U+4E00..U+9FA5 (and each of the
   script's punctuation characters) is a token, runs of other characters are
@@ -22,6 +22,9 @@ The official script tokenises non-Chinese runs with ``nltk.word_tokenize``; we u
 a small regex that keeps numbers like ``3,000``/``2.5`` and words whole and splits
 other punctuation off, which agrees with NLTK on the short Latin fragments found in
 Chinese answers (NLTK is not a dependency).
+
+The language is picked from the golds only (``lang=`` overrides it), so a Chinese
+question whose gold is all Latin, like ``"iPhone 6"``, gets SQuAD's rules.
 """
 
 from __future__ import annotations
@@ -123,20 +126,35 @@ def _f1_cmrc(pred: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def exact_match(pred: str, golds: Iterable[str]) -> float:
-    """1.0 when ``pred`` equals any gold after normalisation (SQuAD or CMRC by language)."""
+def _chinese(golds: list[str], lang: str | None) -> bool:
+    if lang is None:
+        return is_chinese(golds)
+    if lang not in ("en", "zh"):
+        raise ValueError(f"lang must be 'en', 'zh' or None (detect), got {lang!r}")
+    return lang == "zh"
+
+
+def exact_match(pred: str, golds: Iterable[str], *, lang: str | None = None) -> float:
+    """1.0 when ``pred`` equals any gold after normalisation, else 0.0.
+
+    ``lang`` forces SQuAD (``"en"``) or CMRC 2018 (``"zh"``) rules; by default
+    CMRC's are used when a gold answer contains a Han character.
+    """
     golds = list(golds)
-    if is_chinese(golds):
+    if _chinese(golds, lang):
         p = _cmrc_strip(pred)
         return float(any(_cmrc_strip(g) == p for g in golds))
     p = normalize_answer(pred)
     return float(any(normalize_answer(g) == p for g in golds))
 
 
-def f1(pred: str, golds: Iterable[str]) -> float:
-    """Max token F1 of ``pred`` over golds (SQuAD bag-of-tokens, or CMRC's LCS for Chinese)."""
+def f1(pred: str, golds: Iterable[str], *, lang: str | None = None) -> float:
+    """Max F1 of ``pred`` over golds: SQuAD bag-of-tokens, or CMRC's LCS for Chinese.
+
+    ``lang`` as for :func:`exact_match`.
+    """
     golds = list(golds)
     if not golds:
         return 0.0
-    score = _f1_cmrc if is_chinese(golds) else _f1_squad
+    score = _f1_cmrc if _chinese(golds, lang) else _f1_squad
     return max(score(pred, g) for g in golds)

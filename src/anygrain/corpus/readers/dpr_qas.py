@@ -2,8 +2,10 @@
 
 The answer column is a Python list literal, read with :func:`ast.literal_eval`.
 Lines whose question is CSV-quoted (TriviaQA's, with doubled quotes) are
-unquoted once with the :mod:`csv` module, exactly as DPR's own reader does, so
-question texts match DPR's (a few keep quotes that were quoted twice upstream).
+unquoted with the :mod:`csv` module as DPR's own reader does; most of them were
+quoted twice upstream (the line starts with three quotes), so a question
+that is still a well-formed quoted field after that is unquoted once more,
+giving ``Who said, "How...`` rather than DPR's ``"Who said, ""How...``.
 Pyserini ships some ``topics.dpr.*`` files as JSON lines (``curated``,
 ``squad``, ``wq``); such lines are read as NQ-open records, so every
 ``topics.dpr.*`` file reads with this format.
@@ -58,6 +60,13 @@ def is_regex_file(path: Path) -> bool:
     return "curated" in path.name.lower()
 
 
+def unquote_twice_quoted(text: str) -> str:
+    """Remove a second CSV quoting layer: ``"a ""b"" c"`` -> ``a "b" c``; other text as is."""
+    if len(text) >= 2 and text[0] == text[-1] == '"' and '"' not in text[1:-1].replace('""', ""):
+        return text[1:-1].replace('""', '"')
+    return text
+
+
 def question_from_line(text: str, *, path: Path, line: int, regex: bool) -> Question:
     """One ``question<TAB>['a', 'b']`` line."""
     fields = split_tsv(text, 2)
@@ -69,6 +78,8 @@ def question_from_line(text: str, *, path: Path, line: int, regex: bool) -> Ques
             field="answers" if len(fields) < 2 else None,
         )
     question, raw = fields
+    if text.startswith('"'):
+        question = unquote_twice_quoted(question)
     if not question.strip():
         raise InputError("empty text", path=str(path), line=line, field="question")
     try:
@@ -93,7 +104,9 @@ def read_questions(path: Path, errors: ErrorLog, *, regex: bool | None = None) -
             continue
         try:
             if text.lstrip().startswith("{"):
-                q = question_from_json(_json(text, path, line), path=path, line=line, regex=is_regex)
+                q = question_from_json(
+                    _json(text, path, line), path=path, line=line, regex=is_regex
+                )
             else:
                 q = question_from_line(text, path=path, line=line, regex=is_regex)
         except InputError as e:

@@ -52,9 +52,7 @@ def question_from_json(
     answers = dedupe(string_list(obj[key], path=path, line=line, field=key))
     qid = require_id(obj, "id", path=path, line=line) if "id" in obj else str(line)
     meta = {k: v for k, v in obj.items() if k not in ("id", "question", key)}
-    return Question(
-        id=qid, text=text.strip(), answers=answers, answers_are_regex=regex, meta=meta
-    )
+    return Question(id=qid, text=text.strip(), answers=answers, answers_are_regex=regex, meta=meta)
 
 
 def add_unique(

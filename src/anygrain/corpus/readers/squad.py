@@ -56,11 +56,14 @@ def _articles(path: Path) -> list[Any]:
     return require(data, "data", list, path=path, line=1)
 
 
-def _article_ids(articles: list[Any], path: Path) -> Iterator[tuple[int, dict[str, Any], str, str]]:
+def _article_ids(
+    articles: list[Any], path: Path, errors: ErrorLog
+) -> Iterator[tuple[int, dict[str, Any], str, str]]:
     seen: set[str] = set()
     for ai, art in enumerate(articles):
         if not isinstance(art, dict):
-            raise InputError("expected an object", path=str(path), field=f"data[{ai}]")
+            errors.handle(InputError("expected an object", path=str(path), field=f"data[{ai}]"))
+            continue
         title = str(art.get("title") or art.get("id") or f"article-{ai}")
         doc_id = str(art.get("id") or title)
         if doc_id in seen:
@@ -71,10 +74,18 @@ def _article_ids(articles: list[Any], path: Path) -> Iterator[tuple[int, dict[st
 
 def read_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
     loc = _Locator(path)
-    for ai, art, doc_id, title in _article_ids(_articles(path), path):
+    n_docs = 0
+    for ai, art, doc_id, title in _article_ids(_articles(path), path, errors):
         paras = art.get("paragraphs")
         if not isinstance(paras, list):
-            errors.handle(InputError("missing or not a list", path=str(path), line=loc.line_of(title), field=f"data[{ai}].paragraphs"))
+            errors.handle(
+                InputError(
+                    "missing or not a list",
+                    path=str(path),
+                    line=loc.line_of(title),
+                    field=f"data[{ai}].paragraphs",
+                )
+            )
             continue
         parts: list[str] = []
         spans: list[Span] = []
@@ -83,8 +94,14 @@ def read_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
             where = f"data[{ai}].paragraphs[{pi}].context"
             ctx = para.get("context") if isinstance(para, dict) else None
             if not isinstance(ctx, str) or not ctx.strip():
-                problem = "missing field" if ctx is None else ("empty text" if isinstance(ctx, str) else "expected a string")
-                errors.handle(InputError(problem, path=str(path), line=loc.line_of(title), field=where))
+                problem = (
+                    "missing field"
+                    if ctx is None
+                    else ("empty text" if isinstance(ctx, str) else "expected a string")
+                )
+                errors.handle(
+                    InputError(problem, path=str(path), line=loc.line_of(title), field=where)
+                )
                 continue
             if parts:
                 pos += len(PARAGRAPH_SEP)
@@ -94,6 +111,7 @@ def read_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
             pos += len(ctx)
         if not spans:
             continue
+        n_docs += 1
         yield SourceDocument(
             doc_id=doc_id,
             title=title,
@@ -101,27 +119,59 @@ def read_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
             passages=spans,
             origin=f"{path}:{loc.line_of(title) or 1}",
         )
+    if not n_docs:
+        raise InputError("no documents found", path=str(path))
 
 
 def read_questions(path: Path, errors: ErrorLog) -> Questions:
     loc = _Locator(path)
     out: list[Question] = []
     seen: set[str] = set()
-    for ai, art, doc_id, _title in _article_ids(_articles(path), path):
-        for pi, para in enumerate(art.get("paragraphs") or []):
+    for ai, art, doc_id, _title in _article_ids(_articles(path), path, errors):
+        paras = art.get("paragraphs")
+        if not isinstance(paras, list):
+            errors.handle(
+                InputError("missing or not a list", path=str(path), field=f"data[{ai}].paragraphs")
+            )
+            continue
+        for pi, para in enumerate(paras):
             if not isinstance(para, dict):
+                errors.handle(
+                    InputError(
+                        "expected an object", path=str(path), field=f"data[{ai}].paragraphs[{pi}]"
+                    )
+                )
                 continue
             pid = str(para.get("id") or f"{doc_id}_{pi}")
-            ctx = para.get("context") if isinstance(para.get("context"), str) else ""
-            for qi, qa in enumerate(para.get("qas") or []):
+            raw_ctx = para.get("context")
+            ctx = raw_ctx if isinstance(raw_ctx, str) else ""
+            qas = para.get("qas", [])
+            if not isinstance(qas, list):
+                errors.handle(
+                    InputError(
+                        "expected a list", path=str(path), field=f"data[{ai}].paragraphs[{pi}].qas"
+                    )
+                )
+                continue
+            for qi, qa in enumerate(qas):
                 where = f"data[{ai}].paragraphs[{pi}].qas[{qi}]"
                 try:
-                    q = _question(qa, pid, ctx, where, path, loc)
+                    q = _question(qa, pid, ctx, where, path)
                 except InputError as e:
+                    # Finding the line scans the file, so it is done only for bad records.
+                    qid = qa.get("id") if isinstance(qa, dict) else None
+                    e.line = loc.line_of(str(qid), str(qa.get("question", "")) if isinstance(qa, dict) else "")
                     errors.handle(e)
                     continue
                 if q.id in seen:
-                    errors.handle(InputError(f"duplicate question id {q.id!r}", path=str(path), line=loc.line_of(q.id), field=f"{where}.id"))
+                    errors.handle(
+                        InputError(
+                            f"duplicate question id {q.id!r}",
+                            path=str(path),
+                            line=loc.line_of(q.id),
+                            field=f"{where}.id",
+                        )
+                    )
                     continue
                 seen.add(q.id)
                 out.append(q)
@@ -130,11 +180,10 @@ def read_questions(path: Path, errors: ErrorLog) -> Questions:
     return Questions(out, source=str(path), format="squad")
 
 
-def _question(qa: Any, pid: str, ctx: str, where: str, path: Path, loc: _Locator) -> Question:
+def _question(qa: Any, pid: str, ctx: str, where: str, path: Path) -> Question:
     if not isinstance(qa, dict):
         raise InputError("expected an object", path=str(path), field=where)
-    qid = qa.get("id")
-    line = loc.line_of(str(qid)) if qid is not None else None
+    line = None  # filled in by the caller when a check fails
     qid = require(qa, "id", (str, int), path=path, line=line, where=where)
     text = require(qa, "question", str, path=path, line=line, where=where)
     if not text.strip():
@@ -149,7 +198,9 @@ def _question(qa: Any, pid: str, ctx: str, where: str, path: Path, loc: _Locator
         a_text = require(ans, "text", str, path=path, line=line, where=a_where)
         start = ans.get("answer_start", -1)
         if not isinstance(start, int):
-            raise InputError("expected an integer", path=str(path), line=line, field=f"{a_where}.answer_start")
+            raise InputError(
+                "expected an integer", path=str(path), line=line, field=f"{a_where}.answer_start"
+            )
         if a_text in answers:
             continue
         answers.append(a_text)

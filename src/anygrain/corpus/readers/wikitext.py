@@ -23,14 +23,14 @@ from anygrain.corpus.records import SourceDocument, Span
 from anygrain.errors import ErrorLog, InputError
 
 BLOCK_SEP = "\n\n"
-_HEADING = re.compile(r"(=(?: =)*) (.*\S) ((?:= )*=)")
+_HEADING = re.compile(r"(=(?: =)*) (.*?\S) \1")
 _SNIFF = re.compile(r" = [^=\s].* = ?")
 
 
 def heading(line: str) -> tuple[int, str] | None:
     """``(level, title)`` for a heading line (level 1 = article title), else None."""
     m = _HEADING.fullmatch(line.strip())
-    if m is None or len(m.group(1)) != len(m.group(3)):
+    if m is None:
         return None
     return (len(m.group(1)) + 1) // 2, m.group(2).strip()
 

@@ -1,0 +1,105 @@
+"""KILT task files (JSONL): ``{"id", "input", "output": [{"answer", "provenance": [...]}]}``.
+
+``input`` is the question; answers are the distinct ``output[].answer``
+strings; ``gold`` is the distinct provenance ``wikipedia_id`` s (KILT scores
+retrieval by page), with their titles in ``meta["titles"]`` and the record's
+own ``meta`` in ``meta["kilt"]``.  ``output`` may be absent (KILT test sets).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from anygrain.corpus.formats import Format, register
+from anygrain.corpus.questions import Question, Questions
+from anygrain.corpus.readers._io import (
+    dedupe,
+    first_json_object,
+    iter_jsonl,
+    no_records,
+    require,
+    require_id,
+    require_text,
+)
+from anygrain.corpus.readers.nq_open import add_unique
+from anygrain.errors import ErrorLog, InputError
+
+
+def sniff(path: Path) -> bool:
+    """First line has an ``id`` and an ``input`` string or an ``output`` list."""
+    obj = first_json_object(path)
+    return (
+        obj is not None
+        and "id" in obj
+        and (isinstance(obj.get("input"), str) or isinstance(obj.get("output"), list))
+        and "question" not in obj
+    )
+
+
+def question_from_kilt(obj: dict[str, Any], *, path: Path, line: int) -> Question:
+    qid = require_id(obj, "id", path=path, line=line)
+    text = require_text(obj, "input", path=path, line=line)
+    outputs = require(obj, "output", list, path=path, line=line) if "output" in obj else []
+    answers: list[str] = []
+    gold: list[str] = []
+    titles: list[str] = []
+    for i, out in enumerate(outputs):
+        where = f"output[{i}]"
+        if not isinstance(out, dict):
+            raise InputError(
+                f"expected dict, got {type(out).__name__}", path=str(path), line=line, field=where
+            )
+        if "answer" in out:
+            answers.append(require(out, "answer", str, path=path, line=line, where=where))
+        provenance = (
+            require(out, "provenance", list, path=path, line=line, where=where)
+            if "provenance" in out
+            else []
+        )
+        for j, prov in enumerate(provenance):
+            p_where = f"{where}.provenance[{j}]"
+            if not isinstance(prov, dict):
+                raise InputError(
+                    f"expected dict, got {type(prov).__name__}",
+                    path=str(path),
+                    line=line,
+                    field=p_where,
+                )
+            gold.append(require_id(prov, "wikipedia_id", path=path, line=line, where=p_where))
+            if "title" in prov:
+                titles.append(require(prov, "title", str, path=path, line=line, where=p_where))
+    meta: dict[str, object] = {}
+    if titles:
+        meta["titles"] = dedupe(titles)
+    if "meta" in obj:
+        meta["kilt"] = obj["meta"]
+    return Question(
+        id=qid, text=text.strip(), answers=dedupe(answers), gold=dedupe(gold), meta=meta
+    )
+
+
+def read_questions(path: Path, errors: ErrorLog) -> Questions:
+    out: list[Question] = []
+    seen: set[str] = set()
+    for line, obj in iter_jsonl(path, errors):
+        try:
+            q = question_from_kilt(obj, path=path, line=line)
+        except InputError as e:
+            errors.handle(e)
+            continue
+        add_unique(out, seen, q, path=path, line=line, errors=errors)
+    if not out:
+        raise no_records(path, "questions")
+    return Questions(out, source=str(path), format="kilt")
+
+
+register(
+    Format(
+        name="kilt",
+        description="KILT JSONL: id, input, output[].answer / provenance[].wikipedia_id",
+        sniff=sniff,
+        read_questions=read_questions,
+        priority=30,
+    )
+)

@@ -1,0 +1,172 @@
+"""Multi-CPR (Chinese passage retrieval: ecom, video, medical).
+
+Questions: ``multicpr:FILE.query.txt`` reads ``qid<TAB>query`` lines and the
+qrels beside it (``dev.query.txt`` -> ``qrels.dev.tsv``, lines
+``qid<TAB>0<TAB>pid<TAB>relevance``); ``multicpr:DOMAIN_DIR`` reads the dev
+split.  Ids stay strings as in the files; :func:`read_multicpr_questions` takes
+a ``prefix`` (``"ecom-"`` gives ``ecom-200000``) so several domains can be
+merged without id clashes; passage ids in ``qrels`` are not prefixed.  Queries
+without judgements are kept (not answerable).
+
+Documents: the corpus ``corpus.tsv`` (``pid<TAB>passage``, also MS MARCO's
+``collection.tsv``), each row a document and passage with ``doc_id`` = pid;
+a domain directory reads its ``corpus.tsv``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from anygrain.corpus.formats import Format, register
+from anygrain.corpus.questions import Question, Questions
+from anygrain.corpus.readers._io import iter_text_lines, no_records, split_tsv
+from anygrain.corpus.readers.dpr_tsv import read_pair_documents, sniff_pairs
+from anygrain.corpus.records import SourceDocument
+from anygrain.errors import ErrorLog, InputError
+
+QUERY_SUFFIX = ".query.txt"
+DEFAULT_SPLIT = "dev"
+CORPUS_NAME = "corpus.tsv"
+
+
+def _is_domain_dir(path: Path) -> bool:
+    return path.is_dir() and (any(path.glob(f"*{QUERY_SUFFIX}")) or any(path.glob("qrels.*.tsv")))
+
+
+def sniff(path: Path) -> bool:
+    """A domain directory, a ``*.query.txt`` file, or a two-column ``pid<TAB>passage`` file."""
+    if path.is_dir():
+        return _is_domain_dir(path)
+    return path.name.endswith(QUERY_SUFFIX) or sniff_pairs(path)
+
+
+def locate(path: Path) -> tuple[Path, Path]:
+    """``(query_file, qrels_file)`` for a query file or a domain directory (dev split)."""
+    if path.is_dir():
+        query = path / f"{DEFAULT_SPLIT}{QUERY_SUFFIX}"
+        if not query.is_file():
+            raise InputError(f"no {query.name} in this Multi-CPR directory", path=str(path))
+    else:
+        query = path
+    if not query.name.endswith(QUERY_SUFFIX):
+        raise InputError(
+            f"expected a Multi-CPR query file named SPLIT{QUERY_SUFFIX} or a domain directory",
+            path=str(path),
+        )
+    split = query.name[: -len(QUERY_SUFFIX)]
+    qrels = query.parent / f"qrels.{split}.tsv"
+    if not qrels.is_file():
+        raise InputError(f"no qrels file {qrels.name} beside the queries", path=str(query))
+    return query, qrels
+
+
+def read_multicpr_questions(path: Path, errors: ErrorLog, prefix: str = "") -> Questions:
+    """Queries and their qrels; question ids are ``prefix + qid``."""
+    query_path, qrels_path = locate(path)
+    found: dict[str, Question] = {}
+    for line, text in iter_text_lines(query_path, errors):
+        if not text.strip():
+            continue
+        fields = split_tsv(text, 2)
+        problem = None
+        if len(fields) != 2:
+            problem = InputError(
+                f"expected 2 tab-separated columns (qid, query), got {len(fields)}",
+                path=str(query_path),
+                line=line,
+                field="query" if len(fields) < 2 else None,
+            )
+        elif not fields[0].strip():
+            problem = InputError("empty id", path=str(query_path), line=line, field="qid")
+        elif not fields[1].strip():
+            problem = InputError("empty text", path=str(query_path), line=line, field="query")
+        elif fields[0].strip() in found:
+            problem = InputError(
+                f"duplicate query id {fields[0].strip()!r}",
+                path=str(query_path),
+                line=line,
+                field="qid",
+            )
+        if problem is not None:
+            errors.handle(problem)
+            continue
+        qid = fields[0].strip()
+        found[qid] = Question(id=prefix + qid, text=fields[1].strip())
+    for line, text in iter_text_lines(qrels_path, errors):
+        if not text.strip():
+            continue
+        fields = [f.strip() for f in split_tsv(text)]
+        if len(fields) == 3:  # qid pid relevance, without TREC's iteration column
+            fields = [fields[0], "0", fields[1], fields[2]]
+        problem = None
+        if len(fields) != 4:
+            problem = InputError(
+                f"expected 4 tab-separated columns (qid, 0, pid, relevance), got {len(fields)}",
+                path=str(qrels_path),
+                line=line,
+            )
+        elif fields[0] not in found:
+            problem = InputError(
+                f"query id {fields[0]!r} is not in {query_path.name}",
+                path=str(qrels_path),
+                line=line,
+                field="qid",
+            )
+        elif not fields[2]:
+            problem = InputError("empty id", path=str(qrels_path), line=line, field="pid")
+        elif not (fields[3].lstrip("-").isdigit() and fields[3].isascii()):
+            problem = InputError(
+                f"expected an integer, got {fields[3]!r}",
+                path=str(qrels_path),
+                line=line,
+                field="relevance",
+            )
+        elif fields[2] in found[fields[0]].qrels:
+            problem = InputError(
+                f"duplicate judgement for ({fields[0]!r}, {fields[2]!r})",
+                path=str(qrels_path),
+                line=line,
+                field="pid",
+            )
+        if problem is not None:
+            errors.handle(problem)
+            continue
+        q = found[fields[0]]
+        rel = int(fields[3])
+        q.qrels[fields[2]] = rel
+        if rel > 0:
+            q.gold.append(fields[2])
+    if not found:
+        raise no_records(query_path, "queries")
+    return Questions(list(found.values()), source=str(query_path), format="multicpr")
+
+
+def read_questions(path: Path, errors: ErrorLog) -> Questions:
+    return read_multicpr_questions(path, errors)
+
+
+def read_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
+    """The corpus file, or ``corpus.tsv`` in a domain directory."""
+    if path.is_dir():
+        corpus = path / CORPUS_NAME
+        if not corpus.is_file():
+            raise InputError(
+                f"no {CORPUS_NAME} in this Multi-CPR directory (the corpus is downloaded "
+                "separately); pass the corpus file",
+                path=str(path),
+            )
+        path = corpus
+    return read_pair_documents(path, errors)
+
+
+register(
+    Format(
+        name="multicpr",
+        description="Multi-CPR: SPLIT.query.txt + qrels.SPLIT.tsv (or a domain dir); corpus.tsv",
+        sniff=sniff,
+        read_documents=read_documents,
+        read_questions=read_questions,
+        priority=30,
+    )
+)

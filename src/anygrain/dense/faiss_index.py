@@ -1,0 +1,353 @@
+"""FAISS indexes over passage vectors, chosen by factory string, scored by inner product.
+
+Supported factories (any other FAISS factory string is passed through as is):
+
+- ``Flat``: exact search; every query scans every vector.
+- ``HNSW32``: graph search, no training; ``ef_search`` trades speed for recall.
+- ``IVF{n},Flat``: ``n`` k-means cells, a query scans ``nprobe`` of them.
+- ``IVF{n},PQ{m}``: as above, vectors compressed to ``m`` bytes (``m`` divides the dimension).
+- ``OPQ{m},IVF{n},PQ{m}``: a learned rotation before PQ, for better compressed recall.
+
+:func:`default_factory` picks one from the corpus size (see its docstring for the rule).
+Indexes are written with ``faiss.write_index`` and read back memory-mapped
+(``IO_FLAG_MMAP_IFC``: in faiss 1.15 this maps the codes of Flat, PQ and SQ
+indexes, the storage of HNSW, and the inverted lists of IVF indexes; the HNSW graph
+and IVF centroids are small and read into memory), so opening a large index is cheap
+and its vectors live in the page cache rather than in the process's own memory.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import faiss
+import numpy as np
+
+from anygrain.errors import AnygrainError
+from anygrain.utils.atomic import atomic_path
+from anygrain.utils.progress import progress_bar
+
+#: Below this many vectors exact search is fast enough (a few ms per query on CPU).
+FLAT_LIMIT = 100_000
+#: Above this many vectors uncompressed IVF cells get large (GBs); PQ codes keep RAM low.
+PQ_LIMIT = 2_000_000
+#: FAISS warns when k-means has fewer than this many points per centroid.
+MIN_POINTS_PER_CENTROID = 39
+DEFAULT_EF_SEARCH = 64
+
+
+@dataclass(frozen=True)
+class FactoryInfo:
+    """What a factory string asks for, as far as training and search parameters go."""
+
+    spec: str
+    nlist: int | None = None  # IVF cells
+    pq_m: int | None = None  # PQ sub-quantizers
+    pq_bits: int = 8
+    opq_m: int | None = None
+    hnsw: bool = False  # an HNSW graph over the vectors (not as IVF quantizer)
+    hnsw_quantizer: bool = False  # IVF{n}_HNSW{M}: an HNSW graph over the centroids
+
+    @property
+    def clusters(self) -> int:
+        """The largest k-means the training runs (0 when it needs no training)."""
+        ks = [self.nlist or 0]
+        if self.pq_m or self.opq_m:
+            ks.append(2**self.pq_bits)
+        return max(ks)
+
+    @property
+    def min_train(self) -> int:
+        """FAISS refuses to train k-means on fewer points than centroids."""
+        return self.clusters
+
+    @property
+    def recommended_train(self) -> int:
+        return MIN_POINTS_PER_CENTROID * self.clusters
+
+
+def parse_factory(spec: str) -> FactoryInfo:
+    """Read the parts of ``spec`` that matter for training and search (the rest is FAISS's)."""
+    nlist = pq_m = opq_m = None
+    bits = 8
+    hnsw = hnsw_q = False
+    for part in (p.strip() for p in spec.split(",")):
+        if m := re.fullmatch(r"OPQ(\d+)(?:_\d+)?", part):
+            opq_m = int(m.group(1))
+        elif m := re.fullmatch(r"IVF(\d+)(_HNSW\d+)?", part):
+            nlist, hnsw_q = int(m.group(1)), bool(m.group(2))
+        elif m := re.fullmatch(r"PQ(\d+)(?:x(\d+))?(?:fs|fsr|np)?", part):
+            pq_m, bits = int(m.group(1)), int(m.group(2) or 8)
+        elif re.fullmatch(r"HNSW\d+(_.*)?", part):
+            hnsw = True
+    return FactoryInfo(spec, nlist, pq_m, bits, opq_m, hnsw, hnsw_q)
+
+
+def _pq_m(dim: int) -> int | None:
+    """Sub-quantizers for PQ: about 8 dimensions each (dim/8 bytes per vector), dividing ``dim``."""
+    for m in range(max(1, dim // 8), 0, -1):
+        if dim % m == 0 and dim // m <= 16:
+            return m
+    return None
+
+
+def ivf_cells(n_vectors: int) -> int:
+    """``4·sqrt(N)`` cells, the usual FAISS guidance, kept trainable (>= 39 points per cell)."""
+    return max(1, min(int(round(4 * math.sqrt(n_vectors))), n_vectors // MIN_POINTS_PER_CENTROID))
+
+
+def default_factory(n_vectors: int, dim: int) -> str:
+    """The factory anygrain uses when none is given.
+
+    - ``N < 100k``: ``Flat``. Exact, and a scan of 100k vectors is a few ms.
+    - ``100k <= N < 2M``: ``IVF{4·sqrt(N)},Flat``. Uncompressed, so scores stay exact
+      within the cells scanned; 2M 768-d vectors are ~6 GB, memory-mapped.
+    - ``N >= 2M``: ``IVF{4·sqrt(N)},PQ{dim/8}``: 8 dimensions per byte (16x smaller
+      than float32 for 384-/768-d models); ``Flat`` cells when no ``m`` divides ``dim``.
+    """
+    if n_vectors < FLAT_LIMIT:
+        return "Flat"
+    nlist = ivf_cells(n_vectors)
+    if n_vectors < PQ_LIMIT:
+        return f"IVF{nlist},Flat"
+    m = _pq_m(dim)
+    return f"IVF{nlist},PQ{m}" if m else f"IVF{nlist},Flat"
+
+
+def default_nprobe(nlist: int) -> int:
+    """Cells scanned per query by default: ``sqrt(nlist)`` (FAISS's default of 1 loses recall)."""
+    return max(1, min(nlist, int(math.ceil(math.sqrt(nlist)))))
+
+
+def check_factory(spec: str, n_train: int, dim: int) -> FactoryInfo:
+    """Raise a clear error (instead of a FAISS crash) when ``spec`` cannot be trained here."""
+    info = parse_factory(spec)
+    for name, m in (("PQ", info.pq_m), ("OPQ", info.opq_m)):
+        if m is not None and dim % m:
+            divisors = [d for d in range(1, dim + 1) if dim % d == 0 and d <= 128]
+            raise AnygrainError(
+                f"FAISS factory {spec!r}: {name}{m} needs {m} to divide the vector dimension {dim}; "
+                f"choose one of {divisors[-6:]}"
+            )
+    if info.min_train and n_train < info.min_train:
+        what = []
+        if info.nlist:
+            what.append(f"IVF{info.nlist} needs >= {info.nlist} (one per centroid)")
+        if info.pq_m or info.opq_m:
+            what.append(f"PQ with {info.pq_bits}-bit codes needs >= {2**info.pq_bits}")
+        suggest = ["'Flat' (exact)"]
+        if n_train >= MIN_POINTS_PER_CENTROID:
+            suggest.append(f"'IVF{max(1, n_train // MIN_POINTS_PER_CENTROID)},Flat'")
+        raise AnygrainError(
+            f"FAISS factory {spec!r} needs at least {info.min_train} training vectors "
+            f"({'; '.join(what)}; FAISS recommends {info.recommended_train}), but only {n_train} "
+            f"are available. Use a smaller factory, e.g. {' or '.join(suggest)}."
+        )
+    return info
+
+
+class VectorSource(Protocol):
+    """What :func:`build_faiss_index` reads: a :class:`~anygrain.dense.shards.ShardSet` fits."""
+
+    def __len__(self) -> int: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    def sample(self, n: int, *, seed: int = 0) -> np.ndarray: ...
+
+    def iter_batches(self, batch_size: int = 65536) -> Any: ...
+
+
+class ArrayVectors:
+    """An in-memory array seen as a :class:`VectorSource` (tests, small corpora)."""
+
+    def __init__(self, x: np.ndarray) -> None:
+        self.x = np.ascontiguousarray(x, dtype=np.float32)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    @property
+    def dim(self) -> int:
+        return int(self.x.shape[1])
+
+    def sample(self, n: int, *, seed: int = 0) -> np.ndarray:
+        if n >= len(self.x):
+            return self.x
+        return self.x[np.sort(np.random.default_rng(seed).choice(len(self.x), size=n, replace=False))]
+
+    def iter_batches(self, batch_size: int = 65536) -> Any:
+        for i in range(0, len(self.x), batch_size):
+            yield i, self.x[i : i + batch_size]
+
+
+def _unwrap(index: faiss.Index) -> faiss.Index:
+    """The index under pre-transforms (OPQ, PCA) and id maps."""
+    index = faiss.downcast_index(index)
+    while isinstance(index, faiss.IndexPreTransform | faiss.IndexIDMap):
+        index = faiss.downcast_index(index.index)
+    return index
+
+
+def _quiet_kmeans(index: faiss.Index) -> None:
+    """We already warned once about a small training set; stop FAISS repeating it per sub-quantizer."""
+    base = _unwrap(index)
+    cps = []
+    if isinstance(base, faiss.IndexIVF):
+        cps.append(base.cp)
+    pq = getattr(base, "pq", None)
+    if pq is not None:
+        cps.append(pq.cp)
+    for cp in cps:
+        cp.min_points_per_centroid = 1
+
+
+class FaissIndex:
+    """A FAISS index plus what search needs to know about it (IVF? HNSW?), found once."""
+
+    def __init__(self, index: faiss.Index, factory: str = "") -> None:
+        self.index = index
+        self.factory = factory
+        base = _unwrap(index)
+        self.ivf: faiss.IndexIVF | None = base if isinstance(base, faiss.IndexIVF) else None
+        self.hnsw: faiss.IndexHNSW | None = base if isinstance(base, faiss.IndexHNSW) else None
+        q = faiss.downcast_index(self.ivf.quantizer) if self.ivf is not None else None
+        self.hnsw_quantizer: faiss.IndexHNSW | None = q if isinstance(q, faiss.IndexHNSW) else None
+
+    @property
+    def ntotal(self) -> int:
+        return int(self.index.ntotal)
+
+    @property
+    def dim(self) -> int:
+        return int(self.index.d)
+
+    @property
+    def nprobe(self) -> int | None:
+        return int(self.ivf.nprobe) if self.ivf is not None else None
+
+    @property
+    def ef_search(self) -> int | None:
+        h = self.hnsw or self.hnsw_quantizer
+        return int(h.hnsw.efSearch) if h is not None else None
+
+    # --- building --------------------------------------------------------------------
+    @classmethod
+    def build(
+        cls,
+        vectors: VectorSource | np.ndarray,
+        factory: str | None = None,
+        *,
+        train_size: int | None = None,
+        seed: int = 0,
+        add_batch: int = 65536,
+        nprobe: int | None = None,
+        ef_search: int | None = None,
+        progress: bool = False,
+    ) -> FaissIndex:
+        """Train on a sample of ``vectors`` and add them all in batches (memory stays bounded).
+
+        The training sample is ``min(N, max(64·k, 50k), 500k)`` vectors for the largest
+        k-means ``k`` in the factory: FAISS itself subsamples to 256 points per centroid.
+        """
+        src: VectorSource = ArrayVectors(vectors) if isinstance(vectors, np.ndarray) else vectors
+        n, dim = len(src), src.dim
+        spec = factory or default_factory(n, dim)
+        info = parse_factory(spec)
+        if train_size is None:
+            train_size = min(n, max(64 * info.clusters, 50_000), 500_000)
+        train_size = min(train_size, n)
+        check_factory(spec, train_size if info.clusters else n, dim)
+        try:
+            index = faiss.index_factory(dim, spec, faiss.METRIC_INNER_PRODUCT)
+        except RuntimeError as e:
+            raise AnygrainError(f"FAISS cannot build factory {spec!r}: {_faiss_message(e)}") from None
+        if not index.is_trained:
+            if train_size < info.recommended_train:
+                warnings.warn(
+                    f"training FAISS {spec!r} on {train_size} vectors; it recommends at least "
+                    f"{info.recommended_train} ({MIN_POINTS_PER_CENTROID} per centroid), so recall may suffer",
+                    stacklevel=2,
+                )
+                _quiet_kmeans(index)
+            index.train(src.sample(train_size, seed=seed))
+        for _, batch in progress_bar(src.iter_batches(add_batch), desc="adding to FAISS", unit="batch", total=-(-n // add_batch), disable=not progress):
+            index.add(np.ascontiguousarray(batch, dtype=np.float32))
+        out = cls(index, spec)
+        if out.ivf is not None:
+            out.ivf.nprobe = nprobe or default_nprobe(out.ivf.nlist)
+        for h in (out.hnsw, out.hnsw_quantizer):
+            if h is not None:
+                h.hnsw.efSearch = ef_search or DEFAULT_EF_SEARCH
+        return out
+
+    def save(self, path: str | Path) -> None:
+        """``faiss.write_index`` under a temporary name, then rename (never half an index)."""
+        with atomic_path(path) as tmp:
+            faiss.write_index(self.index, str(tmp))
+
+    @classmethod
+    def load(cls, path: str | Path, *, factory: str = "", mmap: bool = True) -> FaissIndex:
+        """Read an index, memory-mapped where the index type allows it (see module docstring)."""
+        p = str(path)
+        if not Path(p).exists():
+            raise AnygrainError(f"{p}: FAISS index file missing")
+        flags = [f for f in (getattr(faiss, "IO_FLAG_MMAP_IFC", None), faiss.IO_FLAG_MMAP) if f] if mmap else []
+        for flag in flags:
+            try:
+                return cls(faiss.read_index(p, flag), factory)
+            except RuntimeError:
+                continue  # this index type cannot be mapped: read it normally
+        try:
+            return cls(faiss.read_index(p), factory)
+        except RuntimeError as e:
+            raise AnygrainError(f"{p}: cannot read FAISS index ({_faiss_message(e)})") from None
+
+    # --- search ----------------------------------------------------------------------
+    def params(self, *, nprobe: int | None = None, ef_search: int | None = None) -> faiss.SearchParameters | None:
+        """Per-call search parameters; the index itself is left untouched (thread-safe)."""
+        if nprobe is None and ef_search is None:
+            return None
+        name = self.factory or type(_unwrap(self.index)).__name__
+        if nprobe is not None and self.ivf is None:
+            raise AnygrainError(f"nprobe applies to IVF indexes; this index is {name!r}")
+        if ef_search is not None and self.hnsw is None and self.hnsw_quantizer is None:
+            raise AnygrainError(f"ef_search applies to HNSW indexes; this index is {name!r}")
+        if self.ivf is not None:
+            p = faiss.SearchParametersIVF()
+            p.nprobe = int(nprobe) if nprobe is not None else int(self.ivf.nprobe)
+            if ef_search is not None:
+                qp = faiss.SearchParametersHNSW()
+                qp.efSearch = int(ef_search)
+                p.quantizer_params = qp
+                p._keep = qp  # the C++ side does not own it: keep it alive with ``p``
+            return p
+        hp = faiss.SearchParametersHNSW()
+        hp.efSearch = int(ef_search)  # type: ignore[arg-type]
+        return hp
+
+    def search(self, q: np.ndarray, k: int, *, nprobe: int | None = None, ef_search: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows, scores)`` of shape (n, k), best first; rows are -1 past the last match."""
+        q = np.ascontiguousarray(q, dtype=np.float32)
+        if q.ndim != 2 or q.shape[1] != self.dim:
+            raise AnygrainError(f"query vectors have shape {q.shape}, expected (n, {self.dim})")
+        if k <= 0 or len(q) == 0:
+            return np.zeros((len(q), max(k, 0)), dtype=np.int64), np.zeros((len(q), max(k, 0)), dtype=np.float32)
+        p = self.params(nprobe=nprobe, ef_search=ef_search)
+        scores, rows = self.index.search(q, k) if p is None else self.index.search(q, k, params=p)
+        return rows, scores
+
+
+def _faiss_message(e: BaseException) -> str:
+    """The useful line of a FAISS C++ exception (they carry file and function noise)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    for ln in lines:
+        if ln.startswith("Error:"):
+            return ln.removeprefix("Error:").strip().strip("'")
+    return lines[-1] if lines else type(e).__name__

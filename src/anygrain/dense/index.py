@@ -1,0 +1,303 @@
+"""Dense passage index: a bi-encoder's passage vectors in FAISS, searched with its question encoder.
+
+Layout (``subdir`` is ``dense`` unless a hybrid index nests it elsewhere)::
+
+    index.json              manifest: corpus checksum, model fingerprint, factory, dim, timings
+    corpus/                 the passage store (unless an existing store was reused)
+    dense/dense.json        the dense settings, so a hybrid index can open this part alone
+    dense/model/            the bi-encoder (BiEncoder.save), so the index carries its encoder
+    dense/vectors/          passage vectors in .npy shards (exact scores for reranking)
+    dense/faiss.index       the FAISS index, memory-mapped on open
+
+The index records the passage encoder's weight fingerprint: a question encoder
+fine-tuned on its own (passage side frozen) can be passed at open time, while a
+model whose passage side differs is refused, since its questions would live in a
+different vector space from the stored passages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anygrain.corpus.store import CorpusStore
+from anygrain.dense.faiss_index import FaissIndex
+from anygrain.dense.shards import ShardSet, encode_corpus
+from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError
+from anygrain.models.biencoder import BiEncoder
+from anygrain.search.hit import Hit
+from anygrain.search.index import Index, IndexKind, register_index, write_manifest
+from anygrain.search.results import hits_from_rows
+from anygrain.sparse.bm25 import open_corpus_of
+from anygrain.utils.atomic import atomic_dir, atomic_write_text
+from anygrain.utils.corpus_source import open_or_build_corpus
+
+SETTINGS_FILE = "dense.json"
+
+
+def as_biencoder(model: str | Path | BiEncoder) -> BiEncoder:
+    """A BiEncoder from an instance, an anygrain model dir, or an alias / hub name / HF dir."""
+    return model if isinstance(model, BiEncoder) else BiEncoder.from_pretrained(model)
+
+
+def _partial_vectors_dir(out: Path) -> Path:
+    """Where ``build_from`` encodes: outside the atomic temp dir, so an interrupted build resumes."""
+    return out.with_name(f".{out.name}.vectors.partial")
+
+
+@register_index(IndexKind.DENSE)
+class DenseIndex(Index):
+    """Dense passage retrieval; ``search`` returns passage hits scored by inner product."""
+
+    def __init__(
+        self,
+        path: Path,
+        manifest: dict[str, Any],
+        store: CorpusStore,
+        model: BiEncoder,
+        faiss_index: FaissIndex,
+        settings: dict[str, Any],
+        subdir: str = "dense",
+    ) -> None:
+        super().__init__(path, manifest)
+        self.store = store
+        self.model = model
+        self.faiss = faiss_index
+        self.settings = settings
+        self.subdir = subdir
+        self._vectors: ShardSet | None = None
+
+    @property
+    def corpus(self) -> CorpusStore:
+        return self.store
+
+    @property
+    def dim(self) -> int:
+        return self.faiss.dim
+
+    @property
+    def vectors(self) -> ShardSet:
+        """The stored passage vectors (memory-mapped; opened on first use)."""
+        if self._vectors is None:
+            self._vectors = ShardSet.open(self.path / self.subdir / "vectors")
+        return self._vectors
+
+    # --- building ------------------------------------------------------------------------
+    @classmethod
+    def build_from(
+        cls,
+        source: Any,
+        out: Path,
+        *,
+        model: str | Path | BiEncoder = "minilm",
+        factory: str | None = None,
+        split: str | None = None,
+        errors: ErrorLog | None = None,
+        progress: bool = True,
+        corpus_dir: Path | None = None,
+        dtype: str = "float32",
+        batch_size: int = 64,
+        bf16: bool = False,
+        shard_size: int = 50_000,
+        **unused: Any,
+    ) -> DenseIndex:
+        """Encode ``source`` and write a dense index to ``out`` (atomically; resumable encoding)."""
+        out = Path(out)
+        enc = as_biencoder(model)
+        partial = _partial_vectors_dir(out)
+        with atomic_dir(out) as tmp:
+            store = open_or_build_corpus(source, corpus_dir or tmp / "corpus", split=split, errors=errors, progress=progress)
+            cls.write(tmp, store, enc, factory=factory, dtype=dtype, batch_size=batch_size, bf16=bf16, shard_size=shard_size, progress=progress, vectors_dir=partial)
+        return Index.load(out)  # type: ignore[return-value]
+
+    @classmethod
+    def write(
+        cls,
+        out: Path,
+        store: CorpusStore,
+        model: str | Path | BiEncoder,
+        *,
+        factory: str | None = None,
+        dtype: str = "float32",
+        batch_size: int = 64,
+        bf16: bool = False,
+        shard_size: int = 50_000,
+        train_size: int | None = None,
+        progress: bool = True,
+        subdir: str = "dense",
+        vectors_dir: Path | None = None,
+        manifest: bool = True,
+    ) -> dict[str, Any]:
+        """Write model, vectors and FAISS index for ``store`` under ``out/subdir``; returns the settings.
+
+        ``vectors_dir`` is where shards are encoded before being moved under ``out``:
+        point it outside a temporary build directory to make the encoding resumable.
+        ``manifest=False`` leaves ``out/index.json`` to the caller (a hybrid index).
+        """
+        out = Path(out)
+        enc = as_biencoder(model)
+        base = out / subdir
+        base.mkdir(parents=True, exist_ok=True)
+        t0 = time.time()
+        fingerprint = enc.passage_fingerprint()
+        enc.save(base / "model")
+        t_model = time.time()
+        target = base / "vectors"
+        shards = encode_corpus(store, enc, vectors_dir or target, shard_size=shard_size, dtype=dtype, batch_size=batch_size, progress=progress, bf16=bf16)
+        t_encode = time.time()
+        if vectors_dir is not None and Path(vectors_dir).resolve() != target.resolve():
+            if target.exists():
+                shutil.rmtree(target)
+            shutil.move(str(vectors_dir), str(target))  # a rename on the same filesystem
+            shards = ShardSet.open(target)
+        fx = FaissIndex.build(shards, factory, train_size=train_size, progress=progress)
+        fx.save(base / "faiss.index")
+        t_faiss = time.time()
+        settings = {
+            "subdir": subdir,
+            "model": {
+                "path": "model",
+                "base_model": enc.config.base_model,
+                "fingerprint": fingerprint,
+                "passage": enc.config.passage.to_dict(),
+                "question": enc.config.question.to_dict(),
+            },
+            "factory": fx.factory,
+            "dim": fx.dim,
+            "dtype": dtype,
+            "n_vectors": fx.ntotal,
+            "nprobe": fx.nprobe,
+            "ef_search": fx.ef_search,
+            "bf16": bf16,
+            "timings": {
+                "save_model_seconds": round(t_model - t0, 3),
+                "encode_seconds": round(t_encode - t_model, 3),
+                "faiss_seconds": round(t_faiss - t_encode, 3),
+            },
+        }
+        atomic_write_text(base / SETTINGS_FILE, json.dumps(settings, indent=2))
+        if manifest:
+            corpus_rel = Path("corpus") if (out / "corpus").exists() else Path(store.path).resolve()
+            write_manifest(
+                out,
+                IndexKind.DENSE,
+                cls.format_version,
+                corpus={"path": str(corpus_rel), "checksum": store.checksum, "n_passages": len(store)},
+                model={"fingerprint": fingerprint, "base_model": enc.config.base_model, "path": f"{subdir}/model"},
+                settings={"dense": settings},
+            )
+        return settings
+
+    # --- opening -------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        path: Path,
+        manifest: dict[str, Any],
+        *,
+        store: CorpusStore | None = None,
+        model: str | Path | BiEncoder | None = None,
+        subdir: str = "dense",
+        mmap: bool = True,
+        **options: Any,
+    ) -> DenseIndex:
+        """Open the index; ``model`` replaces the saved encoder (e.g. a fine-tuned question side)."""
+        path = Path(path)
+        base = path / subdir
+        f = base / SETTINGS_FILE
+        if not f.exists():
+            raise AnygrainError(f"{path}: no dense index under '{subdir}/' (missing {SETTINGS_FILE})")
+        settings = json.loads(f.read_text(encoding="utf-8"))
+        store = store or open_corpus_of(path, manifest)
+        want = settings["model"]["fingerprint"]
+        if model is None:
+            enc = BiEncoder.load(base / settings["model"]["path"])
+            got = enc.config.passage_fingerprint  # recorded by save(); hashing the weights again is slow
+        else:
+            enc = as_biencoder(model)
+            got = enc.passage_fingerprint()
+        if got != want:
+            raise IndexMismatchError(
+                f"{path}: the model's passage encoder (fingerprint {got}) is not the one this index "
+                f"was built with ({want}, base {settings['model']['base_model']!r}); its questions would "
+                "not match the stored passage vectors. Use the index's own model, a model fine-tuned "
+                "on the question side only, or rebuild the index with this model."
+            )
+        if enc.dim != settings["dim"]:
+            raise IndexMismatchError(f"{path}: model vectors have {enc.dim} dimensions, the index {settings['dim']}")
+        fx = FaissIndex.load(base / "faiss.index", factory=settings["factory"], mmap=mmap)
+        if fx.ntotal != len(store):
+            raise IndexMismatchError(f"{path}: FAISS index holds {fx.ntotal} vectors but the corpus {len(store)} passages; rebuild the index")
+        return cls(path, manifest, store, enc, fx, settings, subdir)
+
+    # --- search --------------------------------------------------------------------------
+    def encode_queries(self, queries: Sequence[str], *, batch_size: int = 256) -> np.ndarray:
+        """Question vectors (float32, input order)."""
+        return self.model.encode_questions(list(queries), batch_size=batch_size)
+
+    def search(
+        self,
+        queries: Sequence[str],
+        k: int = 10,
+        *,
+        nprobe: int | None = None,
+        ef_search: int | None = None,
+        batch_size: int = 256,
+        **options: Any,
+    ) -> list[list[Hit]]:
+        rows, scores = self.search_rows(queries, k, nprobe=nprobe, ef_search=ef_search, batch_size=batch_size)
+        return hits_from_rows(self.store, rows, scores)
+
+    def search_rows(
+        self,
+        queries: Sequence[str],
+        k: int = 10,
+        *,
+        nprobe: int | None = None,
+        ef_search: int | None = None,
+        batch_size: int = 256,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Raw ``(rows, scores)`` of shape (n_queries, k); rows are -1 where fewer than ``k`` exist.
+
+        Questions are encoded and searched ``batch_size`` at a time, so memory stays
+        bounded for large question sets.
+        """
+        n = len(queries)
+        rows = np.full((n, k), -1, dtype=np.int64)
+        scores = np.zeros((n, k), dtype=np.float32)
+        for i in range(0, n, batch_size):
+            q = self.encode_queries(queries[i : i + batch_size], batch_size=batch_size)
+            r, s = self.search_vectors(q, k, nprobe=nprobe, ef_search=ef_search)
+            rows[i : i + len(q)], scores[i : i + len(q)] = r, s
+        return rows, scores
+
+    def search_vectors(self, qvecs: np.ndarray, k: int = 10, *, nprobe: int | None = None, ef_search: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """FAISS search with ready-made question vectors: ``(rows, scores)``, best first."""
+        return self.faiss.search(qvecs, k, nprobe=nprobe, ef_search=ef_search)
+
+    def score_rows(self, qvecs: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Exact inner products of each question with its candidate ``rows`` (n, m) from the stored
+        vectors, whatever the FAISS compression; ``nan`` where a row is -1 (for hybrid fusion)."""
+        q = np.asarray(qvecs, dtype=np.float32)
+        r = np.asarray(rows, dtype=np.int64)
+        valid = r >= 0
+        out = np.full(r.shape, np.nan, dtype=np.float32)
+        if valid.any():
+            vecs = self.vectors.rows(r[valid])
+            qi = np.nonzero(valid)[0]
+            out[valid] = np.einsum("ij,ij->i", q[qi], vecs)
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "faiss": {"ntotal": self.faiss.ntotal, "nprobe": self.faiss.nprobe, "ef_search": self.faiss.ef_search},
+            "mmap_bytes": os.path.getsize(self.path / self.subdir / "faiss.index"),
+        }

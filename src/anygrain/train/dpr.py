@@ -1,0 +1,470 @@
+"""DPR training: full bi-encoder fine-tuning, or query-side against frozen passage vectors.
+
+FULL trains both encoders on DPR's loss (in-batch negatives plus BM25 hard
+negatives) with AdamW, linear warm-up and decay, and gradient clipping; batches
+can be any size with gradient caching.  QUERY_SIDE, the cheap path of the phrase
+retrieval papers, encodes the training corpus once with the frozen passage
+encoder and trains only the question encoder with a softmax over every cached
+passage; the passage weights stay byte-identical to the base model's, so an
+index built with the base model still fits the trained one.
+
+Runs are reproducible and restartable: the data order comes from the seed, and a
+checkpoint (weights, optimizer, scheduler, RNG, position) is written every
+``checkpoint_every`` steps, at the end of every epoch and on Ctrl-C; a rerun
+continues from the last one and ends with the same weights as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from anygrain.corpus.store import CorpusStore
+from anygrain.errors import AnygrainError, ErrorLog
+from anygrain.models.biencoder import MODEL_CONFIG, BiEncoder
+from anygrain.models.encoder import TextEncoder
+from anygrain.train.batching import tokenize
+from anygrain.train.checkpoint import (
+    check_compatible,
+    latest_checkpoint,
+    load_checkpoint,
+    remove_checkpoints,
+    save_checkpoint,
+)
+from anygrain.train.config import DprTrainConfig, TrainMode
+from anygrain.train.dpr_data import (
+    TrainExample,
+    TrainingData,
+    load_training_data,
+    mine_bm25_hard_negatives,
+)
+from anygrain.train.grad_cache import Side, backward_grad_cache, backward_plain
+from anygrain.train.losses import dpr_nll, false_negative_mask, full_softmax_nll
+from anygrain.train.passage_cache import cache_key, cached_passage_vectors
+from anygrain.utils.atomic import atomic_write_text
+from anygrain.utils.progress import progress_bar
+
+LOG_FILE = "train_log.jsonl"
+CACHE_DIR = "cache"
+
+StepCallback = Callable[[int], None]
+
+
+# --- model -----------------------------------------------------------------------------
+def load_model(config: DprTrainConfig) -> BiEncoder:
+    """The starting bi-encoder; QUERY_SIDE gets its own copy of the question encoder."""
+    shared = config.shared and config.mode is TrainMode.FULL
+    model = BiEncoder.from_pretrained(
+        config.model,
+        shared=shared,
+        max_query_length=config.max_query_length,
+        max_passage_length=config.max_passage_length,
+    )
+    # An anygrain model directory keeps its own lengths; the run's settings win.
+    model.question.config.max_length = config.max_query_length
+    model.passage.config.max_length = config.max_passage_length
+    if model.config.shared and not shared:
+        untie(model)
+    return model
+
+
+def untie(model: BiEncoder) -> None:
+    """Give the question side its own weights; the passage side keeps the originals."""
+    q = model.question
+    model.question = TextEncoder(copy.deepcopy(q.model), q.tokenizer, q.config)
+    model.config.shared = False
+
+
+def save_model_into(model: BiEncoder, out: Path) -> None:
+    """``model.save`` into ``out`` without replacing the directory (it holds the run's
+    checkpoints, cache and log).  ``anygrain_model.json`` lands last, so a crash leaves
+    no loadable half-written model."""
+    out = Path(out)
+    staging = out.parent / f".{out.name}.model.{os.getpid()}.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        model.save(staging)
+        (out / MODEL_CONFIG).unlink(missing_ok=True)
+        for name in ("question", "passage"):
+            shutil.rmtree(out / name, ignore_errors=True)
+        for item in sorted(staging.iterdir(), key=lambda p: p.name == MODEL_CONFIG):
+            os.replace(item, out / item.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+# --- small helpers ---------------------------------------------------------------------------
+@contextmanager
+def _defer_sigint() -> Iterator[None]:
+    """Hold Ctrl-C until the block ends, so an update is never half-applied."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt
+
+
+def _temperature(config: DprTrainConfig, model: BiEncoder) -> float:
+    if config.temperature is not None:
+        return config.temperature
+    return 0.05 if model.question.config.normalize else 1.0
+
+
+def _param_groups(module: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """No decay on biases and LayerNorm weights (BERT/DPR practice)."""
+    decay, no_decay = [], []
+    for name, p in module.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+class _Log:
+    """``train_log.jsonl``: one JSON object per log step or event."""
+
+    def __init__(self, path: Path, echo: bool) -> None:
+        self.path = path
+        self.echo = echo
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records a resumed run will write again."""
+        if not self.path.exists():
+            return
+        keep = [ln for ln in self.path.read_text(encoding="utf-8").splitlines() if ln.strip() and json.loads(ln).get("step", 0) <= step]
+        atomic_write_text(self.path, "".join(ln + "\n" for ln in keep))
+
+    def write(self, record: dict[str, Any]) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    def say(self, message: str, step: int, **fields: Any) -> None:
+        self.write({"event": "info", "step": step, "message": message, **fields})
+        if self.echo:
+            print(message, file=sys.stderr, flush=True)
+
+    def last(self) -> dict[str, Any] | None:
+        if not self.path.exists():
+            return None
+        lines = [ln for ln in self.path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        return json.loads(lines[-1]) if lines else None
+
+
+# --- the trainer -------------------------------------------------------------------------------
+class _Trainer:
+    def __init__(self, config: DprTrainConfig, model: BiEncoder, data: TrainingData, out: Path, log: _Log, progress: bool) -> None:
+        self.cfg = config
+        self.model = model
+        self.data = data
+        self.out = out
+        self.log = log
+        self.progress = progress
+        self.scale = 1.0 / _temperature(config, model)
+        self.examples: list[TrainExample] = data.examples
+        self.data_fingerprint = data.fingerprint()
+        self.passage_vecs: torch.Tensor | None = None
+        self.row_of: dict[str, int] = {}
+        if config.mode is TrainMode.QUERY_SIDE:
+            for p in model.passage.parameters():
+                p.requires_grad_(False)
+            self.trainable: torch.nn.Module = model.question
+        else:
+            self.trainable = model
+        n = len(self.examples)
+        self.steps_per_epoch = math.ceil(n / config.batch_size)
+        self.total_steps = self.steps_per_epoch * config.epochs
+        self.optimizer = torch.optim.AdamW(_param_groups(self.trainable, config.weight_decay), lr=config.lr)
+        from transformers import get_linear_schedule_with_warmup
+
+        self.scheduler = get_linear_schedule_with_warmup(self.optimizer, int(config.warmup_ratio * self.total_steps), self.total_steps)
+        self.epoch = 0
+        self.step_in_epoch = 0
+        self.global_step = 0
+        # The RNG as of the last completed update: a checkpoint taken after an
+        # interrupted forward pass must not record the dropout draws of that pass.
+        self.rng_state = torch.get_rng_state()
+
+    # -- preparation ---------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        if self.cfg.mode is TrainMode.FULL:
+            self._mine()
+        else:
+            self._cache_passages()
+
+    def _mine(self) -> None:
+        missing = sum(1 for ex in self.examples if not ex.hard_negatives)
+        if self.cfg.hard_negatives < 1 or not missing:
+            return
+        from anygrain.search.index import Index
+        from anygrain.sparse.bm25 import BM25Index
+
+        fp = self.data.pool.fingerprint()
+        cache = self.out / CACHE_DIR
+        corpus_dir, bm25_dir = cache / f"corpus-{fp}", cache / f"bm25-{fp}"
+        store = CorpusStore(corpus_dir) if (corpus_dir / "corpus.json").exists() else CorpusStore.build(self.data.pool.documents(), corpus_dir, progress=self.progress)
+        try:
+            index = Index.load(bm25_dir, store=store)
+        except AnygrainError:
+            index = BM25Index.build_from(store, bm25_dir, progress=self.progress)
+        self.examples, report = mine_bm25_hard_negatives(
+            self.examples, store, index, n=self.cfg.hard_negatives, depth=self.cfg.bm25_depth, progress=self.progress
+        )
+        self.log.say(report.summary(), self.global_step, mined=report.mined, without=report.n_without)
+
+    def _cache_passages(self) -> None:
+        pool = self.data.pool
+        ids = pool.ids()
+        self.row_of = {pid: i for i, pid in enumerate(ids)}
+        titles = [pool.passages[i][1] for i in ids]
+        texts = [pool.passages[i][2] for i in ids]
+        key = cache_key(self.model, pool.fingerprint(), include_title=self.cfg.include_title, bf16=self.cfg.bf16)
+        t0 = time.time()
+        vecs = cached_passage_vectors(
+            self.model,
+            titles,
+            texts,
+            self.out / CACHE_DIR,
+            key,
+            include_title=self.cfg.include_title,
+            batch_size=self.cfg.encode_batch_size,
+            bf16=self.cfg.bf16,
+            progress=self.progress,
+        )
+        self.passage_vecs = torch.from_numpy(np.array(vecs, dtype=np.float32))
+        self.log.say(f"{len(ids)} passage vectors ready ({time.time() - t0:.1f}s)", self.global_step, passages=len(ids))
+
+    # -- checkpoints ---------------------------------------------------------------------------------
+    def _state(self) -> dict[str, Any]:
+        weights = {"question": self.model.question.state_dict()}
+        if self.cfg.mode is TrainMode.FULL and not self.model.config.shared:
+            weights["passage"] = self.model.passage.state_dict()
+        return {
+            "trajectory": json.dumps(self.cfg.trajectory(), sort_keys=True),
+            "data_fingerprint": self.data_fingerprint,
+            "epoch": self.epoch,
+            "step_in_epoch": self.step_in_epoch,
+            "weights": weights,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "torch_rng": self.rng_state,
+        }
+
+    def save_checkpoint(self) -> Path:
+        with _defer_sigint():
+            return save_checkpoint(self.out, self._state(), global_step=self.global_step)
+
+    def resume_from(self, path: Path) -> None:
+        state = load_checkpoint(path)
+        check_compatible(state, json.loads(json.dumps(self.cfg.trajectory(), sort_keys=True)), self.data_fingerprint, path)
+        self.model.question.load_state_dict(state["weights"]["question"])
+        if "passage" in state["weights"]:
+            self.model.passage.load_state_dict(state["weights"]["passage"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        self.rng_state = state["torch_rng"]
+        self.epoch, self.step_in_epoch = int(state["epoch"]), int(state["step_in_epoch"])
+        self.global_step = int(state["global_step"])
+        self.log.truncate_after(self.global_step)
+        self.log.say(f"resumed from {path.name} (epoch {self.epoch + 1}, step {self.step_in_epoch})", self.global_step)
+
+    # -- one step ---------------------------------------------------------------------------------------
+    def batch_rows(self, epoch: int, step: int) -> np.ndarray:
+        """The examples of a step: a per-epoch permutation from the seed, independent of restarts."""
+        perm = np.random.default_rng([self.cfg.seed, epoch]).permutation(len(self.examples))
+        return perm[step * self.cfg.batch_size : (step + 1) * self.cfg.batch_size]
+
+    def _backward(self, sides: list[Side], loss_fn: Callable[..., torch.Tensor]) -> float:
+        run = backward_grad_cache if self.cfg.grad_cache else backward_plain
+        return run(sides, loss_fn, chunk_size=self.cfg.grad_cache_chunk, bf16=self.cfg.bf16)
+
+    def step_loss(self, epoch: int, step: int) -> float:
+        """Forward and backward one batch; returns its loss (gradients left in ``.grad``)."""
+        exs = [self.examples[i] for i in self.batch_rows(epoch, step)]
+        q_tok = tokenize(self.model.question, [ex.question for ex in exs])
+        if self.cfg.mode is TrainMode.QUERY_SIDE:
+            assert self.passage_vecs is not None
+            target = torch.tensor([self.row_of[ex.positive[0]] for ex in exs])
+            vecs = self.passage_vecs
+            return self._backward([Side(self.model.question, q_tok)], lambda q: full_softmax_nll(q, vecs, target, scale=self.scale))
+        rng = np.random.default_rng([self.cfg.seed, epoch, step])
+        negs = []
+        for ex in exs:
+            hn = ex.hard_negatives
+            k = min(self.cfg.hard_negatives, len(hn))
+            # DPR shuffles each question's hard negatives and takes the first ones.
+            negs.extend(hn[j] for j in (rng.permutation(len(hn))[:k] if len(hn) > k else range(k)))
+        ctxs = [ex.positive for ex in exs] + negs
+        p_tok = tokenize(self.model.passage, [c[2] for c in ctxs], [c[1] for c in ctxs] if self.cfg.include_title else None)
+        exclude = false_negative_mask([ex.positive[0] for ex in exs], [c[0] for c in ctxs])
+        b = len(exs)
+        return self._backward(
+            [Side(self.model.question, q_tok), Side(self.model.passage, p_tok)],
+            lambda q, p: dpr_nll(q, p[:b], p[b:], scale=self.scale, exclude=exclude),
+        )
+
+    # -- the loop --------------------------------------------------------------------------------------
+    def run(self, on_step: StepCallback | None = None) -> dict[str, Any]:
+        cfg = self.cfg
+        params = [p for p in self.trainable.parameters() if p.requires_grad]
+        self.model.train()
+        if cfg.mode is TrainMode.QUERY_SIDE:
+            self.model.passage.eval()
+        bar = progress_bar(
+            range(self.global_step, self.total_steps), desc="training", unit="step", total=self.total_steps, initial=self.global_step, disable=not self.progress
+        )
+        self.rng_state = torch.get_rng_state()
+        t_start = time.time()
+        t_log, n_log, loss_sum, n_steps = time.time(), 0, 0.0, 0
+        examples_done = 0
+        try:
+            for _ in bar:
+                epoch, step = self.epoch, self.step_in_epoch
+                self.optimizer.zero_grad(set_to_none=True)
+                loss = self.step_loss(epoch, step)
+                n_ex = len(self.batch_rows(epoch, step))
+                with _defer_sigint():
+                    if cfg.max_grad_norm > 0:
+                        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                    self.optimizer.step()
+                    self.scheduler.step()
+                    self.optimizer.zero_grad(set_to_none=True)
+                    self.global_step += 1
+                    self.rng_state = torch.get_rng_state()
+                    self.step_in_epoch += 1
+                    end_of_epoch = self.step_in_epoch == self.steps_per_epoch
+                    if end_of_epoch:
+                        self.epoch, self.step_in_epoch = self.epoch + 1, 0
+                loss_sum += loss
+                n_steps += 1
+                n_log += n_ex
+                examples_done += n_ex
+                if hasattr(bar, "set_postfix"):
+                    bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+                if self.global_step % cfg.log_every == 0 or end_of_epoch:
+                    dt = max(time.time() - t_log, 1e-9)
+                    self.log.write(
+                        {
+                            "step": self.global_step,
+                            "epoch": round(epoch + (step + 1) / self.steps_per_epoch, 4),
+                            "loss": loss_sum / n_steps,
+                            "lr": self.scheduler.get_last_lr()[0],
+                            "examples_per_s": round(n_log / dt, 3),
+                            "elapsed_s": round(time.time() - t_start, 2),
+                        }
+                    )
+                    t_log, n_log, loss_sum, n_steps = time.time(), 0, 0.0, 0
+                if end_of_epoch or (cfg.checkpoint_every and self.global_step % cfg.checkpoint_every == 0):
+                    self.save_checkpoint()
+                if on_step is not None:
+                    on_step(self.global_step)
+        except KeyboardInterrupt:
+            path = self.save_checkpoint()
+            self.log.say(f"interrupted: checkpoint {path} (rerun to resume)", self.global_step, event_kind="interrupted")
+            raise
+        elapsed = time.time() - t_start
+        return {"examples": examples_done, "seconds": round(elapsed, 2), "examples_per_s": round(examples_done / elapsed, 3) if elapsed > 0 else None}
+
+
+def _already_done(out: Path, config: DprTrainConfig, data_fingerprint: str) -> bool:
+    last = _Log(out / LOG_FILE, echo=False).last()
+    return (
+        (out / MODEL_CONFIG).exists()
+        and last is not None
+        and last.get("event") == "done"
+        and last.get("trajectory") == config.trajectory()
+        and last.get("data_fingerprint") == data_fingerprint
+    )
+
+
+def train_dpr(
+    config: DprTrainConfig,
+    *,
+    progress: bool = True,
+    resume: bool = True,
+    errors: ErrorLog | None = None,
+    on_step: StepCallback | None = None,
+) -> Path:
+    """Train a DPR bi-encoder into ``config.out``; returns that directory.
+
+    The directory ends up holding the model (``BiEncoder.load``-able),
+    ``train_config.json`` and ``train_log.jsonl``, plus ``cache/`` (training corpus,
+    BM25, cached passage vectors) reused by reruns.  With ``resume`` a run continues
+    from its last checkpoint, and a finished run is not repeated.  ``on_step`` is
+    called with the global step after every update (tests use it to interrupt).
+    """
+    config.validate()
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = _Log(out / LOG_FILE, echo=progress)
+    data = load_training_data(config.train, errors=errors, max_examples=config.max_examples, seed=config.seed)
+    fingerprint = data.fingerprint()
+    if resume and _already_done(out, config, fingerprint):
+        if progress:
+            print(f"{out}: already trained with these settings and data", file=sys.stderr)
+        return out
+    torch.manual_seed(config.seed)
+    model = load_model(config)
+    if config.mode is TrainMode.QUERY_SIDE:
+        base_fingerprint = model.passage_fingerprint()
+    trainer = _Trainer(config, model, data, out, log, progress)
+    ckpt = latest_checkpoint(out) if resume else None
+    if not resume:
+        remove_checkpoints(out)
+        (out / LOG_FILE).unlink(missing_ok=True)
+    config.save(out)
+    if ckpt is None:
+        log.truncate_after(-1)
+        log.write(
+            {
+                "event": "start",
+                "step": 0,
+                "mode": config.mode.value,
+                "examples": len(data.examples),
+                "passages": len(data.pool),
+                "dropped": data.dropped,
+                "steps_per_epoch": trainer.steps_per_epoch,
+                "total_steps": trainer.total_steps,
+                "temperature": 1.0 / trainer.scale,
+            }
+        )
+    trainer.prepare()
+    if ckpt is not None:
+        trainer.resume_from(ckpt)
+    stats = trainer.run(on_step)
+    if config.mode is TrainMode.QUERY_SIDE and model.passage_fingerprint() != base_fingerprint:
+        raise AnygrainError("internal error: query-side training changed the passage encoder")
+    save_model_into(model, out)
+    if not config.keep_checkpoints:
+        remove_checkpoints(out)
+    log.write(
+        {
+            "event": "done",
+            "step": trainer.global_step,
+            "trajectory": config.trajectory(),
+            "data_fingerprint": fingerprint,
+            "passage_fingerprint": model.passage_fingerprint(),
+            **stats,
+        }
+    )
+    return out
