@@ -32,7 +32,12 @@ METRICS = ["top@1", "top@5", "top@20", "mrr@20"]
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[1].parent / "shared/data/squad-v1.1/dev-v1.1.json"))
+    ap.add_argument(
+        "--data",
+        default=str(
+            Path(__file__).resolve().parents[1].parent / "shared/data/squad-v1.1/dev-v1.1.json"
+        ),
+    )
     ap.add_argument("--rank-bm25-queries", type=int, default=500)
     args = ap.parse_args()
     if not Path(args.data).exists():
@@ -51,39 +56,76 @@ def main() -> None:
         t0 = time.perf_counter()
         hits = idx.search(texts, 20)
         ag_s = time.perf_counter() - t0
-        rep = evaluate_run(dict(zip([q.id for q in questions], hits, strict=True)), questions, METRICS)
-        out["anygrain"] = {**rep.metrics, "index_seconds": round(ag_index_s, 3), "queries_per_second": round(len(texts) / ag_s, 1)}
+        rep = evaluate_run(
+            dict(zip([q.id for q in questions], hits, strict=True)), questions, METRICS
+        )
+        out["anygrain"] = {
+            **rep.metrics,
+            "index_seconds": round(ag_index_s, 3),
+            "queries_per_second": round(len(texts) / ag_s, 1),
+        }
 
         # Raw bm25s with the same analysis: lowercase, stopwords, stemming, title.
-        corpus = [passage_field(t, x, True) for t, x in zip(store.titles(), store.texts(), strict=True)]
+        corpus = [
+            passage_field(t, x, True) for t, x in zip(store.titles(), store.texts(), strict=True)
+        ]
         stemmer = Stemmer.Stemmer("english")
         t0 = time.perf_counter()
         raw = bm25s.BM25(k1=0.9, b=0.4, method="lucene")
-        raw.index(bm25s.tokenize(corpus, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
+        raw.index(
+            bm25s.tokenize(corpus, stopwords="en", stemmer=stemmer, show_progress=False),
+            show_progress=False,
+        )
         raw_index_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        rows, scores = raw.retrieve(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False), k=20, show_progress=False)
+        rows, scores = raw.retrieve(
+            bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False),
+            k=20,
+            show_progress=False,
+        )
         raw_s = time.perf_counter() - t0
         raw_hits = hits_from_rows(store, rows, scores)
-        rep = evaluate_run(dict(zip([q.id for q in questions], raw_hits, strict=True)), questions, METRICS)
-        out["bm25s"] = {**rep.metrics, "index_seconds": round(raw_index_s, 3), "queries_per_second": round(len(texts) / raw_s, 1)}
+        rep = evaluate_run(
+            dict(zip([q.id for q in questions], raw_hits, strict=True)), questions, METRICS
+        )
+        out["bm25s"] = {
+            **rep.metrics,
+            "index_seconds": round(raw_index_s, 3),
+            "queries_per_second": round(len(texts) / raw_s, 1),
+        }
 
         # rank_bm25 (BM25Okapi, its own defaults k1=1.5, b=0.75) on a prefix of the questions.
         from rank_bm25 import BM25Okapi
 
-        tok = [bm25s.tokenize([c], stopwords="en", stemmer=stemmer, show_progress=False, return_ids=False)[0] for c in corpus]
+        tok = [
+            bm25s.tokenize(
+                [c], stopwords="en", stemmer=stemmer, show_progress=False, return_ids=False
+            )[0]
+            for c in corpus
+        ]
         t0 = time.perf_counter()
         rb = BM25Okapi(tok)
         rb_index_s = time.perf_counter() - t0
         sub = questions.items[: args.rank_bm25_queries]
-        qtok = bm25s.tokenize([q.text for q in sub], stopwords="en", stemmer=stemmer, show_progress=False, return_ids=False)
+        qtok = bm25s.tokenize(
+            [q.text for q in sub],
+            stopwords="en",
+            stemmer=stemmer,
+            show_progress=False,
+            return_ids=False,
+        )
         t0 = time.perf_counter()
         all_scores = np.stack([rb.get_scores(t) for t in qtok])
         top = np.argsort(-all_scores, axis=1)[:, :20]
         rb_s = time.perf_counter() - t0
         rb_hits = hits_from_rows(store, top, np.take_along_axis(all_scores, top, axis=1))
         rep = evaluate_run(dict(zip([q.id for q in sub], rb_hits, strict=True)), sub, METRICS)
-        out["rank_bm25"] = {**rep.metrics, "n_questions": len(sub), "index_seconds": round(rb_index_s, 3), "queries_per_second": round(len(sub) / rb_s, 1)}
+        out["rank_bm25"] = {
+            **rep.metrics,
+            "n_questions": len(sub),
+            "index_seconds": round(rb_index_s, 3),
+            "queries_per_second": round(len(sub) / rb_s, 1),
+        }
 
     a, r = out["anygrain"], out["bm25s"]
     assert isinstance(a, dict) and isinstance(r, dict)

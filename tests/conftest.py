@@ -23,16 +23,40 @@ def squad_file(tmp_path: Path) -> Path:
     """A small SQuAD v1.1-style file: 3 articles, 6 paragraphs, 8 questions."""
     paras = {
         "Alpha_Centauri": [
-            ("Alpha Centauri is the closest star system to the Solar System. It is 4.37 light-years away.", [("How far away is Alpha Centauri?", "4.37 light-years")]),
-            ("The system contains three stars. Proxima Centauri is the smallest of them.", [("Which is the smallest star of the system?", "Proxima Centauri")]),
+            (
+                "Alpha Centauri is the closest star system to the Solar System. It is 4.37 light-years away.",
+                [("How far away is Alpha Centauri?", "4.37 light-years")],
+            ),
+            (
+                "The system contains three stars. Proxima Centauri is the smallest of them.",
+                [("Which is the smallest star of the system?", "Proxima Centauri")],
+            ),
         ],
         "Python_(language)": [
-            ("Python was created by Guido van Rossum and first released in 1991.", [("Who created Python?", "Guido van Rossum"), ("When was Python first released?", "1991")]),
-            ("Python uses indentation to delimit blocks. Its design emphasises readability.", [("What does Python use to delimit blocks?", "indentation")]),
+            (
+                "Python was created by Guido van Rossum and first released in 1991.",
+                [
+                    ("Who created Python?", "Guido van Rossum"),
+                    ("When was Python first released?", "1991"),
+                ],
+            ),
+            (
+                "Python uses indentation to delimit blocks. Its design emphasises readability.",
+                [("What does Python use to delimit blocks?", "indentation")],
+            ),
         ],
         "Great_Wall": [
-            ("The Great Wall of China was built over many centuries to protect against raids.", [("Why was the Great Wall built?", "to protect against raids")]),
-            ("Its total length is about 21,196 kilometres according to a 2012 survey.", [("How long is the Great Wall?", "21,196 kilometres"), ("When was the survey of the wall's length?", "2012")]),
+            (
+                "The Great Wall of China was built over many centuries to protect against raids.",
+                [("Why was the Great Wall built?", "to protect against raids")],
+            ),
+            (
+                "Its total length is about 21,196 kilometres according to a 2012 survey.",
+                [
+                    ("How long is the Great Wall?", "21,196 kilometres"),
+                    ("When was the survey of the wall's length?", "2012"),
+                ],
+            ),
         ],
     }
     data = []
@@ -42,7 +66,13 @@ def squad_file(tmp_path: Path) -> Path:
         for ctx, qas in ps:
             items = []
             for q, a in qas:
-                items.append({"id": f"q{qn}", "question": q, "answers": [{"text": a, "answer_start": ctx.index(a)}]})
+                items.append(
+                    {
+                        "id": f"q{qn}",
+                        "question": q,
+                        "answers": [{"text": a, "answer_start": ctx.index(a)}],
+                    }
+                )
                 qn += 1
             art["paragraphs"].append({"context": ctx, "qas": items})
         data.append(art)

@@ -28,7 +28,9 @@ DOCS = [
 
 def _build(tmp_path: Path, **kw) -> BM25Index:  # type: ignore[no-untyped-def]
     docs = [SourceDocument(f"d{i}", t, x) for i, (t, x) in enumerate(DOCS)]
-    return Index.build(docs, kind="bm25", out=tmp_path / "idx", progress=False, include_title=False, **kw)  # type: ignore[return-value]
+    return Index.build(
+        docs, kind="bm25", out=tmp_path / "idx", progress=False, include_title=False, **kw
+    )  # type: ignore[return-value]
 
 
 def _lucene_scores(corpus: list[list[str]], query: list[str], k1: float, b: float) -> np.ndarray:
@@ -59,7 +61,9 @@ def test_scores_match_lucene_definition(tmp_path: Path) -> None:
                 got[r] = s
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
         order = [r for r in rows[0] if r >= 0]
-        assert list(order) == sorted(order, key=lambda r: -ref[r])[: len(order)] or np.allclose(sorted(ref[order])[::-1], ref[order])
+        assert list(order) == sorted(order, key=lambda r: -ref[r])[: len(order)] or np.allclose(
+            sorted(ref[order])[::-1], ref[order]
+        )
 
 
 def test_robertson_matches_rank_bm25(tmp_path: Path) -> None:
@@ -68,7 +72,11 @@ def test_robertson_matches_rank_bm25(tmp_path: Path) -> None:
     an = EnglishAnalyzer()
     corpus = an.tokenize([x for _, x in DOCS])
     ref = rank_bm25.BM25Okapi(corpus, k1=1.5, b=0.75)
-    for q in ["river sea", "oak", "birds morning"]:  # terms with df < N/2: no idf floor in rank_bm25
+    for q in [
+        "river sea",
+        "oak",
+        "birds morning",
+    ]:  # terms with df < N/2: no idf floor in rank_bm25
         toks = an.tokenize([q])[0]
         want = ref.get_scores(toks) / (1.5 + 1)  # bm25s drops the constant (k1 + 1) factor
         rows, scores = idx.search_rows([q], k=len(DOCS))
@@ -83,9 +91,16 @@ def test_same_ranking_as_raw_bm25s(tmp_path: Path) -> None:
     idx = _build(tmp_path, lang="en")
     st = Stemmer.Stemmer("english")
     raw = bm25s.BM25(k1=0.9, b=0.4)
-    raw.index(bm25s.tokenize([x for _, x in DOCS], stopwords="en", stemmer=st, show_progress=False), show_progress=False)
+    raw.index(
+        bm25s.tokenize([x for _, x in DOCS], stopwords="en", stemmer=st, show_progress=False),
+        show_progress=False,
+    )
     qs = ["cat garden", "the sea", "oak tree"]
-    r_rows, r_scores = raw.retrieve(bm25s.tokenize(qs, stopwords="en", stemmer=st, show_progress=False), k=3, show_progress=False)
+    r_rows, r_scores = raw.retrieve(
+        bm25s.tokenize(qs, stopwords="en", stemmer=st, show_progress=False),
+        k=3,
+        show_progress=False,
+    )
     rows, scores = idx.search_rows(qs, k=3)
     np.testing.assert_allclose(scores, r_scores, rtol=1e-6)
     matched = r_scores > 0  # anygrain drops passages that share no term with the query
@@ -103,7 +118,9 @@ def test_saved_and_reloaded(tmp_path: Path) -> None:
     idx = _build(tmp_path)
     again = Index.load(tmp_path / "idx")
     assert isinstance(again, BM25Index)
-    assert [h.passage_id for h in again.search_one("garden")] == [h.passage_id for h in idx.search_one("garden")]
+    assert [h.passage_id for h in again.search_one("garden")] == [
+        h.passage_id for h in idx.search_one("garden")
+    ]
     assert again.manifest["settings"]["bm25"]["k1"] == 0.9
 
 

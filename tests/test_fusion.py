@@ -35,7 +35,9 @@ def test_raw_fusion_is_dpr_formula() -> None:
     rows, scores = fuse_scores(cand, sp, de, FusionConfig(FusionMethod.RAW), k=3)
     want = sp[0] + 1.1 * de[0]
     assert rows[0].tolist() == np.argsort(-want).tolist()
-    np.testing.assert_allclose(sorted(scores[0], reverse=True), sorted(want, reverse=True), rtol=1e-6)
+    np.testing.assert_allclose(
+        sorted(scores[0], reverse=True), sorted(want, reverse=True), rtol=1e-6
+    )
 
 
 def test_rrf_matches_definition() -> None:
@@ -54,5 +56,7 @@ def test_rrf_matches_definition() -> None:
 
 def test_padding_never_wins() -> None:
     cand = np.array([[3, -1, -1]])
-    rows, _ = fuse_scores(cand, np.array([[1.0, 0, 0]]), np.array([[0.5, 0, 0]]), FusionConfig(), k=3)
+    rows, _ = fuse_scores(
+        cand, np.array([[1.0, 0, 0]]), np.array([[0.5, 0, 0]]), FusionConfig(), k=3
+    )
     assert rows[0].tolist() == [3, -1, -1]

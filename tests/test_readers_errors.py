@@ -466,7 +466,7 @@ CASES = [
         "t.json",
         "questions",
         "t.json",
-        12,
+        14,
         "question",
         1,
     ),
@@ -550,7 +550,6 @@ EMPTY = [
     ("corpus.tsv", "\n", "multicpr", "documents"),
     ("d.jsonl", "\n", "jsonl", "documents"),
     ("w.raw", "\n\n", "wikitext", "documents"),
-    ("e.txt", "", "text", "documents"),
     ("n.jsonl", "", "nq-open", "questions"),
     ("q.csv", "\n", "dpr-qas", "questions"),
     ("k.jsonl", "", "kilt", "questions"),
@@ -575,6 +574,12 @@ def test_empty_input_always_raises(
                 list(src.documents(ErrorLog(policy=policy)))
             else:
                 src.questions(ErrorLog(policy=policy))
+
+
+def test_text_directory_without_txt_files_raises(tmp_path: Path) -> None:
+    (tmp_path / "notes.md").write_text("not text format", encoding="utf-8")
+    with pytest.raises(InputError, match=r"no text documents \(.txt files\) found"):
+        list(parse_source(f"text:{tmp_path}").documents(ErrorLog(policy=ErrorPolicy.SKIP)))
 
 
 def test_empty_after_skipping_still_raises(tmp_path: Path) -> None:

@@ -4,7 +4,13 @@ import pytest
 
 from anygrain.corpus.records import SourceDocument
 from anygrain.corpus.sentences import split_sentences
-from anygrain.corpus.splitters import SplitSpec, split_chars, split_document, split_paragraphs, split_words
+from anygrain.corpus.splitters import (
+    SplitSpec,
+    split_chars,
+    split_document,
+    split_paragraphs,
+    split_words,
+)
 from anygrain.errors import AnygrainError
 
 
@@ -19,7 +25,11 @@ def test_parse() -> None:
 def test_paragraphs_keep_offsets() -> None:
     text = "  First para.\nstill first.\n\n\nSecond para. \n \nThird"
     spans = split_paragraphs(text)
-    assert [text[s.start : s.end] for s in spans] == ["First para.\nstill first.", "Second para.", "Third"]
+    assert [text[s.start : s.end] for s in spans] == [
+        "First para.\nstill first.",
+        "Second para.",
+        "Third",
+    ]
     single = "a\nb\n\nc"
     assert [single[s.start : s.end] for s in split_paragraphs(single)] == ["a\nb", "c"]
     lines = "a\nb\nc"
@@ -44,7 +54,13 @@ def test_chars_are_cjk_aware() -> None:
     for s in split_chars(mixed, 6):
         piece = mixed[s.start : s.end]
         # Latin words are never cut in the middle.
-        assert not (s.end < len(mixed) and mixed[s.end - 1].isascii() and mixed[s.end - 1].isalpha() and mixed[s.end].isascii() and mixed[s.end].isalpha()), piece
+        assert not (
+            s.end < len(mixed)
+            and mixed[s.end - 1].isascii()
+            and mixed[s.end - 1].isalpha()
+            and mixed[s.end].isascii()
+            and mixed[s.end].isalpha()
+        ), piece
 
 
 def test_document_split_ids_and_titles() -> None:
@@ -55,6 +71,11 @@ def test_document_split_ids_and_titles() -> None:
 
 def test_sentences() -> None:
     t = "Dr. Smith went home. He slept! Did he? Yes."
-    assert [t[a:b] for a, b in split_sentences(t)] == ["Dr. Smith went home.", "He slept!", "Did he?", "Yes."]
+    assert [t[a:b] for a, b in split_sentences(t)] == [
+        "Dr. Smith went home.",
+        "He slept!",
+        "Did he?",
+        "Yes.",
+    ]
     z = "北京是首都。上海很大！对吗？"
     assert [z[a:b] for a, b in split_sentences(z)] == ["北京是首都。", "上海很大！", "对吗？"]

@@ -37,7 +37,9 @@ def test_build_and_access(squad_file: Path, tmp_path: Path) -> None:
 
 def test_checksum_changes_with_content(tmp_path: Path) -> None:
     a = CorpusStore.build([SourceDocument("d", "T", "one\n\ntwo")], tmp_path / "a", progress=False)
-    b = CorpusStore.build([SourceDocument("d", "T", "one\n\nthree")], tmp_path / "b", progress=False)
+    b = CorpusStore.build(
+        [SourceDocument("d", "T", "one\n\nthree")], tmp_path / "b", progress=False
+    )
     assert a.checksum != b.checksum
     assert a.texts() == ["one", "two"]
 
@@ -45,7 +47,11 @@ def test_checksum_changes_with_content(tmp_path: Path) -> None:
 def test_duplicate_ids_rejected(tmp_path: Path) -> None:
     from anygrain.corpus.records import Span
 
-    docs = [SourceDocument("d1", "T", "aa bb", passages=[Span(0, 2, "x"), Span(3, 5, "x")], origin="f.tsv:3")]
+    docs = [
+        SourceDocument(
+            "d1", "T", "aa bb", passages=[Span(0, 2, "x"), Span(3, 5, "x")], origin="f.tsv:3"
+        )
+    ]
     with pytest.raises(InputError, match="duplicate passage id 'x'"):
         CorpusStore.build(docs, tmp_path / "c", progress=False)
     assert not (tmp_path / "c").exists()  # nothing half-written
@@ -56,7 +62,11 @@ def test_empty_corpus_and_empty_passages(tmp_path: Path) -> None:
         CorpusStore.build([], tmp_path / "c", progress=False)
     from anygrain.corpus.records import Span
 
-    docs = [SourceDocument("d1", "T", "aa   ", passages=[Span(0, 2, "a"), Span(2, 5, "b")], origin="f.tsv:7")]
+    docs = [
+        SourceDocument(
+            "d1", "T", "aa   ", passages=[Span(0, 2, "a"), Span(2, 5, "b")], origin="f.tsv:7"
+        )
+    ]
     with pytest.raises(InputError, match="f.tsv:7.*empty text"):
         CorpusStore.build(docs, tmp_path / "c", progress=False)
     log = ErrorLog(ErrorPolicy.SKIP)

@@ -51,35 +51,87 @@ def _squad_json(path: Path) -> Path:
     for name, kind, year, founder, export in CITIES:
         ctx = f"{name} is a {kind} that was founded in {year} by {founder}. Its main export is {export}, traded along the old roads."
         qas = [
-            {"id": f"{name}-when", "question": f"When was {name} founded?", "answers": [{"text": year, "answer_start": ctx.index(year)}]},
-            {"id": f"{name}-who", "question": f"Who founded the {kind} of {name}?", "answers": [{"text": founder, "answer_start": ctx.index(founder)}]},
+            {
+                "id": f"{name}-when",
+                "question": f"When was {name} founded?",
+                "answers": [{"text": year, "answer_start": ctx.index(year)}],
+            },
+            {
+                "id": f"{name}-who",
+                "question": f"Who founded the {kind} of {name}?",
+                "answers": [{"text": founder, "answer_start": ctx.index(founder)}],
+            },
         ]
         data.append({"title": name, "paragraphs": [{"context": ctx, "qas": qas}]})
     # A trap: mentions Xalor and its founding year, so BM25 ranks it high for
     # "When was Xalor founded?" -- it contains the answer and must never be a negative.
     trap = "Chroniclers of Xalor agree that Xalor was founded in 1203, the year of the great flood."
-    data.append({"title": "Chronicles", "paragraphs": [{"context": trap, "qas": [{"id": "chron", "question": "What happened in the year of the great flood?", "answers": [{"text": "Xalor was founded", "answer_start": trap.index("Xalor was founded")}]}]}]})
+    data.append(
+        {
+            "title": "Chronicles",
+            "paragraphs": [
+                {
+                    "context": trap,
+                    "qas": [
+                        {
+                            "id": "chron",
+                            "question": "What happened in the year of the great flood?",
+                            "answers": [
+                                {
+                                    "text": "Xalor was founded",
+                                    "answer_start": trap.index("Xalor was founded"),
+                                }
+                            ],
+                        }
+                    ],
+                }
+            ],
+        }
+    )
     path.write_text(json.dumps({"version": "1.1", "data": data}), encoding="utf-8")
     return path
 
 
 def _dpr_jsonl(path: Path) -> Path:
     rows = []
-    for i, (name, kind, year, founder, export) in enumerate(CITIES[:4]):
+    for i, (name, kind, _year, _founder, export) in enumerate(CITIES[:4]):
         rows.append(
             {
                 "question": f"What does {name} export?",
                 "answers": [export],
-                "positive_ctxs": [{"title": name, "text": f"The {kind} of {name} lives from {export}.", "passage_id": f"dpr-{i}"}],
+                "positive_ctxs": [
+                    {
+                        "title": name,
+                        "text": f"The {kind} of {name} lives from {export}.",
+                        "passage_id": f"dpr-{i}",
+                    }
+                ],
                 "negative_ctxs": [],
                 "hard_negative_ctxs": [
-                    {"title": "Trade", "text": f"Traders from {name} once sold pottery and glass.", "passage_id": f"dpr-hn-{i}"},
-                    {"title": "Roads", "text": f"The old roads around {name} were paved in stone.", "passage_id": f"dpr-hn2-{i}"},
+                    {
+                        "title": "Trade",
+                        "text": f"Traders from {name} once sold pottery and glass.",
+                        "passage_id": f"dpr-hn-{i}",
+                    },
+                    {
+                        "title": "Roads",
+                        "text": f"The old roads around {name} were paved in stone.",
+                        "passage_id": f"dpr-hn2-{i}",
+                    },
                 ],
             }
         )
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> object:
+    """The tiny model gains nothing from threads, and on a shared CPU they oversubscribe it."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +144,14 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("tiny-bert")
     tok = AutoTokenizer.from_pretrained(str(minilm))
     torch.manual_seed(0)
-    cfg = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=tok.vocab_size, max_position_embeddings=512)
+    cfg = BertConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        vocab_size=tok.vocab_size,
+        max_position_embeddings=512,
+    )
     BertModel(cfg).save_pretrained(str(out))
     tok.save_pretrained(str(out))
     return out
@@ -126,7 +185,11 @@ def _config(tiny_model: Path, data_dir: Path, out: Path, **kw: object) -> DprTra
 
 
 def _weights(model: BiEncoder) -> dict[str, torch.Tensor]:
-    return {f"{side}.{k}": v for side in ("question", "passage") for k, v in getattr(model, side).model.state_dict().items()}
+    return {
+        f"{side}.{k}": v
+        for side in ("question", "passage")
+        for k, v in getattr(model, side).model.state_dict().items()
+    }
 
 
 # --- losses ---------------------------------------------------------------------------------------
@@ -147,17 +210,31 @@ def test_dpr_nll_matches_hand_computation() -> None:
     ex[0, 5] = True
     s0 = [float(q[0] @ allp[j]) for j in range(7) if j != 5]
     row0 = -(s0[0] - math.log(sum(math.exp(x) for x in s0)))
-    rest = [-(float(q[i] @ allp[i]) - math.log(sum(math.exp(float(q[i] @ allp[j])) for j in range(7)))) for i in (1, 2)]
+    rest = [
+        -(float(q[i] @ allp[i]) - math.log(sum(math.exp(float(q[i] @ allp[j])) for j in range(7))))
+        for i in (1, 2)
+    ]
     assert dpr_nll(q, pp, pn, exclude=ex).item() == pytest.approx((row0 + sum(rest)) / 3, rel=1e-5)
     # Without hard negatives: in-batch negatives only.
-    assert dpr_nll(q, pp, None).item() == pytest.approx(torch.nn.functional.cross_entropy(q @ pp.T, torch.arange(3)).item())
+    assert dpr_nll(q, pp, None).item() == pytest.approx(
+        torch.nn.functional.cross_entropy(q @ pp.T, torch.arange(3)).item()
+    )
 
 
 def test_full_softmax_nll_matches_hand_computation() -> None:
     torch.manual_seed(2)
     q, P = torch.randn(2, 4), torch.randn(6, 4)
     rows = torch.tensor([5, 1])
-    want = sum(-(float(q[i] @ P[r]) * 3 - math.log(sum(math.exp(3 * float(q[i] @ P[j])) for j in range(6)))) for i, r in enumerate(rows.tolist())) / 2
+    want = (
+        sum(
+            -(
+                float(q[i] @ P[r]) * 3
+                - math.log(sum(math.exp(3 * float(q[i] @ P[j])) for j in range(6)))
+            )
+            for i, r in enumerate(rows.tolist())
+        )
+        / 2
+    )
     assert full_softmax_nll(q, P, rows, scale=3.0).item() == pytest.approx(want, rel=1e-5)
 
 
@@ -183,7 +260,10 @@ def test_load_training_data_from_squad_and_dpr(data_dir: Path) -> None:
     assert first.positive[0] == "Xalor_0" and "founded in 1203" in first.positive[2]
     assert first.hard_negatives == []
     dpr = data.examples[-1]
-    assert dpr.positive[0] == "dpr-3" and [c[0] for c in dpr.hard_negatives] == ["dpr-hn-3", "dpr-hn2-3"]
+    assert dpr.positive[0] == "dpr-3" and [c[0] for c in dpr.hard_negatives] == [
+        "dpr-hn-3",
+        "dpr-hn2-3",
+    ]
     assert len(data.pool) == len(CITIES) + 1 + 4 * 3
     sub = load_training_data([str(data_dir / "cities.json")], max_examples=5, seed=3)
     assert len(sub.examples) == 5
@@ -215,7 +295,9 @@ def test_mined_hard_negatives_never_contain_the_answer(data_dir: Path, tmp_path:
 
 
 @pytest.mark.parametrize("train_mode", [False, True])
-def test_grad_cache_gives_the_plain_gradients(tiny_model: Path, data_dir: Path, train_mode: bool) -> None:
+def test_grad_cache_gives_the_plain_gradients(
+    tiny_model: Path, data_dir: Path, train_mode: bool
+) -> None:
     model = BiEncoder.from_pretrained(tiny_model, shared=False, max_passage_length=64)
     model.train(train_mode)  # dropout on: the cached path replays each chunk's RNG state
     data = load_training_data([str(data_dir / "dpr.jsonl")])
@@ -233,7 +315,13 @@ def test_grad_cache_gives_the_plain_gradients(tiny_model: Path, data_dir: Path, 
         model.zero_grad(set_to_none=True)
         torch.manual_seed(7)
         loss = run(sides, loss_fn, chunk_size=3)
-        grads.append((loss, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, torch.get_rng_state()))
+        grads.append(
+            (
+                loss,
+                {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None},
+                torch.get_rng_state(),
+            )
+        )
     (l1, g1, r1), (l2, g2, r2) = grads
     assert l1 == pytest.approx(l2, abs=1e-6)
     assert g1.keys() == g2.keys() and len(g1) > 10
@@ -251,14 +339,18 @@ def _mean_loss(model: BiEncoder, data_dir: Path) -> float:
     exs = data.examples
     model.eval()
     with torch.no_grad():
-        q = model.question(**tokenize(model.question, [e.question for e in exs]).tensors(range(len(exs))))
+        q = model.question(
+            **tokenize(model.question, [e.question for e in exs]).tensors(range(len(exs)))
+        )
         pt = tokenize(model.passage, [e.positive[2] for e in exs], [e.positive[1] for e in exs])
         p = model.passage(**pt.tensors(range(len(exs))))
     mask = false_negative_mask([e.positive[0] for e in exs], [e.positive[0] for e in exs])
     return float(dpr_nll(q, p, None, exclude=mask))
 
 
-def test_training_lowers_the_loss_and_writes_its_files(tiny_model: Path, data_dir: Path, tmp_path: Path) -> None:
+def test_training_lowers_the_loss_and_writes_its_files(
+    tiny_model: Path, data_dir: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "model"
     cfg = _config(tiny_model, data_dir, out, epochs=3, checkpoint_every=0)
     before = _mean_loss(BiEncoder.from_pretrained(tiny_model), data_dir)
@@ -266,7 +358,11 @@ def test_training_lowers_the_loss_and_writes_its_files(tiny_model: Path, data_di
     after = _mean_loss(BiEncoder.load(out), data_dir)
     assert after < before - 0.1, (before, after)
     saved = json.loads((out / CONFIG_FILE).read_text())
-    assert saved["mode"] == "full" and saved["batch_size"] == 4 and DprTrainConfig.from_dict(saved) == cfg
+    assert (
+        saved["mode"] == "full"
+        and saved["batch_size"] == 4
+        and DprTrainConfig.from_dict(saved) == cfg
+    )
     log = [json.loads(ln) for ln in (out / LOG_FILE).read_text().splitlines()]
     steps = [r for r in log if "loss" in r]
     assert [r["step"] for r in steps] == list(range(1, len(steps) + 1))
@@ -281,9 +377,13 @@ def test_training_lowers_the_loss_and_writes_its_files(tiny_model: Path, data_di
 
 
 @pytest.mark.parametrize("grad_cache", [False, True])
-def test_resume_after_interrupt_gives_identical_weights(tiny_model: Path, data_dir: Path, tmp_path: Path, grad_cache: bool) -> None:
+def test_resume_after_interrupt_gives_identical_weights(
+    tiny_model: Path, data_dir: Path, tmp_path: Path, grad_cache: bool
+) -> None:
     # 27 examples / batch 4 = 7 steps per epoch, 14 in all; checkpoints every 2 steps.
-    full = train_dpr(_config(tiny_model, data_dir, tmp_path / "full", grad_cache=grad_cache), progress=False)
+    full = train_dpr(
+        _config(tiny_model, data_dir, tmp_path / "full", grad_cache=grad_cache), progress=False
+    )
 
     out = tmp_path / "interrupted"
     cfg = _config(tiny_model, data_dir, out, grad_cache=grad_cache)
@@ -306,8 +406,12 @@ def test_resume_after_interrupt_gives_identical_weights(tiny_model: Path, data_d
     assert [r["step"] for r in log if "loss" in r] == list(range(1, 15))  # no step logged twice
 
 
-def test_resume_from_periodic_checkpoint_after_a_crash(tiny_model: Path, data_dir: Path, tmp_path: Path) -> None:
-    full = train_dpr(_config(tiny_model, data_dir, tmp_path / "full", epochs=1, shared=False), progress=False)
+def test_resume_from_periodic_checkpoint_after_a_crash(
+    tiny_model: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    full = train_dpr(
+        _config(tiny_model, data_dir, tmp_path / "full", epochs=1, shared=False), progress=False
+    )
     out = tmp_path / "crashed"
     cfg = _config(tiny_model, data_dir, out, epochs=1, shared=False)
 
@@ -324,14 +428,23 @@ def test_resume_from_periodic_checkpoint_after_a_crash(tiny_model: Path, data_di
     # Other settings cannot resume a run's checkpoint; --no-resume starts over.
     other = tmp_path / "other"
     with pytest.raises(RuntimeError):
-        train_dpr(_config(tiny_model, data_dir, other, epochs=1), progress=False, on_step=crash_at_5)
+        train_dpr(
+            _config(tiny_model, data_dir, other, epochs=1), progress=False, on_step=crash_at_5
+        )
     with pytest.raises(AnygrainError, match="different settings"):
         train_dpr(_config(tiny_model, data_dir, other, epochs=1, lr=5e-4), progress=False)
     with pytest.raises(RuntimeError):
-        train_dpr(_config(tiny_model, data_dir, other, epochs=1, lr=5e-4), progress=False, on_step=crash_at_5, resume=False)
+        train_dpr(
+            _config(tiny_model, data_dir, other, epochs=1, lr=5e-4),
+            progress=False,
+            on_step=crash_at_5,
+            resume=False,
+        )
 
 
-def test_query_side_keeps_the_passage_encoder(tiny_model: Path, data_dir: Path, tmp_path: Path) -> None:
+def test_query_side_keeps_the_passage_encoder(
+    tiny_model: Path, data_dir: Path, tmp_path: Path
+) -> None:
     base = BiEncoder.from_pretrained(tiny_model)
     out = tmp_path / "qside"
     cfg = _config(tiny_model, data_dir, out, mode=TrainMode.QUERY_SIDE, epochs=2)
@@ -347,7 +460,11 @@ def test_query_side_keeps_the_passage_encoder(tiny_model: Path, data_dir: Path, 
     assert _mean_loss(trained, data_dir) < _mean_loss(base, data_dir)
     # A different run into the same directory reuses the cached passage vectors.
     mtime = cached[0].stat().st_mtime_ns
-    train_dpr(_config(tiny_model, data_dir, out, mode=TrainMode.QUERY_SIDE, epochs=1), progress=False, resume=False)
+    train_dpr(
+        _config(tiny_model, data_dir, out, mode=TrainMode.QUERY_SIDE, epochs=1),
+        progress=False,
+        resume=False,
+    )
     assert cached[0].stat().st_mtime_ns == mtime
 
 
@@ -373,9 +490,37 @@ def test_cli_trains_a_model(tiny_model: Path, data_dir: Path, tmp_path: Path) ->
     out = tmp_path / "cli-model"
     res = CliRunner().invoke(
         app,
-        ["train", "dpr", "--train", str(data_dir / "dpr.jsonl"), "--model", str(tiny_model), "--out", str(out), "--mode", "query-side", "--batch-size", "2", "--quiet"],
+        [
+            "train",
+            "dpr",
+            "--train",
+            str(data_dir / "dpr.jsonl"),
+            "--model",
+            str(tiny_model),
+            "--out",
+            str(out),
+            "--mode",
+            "query-side",
+            "--batch-size",
+            "2",
+            "--quiet",
+        ],
     )
     assert res.exit_code == 0, res.output
-    assert BiEncoder.load(out).passage_fingerprint() == BiEncoder.from_pretrained(tiny_model).passage_fingerprint()
-    bad = CliRunner().invoke(app, ["train", "dpr", "--train", str(data_dir / "nope.json"), "--out", str(tmp_path / "x"), "--quiet"])
+    assert (
+        BiEncoder.load(out).passage_fingerprint()
+        == BiEncoder.from_pretrained(tiny_model).passage_fingerprint()
+    )
+    bad = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "dpr",
+            "--train",
+            str(data_dir / "nope.json"),
+            "--out",
+            str(tmp_path / "x"),
+            "--quiet",
+        ],
+    )
     assert bad.exit_code == 2

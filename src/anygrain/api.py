@@ -14,7 +14,9 @@ from anygrain.search.hit import Hit
 from anygrain.search.index import Index
 
 
-def load_questions(spec: str | Path, *, errors: ErrorLog | None = None, limit: int | None = None) -> Questions:
+def load_questions(
+    spec: str | Path, *, errors: ErrorLog | None = None, limit: int | None = None
+) -> Questions:
     """Read a question set from ``FORMAT:PATH`` or ``PATH`` (format detected)."""
     qs = parse_source(str(spec), want="questions").questions(errors)
     if limit is not None:
@@ -39,7 +41,11 @@ def evaluate_index(
     from anygrain.eval import evaluate
 
     idx = index if isinstance(index, Index) else Index.load(index)
-    qs = questions if isinstance(questions, Questions) else load_questions(questions, errors=errors, limit=limit)
+    qs = (
+        questions
+        if isinstance(questions, Questions)
+        else load_questions(questions, errors=errors, limit=limit)
+    )
     return evaluate(
         idx,
         qs,
@@ -59,13 +65,17 @@ class DemoResult:
     report: Any
 
 
-def run_demo(out: str | Path, *, kind: str = "bm25", progress: bool = True, **settings: Any) -> DemoResult:
+def run_demo(
+    out: str | Path, *, kind: str = "bm25", progress: bool = True, **settings: Any
+) -> DemoResult:
     """Index CPython's reference topics and answer the demo questions, all offline."""
     from anygrain.corpus.builtin import demo_questions, pydoc_topics
     from anygrain.eval import evaluate
 
     out = Path(out)
-    idx = Index.build(list(pydoc_topics()), kind=kind, out=out, split="paragraph", progress=progress, **settings)
+    idx = Index.build(
+        list(pydoc_topics()), kind=kind, out=out, split="paragraph", progress=progress, **settings
+    )
     qs = demo_questions()
     hits = idx.search(qs.texts, 5)
     report = evaluate(idx, qs, metrics=["top@1", "top@5", "mrr@5"], progress=False)

@@ -17,33 +17,53 @@ from rich.table import Table
 
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Dense retrieval at any grain: phrases, sentences, passages, documents.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Dense retrieval at any grain: phrases, sentences, passages, documents.",
+)
 console = Console(stderr=True)
 out = Console()
 
 
 def _fail(e: Exception) -> None:
-    console.print(f"[bold red]error:[/] {e}", highlight=False)
+    console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
 @app.command("index")
 def index_cmd(
-    source: Annotated[str, typer.Argument(help="Corpus: PATH, FORMAT:PATH, or an existing corpus directory")],
+    source: Annotated[
+        str, typer.Argument(help="Corpus: PATH, FORMAT:PATH, or an existing corpus directory")
+    ],
     out_dir: Annotated[Path, typer.Option("--out", help="Index directory to write")],
     kind: Annotated[str, typer.Option(help="bm25 | dense | hybrid | phrase")] = "bm25",
     split: Annotated[str, typer.Option(help="auto | paragraph | w100 | chars:N")] = "auto",
     lang: Annotated[Optional[str], typer.Option(help="en | zh (detected when omitted)")] = None,  # noqa: UP045
-    model: Annotated[Optional[str], typer.Option(help="Encoder: alias (minilm, me5-small), hub name or directory")] = None,  # noqa: UP045
-    faiss: Annotated[Optional[str], typer.Option("--faiss", help="FAISS factory string (default: chosen from corpus size)")] = None,  # noqa: UP045
-    on_error: Annotated[ErrorPolicy, typer.Option("--on-error", help="stop at a malformed record, or skip and count it")] = ErrorPolicy.STOP,
+    model: Annotated[
+        Optional[str],
+        typer.Option(help="Encoder: alias (minilm, me5-small), hub name or directory"),
+    ] = None,  # noqa: UP045
+    faiss: Annotated[
+        Optional[str],
+        typer.Option("--faiss", help="FAISS factory string (default: chosen from corpus size)"),
+    ] = None,  # noqa: UP045
+    on_error: Annotated[
+        ErrorPolicy,
+        typer.Option("--on-error", help="stop at a malformed record, or skip and count it"),
+    ] = ErrorPolicy.STOP,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars")] = False,
 ) -> None:
     """Build an index from a corpus."""
     from anygrain.search.index import Index
 
     errors = ErrorLog(on_error)
-    settings: dict[str, Any] = {"split": split, "lang": lang, "errors": errors, "progress": not quiet}
+    settings: dict[str, Any] = {
+        "split": split,
+        "lang": lang,
+        "errors": errors,
+        "progress": not quiet,
+    }
     if model:
         settings["model"] = model
     if faiss:
@@ -54,9 +74,11 @@ def index_cmd(
         _fail(e)
         return
     if errors.n_skipped:
-        console.print(f"[yellow]{errors.summary()}[/]")
+        console.print(f"[yellow]{errors.summary()}[/]", soft_wrap=True)
     c = idx.corpus
-    console.print(f"indexed {len(c)} passages from {c.n_documents} documents ({c.manifest['source_format']}) as {idx.kind.value} → {out_dir}")
+    console.print(
+        f"indexed {len(c)} passages from {c.n_documents} documents ({c.manifest['source_format']}) as {idx.kind.value} → {out_dir}"
+    )
 
 
 @app.command("search")
@@ -64,7 +86,9 @@ def search_cmd(
     index_dir: Annotated[Path, typer.Argument(help="Index directory")],
     query: Annotated[str, typer.Argument(help="The question")],
     k: Annotated[int, typer.Option("-k", help="How many hits")] = 10,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per hit on stdout")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object per hit on stdout")
+    ] = False,
 ) -> None:
     """Search an index with one question."""
     from anygrain.search.index import Index
@@ -77,7 +101,9 @@ def search_cmd(
         return
     if as_json:
         for h in hits:
-            out.print_json(json.dumps(h.to_dict(), ensure_ascii=False)) if sys.stdout.isatty() else print(json.dumps(h.to_dict(), ensure_ascii=False))
+            out.print_json(
+                json.dumps(h.to_dict(), ensure_ascii=False)
+            ) if sys.stdout.isatty() else print(json.dumps(h.to_dict(), ensure_ascii=False))
         return
     table = Table(show_lines=True)
     for col in ("#", "score", "title", "text"):
@@ -91,14 +117,33 @@ def search_cmd(
 @app.command("eval")
 def eval_cmd(
     index_dir: Annotated[Path, typer.Argument(help="Index directory")],
-    questions: Annotated[str, typer.Option("--questions", help="Question set: FORMAT:PATH or PATH")],
-    metrics: Annotated[str, typer.Option(help="Comma-separated metrics")] = "top@1,top@5,top@20,mrr@20,p@20",
-    k: Annotated[Optional[int], typer.Option("-k", help="Hits retrieved per question (default: largest cutoff)")] = None,  # noqa: UP045
-    run_out: Annotated[Optional[Path], typer.Option("--run-out", help="Write a TREC run file")] = None,  # noqa: UP045
-    drop_empty: Annotated[bool, typer.Option("--drop-empty", help="Drop queries with no results from means (original Multi-CPR script)")] = False,
-    limit: Annotated[Optional[int], typer.Option(help="Evaluate only the first N questions")] = None,  # noqa: UP045
+    questions: Annotated[
+        str, typer.Option("--questions", help="Question set: FORMAT:PATH or PATH")
+    ],
+    metrics: Annotated[
+        str, typer.Option(help="Comma-separated metrics")
+    ] = "top@1,top@5,top@20,mrr@20,p@20",
+    k: Annotated[
+        Optional[int],
+        typer.Option("-k", help="Hits retrieved per question (default: largest cutoff)"),
+    ] = None,  # noqa: UP045
+    run_out: Annotated[
+        Optional[Path], typer.Option("--run-out", help="Write a TREC run file")
+    ] = None,  # noqa: UP045
+    drop_empty: Annotated[
+        bool,
+        typer.Option(
+            "--drop-empty",
+            help="Drop queries with no results from means (original Multi-CPR script)",
+        ),
+    ] = False,
+    limit: Annotated[
+        Optional[int], typer.Option(help="Evaluate only the first N questions")
+    ] = None,  # noqa: UP045
     on_error: Annotated[ErrorPolicy, typer.Option("--on-error")] = ErrorPolicy.STOP,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object on stdout")
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
     """Evaluate an index on a question set."""
@@ -138,13 +183,17 @@ def formats_cmd() -> None:
 
     _ensure_loaded()
     for f in sorted(FORMATS.values(), key=lambda f: f.name):
-        what = "+".join(x for x, fn in (("documents", f.read_documents), ("questions", f.read_questions)) if fn)
+        what = "+".join(
+            x for x, fn in (("documents", f.read_documents), ("questions", f.read_questions)) if fn
+        )
         out.print(f"[bold]{f.name:12}[/] {what:20} {f.description}", highlight=False)
 
 
 @app.command("demo")
 def demo_cmd(
-    out_dir: Annotated[Path, typer.Option("--out", help="Where to write the demo index")] = Path("anygrain-demo"),
+    out_dir: Annotated[Path, typer.Option("--out", help="Where to write the demo index")] = Path(
+        "anygrain-demo"
+    ),
     kind: Annotated[str, typer.Option(help="Index kind for the demo")] = "bm25",
 ) -> None:
     """Index CPython's bundled reference topics (offline) and answer a few questions."""
@@ -158,8 +207,11 @@ def demo_cmd(
     for q, hits in result.answers:
         top = hits[0] if hits else None
         snippet = (top.text[:160].replace("\n", " ") + "…") if top else "(no hit)"
-        out.print(f"[bold]Q:[/] {q.text}\n   [green]{top.title if top else ''}[/] {snippet}", highlight=False)
-    out.print(json.dumps(result.report.to_dict()))
+        out.print(
+            f"[bold]Q:[/] {q.text}\n   [green]{top.title if top else ''}[/] {snippet}",
+            highlight=False,
+        )
+    print(json.dumps(result.report.to_dict()))
 
 
 def main() -> None:

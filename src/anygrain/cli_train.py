@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -19,22 +19,76 @@ console = Console(stderr=True)
 
 @train_app.command("dpr")
 def dpr_cmd(
-    train: Annotated[list[str], typer.Option("--train", help="Training data, FORMAT:PATH or PATH (dpr-train JSON/JSONL, or SQuAD-format JSON); repeatable")],
-    out: Annotated[Path, typer.Option("--out", help="Model directory to write (also holds checkpoints, cache and log)")],
-    model: Annotated[str, typer.Option(help="Starting encoder: alias (minilm, me5-small), hub name, directory, or an anygrain model")] = "minilm",
-    mode: Annotated[str, typer.Option(help="full: train both encoders; query-side: only the question encoder, so an index built with the base model still fits")] = "full",
+    train: Annotated[
+        list[str],
+        typer.Option(
+            "--train",
+            help="Training data, FORMAT:PATH or PATH (dpr-train JSON/JSONL, or SQuAD-format JSON); repeatable",
+        ),
+    ],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out", help="Model directory to write (also holds checkpoints, cache and log)"
+        ),
+    ],
+    model: Annotated[
+        str,
+        typer.Option(
+            help="Starting encoder: alias (minilm, me5-small), hub name, directory, or an anygrain model"
+        ),
+    ] = "minilm",
+    mode: Annotated[
+        str,
+        typer.Option(
+            help="full: train both encoders; query-side: only the question encoder, so an index built with the base model still fits"
+        ),
+    ] = "full",
     epochs: Annotated[int, typer.Option(help="Passes over the training data")] = 1,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Questions per step (in-batch negatives)")] = 32,
-    lr: Annotated[float, typer.Option(help="Peak learning rate (linear warm-up, then linear decay)")] = 2e-5,
-    hard_negatives: Annotated[int, typer.Option("--hard-negatives", help="BM25 hard negatives per question (full mode)")] = 1,
-    bf16: Annotated[bool, typer.Option("--bf16/--no-bf16", help="bfloat16 autocast (faster on recent CPUs, slightly less exact)")] = False,
-    grad_cache: Annotated[bool, typer.Option("--grad-cache/--no-grad-cache", help="Gradient caching: batch size not bounded by memory (about 1/3 more compute)")] = False,
-    max_examples: Annotated[Optional[int], typer.Option("--max-examples", help="Train on a seeded random subset of this size")] = None,  # noqa: UP045
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", help="Questions per step (in-batch negatives)")
+    ] = 32,
+    lr: Annotated[
+        float, typer.Option(help="Peak learning rate (linear warm-up, then linear decay)")
+    ] = 2e-5,
+    hard_negatives: Annotated[
+        int, typer.Option("--hard-negatives", help="BM25 hard negatives per question (full mode)")
+    ] = 1,
+    bf16: Annotated[
+        bool,
+        typer.Option(
+            "--bf16/--no-bf16",
+            help="bfloat16 autocast (faster on recent CPUs, slightly less exact)",
+        ),
+    ] = False,
+    grad_cache: Annotated[
+        bool,
+        typer.Option(
+            "--grad-cache/--no-grad-cache",
+            help="Gradient caching: batch size not bounded by memory (about 1/3 more compute)",
+        ),
+    ] = False,
+    max_examples: Annotated[
+        int | None,
+        typer.Option("--max-examples", help="Train on a seeded random subset of this size"),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed for data order, negatives and dropout")] = 12345,
-    temperature: Annotated[Optional[float], typer.Option(help="Softmax temperature (default: 0.05 for normalised encoders, else 1)")] = None,  # noqa: UP045
-    checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", help="Steps between checkpoints (0: end of epoch only)")] = 100,
-    resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Continue from the last checkpoint in --out")] = True,
-    on_error: Annotated[ErrorPolicy, typer.Option("--on-error", help="stop at a malformed record, or skip and count it")] = ErrorPolicy.STOP,
+    temperature: Annotated[
+        float | None,
+        typer.Option(help="Softmax temperature (default: 0.05 for normalised encoders, else 1)"),
+    ] = None,
+    checkpoint_every: Annotated[
+        int,
+        typer.Option("--checkpoint-every", help="Steps between checkpoints (0: end of epoch only)"),
+    ] = 100,
+    resume: Annotated[
+        bool,
+        typer.Option("--resume/--no-resume", help="Continue from the last checkpoint in --out"),
+    ] = True,
+    on_error: Annotated[
+        ErrorPolicy,
+        typer.Option("--on-error", help="stop at a malformed record, or skip and count it"),
+    ] = ErrorPolicy.STOP,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars")] = False,
 ) -> None:
     """Train a DPR bi-encoder (in-batch + BM25 hard negatives) and save it to --out."""
@@ -63,7 +117,9 @@ def dpr_cmd(
         console.print(f"[bold red]error:[/] {e}", highlight=False)
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted; a checkpoint was saved: rerun the same command to resume[/]")
+        console.print(
+            "[yellow]interrupted; a checkpoint was saved: rerun the same command to resume[/]"
+        )
         raise typer.Exit(130) from None
     if errors.n_skipped:
         console.print(f"[yellow]{errors.summary()}[/]")

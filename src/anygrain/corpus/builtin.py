@@ -18,7 +18,9 @@ def pydoc_topics() -> Iterator[SourceDocument]:
     for name in sorted(topics):
         text = topics[name].strip()
         if text:
-            yield SourceDocument(doc_id=name, title=name, text=text, origin=f"pydoc_data.topics[{name!r}]")
+            yield SourceDocument(
+                doc_id=name, title=name, text=text, origin=f"pydoc_data.topics[{name!r}]"
+            )
 
 
 # Questions a Python user asks, with answer strings that occur in the reference text.

@@ -6,7 +6,9 @@ import enum
 import re
 
 # CJK unified ideographs (+ext A), compatibility ideographs, kana, hangul, CJK punctuation.
-CJK_RE = re.compile(r"[\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\uff00-\uffef]")
+CJK_RE = re.compile(
+    r"[\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\uff00-\uffef]"
+)
 
 
 class Lang(str, enum.Enum):

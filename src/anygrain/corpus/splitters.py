@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from anygrain.corpus.records import Span, SourceDocument
+from anygrain.corpus.records import SourceDocument, Span
 from anygrain.errors import AnygrainError
 
 
@@ -86,7 +86,9 @@ def split_paragraphs(text: str) -> list[Span]:
 
 def split_words(text: str, n: int) -> list[Span]:
     words = [(m.start(), m.end()) for m in _WORD.finditer(text)]
-    return [Span(words[i][0], words[min(i + n, len(words)) - 1][1]) for i in range(0, len(words), n)]
+    return [
+        Span(words[i][0], words[min(i + n, len(words)) - 1][1]) for i in range(0, len(words), n)
+    ]
 
 
 def split_chars(text: str, n: int) -> list[Span]:
@@ -100,7 +102,12 @@ def split_chars(text: str, n: int) -> list[Span]:
         if start >= length:
             break
         end = min(start + n, length)
-        if end < length and not _CJK_CHAR.match(text[end - 1]) and not text[end].isspace() and not _CJK_CHAR.match(text[end]):
+        if (
+            end < length
+            and not _CJK_CHAR.match(text[end - 1])
+            and not text[end].isspace()
+            and not _CJK_CHAR.match(text[end])
+        ):
             # Extend to the end of the Latin word rather than cut it.
             while end < length and not text[end].isspace() and not _CJK_CHAR.match(text[end]):
                 end += 1

@@ -50,14 +50,23 @@ PASSAGE_SCHEMA = pa.schema(
     ]
 )
 DOCUMENT_SCHEMA = pa.schema(
-    [("doc_id", pa.string()), ("title", pa.string()), ("text", pa.large_string()), ("meta", pa.string())]
+    [
+        ("doc_id", pa.string()),
+        ("title", pa.string()),
+        ("text", pa.large_string()),
+        ("meta", pa.string()),
+    ]
 )
 
 
 def hash_ids(ids: Iterable[str]) -> np.ndarray:
     """Stable 64-bit hashes of ids (blake2b), never 0 so 0 can mean 'empty' elsewhere."""
     out = np.fromiter(
-        (int.from_bytes(hashlib.blake2b(i.encode("utf-8"), digest_size=8).digest(), "little") or 1 for i in ids),
+        (
+            int.from_bytes(hashlib.blake2b(i.encode("utf-8"), digest_size=8).digest(), "little")
+            or 1
+            for i in ids
+        ),
         dtype=np.uint64,
     )
     return out
@@ -100,7 +109,14 @@ class _Writer:
         self.n_docs = 0
 
     def add(self, doc: SourceDocument, passages: list[Passage]) -> None:
-        self.d_rows.append({"doc_id": doc.doc_id, "title": doc.title, "text": doc.text, "meta": json.dumps(doc.meta, ensure_ascii=False) if doc.meta else None})
+        self.d_rows.append(
+            {
+                "doc_id": doc.doc_id,
+                "title": doc.title,
+                "text": doc.text,
+                "meta": json.dumps(doc.meta, ensure_ascii=False) if doc.meta else None,
+            }
+        )
         self.n_docs += 1
         for p in passages:
             self.sha.update(f"{p.id}\x00{p.title}\x00{p.text}\x01".encode())
@@ -125,12 +141,16 @@ class _Writer:
 
     def flush(self) -> None:
         if self.p_rows:
-            self.p_writer.write_batch(pa.RecordBatch.from_pylist(self.p_rows, schema=PASSAGE_SCHEMA))
+            self.p_writer.write_batch(
+                pa.RecordBatch.from_pylist(self.p_rows, schema=PASSAGE_SCHEMA)
+            )
             self.p_rows = []
 
     def _flush_docs(self) -> None:
         if self.d_rows:
-            self.d_writer.write_batch(pa.RecordBatch.from_pylist(self.d_rows, schema=DOCUMENT_SCHEMA))
+            self.d_writer.write_batch(
+                pa.RecordBatch.from_pylist(self.d_rows, schema=DOCUMENT_SCHEMA)
+            )
             self.d_rows = []
 
     def close(self) -> None:
@@ -154,8 +174,12 @@ class CorpusStore:
         if self.manifest.get("format") != FORMAT:
             raise AnygrainError(f"{mf}: not an anygrain corpus manifest")
         if self.manifest.get("format_version") != FORMAT_VERSION:
-            raise AnygrainError(f"{self.path}: corpus format version {self.manifest.get('format_version')}, expected {FORMAT_VERSION}; rebuild it")
-        self._passages = pa.ipc.open_file(pa.memory_map(str(self.path / "passages.arrow"), "r")).read_all()
+            raise AnygrainError(
+                f"{self.path}: corpus format version {self.manifest.get('format_version')}, expected {FORMAT_VERSION}; rebuild it"
+            )
+        self._passages = pa.ipc.open_file(
+            pa.memory_map(str(self.path / "passages.arrow"), "r")
+        ).read_all()
         self._documents: pa.Table | None = None
         self._doc_rows: dict[str, int] | None = None
         self._hashes = np.load(self.path / "id_hash.npy", mmap_mode="r")
@@ -190,12 +214,18 @@ class CorpusStore:
         with atomic_dir(out) as tmp:
             w = _Writer(tmp, batch_size)
             try:
-                for doc in progress_bar(docs, desc="reading documents", unit="doc", disable=not progress):
+                for doc in progress_bar(
+                    docs, desc="reading documents", unit="doc", disable=not progress
+                ):
                     passages = []
                     for sp in split_document(doc, spec):
                         text = doc.text[sp.start : sp.end]
                         if not text.strip():
-                            errors.handle(InputError("empty text", path=doc.origin or None, field=f"passage {sp.id}"))
+                            errors.handle(
+                                InputError(
+                                    "empty text", path=doc.origin or None, field=f"passage {sp.id}"
+                                )
+                            )
                             continue
                         passages.append(
                             Passage(
@@ -241,7 +271,9 @@ class CorpusStore:
         for k in np.nonzero(sh[1:] == sh[:-1])[0]:
             a, b = int(order[k]), int(order[k + 1])
             if ids[a] == ids[b]:
-                raise InputError(f"duplicate passage id {ids[a]!r} (rows {a} and {b})", path=src, field="id")
+                raise InputError(
+                    f"duplicate passage id {ids[a]!r} (rows {a} and {b})", path=src, field="id"
+                )
 
     # --- access -----------------------------------------------------------------
     def __len__(self) -> int:
@@ -283,7 +315,9 @@ class CorpusStore:
             text=c["text"][row].as_py(),
             start=c["start"][row].as_py(),
             end=c["end"][row].as_py(),
-            sentences=list(zip(c["sent_starts"][row].as_py(), c["sent_ends"][row].as_py(), strict=True)),
+            sentences=list(
+                zip(c["sent_starts"][row].as_py(), c["sent_ends"][row].as_py(), strict=True)
+            ),
             meta=json.loads(meta) if meta else {},
         )
 
@@ -311,7 +345,9 @@ class CorpusStore:
     # --- documents ---------------------------------------------------------------
     def _docs(self) -> pa.Table:
         if self._documents is None:
-            self._documents = pa.ipc.open_file(pa.memory_map(str(self.path / "documents.arrow"), "r")).read_all()
+            self._documents = pa.ipc.open_file(
+                pa.memory_map(str(self.path / "documents.arrow"), "r")
+            ).read_all()
         return self._documents
 
     def document_text(self, doc_id: str) -> str:

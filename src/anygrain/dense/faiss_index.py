@@ -39,6 +39,7 @@ PQ_LIMIT = 2_000_000
 #: FAISS warns when k-means has fewer than this many points per centroid.
 MIN_POINTS_PER_CENTROID = 39
 DEFAULT_EF_SEARCH = 64
+_HNSWParams: Any = getattr(faiss, "SearchParametersHNSW")  # noqa: B009  (missing from faiss's stubs)
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,25 @@ def check_factory(spec: str, n_train: int, dim: int) -> FactoryInfo:
     return info
 
 
+def plan_training(
+    n_vectors: int, dim: int, factory: str | None, train_size: int | None = None
+) -> tuple[str, FactoryInfo, int]:
+    """``(factory, info, train_size)`` for ``n_vectors``, checked before any work is done.
+
+    Call it before encoding a corpus, so a factory that cannot be trained fails in
+    seconds rather than after hours of encoding.  The default training sample is
+    ``min(N, max(64·k, 50k), 500k)`` vectors for the largest k-means ``k`` in the factory
+    (FAISS itself subsamples to 256 points per centroid).
+    """
+    spec = factory or default_factory(n_vectors, dim)
+    info = parse_factory(spec)
+    if train_size is None:
+        train_size = min(max(64 * info.clusters, 50_000), 500_000)
+    train_size = min(train_size, n_vectors)
+    check_factory(spec, train_size, dim)
+    return spec, info, train_size
+
+
 class VectorSource(Protocol):
     """What :func:`build_faiss_index` reads: a :class:`~anygrain.dense.shards.ShardSet` fits."""
 
@@ -180,7 +200,9 @@ class ArrayVectors:
     def sample(self, n: int, *, seed: int = 0) -> np.ndarray:
         if n >= len(self.x):
             return self.x
-        return self.x[np.sort(np.random.default_rng(seed).choice(len(self.x), size=n, replace=False))]
+        return self.x[
+            np.sort(np.random.default_rng(seed).choice(len(self.x), size=n, replace=False))
+        ]
 
     def iter_batches(self, batch_size: int = 65536) -> Any:
         for i in range(0, len(self.x), batch_size):
@@ -251,23 +273,17 @@ class FaissIndex:
         ef_search: int | None = None,
         progress: bool = False,
     ) -> FaissIndex:
-        """Train on a sample of ``vectors`` and add them all in batches (memory stays bounded).
-
-        The training sample is ``min(N, max(64·k, 50k), 500k)`` vectors for the largest
-        k-means ``k`` in the factory: FAISS itself subsamples to 256 points per centroid.
-        """
+        """Train on a sample of ``vectors`` (see :func:`plan_training`) and add them all in
+        batches, so memory stays bounded by the sample and one batch."""
         src: VectorSource = ArrayVectors(vectors) if isinstance(vectors, np.ndarray) else vectors
+        spec, info, train_size = plan_training(len(src), src.dim, factory, train_size)
         n, dim = len(src), src.dim
-        spec = factory or default_factory(n, dim)
-        info = parse_factory(spec)
-        if train_size is None:
-            train_size = min(n, max(64 * info.clusters, 50_000), 500_000)
-        train_size = min(train_size, n)
-        check_factory(spec, train_size if info.clusters else n, dim)
         try:
             index = faiss.index_factory(dim, spec, faiss.METRIC_INNER_PRODUCT)
         except RuntimeError as e:
-            raise AnygrainError(f"FAISS cannot build factory {spec!r}: {_faiss_message(e)}") from None
+            raise AnygrainError(
+                f"FAISS cannot build factory {spec!r}: {_faiss_message(e)}"
+            ) from None
         if not index.is_trained:
             if train_size < info.recommended_train:
                 warnings.warn(
@@ -277,7 +293,13 @@ class FaissIndex:
                 )
                 _quiet_kmeans(index)
             index.train(src.sample(train_size, seed=seed))
-        for _, batch in progress_bar(src.iter_batches(add_batch), desc="adding to FAISS", unit="batch", total=-(-n // add_batch), disable=not progress):
+        for _, batch in progress_bar(
+            src.iter_batches(add_batch),
+            desc="adding to FAISS",
+            unit="batch",
+            total=-(-n // add_batch),
+            disable=not progress,
+        ):
             index.add(np.ascontiguousarray(batch, dtype=np.float32))
         out = cls(index, spec)
         if out.ivf is not None:
@@ -298,7 +320,11 @@ class FaissIndex:
         p = str(path)
         if not Path(p).exists():
             raise AnygrainError(f"{p}: FAISS index file missing")
-        flags = [f for f in (getattr(faiss, "IO_FLAG_MMAP_IFC", None), faiss.IO_FLAG_MMAP) if f] if mmap else []
+        flags = (
+            [f for f in (getattr(faiss, "IO_FLAG_MMAP_IFC", None), faiss.IO_FLAG_MMAP) if f]
+            if mmap
+            else []
+        )
         for flag in flags:
             try:
                 return cls(faiss.read_index(p, flag), factory)
@@ -310,7 +336,9 @@ class FaissIndex:
             raise AnygrainError(f"{p}: cannot read FAISS index ({_faiss_message(e)})") from None
 
     # --- search ----------------------------------------------------------------------
-    def params(self, *, nprobe: int | None = None, ef_search: int | None = None) -> faiss.SearchParameters | None:
+    def params(
+        self, *, nprobe: int | None = None, ef_search: int | None = None
+    ) -> faiss.SearchParameters | None:
         """Per-call search parameters; the index itself is left untouched (thread-safe)."""
         if nprobe is None and ef_search is None:
             return None
@@ -323,22 +351,26 @@ class FaissIndex:
             p = faiss.SearchParametersIVF()
             p.nprobe = int(nprobe) if nprobe is not None else int(self.ivf.nprobe)
             if ef_search is not None:
-                qp = faiss.SearchParametersHNSW()
+                qp = _HNSWParams()
                 qp.efSearch = int(ef_search)
                 p.quantizer_params = qp
-                p._keep = qp  # the C++ side does not own it: keep it alive with ``p``
+                p._keep = qp  # type: ignore[attr-defined]  # C++ does not own it: keep it alive
             return p
-        hp = faiss.SearchParametersHNSW()
+        hp = _HNSWParams()
         hp.efSearch = int(ef_search)  # type: ignore[arg-type]
         return hp
 
-    def search(self, q: np.ndarray, k: int, *, nprobe: int | None = None, ef_search: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self, q: np.ndarray, k: int, *, nprobe: int | None = None, ef_search: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``(rows, scores)`` of shape (n, k), best first; rows are -1 past the last match."""
         q = np.ascontiguousarray(q, dtype=np.float32)
         if q.ndim != 2 or q.shape[1] != self.dim:
             raise AnygrainError(f"query vectors have shape {q.shape}, expected (n, {self.dim})")
         if k <= 0 or len(q) == 0:
-            return np.zeros((len(q), max(k, 0)), dtype=np.int64), np.zeros((len(q), max(k, 0)), dtype=np.float32)
+            return np.zeros((len(q), max(k, 0)), dtype=np.int64), np.zeros(
+                (len(q), max(k, 0)), dtype=np.float32
+            )
         p = self.params(nprobe=nprobe, ef_search=ef_search)
         scores, rows = self.index.search(q, k) if p is None else self.index.search(q, k, params=p)
         return rows, scores

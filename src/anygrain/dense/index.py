@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from anygrain.corpus.store import CorpusStore
-from anygrain.dense.faiss_index import FaissIndex
+from anygrain.dense.faiss_index import FaissIndex, plan_training
 from anygrain.dense.shards import ShardSet, encode_corpus
 from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError
 from anygrain.models.biencoder import BiEncoder
@@ -45,6 +45,15 @@ SETTINGS_FILE = "dense.json"
 def as_biencoder(model: str | Path | BiEncoder) -> BiEncoder:
     """A BiEncoder from an instance, an anygrain model dir, or an alias / hub name / HF dir."""
     return model if isinstance(model, BiEncoder) else BiEncoder.from_pretrained(model)
+
+
+def _corpus_ref(out: Path, store: CorpusStore) -> str:
+    """The corpus path to record: relative when it sits beside or inside ``out``, so the pair
+    can be renamed or moved together (a hybrid index keeps it at ``../corpus``)."""
+    sp, o = Path(store.path).resolve(), out.resolve()
+    if sp.is_relative_to(o.parent):
+        return os.path.relpath(sp, o)
+    return str(sp)
 
 
 def _partial_vectors_dir(out: Path) -> Path:
@@ -113,8 +122,21 @@ class DenseIndex(Index):
         enc = as_biencoder(model)
         partial = _partial_vectors_dir(out)
         with atomic_dir(out) as tmp:
-            store = open_or_build_corpus(source, corpus_dir or tmp / "corpus", split=split, errors=errors, progress=progress)
-            cls.write(tmp, store, enc, factory=factory, dtype=dtype, batch_size=batch_size, bf16=bf16, shard_size=shard_size, progress=progress, vectors_dir=partial)
+            store = open_or_build_corpus(
+                source, corpus_dir or tmp / "corpus", split=split, errors=errors, progress=progress
+            )
+            cls.write(
+                tmp,
+                store,
+                enc,
+                factory=factory,
+                dtype=dtype,
+                batch_size=batch_size,
+                bf16=bf16,
+                shard_size=shard_size,
+                progress=progress,
+                vectors_dir=partial,
+            )
         return Index.load(out)  # type: ignore[return-value]
 
     @classmethod
@@ -145,21 +167,31 @@ class DenseIndex(Index):
         enc = as_biencoder(model)
         base = out / subdir
         base.mkdir(parents=True, exist_ok=True)
+        plan_training(len(store), enc.dim, factory, train_size)  # fail now, not after encoding
         t0 = time.time()
         fingerprint = enc.passage_fingerprint()
         enc.save(base / "model")
         t_model = time.time()
         target = base / "vectors"
-        shards = encode_corpus(store, enc, vectors_dir or target, shard_size=shard_size, dtype=dtype, batch_size=batch_size, progress=progress, bf16=bf16)
+        shards = encode_corpus(
+            store,
+            enc,
+            vectors_dir or target,
+            shard_size=shard_size,
+            dtype=dtype,
+            batch_size=batch_size,
+            progress=progress,
+            bf16=bf16,
+        )
         t_encode = time.time()
-        if vectors_dir is not None and Path(vectors_dir).resolve() != target.resolve():
-            if target.exists():
-                shutil.rmtree(target)
-            shutil.move(str(vectors_dir), str(target))  # a rename on the same filesystem
-            shards = ShardSet.open(target)
         fx = FaissIndex.build(shards, factory, train_size=train_size, progress=progress)
         fx.save(base / "faiss.index")
         t_faiss = time.time()
+        if vectors_dir is not None and Path(vectors_dir).resolve() != target.resolve():
+            # Moved only once FAISS is built, so a failure there keeps the encoded vectors.
+            if target.exists():
+                shutil.rmtree(target)
+            shutil.move(str(vectors_dir), str(target))  # a rename on the same filesystem
         settings = {
             "subdir": subdir,
             "model": {
@@ -184,13 +216,20 @@ class DenseIndex(Index):
         }
         atomic_write_text(base / SETTINGS_FILE, json.dumps(settings, indent=2))
         if manifest:
-            corpus_rel = Path("corpus") if (out / "corpus").exists() else Path(store.path).resolve()
             write_manifest(
                 out,
                 IndexKind.DENSE,
                 cls.format_version,
-                corpus={"path": str(corpus_rel), "checksum": store.checksum, "n_passages": len(store)},
-                model={"fingerprint": fingerprint, "base_model": enc.config.base_model, "path": f"{subdir}/model"},
+                corpus={
+                    "path": _corpus_ref(out, store),
+                    "checksum": store.checksum,
+                    "n_passages": len(store),
+                },
+                model={
+                    "fingerprint": fingerprint,
+                    "base_model": enc.config.base_model,
+                    "path": f"{subdir}/model",
+                },
                 settings={"dense": settings},
             )
         return settings
@@ -213,13 +252,16 @@ class DenseIndex(Index):
         base = path / subdir
         f = base / SETTINGS_FILE
         if not f.exists():
-            raise AnygrainError(f"{path}: no dense index under '{subdir}/' (missing {SETTINGS_FILE})")
+            raise AnygrainError(
+                f"{path}: no dense index under '{subdir}/' (missing {SETTINGS_FILE})"
+            )
         settings = json.loads(f.read_text(encoding="utf-8"))
         store = store or open_corpus_of(path, manifest)
         want = settings["model"]["fingerprint"]
         if model is None:
             enc = BiEncoder.load(base / settings["model"]["path"])
-            got = enc.config.passage_fingerprint  # recorded by save(); hashing the weights again is slow
+            # Recorded by save(); hashing the weights again would cost a second per open.
+            got = enc.config.passage_fingerprint
         else:
             enc = as_biencoder(model)
             got = enc.passage_fingerprint()
@@ -231,10 +273,14 @@ class DenseIndex(Index):
                 "on the question side only, or rebuild the index with this model."
             )
         if enc.dim != settings["dim"]:
-            raise IndexMismatchError(f"{path}: model vectors have {enc.dim} dimensions, the index {settings['dim']}")
+            raise IndexMismatchError(
+                f"{path}: model vectors have {enc.dim} dimensions, the index {settings['dim']}"
+            )
         fx = FaissIndex.load(base / "faiss.index", factory=settings["factory"], mmap=mmap)
         if fx.ntotal != len(store):
-            raise IndexMismatchError(f"{path}: FAISS index holds {fx.ntotal} vectors but the corpus {len(store)} passages; rebuild the index")
+            raise IndexMismatchError(
+                f"{path}: FAISS index holds {fx.ntotal} vectors but the corpus {len(store)} passages; rebuild the index"
+            )
         return cls(path, manifest, store, enc, fx, settings, subdir)
 
     # --- search --------------------------------------------------------------------------
@@ -252,7 +298,9 @@ class DenseIndex(Index):
         batch_size: int = 256,
         **options: Any,
     ) -> list[list[Hit]]:
-        rows, scores = self.search_rows(queries, k, nprobe=nprobe, ef_search=ef_search, batch_size=batch_size)
+        rows, scores = self.search_rows(
+            queries, k, nprobe=nprobe, ef_search=ef_search, batch_size=batch_size
+        )
         return hits_from_rows(self.store, rows, scores)
 
     def search_rows(
@@ -278,17 +326,24 @@ class DenseIndex(Index):
             rows[i : i + len(q)], scores[i : i + len(q)] = r, s
         return rows, scores
 
-    def search_vectors(self, qvecs: np.ndarray, k: int = 10, *, nprobe: int | None = None, ef_search: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def search_vectors(
+        self,
+        qvecs: np.ndarray,
+        k: int = 10,
+        *,
+        nprobe: int | None = None,
+        ef_search: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """FAISS search with ready-made question vectors: ``(rows, scores)``, best first."""
         return self.faiss.search(qvecs, k, nprobe=nprobe, ef_search=ef_search)
 
     def score_rows(self, qvecs: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Exact inner products of each question with its candidate ``rows`` (n, m) from the stored
-        vectors, whatever the FAISS compression; ``nan`` where a row is -1 (for hybrid fusion)."""
+        vectors, whatever the FAISS compression; 0 where a row is -1 (as BM25's ``score_rows``)."""
         q = np.asarray(qvecs, dtype=np.float32)
         r = np.asarray(rows, dtype=np.int64)
         valid = r >= 0
-        out = np.full(r.shape, np.nan, dtype=np.float32)
+        out = np.zeros(r.shape, dtype=np.float32)
         if valid.any():
             vecs = self.vectors.rows(r[valid])
             qi = np.nonzero(valid)[0]
@@ -298,6 +353,10 @@ class DenseIndex(Index):
     def describe(self) -> dict[str, Any]:
         return {
             **super().describe(),
-            "faiss": {"ntotal": self.faiss.ntotal, "nprobe": self.faiss.nprobe, "ef_search": self.faiss.ef_search},
+            "faiss": {
+                "ntotal": self.faiss.ntotal,
+                "nprobe": self.faiss.nprobe,
+                "ef_search": self.faiss.ef_search,
+            },
             "mmap_bytes": os.path.getsize(self.path / self.subdir / "faiss.index"),
         }

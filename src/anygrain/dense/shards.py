@@ -58,7 +58,10 @@ class Shard:
 
 
 def _plan(n: int, shard_size: int) -> list[Shard]:
-    return [Shard(shard_name(i), s, min(s + shard_size, n)) for i, s in enumerate(range(0, n, shard_size))]
+    return [
+        Shard(shard_name(i), s, min(s + shard_size, n))
+        for i, s in enumerate(range(0, n, shard_size))
+    ]
 
 
 def _write_manifest(path: Path, manifest: dict[str, Any]) -> None:
@@ -96,7 +99,9 @@ class ShardSet:
             raise AnygrainError(f"{path}: not a vectors directory (no {SHARDS_MANIFEST})")
         m = json.loads(f.read_text(encoding="utf-8"))
         if m.get("format") != FORMAT or m.get("format_version") != FORMAT_VERSION:
-            raise AnygrainError(f"{f}: not an anygrain vectors manifest of version {FORMAT_VERSION}")
+            raise AnygrainError(
+                f"{f}: not an anygrain vectors manifest of version {FORMAT_VERSION}"
+            )
         if not m.get("complete"):
             done = sum(1 for s in m["shards"] if s.get("nbytes") is not None)
             raise AnygrainError(
@@ -137,7 +142,9 @@ class ShardSet:
             a = np.load(self.path / self.shards[i].file, mmap_mode="r")
             s = self.shards[i]
             if a.shape != (s.n, self.dim):
-                raise AnygrainError(f"{self.path / s.file}: shape {a.shape}, expected {(s.n, self.dim)}")
+                raise AnygrainError(
+                    f"{self.path / s.file}: shape {a.shape}, expected {(s.n, self.dim)}"
+                )
             self._arrays[i] = a
         return a
 
@@ -165,7 +172,7 @@ class ShardSet:
             out[sel] = self.shard(int(i))[r[sel] - starts[i]]
         return out
 
-    def concatenate(self, dtype: str | np.dtype = np.float32) -> np.ndarray:
+    def concatenate(self, dtype: Any = np.float32) -> np.ndarray:
         """All vectors in one in-memory array (only for corpora that fit in RAM)."""
         if not self.shards:
             return np.zeros((0, self.dim), dtype=dtype)

@@ -44,15 +44,12 @@ __all__ = ["AnswerMatcher", "has_answer", "phrase_match", "regex_match", "tokeni
 log = logging.getLogger(__name__)
 
 _FLAGS = rx.IGNORECASE | rx.UNICODE | rx.MULTILINE
-_CJK = r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Bopomofo}]\p{M}*"
+_CJK_CLASS = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Bopomofo}"
 # DPR's SimpleTokenizer: alphanumeric runs, else any single non-space, non-control char.
-_DPR_TOKEN = rx.compile(r"[\p{L}\p{N}\p{M}]+|[^\p{Z}\p{C}]", _FLAGS)
-# Same, but CJK characters are single tokens and never join a letter run.
-_CJK_TOKEN = rx.compile(
-    rf"{_CJK}|(?:(?![\p{{Han}}\p{{Hiragana}}\p{{Katakana}}\p{{Bopomofo}}])[\p{{L}}\p{{N}}\p{{M}}])+"
-    r"|[^\p{Z}\p{C}]",
-    _FLAGS,
-)
+_DPR_TOKEN = rx.compile(r"[\p{L}\p{N}\p{M}]+|[^\p{Z}\p{C}]")
+_HAS_CJK = rx.compile(rf"[{_CJK_CLASS}]")
+# Splits an alphanumeric run: each CJK character (with its marks) alone, the rest whole.
+_SPLIT_CJK = rx.compile(rf"[{_CJK_CLASS}]\p{{M}}*|[^{_CJK_CLASS}]+")
 
 
 def _nfd(text: str) -> str:
@@ -60,9 +57,29 @@ def _nfd(text: str) -> str:
 
 
 def tokenize(text: str, *, cjk_chars: bool = True) -> list[str]:
-    """NFD-normalise, tokenise as DPR's SimpleTokenizer does and lower-case."""
-    pattern = _CJK_TOKEN if cjk_chars else _DPR_TOKEN
-    return [t.lower() for t in pattern.findall(_nfd(text))]
+    """NFD-normalise, tokenise as DPR's SimpleTokenizer does and lower-case.
+
+    With ``cjk_chars`` each CJK character becomes its own token; the split is done
+    after DPR's tokenisation, and only when the text has CJK at all, so English
+    text costs no more than DPR's own tokenizer.
+    """
+    t = _nfd(text)
+    tokens = _DPR_TOKEN.findall(t)
+    if cjk_chars and _HAS_CJK.search(t):
+        split: list[str] = []
+        for tok in tokens:
+            if len(tok) > 1 and _HAS_CJK.search(tok):
+                split.extend(_SPLIT_CJK.findall(tok))
+            else:
+                split.append(tok)
+        tokens = split
+    return [tok.lower() for tok in tokens]
+
+
+@lru_cache(maxsize=8192)
+def _cached_tokens(text: str, cjk_chars: bool) -> tuple[str, ...]:
+    """Tokens of a unit's text; the same passages come back for many questions."""
+    return tuple(tokenize(text, cjk_chars=cjk_chars))
 
 
 @lru_cache(maxsize=4096)
@@ -120,7 +137,7 @@ class AnswerMatcher:
             return any(p.search(t) is not None for p in self._patterns)
         if not self._tokens:
             return False
-        words = tokenize(text, cjk_chars=self.cjk_chars)
+        words = _cached_tokens(text, self.cjk_chars)
         return any(_contains(words, a) for a in self._tokens)
 
     def matches_phrase(self, phrase: str) -> bool:

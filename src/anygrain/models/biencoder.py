@@ -54,7 +54,9 @@ class BiEncoderConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BiEncoderConfig:
         if d.get("format_version") != FORMAT_VERSION:
-            raise AnygrainError(f"model format version {d.get('format_version')}, expected {FORMAT_VERSION}")
+            raise AnygrainError(
+                f"model format version {d.get('format_version')}, expected {FORMAT_VERSION}"
+            )
         return cls(
             base_model=d["base_model"],
             shared=bool(d["shared"]),
@@ -83,7 +85,9 @@ def _load_hf(path: Path) -> tuple[nn.Module, Any]:
 
 
 class BiEncoder(nn.Module):
-    def __init__(self, question: TextEncoder, passage: TextEncoder, config: BiEncoderConfig) -> None:
+    def __init__(
+        self, question: TextEncoder, passage: TextEncoder, config: BiEncoderConfig
+    ) -> None:
         super().__init__()
         self.question = question
         self.passage = passage
@@ -115,16 +119,25 @@ class BiEncoder(nn.Module):
         path, defaults = resolve_model(name, cache_dir=cache_dir)
         pool_v = Pooling(pooling) if pooling is not None else Pooling(defaults.pooling)
         norm = defaults.normalize if normalize is None else normalize
-        qcfg = EncoderConfig(pool_v, norm, defaults.query_prefix if query_prefix is None else query_prefix, max_query_length)
-        pcfg = EncoderConfig(pool_v, norm, defaults.passage_prefix if passage_prefix is None else passage_prefix, max_passage_length)
+        qcfg = EncoderConfig(
+            pool_v,
+            norm,
+            defaults.query_prefix if query_prefix is None else query_prefix,
+            max_query_length,
+        )
+        pcfg = EncoderConfig(
+            pool_v,
+            norm,
+            defaults.passage_prefix if passage_prefix is None else passage_prefix,
+            max_passage_length,
+        )
         model, tok = _load_hf(path)
         q = TextEncoder(model, tok, qcfg)
-        if shared:
-            pm = model
-        else:
-            pm = copy.deepcopy(model)
+        pm = model if shared else copy.deepcopy(model)
         pe = TextEncoder(pm, tok, pcfg)
-        cfg = BiEncoderConfig(base_model=str(name), shared=shared, question=qcfg, passage=pcfg, lang=defaults.lang)
+        cfg = BiEncoderConfig(
+            base_model=str(name), shared=shared, question=qcfg, passage=pcfg, lang=defaults.lang
+        )
         return cls(q, pe, cfg)
 
     @classmethod
@@ -162,5 +175,7 @@ class BiEncoder(nn.Module):
     def encode_questions(self, texts: list[str], **kw: Any) -> np.ndarray:
         return self.question.encode(texts, desc="encoding questions", **kw)
 
-    def encode_passages(self, texts: list[str], titles: list[str] | None = None, **kw: Any) -> np.ndarray:
+    def encode_passages(
+        self, texts: list[str], titles: list[str] | None = None, **kw: Any
+    ) -> np.ndarray:
         return self.passage.encode(texts, titles, desc="encoding passages", **kw)

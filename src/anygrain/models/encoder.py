@@ -29,11 +29,18 @@ class EncoderConfig:
     max_length: int = 256
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pooling": self.pooling.value, "normalize": self.normalize, "prefix": self.prefix, "max_length": self.max_length}
+        return {
+            "pooling": self.pooling.value,
+            "normalize": self.normalize,
+            "prefix": self.prefix,
+            "max_length": self.max_length,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> EncoderConfig:
-        return cls(Pooling(d["pooling"]), bool(d["normalize"]), str(d["prefix"]), int(d["max_length"]))
+        return cls(
+            Pooling(d["pooling"]), bool(d["normalize"]), str(d["prefix"]), int(d["max_length"])
+        )
 
 
 def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Tensor:
@@ -54,16 +61,37 @@ class TextEncoder(nn.Module):
 
     @property
     def dim(self) -> int:
-        return int(self.model.config.hidden_size)  # type: ignore[union-attr]
+        return int(self.model.config.hidden_size)  # type: ignore[union-attr, arg-type]
 
-    def tokenize(self, texts: Sequence[str], titles: Sequence[str] | None = None, *, padding: bool | str = True) -> Any:
+    def tokenize(
+        self,
+        texts: Sequence[str],
+        titles: Sequence[str] | None = None,
+        *,
+        padding: bool | str = True,
+    ) -> Any:
         texts = [self.config.prefix + t for t in texts]
         if titles is not None:
             # DPR encodes "title [SEP] text"; truncate the text, never the title.
-            return self.tokenizer(list(titles), texts, truncation="only_second", max_length=self.config.max_length, padding=padding, return_tensors="pt" if padding else None)
-        return self.tokenizer(texts, truncation=True, max_length=self.config.max_length, padding=padding, return_tensors="pt" if padding else None)
+            return self.tokenizer(
+                list(titles),
+                texts,
+                truncation="only_second",
+                max_length=self.config.max_length,
+                padding=padding,
+                return_tensors="pt" if padding else None,
+            )
+        return self.tokenizer(
+            texts,
+            truncation=True,
+            max_length=self.config.max_length,
+            padding=padding,
+            return_tensors="pt" if padding else None,
+        )
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kw: Any) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kw: Any
+    ) -> torch.Tensor:
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, **kw)
         emb = pool(out.last_hidden_state, attention_mask, self.config.pooling)
         if self.config.normalize:

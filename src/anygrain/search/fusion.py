@@ -29,7 +29,12 @@ class FusionMethod(str, enum.Enum):
     RRF = "rrf"
 
 
-DEFAULT_WEIGHT = {FusionMethod.ZSCORE: 1.0, FusionMethod.MINMAX: 1.0, FusionMethod.RAW: 1.1, FusionMethod.RRF: 1.0}
+DEFAULT_WEIGHT = {
+    FusionMethod.ZSCORE: 1.0,
+    FusionMethod.MINMAX: 1.0,
+    FusionMethod.RAW: 1.1,
+    FusionMethod.RRF: 1.0,
+}
 RRF_K = 60
 
 
@@ -73,14 +78,20 @@ def _normalise(s: np.ndarray, valid: np.ndarray, method: FusionMethod) -> np.nda
     return out
 
 
-def fuse_scores(cand: np.ndarray, sparse: np.ndarray, dense: np.ndarray, config: FusionConfig, k: int) -> tuple[np.ndarray, np.ndarray]:
+def fuse_scores(
+    cand: np.ndarray, sparse: np.ndarray, dense: np.ndarray, config: FusionConfig, k: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Combine exact per-candidate scores of both systems; top ``k`` rows and fused scores."""
     valid = cand >= 0
-    fused = _normalise(sparse, valid, config.method) + config.dense_weight * _normalise(dense, valid, config.method)
+    fused = _normalise(sparse, valid, config.method) + config.dense_weight * _normalise(
+        dense, valid, config.method
+    )
     return _top(cand, np.where(valid, fused, -np.inf), k)
 
 
-def rrf(a_rows: np.ndarray, b_rows: np.ndarray, k: int, weight: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+def rrf(
+    a_rows: np.ndarray, b_rows: np.ndarray, k: int, weight: float = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
     """Reciprocal-rank fusion of two ranked lists (rank 1 = best), b weighted by ``weight``."""
     n = a_rows.shape[0]
     cand = union_candidates(a_rows, b_rows)

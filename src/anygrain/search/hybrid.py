@@ -28,7 +28,14 @@ from anygrain.utils.corpus_source import open_or_build_corpus
 
 @register_index(IndexKind.HYBRID)
 class HybridIndex(Index):
-    def __init__(self, path: Path, manifest: dict[str, Any], sparse: BM25Index, dense: Any, fusion: FusionConfig) -> None:
+    def __init__(
+        self,
+        path: Path,
+        manifest: dict[str, Any],
+        sparse: BM25Index,
+        dense: Any,
+        fusion: FusionConfig,
+    ) -> None:
         super().__init__(path, manifest)
         self.sparse = sparse
         self.dense = dense
@@ -58,7 +65,9 @@ class HybridIndex(Index):
 
         cfg = FusionConfig(FusionMethod(fusion), weight, depth)
         with atomic_dir(out) as tmp:
-            store = open_or_build_corpus(source, tmp / "corpus", split=split, errors=errors, progress=progress)
+            store = open_or_build_corpus(
+                source, tmp / "corpus", split=split, errors=errors, progress=progress
+            )
             BM25Index.write(tmp / "sparse", store, lang=lang, progress=progress)
             DenseIndex.write(tmp / "dense", store, model=model, progress=progress, **dense_settings)
             sub = {name: read_manifest(tmp / name) for name in ("sparse", "dense")}
@@ -79,9 +88,20 @@ class HybridIndex(Index):
         store = open_corpus_of(path, manifest)
         sparse_dir, dense_dir = path / "sparse", path / "dense"
         sparse = BM25Index.open(sparse_dir, read_manifest(sparse_dir), store=store)
-        dense = DenseIndex.open(dense_dir, read_manifest(dense_dir), store=store, **{k: v for k, v in options.items() if k == "model"})
+        dense = DenseIndex.open(
+            dense_dir,
+            read_manifest(dense_dir),
+            store=store,
+            **{k: v for k, v in options.items() if k == "model"},
+        )
         f = manifest["settings"]["fusion"]
-        return cls(path, manifest, sparse, dense, FusionConfig(FusionMethod(f["method"]), f["weight"], int(f["depth"])))
+        return cls(
+            path,
+            manifest,
+            sparse,
+            dense,
+            FusionConfig(FusionMethod(f["method"]), f["weight"], int(f["depth"])),
+        )
 
     def search(
         self,

@@ -64,7 +64,13 @@ def read_manifest(path: Path) -> dict[str, Any]:
 
 
 def write_manifest(path: Path, kind: IndexKind, version: int, **fields: Any) -> dict[str, Any]:
-    m = {"format": FORMAT, "kind": kind.value, "format_version": version, "created": time.strftime("%Y-%m-%dT%H:%M:%S"), **fields}
+    m = {
+        "format": FORMAT,
+        "kind": kind.value,
+        "format_version": version,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        **fields,
+    }
     atomic_write_text(Path(path) / MANIFEST, json.dumps(m, indent=2, ensure_ascii=False))
     return m
 

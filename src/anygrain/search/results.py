@@ -21,29 +21,26 @@ def hits_from_rows(
     Passage fields are fetched with one ``take`` for the whole batch rather than
     row by row, which keeps hit construction cheap next to the search itself.
     """
-    flat: list[int] = sorted({int(r) for rr in rows for r in rr if int(r) >= 0})
-    if not flat:
-        return [[] for _ in rows]
-    cols = {name: store.column(name, flat) for name in ("id", "doc_id", "title", "text")}
-    pos = {r: i for i, r in enumerate(flat)}
+    rows = np.asarray(rows, dtype=np.int64)
+    scores = np.asarray(scores, dtype=np.float32)
+    if rows.size == 0:
+        return [[] for _ in range(len(rows))]
+    valid = rows >= 0
+    uniq, inverse = np.unique(rows[valid], return_inverse=True)
+    if uniq.size == 0:
+        return [[] for _ in range(len(rows))]
+    ids, doc_ids, titles, texts = (store.column(c, uniq) for c in ("id", "doc_id", "title", "text"))
+    # Position of each valid hit in the uniq arrays, laid back into the (n, k) grid.
+    pos = np.full(rows.shape, -1, dtype=np.int64)
+    pos[valid] = inverse
     out: list[list[Hit]] = []
-    for rr, ss in zip(rows, scores, strict=True):
-        hits = []
-        for r, s in zip(rr, ss, strict=True):
-            r = int(r)
-            if r < 0:
-                continue
-            i = pos[r]
-            hits.append(
-                Hit(
-                    unit=unit,
-                    score=float(s),
-                    passage_row=r,
-                    passage_id=cols["id"][i],
-                    doc_id=cols["doc_id"][i],
-                    title=cols["title"][i],
-                    text=cols["text"][i],
-                )
-            )
-        out.append(hits)
+    pos_l, rows_l, scores_l = pos.tolist(), rows.tolist(), scores.tolist()
+    for pr, rr, ss in zip(pos_l, rows_l, scores_l, strict=True):
+        out.append(
+            [
+                Hit(unit, s, r, ids[i], doc_ids[i], titles[i], texts[i])
+                for i, r, s in zip(pr, rr, ss, strict=True)
+                if i >= 0
+            ]
+        )
     return out

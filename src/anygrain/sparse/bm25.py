@@ -26,7 +26,6 @@ from anygrain.sparse.analyzers import Analyzer, analyzer_from_config, make_analy
 from anygrain.utils.atomic import atomic_dir
 from anygrain.utils.corpus_source import open_or_build_corpus
 
-
 # bm25s's scoring variants; "lucene" is Lucene's (and Pyserini's) BM25.
 BM25_METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 
@@ -57,7 +56,15 @@ def detect_lang(store: CorpusStore, sample: int = 200) -> Lang:
 class BM25Index(Index):
     """Lexical index; ``search`` returns passage hits."""
 
-    def __init__(self, path: Path, manifest: dict[str, Any], store: CorpusStore, retriever: bm25s.BM25, analyzer: Analyzer, config: BM25Config) -> None:
+    def __init__(
+        self,
+        path: Path,
+        manifest: dict[str, Any],
+        store: CorpusStore,
+        retriever: bm25s.BM25,
+        analyzer: Analyzer,
+        config: BM25Config,
+    ) -> None:
         super().__init__(path, manifest)
         self.store = store
         self.retriever = retriever
@@ -87,8 +94,20 @@ class BM25Index(Index):
         **unused: Any,
     ) -> BM25Index:
         with atomic_dir(out) as tmp:
-            store = open_or_build_corpus(source, corpus_dir or tmp / "corpus", split=split, errors=errors, progress=progress)
-            cls.write(tmp, store, lang=lang, k1=k1, b=b, include_title=include_title, stemming=stemming, method=method, progress=progress)
+            store = open_or_build_corpus(
+                source, corpus_dir or tmp / "corpus", split=split, errors=errors, progress=progress
+            )
+            cls.write(
+                tmp,
+                store,
+                lang=lang,
+                k1=k1,
+                b=b,
+                include_title=include_title,
+                stemming=stemming,
+                method=method,
+                progress=progress,
+            )
         return Index.load(out)  # type: ignore[return-value]
 
     @classmethod
@@ -111,15 +130,34 @@ class BM25Index(Index):
         detected = lang is None
         lang_v = Lang(lang) if lang else detect_lang(store)
         if method not in BM25_METHODS:
-            raise AnygrainError(f"unknown BM25 method {method!r}: use one of {', '.join(BM25_METHODS)}")
-        cfg = BM25Config(k1=k1, b=b, method=method, include_title=include_title, lang=lang_v.value, stemming=stemming)
-        analyzer = make_analyzer(lang_v) if lang_v is Lang.ZH else make_analyzer(lang_v, stemming=stemming)
-        texts = [passage_field(t, x, include_title) for t, x in zip(store.titles(), store.texts(), strict=True)]
+            raise AnygrainError(
+                f"unknown BM25 method {method!r}: use one of {', '.join(BM25_METHODS)}"
+            )
+        cfg = BM25Config(
+            k1=k1,
+            b=b,
+            method=method,
+            include_title=include_title,
+            lang=lang_v.value,
+            stemming=stemming,
+        )
+        analyzer = (
+            make_analyzer(lang_v) if lang_v is Lang.ZH else make_analyzer(lang_v, stemming=stemming)
+        )
+        texts = [
+            passage_field(t, x, include_title)
+            for t, x in zip(store.titles(), store.texts(), strict=True)
+        ]
         tokens = analyzer.tokenize(texts, progress=progress)
         retriever = bm25s.BM25(k1=k1, b=b, method=cfg.method)
         retriever.index(tokens, show_progress=progress)
         retriever.save(str(out / subdir), show_progress=False)
-        settings = {"bm25": asdict(cfg), "analyzer": analyzer.config(), "lang_detected": detected, "index_seconds": round(time.time() - t0, 3)}
+        settings = {
+            "bm25": asdict(cfg),
+            "analyzer": analyzer.config(),
+            "lang_detected": detected,
+            "index_seconds": round(time.time() - t0, 3),
+        }
         # Relative, so an index directory can be moved with its corpus.
         corpus_rel = Path(os.path.relpath(Path(store.path).resolve(), Path(out).resolve()))
         write_manifest(
@@ -132,12 +170,22 @@ class BM25Index(Index):
         return settings
 
     @classmethod
-    def open(cls, path: Path, manifest: dict[str, Any], *, store: CorpusStore | None = None, subdir: str = "bm25", **options: Any) -> BM25Index:
+    def open(
+        cls,
+        path: Path,
+        manifest: dict[str, Any],
+        *,
+        store: CorpusStore | None = None,
+        subdir: str = "bm25",
+        **options: Any,
+    ) -> BM25Index:
         store = store or open_corpus_of(path, manifest)
         settings = manifest["settings"]
         cfg = BM25Config(**settings["bm25"])
         retriever = bm25s.BM25.load(str(path / subdir), mmap=True, show_progress=False)
-        return cls(path, manifest, store, retriever, analyzer_from_config(settings["analyzer"]), cfg)
+        return cls(
+            path, manifest, store, retriever, analyzer_from_config(settings["analyzer"]), cfg
+        )
 
     def score_rows(self, queries: Sequence[str], rows: np.ndarray) -> np.ndarray:
         """Exact BM25 scores of given passage rows (n_queries, n_rows), e.g. for fusion."""
@@ -170,12 +218,13 @@ class BM25Index(Index):
         vocab = self.retriever.vocab_dict
         known = [i for i, t in enumerate(tokens) if any(w in vocab for w in t)]
         if known:
-            res_rows, res_scores = self.retriever.retrieve([[w for w in tokens[i] if w in vocab] for i in known], k=k_eff, show_progress=False)
-            for j, i in enumerate(known):
-                keep = res_scores[j] > 0  # a zero score means no query term occurs
-                m = int(keep.sum())
-                rows[i, :m] = res_rows[j][keep]
-                scores[i, :m] = res_scores[j][keep]
+            res_rows, res_scores = self.retriever.retrieve(
+                [[w for w in tokens[i] if w in vocab] for i in known], k=k_eff, show_progress=False
+            )
+            # A zero score means no query term occurs: report no hit rather than a random row.
+            res_rows = np.where(res_scores > 0, res_rows, -1)
+            rows[known, :k_eff] = res_rows
+            scores[known, :k_eff] = np.where(res_scores > 0, res_scores, 0)
         return rows, scores
 
 
@@ -187,7 +236,7 @@ def open_corpus_of(path: Path, manifest: dict[str, Any]) -> CorpusStore:
         cpath = path / cpath
     store = CorpusStore(cpath)
     if info.get("checksum") and store.checksum != info["checksum"]:
-        raise AnygrainError(f"{path}: corpus at {cpath} changed since the index was built (checksum mismatch); rebuild the index")
+        raise AnygrainError(
+            f"{path}: corpus at {cpath} changed since the index was built (checksum mismatch); rebuild the index"
+        )
     return store
-
-

@@ -37,7 +37,11 @@ class Tokenized:
         width = max(len(self.input_ids[i]) for i in rows)
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
-        types = torch.zeros((len(rows), width), dtype=torch.long) if self.token_type_ids is not None else None
+        types = (
+            torch.zeros((len(rows), width), dtype=torch.long)
+            if self.token_type_ids is not None
+            else None
+        )
         for r, i in enumerate(rows):
             n = len(self.input_ids[i])
             ids[r, :n] = torch.tensor(self.input_ids[i])
@@ -50,20 +54,30 @@ class Tokenized:
         return out
 
 
-def tokenize(encoder: TextEncoder, texts: Sequence[str], titles: Sequence[str] | None = None) -> Tokenized:
+def tokenize(
+    encoder: TextEncoder, texts: Sequence[str], titles: Sequence[str] | None = None
+) -> Tokenized:
     enc = encoder.tokenize(list(texts), list(titles) if titles is not None else None, padding=False)
     tt = enc.get("token_type_ids")
-    return Tokenized(list(enc["input_ids"]), list(tt) if tt is not None else None, int(encoder.tokenizer.pad_token_id or 0))
+    return Tokenized(
+        list(enc["input_ids"]),
+        list(tt) if tt is not None else None,
+        int(encoder.tokenizer.pad_token_id or 0),
+    )
 
 
-def forward_rows(encoder: TextEncoder, tok: Tokenized, rows: Sequence[int] | np.ndarray, *, bf16: bool = False) -> torch.Tensor:
+def forward_rows(
+    encoder: TextEncoder, tok: Tokenized, rows: Sequence[int] | np.ndarray, *, bf16: bool = False
+) -> torch.Tensor:
     """Float32 vectors of ``rows`` (grad follows the caller's mode)."""
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         emb = encoder(**tok.tensors(rows))
     return emb.float()
 
 
-def encode_with_grad(encoder: TextEncoder, tok: Tokenized, chunk_size: int, *, bf16: bool = False) -> torch.Tensor:
+def encode_with_grad(
+    encoder: TextEncoder, tok: Tokenized, chunk_size: int, *, bf16: bool = False
+) -> torch.Tensor:
     """All rows of ``tok`` in input order, encoded in length-sorted chunks."""
     parts: list[torch.Tensor] = []
     order: list[np.ndarray] = []

@@ -48,7 +48,12 @@ def latest_checkpoint(out: Path) -> Path | None:
 def save_checkpoint(out: Path, state: dict[str, Any], *, global_step: int, keep: int = 2) -> Path:
     """Write ``state`` for ``global_step`` atomically; keep the newest ``keep`` checkpoints."""
     path = checkpoint_dir(out) / f"step-{global_step:09d}.pt"
-    payload = {"format": FORMAT, "format_version": FORMAT_VERSION, "global_step": global_step, **state}
+    payload = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "global_step": global_step,
+        **state,
+    }
     with atomic_path(path) as tmp:
         torch.save(payload, tmp)
     for old in list_checkpoints(out)[:-keep]:
@@ -64,11 +69,15 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise AnygrainError(f"{path}: not an anygrain training checkpoint")
     if state.get("format_version") != FORMAT_VERSION:
-        raise AnygrainError(f"{path}: checkpoint format {state.get('format_version')}, expected {FORMAT_VERSION}")
+        raise AnygrainError(
+            f"{path}: checkpoint format {state.get('format_version')}, expected {FORMAT_VERSION}"
+        )
     return state
 
 
-def check_compatible(state: dict[str, Any], trajectory: dict[str, Any], data_fingerprint: str, path: Path) -> None:
+def check_compatible(
+    state: dict[str, Any], trajectory: dict[str, Any], data_fingerprint: str, path: Path
+) -> None:
     """Refuse to resume under other settings or data: the result would match neither run."""
     saved = json.loads(state["trajectory"])
     if saved != trajectory:
@@ -78,7 +87,9 @@ def check_compatible(state: dict[str, Any], trajectory: dict[str, Any], data_fin
             f"train into a new directory, or restart with --no-resume"
         )
     if state["data_fingerprint"] != data_fingerprint:
-        raise AnygrainError(f"{path}: checkpoint was made on different training data; train into a new directory, or restart with --no-resume")
+        raise AnygrainError(
+            f"{path}: checkpoint was made on different training data; train into a new directory, or restart with --no-resume"
+        )
 
 
 def remove_checkpoints(out: Path) -> None:

@@ -67,7 +67,9 @@ class DprTrainConfig:
         try:
             self.mode = TrainMode(self.mode)
         except ValueError:
-            raise AnygrainError(f"unknown training mode {self.mode!r}: use {' or '.join(m.value for m in TrainMode)}") from None
+            raise AnygrainError(
+                f"unknown training mode {self.mode!r}: use {' or '.join(m.value for m in TrainMode)}"
+            ) from None
         if isinstance(self.train, str):
             self.train = [self.train]
         self.train = [str(t) for t in self.train]
@@ -78,7 +80,15 @@ class DprTrainConfig:
         problems = []
         if not self.train:
             problems.append("no training data (--train)")
-        for name in ("epochs", "batch_size", "max_query_length", "max_passage_length", "grad_cache_chunk", "encode_batch_size", "bm25_depth"):
+        for name in (
+            "epochs",
+            "batch_size",
+            "max_query_length",
+            "max_passage_length",
+            "grad_cache_chunk",
+            "encode_batch_size",
+            "bm25_depth",
+        ):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1")
         if self.hard_negatives < 0:

@@ -47,6 +47,7 @@ from anygrain.train.checkpoint import (
 )
 from anygrain.train.config import DprTrainConfig, TrainMode
 from anygrain.train.dpr_data import (
+    Ctx,
     TrainExample,
     TrainingData,
     load_training_data,
@@ -132,12 +133,20 @@ def _temperature(config: DprTrainConfig, model: BiEncoder) -> float:
 
 def _param_groups(module: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """No decay on biases and LayerNorm weights (BERT/DPR practice)."""
-    decay, no_decay = [], []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
     for name, p in module.named_parameters():
         if not p.requires_grad:
             continue
-        (no_decay if name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        (
+            no_decay
+            if name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name
+            else decay
+        ).append(p)
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
 
 
 class _Log:
@@ -151,7 +160,11 @@ class _Log:
         """Drop records a resumed run will write again."""
         if not self.path.exists():
             return
-        keep = [ln for ln in self.path.read_text(encoding="utf-8").splitlines() if ln.strip() and json.loads(ln).get("step", 0) <= step]
+        keep = [
+            ln
+            for ln in self.path.read_text(encoding="utf-8").splitlines()
+            if ln.strip() and json.loads(ln).get("step", 0) <= step
+        ]
         atomic_write_text(self.path, "".join(ln + "\n" for ln in keep))
 
     def write(self, record: dict[str, Any]) -> None:
@@ -172,7 +185,15 @@ class _Log:
 
 # --- the trainer -------------------------------------------------------------------------------
 class _Trainer:
-    def __init__(self, config: DprTrainConfig, model: BiEncoder, data: TrainingData, out: Path, log: _Log, progress: bool) -> None:
+    def __init__(
+        self,
+        config: DprTrainConfig,
+        model: BiEncoder,
+        data: TrainingData,
+        out: Path,
+        log: _Log,
+        progress: bool,
+    ) -> None:
         self.cfg = config
         self.model = model
         self.data = data
@@ -193,10 +214,14 @@ class _Trainer:
         n = len(self.examples)
         self.steps_per_epoch = math.ceil(n / config.batch_size)
         self.total_steps = self.steps_per_epoch * config.epochs
-        self.optimizer = torch.optim.AdamW(_param_groups(self.trainable, config.weight_decay), lr=config.lr)
+        self.optimizer = torch.optim.AdamW(
+            _param_groups(self.trainable, config.weight_decay), lr=config.lr
+        )
         from transformers import get_linear_schedule_with_warmup
 
-        self.scheduler = get_linear_schedule_with_warmup(self.optimizer, int(config.warmup_ratio * self.total_steps), self.total_steps)
+        self.scheduler = get_linear_schedule_with_warmup(
+            self.optimizer, int(config.warmup_ratio * self.total_steps), self.total_steps
+        )
         self.epoch = 0
         self.step_in_epoch = 0
         self.global_step = 0
@@ -221,15 +246,26 @@ class _Trainer:
         fp = self.data.pool.fingerprint()
         cache = self.out / CACHE_DIR
         corpus_dir, bm25_dir = cache / f"corpus-{fp}", cache / f"bm25-{fp}"
-        store = CorpusStore(corpus_dir) if (corpus_dir / "corpus.json").exists() else CorpusStore.build(self.data.pool.documents(), corpus_dir, progress=self.progress)
+        store = (
+            CorpusStore(corpus_dir)
+            if (corpus_dir / "corpus.json").exists()
+            else CorpusStore.build(self.data.pool.documents(), corpus_dir, progress=self.progress)
+        )
         try:
             index = Index.load(bm25_dir, store=store)
         except AnygrainError:
             index = BM25Index.build_from(store, bm25_dir, progress=self.progress)
         self.examples, report = mine_bm25_hard_negatives(
-            self.examples, store, index, n=self.cfg.hard_negatives, depth=self.cfg.bm25_depth, progress=self.progress
+            self.examples,
+            store,
+            index,
+            n=self.cfg.hard_negatives,
+            depth=self.cfg.bm25_depth,
+            progress=self.progress,
         )
-        self.log.say(report.summary(), self.global_step, mined=report.mined, without=report.n_without)
+        self.log.say(
+            report.summary(), self.global_step, mined=report.mined, without=report.n_without
+        )
 
     def _cache_passages(self) -> None:
         pool = self.data.pool
@@ -237,7 +273,9 @@ class _Trainer:
         self.row_of = {pid: i for i, pid in enumerate(ids)}
         titles = [pool.passages[i][1] for i in ids]
         texts = [pool.passages[i][2] for i in ids]
-        key = cache_key(self.model, pool.fingerprint(), include_title=self.cfg.include_title, bf16=self.cfg.bf16)
+        key = cache_key(
+            self.model, pool.fingerprint(), include_title=self.cfg.include_title, bf16=self.cfg.bf16
+        )
         t0 = time.time()
         vecs = cached_passage_vectors(
             self.model,
@@ -251,7 +289,11 @@ class _Trainer:
             progress=self.progress,
         )
         self.passage_vecs = torch.from_numpy(np.array(vecs, dtype=np.float32))
-        self.log.say(f"{len(ids)} passage vectors ready ({time.time() - t0:.1f}s)", self.global_step, passages=len(ids))
+        self.log.say(
+            f"{len(ids)} passage vectors ready ({time.time() - t0:.1f}s)",
+            self.global_step,
+            passages=len(ids),
+        )
 
     # -- checkpoints ---------------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
@@ -275,7 +317,12 @@ class _Trainer:
 
     def resume_from(self, path: Path) -> None:
         state = load_checkpoint(path)
-        check_compatible(state, json.loads(json.dumps(self.cfg.trajectory(), sort_keys=True)), self.data_fingerprint, path)
+        check_compatible(
+            state,
+            json.loads(json.dumps(self.cfg.trajectory(), sort_keys=True)),
+            self.data_fingerprint,
+            path,
+        )
         self.model.question.load_state_dict(state["weights"]["question"])
         if "passage" in state["weights"]:
             self.model.passage.load_state_dict(state["weights"]["passage"])
@@ -286,7 +333,10 @@ class _Trainer:
         self.epoch, self.step_in_epoch = int(state["epoch"]), int(state["step_in_epoch"])
         self.global_step = int(state["global_step"])
         self.log.truncate_after(self.global_step)
-        self.log.say(f"resumed from {path.name} (epoch {self.epoch + 1}, step {self.step_in_epoch})", self.global_step)
+        self.log.say(
+            f"resumed from {path.name} (epoch {self.epoch + 1}, step {self.step_in_epoch})",
+            self.global_step,
+        )
 
     # -- one step ---------------------------------------------------------------------------------------
     def batch_rows(self, epoch: int, step: int) -> np.ndarray:
@@ -306,16 +356,23 @@ class _Trainer:
             assert self.passage_vecs is not None
             target = torch.tensor([self.row_of[ex.positive[0]] for ex in exs])
             vecs = self.passage_vecs
-            return self._backward([Side(self.model.question, q_tok)], lambda q: full_softmax_nll(q, vecs, target, scale=self.scale))
+            return self._backward(
+                [Side(self.model.question, q_tok)],
+                lambda q: full_softmax_nll(q, vecs, target, scale=self.scale),
+            )
         rng = np.random.default_rng([self.cfg.seed, epoch, step])
-        negs = []
+        negs: list[Ctx] = []
         for ex in exs:
             hn = ex.hard_negatives
             k = min(self.cfg.hard_negatives, len(hn))
             # DPR shuffles each question's hard negatives and takes the first ones.
             negs.extend(hn[j] for j in (rng.permutation(len(hn))[:k] if len(hn) > k else range(k)))
         ctxs = [ex.positive for ex in exs] + negs
-        p_tok = tokenize(self.model.passage, [c[2] for c in ctxs], [c[1] for c in ctxs] if self.cfg.include_title else None)
+        p_tok = tokenize(
+            self.model.passage,
+            [c[2] for c in ctxs],
+            [c[1] for c in ctxs] if self.cfg.include_title else None,
+        )
         exclude = false_negative_mask([ex.positive[0] for ex in exs], [c[0] for c in ctxs])
         b = len(exs)
         return self._backward(
@@ -331,7 +388,12 @@ class _Trainer:
         if cfg.mode is TrainMode.QUERY_SIDE:
             self.model.passage.eval()
         bar = progress_bar(
-            range(self.global_step, self.total_steps), desc="training", unit="step", total=self.total_steps, initial=self.global_step, disable=not self.progress
+            range(self.global_step, self.total_steps),
+            desc="training",
+            unit="step",
+            total=self.total_steps,
+            initial=self.global_step,
+            disable=not self.progress,
         )
         self.rng_state = torch.get_rng_state()
         t_start = time.time()
@@ -374,16 +436,26 @@ class _Trainer:
                         }
                     )
                     t_log, n_log, loss_sum, n_steps = time.time(), 0, 0.0, 0
-                if end_of_epoch or (cfg.checkpoint_every and self.global_step % cfg.checkpoint_every == 0):
+                if end_of_epoch or (
+                    cfg.checkpoint_every and self.global_step % cfg.checkpoint_every == 0
+                ):
                     self.save_checkpoint()
                 if on_step is not None:
                     on_step(self.global_step)
         except KeyboardInterrupt:
             path = self.save_checkpoint()
-            self.log.say(f"interrupted: checkpoint {path} (rerun to resume)", self.global_step, event_kind="interrupted")
+            self.log.say(
+                f"interrupted: checkpoint {path} (rerun to resume)",
+                self.global_step,
+                event_kind="interrupted",
+            )
             raise
         elapsed = time.time() - t_start
-        return {"examples": examples_done, "seconds": round(elapsed, 2), "examples_per_s": round(examples_done / elapsed, 3) if elapsed > 0 else None}
+        return {
+            "examples": examples_done,
+            "seconds": round(elapsed, 2),
+            "examples_per_s": round(examples_done / elapsed, 3) if elapsed > 0 else None,
+        }
 
 
 def _already_done(out: Path, config: DprTrainConfig, data_fingerprint: str) -> bool:
@@ -417,7 +489,9 @@ def train_dpr(
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     log = _Log(out / LOG_FILE, echo=progress)
-    data = load_training_data(config.train, errors=errors, max_examples=config.max_examples, seed=config.seed)
+    data = load_training_data(
+        config.train, errors=errors, max_examples=config.max_examples, seed=config.seed
+    )
     fingerprint = data.fingerprint()
     if resume and _already_done(out, config, fingerprint):
         if progress:

@@ -19,7 +19,6 @@ import hashlib
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 
@@ -92,7 +91,9 @@ class PassagePool:
     def documents(self) -> Iterator[SourceDocument]:
         """One document per passage, pre-cut, for :meth:`CorpusStore.build`."""
         for pid, title, text in self.passages.values():
-            yield SourceDocument(doc_id=pid, title=title, text=text, passages=[Span(0, len(text), id=pid)])
+            yield SourceDocument(
+                doc_id=pid, title=title, text=text, passages=[Span(0, len(text), id=pid)]
+            )
 
 
 @dataclass
@@ -105,7 +106,11 @@ class TrainingData:
         """Identifies the examples (and their order), so a checkpoint only resumes on the same data."""
         h = hashlib.sha256(self.pool.fingerprint().encode())
         for ex in self.examples:
-            h.update(json.dumps([ex.qid, ex.question, ex.positive[0], [c[0] for c in ex.hard_negatives]]).encode())
+            h.update(
+                json.dumps(
+                    [ex.qid, ex.question, ex.positive[0], [c[0] for c in ex.hard_negatives]]
+                ).encode()
+            )
         return h.hexdigest()[:16]
 
 
@@ -129,7 +134,9 @@ def _add_dpr(src: Source, data: TrainingData, errors: ErrorLog) -> None:
             continue
         pos = data.pool.add(*ex.positives[0])
         hard = [data.pool.add(*c) for c in ex.hard_negatives]
-        data.examples.append(TrainExample(f"{src.path.name}:{ex.line}", ex.question, list(ex.answers), pos, hard))
+        data.examples.append(
+            TrainExample(f"{src.path.name}:{ex.line}", ex.question, list(ex.answers), pos, hard)
+        )
 
 
 def _add_documents_and_questions(src: Source, data: TrainingData, errors: ErrorLog) -> None:
@@ -138,7 +145,9 @@ def _add_documents_and_questions(src: Source, data: TrainingData, errors: ErrorL
         for sp in doc.passages or []:
             if sp.id is None:
                 continue
-            local[sp.id] = data.pool.add(sp.id, sp.title if sp.title is not None else doc.title, doc.text[sp.start : sp.end])
+            local[sp.id] = data.pool.add(
+                sp.id, sp.title if sp.title is not None else doc.title, doc.text[sp.start : sp.end]
+            )
     for q in src.questions(errors):
         if not q.answers:
             # SQuAD 2.0 unanswerable questions: the paragraph is not a positive for them.
@@ -146,9 +155,15 @@ def _add_documents_and_questions(src: Source, data: TrainingData, errors: ErrorL
             continue
         gold = next((local[g] for g in q.gold if g in local), None)
         if gold is None:
-            data.dropped["gold passage not found"] = data.dropped.get("gold passage not found", 0) + 1
+            data.dropped["gold passage not found"] = (
+                data.dropped.get("gold passage not found", 0) + 1
+            )
             continue
-        data.examples.append(TrainExample(f"{src.path.name}:{q.id}", q.text, list(q.answers), gold, [], q.answers_are_regex))
+        data.examples.append(
+            TrainExample(
+                f"{src.path.name}:{q.id}", q.text, list(q.answers), gold, [], q.answers_are_regex
+            )
+        )
 
 
 def load_training_data(
@@ -175,7 +190,10 @@ def load_training_data(
         keep = np.sort(np.random.default_rng(seed).permutation(len(data.examples))[:max_examples])
         data.examples = [data.examples[i] for i in keep]
     if not data.examples:
-        raise AnygrainError(f"no training examples in {', '.join(specs)}" + (f" (dropped: {data.dropped})" if data.dropped else ""))
+        raise AnygrainError(
+            f"no training examples in {', '.join(specs)}"
+            + (f" (dropped: {data.dropped})" if data.dropped else "")
+        )
     return data
 
 
@@ -220,7 +238,9 @@ def mine_bm25_hard_negatives(
         return out, report
     search_rows = bm25_index.search_rows  # type: ignore[attr-defined]
     batches = [todo[s : s + batch_size] for s in range(0, len(todo), batch_size)]
-    for batch in progress_bar(batches, desc="mining BM25 hard negatives", unit="batch", disable=not progress):
+    for batch in progress_bar(
+        batches, desc="mining BM25 hard negatives", unit="batch", disable=not progress
+    ):
         rows, _ = search_rows([out[i].question for i in batch], depth)
         needed = np.unique(rows[rows >= 0])
         ids = dict(zip(needed.tolist(), store.column("id", needed), strict=True))
@@ -234,7 +254,11 @@ def mine_bm25_hard_negatives(
             for r in hits.tolist():
                 if r < 0:
                     break
-                if ids[r] == ex.positive[0] or texts[r].strip() == pos_text or matcher.in_text(texts[r]):
+                if (
+                    ids[r] == ex.positive[0]
+                    or texts[r].strip() == pos_text
+                    or matcher.in_text(texts[r])
+                ):
                     continue
                 found.append((ids[r], titles[r], texts[r]))
                 if len(found) == n:
@@ -245,4 +269,3 @@ def mine_bm25_hard_negatives(
                 report.without.append(ex.qid)
             out[i] = replace(ex, hard_negatives=found)
     return out, report
-

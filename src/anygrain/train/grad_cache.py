@@ -34,7 +34,9 @@ class Side:
     tok: Tokenized
 
 
-def backward_plain(sides: list[Side], loss_fn: LossFn, *, chunk_size: int, bf16: bool = False) -> float:
+def backward_plain(
+    sides: list[Side], loss_fn: LossFn, *, chunk_size: int, bf16: bool = False
+) -> float:
     """Encode with a graph, ``loss_fn(*reps).backward()``; returns the loss."""
     reps = [encode_with_grad(s.encoder, s.tok, chunk_size, bf16=bf16) for s in sides]
     loss = loss_fn(*reps)
@@ -42,7 +44,9 @@ def backward_plain(sides: list[Side], loss_fn: LossFn, *, chunk_size: int, bf16:
     return float(loss.detach())
 
 
-def backward_grad_cache(sides: list[Side], loss_fn: LossFn, *, chunk_size: int, bf16: bool = False) -> float:
+def backward_grad_cache(
+    sides: list[Side], loss_fn: LossFn, *, chunk_size: int, bf16: bool = False
+) -> float:
     """Same gradients as :func:`backward_plain`, holding one chunk's activations at a time."""
     plans: list[tuple[list[np.ndarray], list[torch.Tensor]]] = []
     leaves: list[torch.Tensor] = []

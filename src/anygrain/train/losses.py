@@ -13,7 +13,9 @@ import torch
 import torch.nn.functional as F
 
 
-def _masked_ce(scores: torch.Tensor, target: torch.Tensor, exclude: torch.Tensor | None) -> torch.Tensor:
+def _masked_ce(
+    scores: torch.Tensor, target: torch.Tensor, exclude: torch.Tensor | None
+) -> torch.Tensor:
     if exclude is not None:
         # Excluded columns are false negatives (the same passage as the target, seen again).
         scores = scores.masked_fill(exclude, float("-inf"))
@@ -35,7 +37,9 @@ def dpr_nll(
     ``scale`` multiplies the dot products (1/temperature).  ``exclude`` is a boolean
     ``(B, B + M)`` mask of columns to drop from a row's softmax; it must not cover the target.
     """
-    passages = p_pos if p_neg_hard is None or p_neg_hard.shape[0] == 0 else torch.cat([p_pos, p_neg_hard])
+    passages = (
+        p_pos if p_neg_hard is None or p_neg_hard.shape[0] == 0 else torch.cat([p_pos, p_neg_hard])
+    )
     scores = (q @ passages.T) * scale
     target = torch.arange(q.shape[0], device=q.device)
     return _masked_ce(scores, target, exclude)

@@ -27,7 +27,9 @@ BLOCK = 2048
 
 def cache_key(model: BiEncoder, pool_fingerprint: str, *, include_title: bool, bf16: bool) -> str:
     enc = model.passage.config.to_dict()
-    spec = json.dumps([pool_fingerprint, model.passage_fingerprint(), enc, include_title, bf16], sort_keys=True)
+    spec = json.dumps(
+        [pool_fingerprint, model.passage_fingerprint(), enc, include_title, bf16], sort_keys=True
+    )
     return hashlib.sha256(spec.encode()).hexdigest()[:16]
 
 
@@ -59,14 +61,25 @@ def cached_passage_vectors(
         done = int(json.loads(marker.read_text()).get("done", 0))
         mm = np.lib.format.open_memmap(partial, mode="r+")
         if mm.shape != (n, dim):
-            done, mm = 0, np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32, shape=(n, dim))
+            done, mm = (
+                0,
+                np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32, shape=(n, dim)),
+            )
     else:
         mm = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32, shape=(n, dim))
-    bar = progress_bar(range(done, n, BLOCK), desc="caching passage vectors", unit="block", disable=not progress, total=len(range(done, n, BLOCK)))
+    bar = progress_bar(
+        range(done, n, BLOCK),
+        desc="caching passage vectors",
+        unit="block",
+        disable=not progress,
+        total=len(range(done, n, BLOCK)),
+    )
     for start in bar:
         end = min(start + BLOCK, n)
         t = list(titles[start:end]) if include_title else None
-        mm[start:end] = model.passage.encode(list(texts[start:end]), t, batch_size=batch_size, bf16=bf16)
+        mm[start:end] = model.passage.encode(
+            list(texts[start:end]), t, batch_size=batch_size, bf16=bf16
+        )
         mm.flush()
         atomic_write_text(marker, json.dumps({"done": end}))
     del mm

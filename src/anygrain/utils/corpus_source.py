@@ -9,7 +9,14 @@ from anygrain.corpus.store import MANIFEST, CorpusStore
 from anygrain.errors import ErrorLog
 
 
-def open_or_build_corpus(source: Any, out: Path, *, split: str | None = None, errors: ErrorLog | None = None, progress: bool = True) -> CorpusStore:
+def open_or_build_corpus(
+    source: Any,
+    out: Path,
+    *,
+    split: str | None = None,
+    errors: ErrorLog | None = None,
+    progress: bool = True,
+) -> CorpusStore:
     """An existing :class:`CorpusStore` or corpus directory is reused; anything else is read into ``out``."""
     if isinstance(source, CorpusStore):
         return source

@@ -10,6 +10,16 @@ from tqdm.auto import tqdm
 T = TypeVar("T")
 
 
-def progress_bar(items: Iterable[T], *, desc: str, unit: str = "it", total: int | None = None, disable: bool = False, **kw: Any) -> Iterator[T]:
+def progress_bar(
+    items: Iterable[T],
+    *,
+    desc: str,
+    unit: str = "it",
+    total: int | None = None,
+    disable: bool = False,
+    **kw: Any,
+) -> Iterator[T]:
     """tqdm on stderr; disabled for quiet runs and when callers ask."""
-    return iter(tqdm(items, desc=desc, unit=unit, total=total, disable=disable, dynamic_ncols=True, **kw))
+    return iter(
+        tqdm(items, desc=desc, unit=unit, total=total, disable=disable, dynamic_ncols=True, **kw)
+    )

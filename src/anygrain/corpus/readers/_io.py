@@ -262,9 +262,9 @@ def split_tsv(line: str, ncols: int | None = None) -> list[str]:
     CSV rejects.  A line is parsed as CSV when that succeeds (and gives
     ``ncols`` fields), else split on tabs as is.  Records never span lines.
     """
-    if '"' not in line:
-        return line.split("\t")
     raw = line.split("\t")
+    if not line.startswith('"') and '\t"' not in line:
+        return raw  # quoting applies only to fields that start with a quote
     try:
         row = next(csv.reader([line], delimiter="\t", strict=True))
     except csv.Error:
@@ -346,7 +346,7 @@ def first_line(path: Path, limit: int = 65536) -> str:
 
 
 @functools.lru_cache(maxsize=16)
-def _first_json_object(path: str, _mtime: int, _size: int) -> dict[str, Any] | None:
+def _first_json_object(path: str, _stamp: tuple[int, int, int, bytes]) -> dict[str, Any] | None:
     with open(path, "rb") as f:
         raw = b""
         for _ in range(64):
@@ -364,8 +364,14 @@ def _first_json_object(path: str, _mtime: int, _size: int) -> dict[str, Any] | N
 
 
 def first_json_object(path: Path) -> dict[str, Any] | None:
-    """The first non-blank line parsed as a JSON object, or None; cached across sniffers."""
+    """The first non-blank line parsed as a JSON object, or None; cached across sniffers.
+
+    The cache key holds the file's size, times and first 4 KiB, so a rewritten file
+    is parsed again.
+    """
     if not path.is_file():
         return None
     st = os.stat(path)
-    return _first_json_object(str(path), st.st_mtime_ns, st.st_size)
+    with open(path, "rb") as f:
+        start = f.read(4096)
+    return _first_json_object(str(path), (st.st_size, st.st_mtime_ns, st.st_ino, start))

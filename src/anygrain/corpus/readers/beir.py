@@ -73,8 +73,9 @@ def qrels_file(path: Path) -> Path:
 
 
 def read_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
-    corpus = path if path.is_file() and path.suffix == ".jsonl" else _root(path) / "corpus.jsonl"
-    if corpus.name != "corpus.jsonl" or not corpus.is_file():
+    """``corpus.jsonl`` of the dataset ``path`` is in (or names)."""
+    corpus = _root(path) / "corpus.jsonl"
+    if not corpus.is_file():
         raise InputError("no corpus.jsonl in this BEIR directory", path=str(_root(path)))
     return iter_documents(corpus, errors, passages=True)
 
@@ -137,6 +138,7 @@ def _is_int(text: str) -> bool:
 
 
 def read_questions(path: Path, errors: ErrorLog) -> Questions:
+    """The queries judged in one qrels split (see the module doc for which)."""
     root = _root(path)
     queries_path = root / "queries.jsonl"
     if not queries_path.is_file():

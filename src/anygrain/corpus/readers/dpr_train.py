@@ -90,6 +90,7 @@ def _contexts(obj: dict[str, Any], key: str, *, path: Path, line: int) -> list[C
 
 
 def example_from_record(obj: Any, *, path: Path, line: int) -> DprExample:
+    """One decoded record, checked field by field."""
     if not isinstance(obj, dict):
         raise InputError(
             f"expected a JSON object, got {type(obj).__name__}", path=str(path), line=line
@@ -127,6 +128,7 @@ def read_dpr_training(path: Path, errors: ErrorLog) -> list[DprExample]:
 
 
 def read_questions(path: Path, errors: ErrorLog) -> Questions:
+    """Training records as questions: gold = distinct positive passage ids."""
     out = [
         Question(
             id=str(ex.line),

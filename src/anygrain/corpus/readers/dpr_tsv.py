@@ -128,15 +128,15 @@ def _row(
     fields: list[str], cols: tuple[int, int, int], path: Path, line: int
 ) -> tuple[str, str, str]:
     if len(fields) != 3:
-        missing = COLUMNS[len(fields)] if len(fields) < 3 else None
+        by_pos = {pos: name for pos, name in zip(cols, COLUMNS, strict=True)}
+        missing = by_pos[len(fields)] if len(fields) < 3 else None
         raise InputError(
             f"expected 3 tab-separated columns (id, text, title), got {len(fields)}",
             path=str(path),
             line=line,
             field=missing,
         )
-    pid, text, title = (fields[c] for c in cols)
-    pid = pid.strip()
+    pid, text, title = fields[cols[0]].strip(), fields[cols[1]], fields[cols[2]]
     if not pid:
         raise InputError("empty id", path=str(path), line=line, field="id")
     if not text.strip():

@@ -1,6 +1,6 @@
 """A JSONL corpus: one document per line, ``{"id", "title"?, "text", ...}``.
 
-Each record is a whole document left for a splitter to cut (``passages=None``).
+``title`` may be absent or null.  Each record is a whole document left for a splitter to cut (``passages=None``).
 Other fields are kept in ``meta``.  For convenience the id may be spelled
 ``_id`` (a BEIR ``corpus.jsonl``) and the text ``contents`` (Pyserini's
 JsonCollection); the spelling found is not recorded.
@@ -53,7 +53,9 @@ def document_from_record(
     id_key, text_key = _pick(obj, ID_KEYS), _pick(obj, TEXT_KEYS)
     doc_id = require_id(obj, id_key, path=path, line=line)
     text = require_text(obj, text_key, path=path, line=line)
-    title = require(obj, "title", str, path=path, line=line) if "title" in obj else ""
+    title = ""
+    if obj.get("title") is not None:  # absent or null: untitled
+        title = require(obj, "title", str, path=path, line=line)
     meta = {k: v for k, v in obj.items() if k not in (id_key, text_key, "title")}
     return SourceDocument(
         doc_id=doc_id,
@@ -92,6 +94,7 @@ def iter_documents(path: Path, errors: ErrorLog, *, passages: bool) -> Iterator[
 
 
 def read_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
+    """Whole documents, left for the splitter."""
     return iter_documents(path, errors, passages=False)
 
 

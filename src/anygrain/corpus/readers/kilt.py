@@ -38,6 +38,7 @@ def sniff(path: Path) -> bool:
 
 
 def question_from_kilt(obj: dict[str, Any], *, path: Path, line: int) -> Question:
+    """One KILT record; answers and page ids deduplicated in order."""
     qid = require_id(obj, "id", path=path, line=line)
     text = require_text(obj, "input", path=path, line=line)
     outputs = require(obj, "output", list, path=path, line=line) if "output" in obj else []
@@ -80,6 +81,7 @@ def question_from_kilt(obj: dict[str, Any], *, path: Path, line: int) -> Questio
 
 
 def read_questions(path: Path, errors: ErrorLog) -> Questions:
+    """All records of a KILT file, ids unique."""
     out: list[Question] = []
     seen: set[str] = set()
     for line, obj in iter_jsonl(path, errors):

@@ -143,6 +143,7 @@ def read_multicpr_questions(path: Path, errors: ErrorLog, prefix: str = "") -> Q
 
 
 def read_questions(path: Path, errors: ErrorLog) -> Questions:
+    """Registered reader: no id prefix."""
     return read_multicpr_questions(path, errors)
 
 

@@ -38,6 +38,7 @@ def is_question_record(obj: dict[str, Any] | None) -> bool:
 
 
 def sniff(path: Path) -> bool:
+    """The first line is a question record."""
     return is_question_record(first_json_object(path))
 
 
@@ -69,6 +70,7 @@ def add_unique(
 
 
 def read_questions(path: Path, errors: ErrorLog) -> Questions:
+    """All records, ids unique."""
     out: list[Question] = []
     seen: set[str] = set()
     for line, obj in iter_jsonl(path, errors):

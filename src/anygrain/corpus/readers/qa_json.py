@@ -43,6 +43,7 @@ def sniff(path: Path) -> bool:
 
 
 def question_from_record(obj: Any, *, path: Path, line: int) -> Question:
+    """One element of ``data``."""
     if not isinstance(obj, dict):
         raise InputError(
             f"expected a JSON object, got {type(obj).__name__}", path=str(path), line=line
@@ -59,6 +60,7 @@ def question_from_record(obj: Any, *, path: Path, line: int) -> Question:
 
 
 def read_questions(path: Path, errors: ErrorLog) -> Questions:
+    """All elements of ``data``, ids unique."""
     out: list[Question] = []
     seen: set[str] = set()
     for line, obj in iter_json_array(path, "data"):

@@ -160,7 +160,9 @@ def read_questions(path: Path, errors: ErrorLog) -> Questions:
                 except InputError as e:
                     # Finding the line scans the file, so it is done only for bad records.
                     qid = qa.get("id") if isinstance(qa, dict) else None
-                    e.line = loc.line_of(str(qid), str(qa.get("question", "")) if isinstance(qa, dict) else "")
+                    e.line = loc.line_of(
+                        str(qid), str(qa.get("question", "")) if isinstance(qa, dict) else ""
+                    )
                     errors.handle(e)
                     continue
                 if q.id in seen:

@@ -48,6 +48,7 @@ def _claimed_elsewhere(path: Path) -> bool:
 
 
 def sniff(path: Path) -> bool:
+    """A .txt file or a directory holding some, that no other format claims."""
     if path.is_file():
         return path.suffix.lower() in SUFFIXES and not _claimed_elsewhere(path)
     if path.is_dir():
@@ -58,6 +59,7 @@ def sniff(path: Path) -> bool:
 
 
 def read_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
+    """One document per file; unreadable or empty files go to ``errors``."""
     base = path.parent if path.is_file() else path
     n_docs = 0
     for file in text_files(path):

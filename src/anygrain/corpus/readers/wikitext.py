@@ -60,6 +60,7 @@ class _Article:
 
 
 def read_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
+    """Stream articles; paragraphs are passages, headings only text."""
     names = UniqueNames()
     art: _Article | None = None
     n_docs = 0

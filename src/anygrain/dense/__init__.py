@@ -1,0 +1,1 @@
+"""Dense retrieval: passage vectors from a bi-encoder, in resumable shards, searched with FAISS."""

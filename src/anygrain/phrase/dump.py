@@ -1,0 +1,238 @@
+"""Dumping phrase vectors: every passage encoded once, filtered tokens kept as float16.
+
+Encoding a corpus takes hours, so it runs in shards of passages that are written
+atomically and recorded in ``dump.json`` as they finish; a rerun skips finished
+shards and, because a shard is always encoded as one unit, ends with the same
+arrays as an uninterrupted run.  A dump started by another model, corpus or
+threshold is never resumed (it is started again): mixing vectors from two
+encoders would silently corrupt the index.
+
+Once all shards exist they are concatenated into the final memory-mappable arrays:
+
+    start.npy        (N, d) float16   start vector of each kept token
+    end.npy          (N, d) float16   end vector of each kept token
+    tokens.npy       (N, 6) int32     passage row, char start, char end, flags, first word, last word
+    filter.npy       (N, 2) float16   start / end filter logits
+    passage_ptr.npy  (P+1,) int64     tokens of passage row r are [ptr[r], ptr[r+1])
+
+``flags`` bit 0: the token may start a phrase (a word start whose start logit passes
+tau); bit 1: it may end one (a word end whose end logit passes tau).  A token is kept
+when either bit is set.  Tokens are in passage order, then text order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anygrain.corpus.store import CorpusStore
+from anygrain.phrase.model import EncodedPassage, PhraseEncoder
+from anygrain.utils.atomic import atomic_write_text
+from anygrain.utils.progress import progress_bar
+
+DUMP_MANIFEST = "dump.json"
+FORMAT = "anygrain.phrase-dump"
+FORMAT_VERSION = 1
+START_OK, END_OK = 1, 2
+TOKEN_FIELDS = ("row", "cs", "ce", "flags", "wfirst", "wlast")
+ARRAYS = ("start", "end", "tokens", "filter", "counts")
+
+
+@dataclass
+class DumpStats:
+    n_passages: int
+    n_tokens_seen: int  # passage tokens the encoder produced
+    n_kept: int  # tokens stored (start- or end-capable)
+    n_start: int
+    n_end: int
+    shards_done_before: int  # finished shards found from an earlier run
+
+
+def keep_flags(p: EncodedPassage, threshold: float | None) -> np.ndarray:
+    """Per-token flags (START_OK | END_OK) after the word-boundary rule and the filter."""
+    s_ok = p.start_ok.copy()
+    e_ok = p.end_ok.copy()
+    if threshold is not None:
+        s_ok &= p.filter_logits[:, 0] >= threshold
+        e_ok &= p.filter_logits[:, 1] >= threshold
+    return s_ok.astype(np.int32) * START_OK + e_ok.astype(np.int32) * END_OK
+
+
+def _save_npy(path: Path, arr: np.ndarray) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            np.save(f, arr)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _shard_file(i: int, name: str) -> str:
+    return f"shard-{i:05d}.{name}.npy"
+
+
+def encode_shard(
+    store: CorpusStore,
+    model: PhraseEncoder,
+    rows: range,
+    threshold: float | None,
+    *,
+    batch_size: int,
+    bf16: bool,
+) -> dict[str, np.ndarray]:
+    """Encode passages ``rows`` and keep the tokens that pass; arrays as in the module docstring."""
+    idx = np.arange(rows.start, rows.stop)
+    texts = store.texts(idx)
+    titles = store.titles(idx)
+    enc = model.encode_passages(texts, titles, batch_size=batch_size, bf16=bf16)
+    d = model.dim
+    starts, ends, toks, filts, counts = [], [], [], [], []
+    seen = 0
+    for r, p in zip(idx, enc, strict=True):
+        flags = keep_flags(p, threshold)
+        keep = flags > 0
+        seen += len(p)
+        counts.append(int(keep.sum()))
+        starts.append(p.start[keep].astype(np.float16))
+        ends.append(p.end[keep].astype(np.float16))
+        filts.append(p.filter_logits[keep].astype(np.float16))
+        t = np.stack(
+            [
+                np.full(int(keep.sum()), r, dtype=np.int32),
+                p.cs[keep],
+                p.ce[keep],
+                flags[keep],
+                p.wfirst[keep],
+                p.wlast[keep],
+            ],
+            axis=1,
+        ).astype(np.int32)
+        toks.append(t)
+    return {
+        "start": np.concatenate(starts) if starts else np.zeros((0, d), np.float16),
+        "end": np.concatenate(ends) if ends else np.zeros((0, d), np.float16),
+        "tokens": np.concatenate(toks) if toks else np.zeros((0, 6), np.int32),
+        "filter": np.concatenate(filts) if filts else np.zeros((0, 2), np.float16),
+        "counts": np.asarray(counts, dtype=np.int64),
+        "seen": np.asarray([seen], dtype=np.int64),
+    }
+
+
+def _identity(store: CorpusStore, model: PhraseEncoder, threshold: float | None, shard_size: int) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "model_fingerprint": model.config.phrase_fingerprint or model.phrase_fingerprint(),
+        "corpus_checksum": store.checksum,
+        "n_passages": len(store),
+        "threshold": threshold,
+        "shard_size": shard_size,
+        "dim": model.dim,
+    }
+
+
+def dump_phrases(
+    store: CorpusStore,
+    model: PhraseEncoder,
+    work: Path,
+    out: Path,
+    *,
+    threshold: float | None = None,
+    shard_size: int = 2000,
+    batch_size: int = 32,
+    bf16: bool = False,
+    progress: bool = True,
+    on_shard: Callable[[int], None] | None = None,
+) -> DumpStats:
+    """Encode ``store`` into shards under ``work`` (resumable), then write the final arrays
+    into ``out``.  ``on_shard(i)`` is called after shard ``i`` is saved (tests interrupt here)."""
+    work, out = Path(work), Path(out)
+    work.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    ident = _identity(store, model, threshold, shard_size)
+    mf = work / DUMP_MANIFEST
+    manifest: dict[str, Any] | None = None
+    if mf.exists():
+        try:
+            manifest = json.loads(mf.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            manifest = None
+        if manifest is None or any(manifest.get(k) != v for k, v in ident.items()):
+            shutil.rmtree(work)  # another model, corpus or threshold: never mix
+            work.mkdir(parents=True)
+            manifest = None
+    if manifest is None:
+        manifest = {**ident, "done": {}}
+        atomic_write_text(mf, json.dumps(manifest, indent=2))
+    n = len(store)
+    shards = [range(s, min(s + shard_size, n)) for s in range(0, n, shard_size)]
+    done_before = sum(
+        1
+        for i in range(len(shards))
+        if str(i) in manifest["done"]
+        and all((work / _shard_file(i, a)).exists() for a in ARRAYS)
+    )
+    seen_total = 0
+    for i, rows in enumerate(
+        progress_bar(shards, desc="dumping phrases", unit="shard", disable=not progress)
+    ):
+        if str(i) in manifest["done"] and all((work / _shard_file(i, a)).exists() for a in ARRAYS):
+            seen_total += int(manifest["done"][str(i)]["seen"])
+            continue
+        arrays = encode_shard(store, model, rows, threshold, batch_size=batch_size, bf16=bf16)
+        for a in ARRAYS:
+            _save_npy(work / _shard_file(i, a), arrays[a])
+        seen = int(arrays["seen"][0])
+        seen_total += seen
+        manifest["done"][str(i)] = {"rows": [rows.start, rows.stop], "kept": len(arrays["tokens"]), "seen": seen}
+        atomic_write_text(mf, json.dumps(manifest, indent=2))
+        if on_shard is not None:
+            on_shard(i)
+    return _merge(work, out, len(shards), model.dim, n, seen_total, done_before)
+
+
+def _merge(work: Path, out: Path, n_shards: int, dim: int, n_passages: int, seen: int, done_before: int) -> DumpStats:
+    """Concatenate shard arrays into the final files, streaming (never all in memory)."""
+    sizes = [len(np.load(work / _shard_file(i, "tokens"), mmap_mode="r")) for i in range(n_shards)]
+    total = int(sum(sizes))
+    for name, shape, dtype in (
+        ("start", (total, dim), np.float16),
+        ("end", (total, dim), np.float16),
+        ("tokens", (total, 6), np.int32),
+        ("filter", (total, 2), np.float16),
+    ):
+        tmp = out / f".{name}.npy.tmp"
+        mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+        pos = 0
+        for i in range(n_shards):
+            a = np.load(work / _shard_file(i, name), mmap_mode="r")
+            mm[pos : pos + len(a)] = a
+            pos += len(a)
+        mm.flush()
+        del mm
+        os.replace(tmp, out / f"{name}.npy")
+    counts = np.concatenate([np.load(work / _shard_file(i, "counts")) for i in range(n_shards)])
+    if len(counts) != n_passages:
+        raise RuntimeError(f"dump covers {len(counts)} passages, corpus has {n_passages}")
+    ptr = np.zeros(n_passages + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    _save_npy(out / "passage_ptr.npy", ptr)
+    flags = np.load(out / "tokens.npy", mmap_mode="r")[:, 3]
+    return DumpStats(
+        n_passages=n_passages,
+        n_tokens_seen=seen,
+        n_kept=total,
+        n_start=int(np.count_nonzero(flags & START_OK)),
+        n_end=int(np.count_nonzero(flags & END_OK)),
+        shards_done_before=done_before,
+    )

@@ -1,0 +1,479 @@
+"""The DensePhrases model: a phrase encoder and question encoders (Lee et al., 2021).
+
+The phrase encoder reads a passage (optionally ``title [SEP] passage``) and gives
+every token a start vector and an end vector (linear heads over the hidden states,
+initialised as the identity so training starts from the pre-trained space).  A
+phrase ``p = tokens i..j`` is ``[start_i, end_j]``; a question gives ``q_start`` and
+``q_end`` and ``score(p, q) = start_i·q_start + end_j·q_end``.  A phrase filter (a
+linear layer over the hidden states) gives start/end logits that say which tokens
+are worth indexing.
+
+Question encoders, by :class:`QuestionEncoderKind`:
+
+* ``separate`` (the paper): two encoders, ``q_start`` and ``q_end`` their [CLS] states;
+* ``shared``: one encoder, pooled (mean or [CLS]) through two identity-initialised
+  linear heads -- half the question-side weights and compute.
+
+Saved as a directory: ``anygrain_phrase.json`` (config, format version and the
+fingerprint of the weights that make phrase vectors), ``phrase/`` and
+``question*/`` Hugging Face directories, and ``heads.safetensors``.  An index
+records the phrase fingerprint, so a model that would make different phrase
+vectors is refused.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from anygrain.errors import AnygrainError, IndexMismatchError
+from anygrain.models.encoder import Pooling, pool
+from anygrain.models.resolve import resolve_model
+from anygrain.phrase.tokens import Window, best_windows, tokenize_windows
+from anygrain.utils.atomic import atomic_write_text
+from anygrain.utils.progress import progress_bar
+
+MODEL_CONFIG = "anygrain_phrase.json"
+FORMAT = "anygrain.phrase-model"
+FORMAT_VERSION = 1
+HEADS_FILE = "heads.safetensors"
+
+
+class QuestionEncoderKind(str, enum.Enum):
+    """How questions become ``(q_start, q_end)``."""
+
+    SEPARATE = "separate"  # two encoders, [CLS] each (the paper)
+    SHARED = "shared"  # one encoder, pooled, two linear heads
+
+
+@dataclass
+class PhraseConfig:
+    """Everything needed to rebuild the model and tokenize as it was trained."""
+
+    base_model: str
+    hidden_size: int
+    question_encoder: QuestionEncoderKind = QuestionEncoderKind.SHARED
+    question_pooling: Pooling = Pooling.MEAN  # shared encoder only; separate uses [CLS]
+    max_phrase_words: int = 20
+    max_passage_length: int = 384
+    doc_stride: int = 128
+    max_query_length: int = 64
+    include_title: bool = True
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    lang: str = "en"
+    filter_threshold: float | None = None  # index-time default for tau (None: keep all)
+    phrase_fingerprint: str = ""
+
+    def __post_init__(self) -> None:
+        self.question_encoder = QuestionEncoderKind(self.question_encoder)
+        self.question_pooling = Pooling(self.question_pooling)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["question_encoder"] = self.question_encoder.value
+        d["question_pooling"] = self.question_pooling.value
+        return {"format": FORMAT, "format_version": FORMAT_VERSION, **d}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "") -> PhraseConfig:
+        if d.get("format") != FORMAT:
+            raise AnygrainError(f"{where}: not an anygrain phrase model config")
+        if d.get("format_version") != FORMAT_VERSION:
+            raise AnygrainError(
+                f"{where}: phrase model format version {d.get('format_version')}, "
+                f"this anygrain reads {FORMAT_VERSION}"
+            )
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known - {"format", "format_version"})
+        if unknown:
+            raise AnygrainError(f"{where}: unknown phrase model field(s) {', '.join(unknown)}")
+        try:
+            return cls(**{k: v for k, v in d.items() if k in known})
+        except (TypeError, ValueError) as e:
+            raise AnygrainError(f"{where}: invalid phrase model config ({e})") from None
+
+
+def identity_linear(dim: int) -> nn.Linear:
+    """A linear head that starts as the identity, so step 0 uses the pre-trained vectors."""
+    lin = nn.Linear(dim, dim)
+    with torch.no_grad():
+        lin.weight.copy_(torch.eye(dim))
+        lin.bias.zero_()
+    return lin
+
+
+def fingerprint_modules(modules: Sequence[nn.Module]) -> str:
+    """sha256 over parameter names and values: identifies weights, whatever the files."""
+    h = hashlib.sha256()
+    for i, m in enumerate(modules):
+        for name, t in sorted(m.state_dict().items()):
+            h.update(f"{i}.{name}".encode())
+            h.update(t.detach().to(torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _load_hf(path: Path) -> tuple[nn.Module, Any]:
+    from transformers import AutoModel, AutoTokenizer
+
+    if not (path / "config.json").exists():
+        raise AnygrainError(f"{path}: missing model files (no config.json)")
+    return AutoModel.from_pretrained(str(path)), AutoTokenizer.from_pretrained(str(path))
+
+
+@dataclass
+class EncodedPassage:
+    """One passage's tokens (in text order) with their vectors and filter logits."""
+
+    cs: np.ndarray
+    ce: np.ndarray
+    start_ok: np.ndarray
+    end_ok: np.ndarray
+    wfirst: np.ndarray
+    wlast: np.ndarray
+    start: np.ndarray  # (n, d) float32
+    end: np.ndarray  # (n, d) float32
+    filter_logits: np.ndarray  # (n, 2) float32: start, end
+
+    def __len__(self) -> int:
+        return len(self.cs)
+
+
+class PhraseEncoder(nn.Module):
+    """Phrase encoder + filter + question encoder(s); see the module docstring."""
+
+    def __init__(
+        self,
+        config: PhraseConfig,
+        phrase: nn.Module,
+        tokenizer: Any,
+        questions: Sequence[nn.Module],
+    ) -> None:
+        super().__init__()
+        d = config.hidden_size
+        self.config = config
+        self.tokenizer = tokenizer
+        self.phrase = phrase
+        self.start_head = identity_linear(d)
+        self.end_head = identity_linear(d)
+        self.filter = nn.Linear(d, 2)
+        with torch.no_grad():
+            self.filter.weight.normal_(0.0, 0.02)
+            self.filter.bias.zero_()
+        want = 2 if config.question_encoder is QuestionEncoderKind.SEPARATE else 1
+        if len(questions) != want:
+            raise AnygrainError(
+                f"{config.question_encoder.value} question encoder needs {want} model(s)"
+            )
+        self.questions = nn.ModuleList(questions)
+        if config.question_encoder is QuestionEncoderKind.SHARED:
+            self.q_start_head: nn.Module = identity_linear(d)
+            self.q_end_head: nn.Module = identity_linear(d)
+        else:
+            self.q_start_head = nn.Identity()
+            self.q_end_head = nn.Identity()
+
+    # --- construction ---------------------------------------------------------------
+    @classmethod
+    def from_pretrained(
+        cls,
+        name: str | Path,
+        *,
+        question_encoder: QuestionEncoderKind | str = QuestionEncoderKind.SHARED,
+        question_pooling: Pooling | str | None = None,
+        cache_dir: Path | None = None,
+        **settings: Any,
+    ) -> PhraseEncoder:
+        """A saved phrase model, or a new one initialised from any encoder anygrain can load
+        (alias, hub name or directory).  ``settings`` fill :class:`PhraseConfig` fields."""
+        p = Path(str(name)).expanduser()
+        if (p / MODEL_CONFIG).exists():
+            return cls.load(p)
+        path, defaults = resolve_model(name, cache_dir=cache_dir)
+        base, tok = _load_hf(path)
+        kind = QuestionEncoderKind(question_encoder)
+        pooling = Pooling(question_pooling or defaults.pooling)
+        cfg = PhraseConfig(
+            base_model=str(name),
+            hidden_size=int(base.config.hidden_size),  # type: ignore[union-attr]
+            question_encoder=kind,
+            question_pooling=pooling,
+            query_prefix=defaults.query_prefix,
+            passage_prefix=defaults.passage_prefix,
+            lang=defaults.lang,
+        )
+        for k, v in settings.items():
+            if not hasattr(cfg, k):
+                raise AnygrainError(f"unknown phrase model setting {k!r}")
+            setattr(cfg, k, v)
+        n_q = 2 if kind is QuestionEncoderKind.SEPARATE else 1
+        questions = [copy.deepcopy(base) for _ in range(n_q)]
+        return cls(cfg, base, tok, questions)
+
+    def _question_dirs(self) -> list[str]:
+        if self.config.question_encoder is QuestionEncoderKind.SEPARATE:
+            return ["question_start", "question_end"]
+        return ["question"]
+
+    @classmethod
+    def load(cls, path: str | Path, *, verify: bool = True) -> PhraseEncoder:
+        """Load a saved model; ``verify`` re-hashes the phrase weights against the config."""
+        path = Path(path)
+        f = path / MODEL_CONFIG
+        if not f.exists():
+            raise AnygrainError(f"{path}: not an anygrain phrase model (no {MODEL_CONFIG})")
+        try:
+            raw = json.loads(f.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise AnygrainError(f"{f}: corrupt config ({e.msg})") from None
+        cfg = PhraseConfig.from_dict(raw, str(f))
+        phrase, tok = _load_hf(path / "phrase")
+        if int(phrase.config.hidden_size) != cfg.hidden_size:  # type: ignore[union-attr]
+            raise AnygrainError(
+                f"{path}: phrase encoder has hidden size {phrase.config.hidden_size}, "  # type: ignore[union-attr]
+                f"config says {cfg.hidden_size}"
+            )
+        names = (
+            ["question_start", "question_end"]
+            if cfg.question_encoder is QuestionEncoderKind.SEPARATE
+            else ["question"]
+        )
+        questions = [_load_hf(path / n)[0] for n in names]
+        model = cls(cfg, phrase, tok, questions)
+        heads = path / HEADS_FILE
+        if not heads.exists():
+            raise AnygrainError(f"{path}: missing {HEADS_FILE}")
+        from safetensors.torch import load_file
+
+        state = load_file(str(heads))
+        try:
+            model.head_modules().load_state_dict(state, strict=True)
+        except RuntimeError as e:
+            raise AnygrainError(f"{heads}: heads do not fit the model ({e})") from None
+        if verify and cfg.phrase_fingerprint and model.phrase_fingerprint() != cfg.phrase_fingerprint:
+            raise IndexMismatchError(
+                f"{path}: phrase weights do not match the fingerprint recorded in {MODEL_CONFIG} "
+                "(files changed or corrupt)"
+            )
+        model.eval()
+        return model
+
+    def head_modules(self) -> nn.ModuleDict:
+        return nn.ModuleDict(
+            {
+                "start_head": self.start_head,
+                "end_head": self.end_head,
+                "filter": self.filter,
+                "q_start_head": self.q_start_head,
+                "q_end_head": self.q_end_head,
+            }
+        )
+
+    def save(self, path: str | Path) -> Path:
+        """Write the model into ``path`` (created if needed; other files there are kept).
+
+        The config is written last, so a crash never leaves a loadable half-model.
+        """
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        staging = path / f".model.{os.getpid()}.tmp"
+        shutil.rmtree(staging, ignore_errors=True)
+        self.config.phrase_fingerprint = self.phrase_fingerprint()
+        try:
+            staging.mkdir()
+            self.phrase.save_pretrained(str(staging / "phrase"))  # type: ignore[operator]
+            self.tokenizer.save_pretrained(str(staging / "phrase"))
+            for name, m in zip(self._question_dirs(), self.questions, strict=True):
+                m.save_pretrained(str(staging / name))  # type: ignore[operator]
+                self.tokenizer.save_pretrained(str(staging / name))
+            state = {k: v.detach().contiguous() for k, v in self.head_modules().state_dict().items()}
+            save_file(state, str(staging / HEADS_FILE))
+            (path / MODEL_CONFIG).unlink(missing_ok=True)
+            for name in ("phrase", "question", "question_start", "question_end", HEADS_FILE):
+                target = path / name
+                if target.is_dir():
+                    shutil.rmtree(target)
+                else:
+                    target.unlink(missing_ok=True)
+            for item in staging.iterdir():
+                os.replace(item, path / item.name)
+            atomic_write_text(
+                path / MODEL_CONFIG, json.dumps(self.config.to_dict(), indent=2, ensure_ascii=False)
+            )
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return path
+
+    def phrase_fingerprint(self) -> str:
+        """Fingerprint of everything that makes phrase vectors (and filter logits)."""
+        return fingerprint_modules([self.phrase, self.start_head, self.end_head, self.filter])
+
+    @property
+    def dim(self) -> int:
+        return self.config.hidden_size
+
+    # --- differentiable forward passes ------------------------------------------------
+    def phrase_forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(start, end, filter_logits)``: (B, T, d), (B, T, d), (B, T, 2)."""
+        kw = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
+        h = self.phrase(input_ids=input_ids, attention_mask=attention_mask, **kw).last_hidden_state
+        return self.start_head(h), self.end_head(h), self.filter(h)
+
+    def question_forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(q_start, q_end)``, each (B, d)."""
+        kw = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
+        if self.config.question_encoder is QuestionEncoderKind.SEPARATE:
+            outs = [
+                m(input_ids=input_ids, attention_mask=attention_mask, **kw).last_hidden_state[:, 0]
+                for m in self.questions
+            ]
+            return outs[0], outs[1]
+        h = self.questions[0](
+            input_ids=input_ids, attention_mask=attention_mask, **kw
+        ).last_hidden_state
+        pooled = pool(h, attention_mask, self.config.question_pooling)
+        return self.q_start_head(pooled), self.q_end_head(pooled)
+
+    # --- tokenization ----------------------------------------------------------------
+    def tokenize_questions(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        enc = self.tokenizer(
+            [self.config.query_prefix + t for t in texts],
+            truncation=True,
+            max_length=self.config.max_query_length,
+            padding=True,
+            return_tensors="pt",
+        )
+        return {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+
+    def windows(self, texts: Sequence[str], titles: Sequence[str] | None = None) -> list[Window]:
+        """Passages as token windows, as this model was trained to read them."""
+        c = self.config
+        return tokenize_windows(
+            self.tokenizer,
+            texts,
+            titles if c.include_title else None,
+            max_length=c.max_passage_length,
+            stride=c.doc_stride,
+            prefix=c.passage_prefix,
+        )
+
+    def collate(self, windows: Sequence[Window]) -> dict[str, torch.Tensor]:
+        """Pad windows into a batch of tensors."""
+        width = max(len(w) for w in windows)
+        pad = self.tokenizer.pad_token_id or 0
+        ids = torch.full((len(windows), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(windows), width), dtype=torch.long)
+        types = torch.zeros((len(windows), width), dtype=torch.long)
+        has_types = windows[0].token_type_ids is not None
+        for r, w in enumerate(windows):
+            n = len(w)
+            ids[r, :n] = torch.from_numpy(w.input_ids)
+            mask[r, :n] = 1
+            if w.token_type_ids is not None:
+                types[r, :n] = torch.from_numpy(w.token_type_ids)
+        out = {"input_ids": ids, "attention_mask": mask}
+        if has_types:
+            out["token_type_ids"] = types
+        return out
+
+    # --- inference ---------------------------------------------------------------------
+    @torch.inference_mode()
+    def encode_questions(
+        self, texts: Sequence[str], *, batch_size: int = 64, bf16: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(q_start, q_end)`` float32 arrays, input order; batches by length to save padding."""
+        self.eval()
+        n = len(texts)
+        qs = np.zeros((n, self.dim), dtype=np.float32)
+        qe = np.zeros((n, self.dim), dtype=np.float32)
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        for i in range(0, n, batch_size):
+            b = order[i : i + batch_size]
+            enc = self.tokenize_questions([texts[j] for j in b])
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                s, e = self.question_forward(**enc)
+            qs[b], qe[b] = s.float().numpy(), e.float().numpy()
+        return qs, qe
+
+    @torch.inference_mode()
+    def encode_passages(
+        self,
+        texts: Sequence[str],
+        titles: Sequence[str] | None = None,
+        *,
+        batch_size: int = 32,
+        bf16: bool = False,
+        progress: bool = False,
+    ) -> list[EncodedPassage]:
+        """Every passage token's start/end vectors and filter logits, in text order.
+
+        Windows are batched by length; a token seen by several windows takes its
+        vectors from the one giving it most context.
+        """
+        self.eval()
+        wins = self.windows(texts, titles)
+        d = self.dim
+        vec_s: list[np.ndarray] = [np.zeros((0, d), np.float32)] * len(wins)
+        vec_e: list[np.ndarray] = [np.zeros((0, d), np.float32)] * len(wins)
+        logit: list[np.ndarray] = [np.zeros((0, 2), np.float32)] * len(wins)
+        by_passage: list[list[int]] = [[] for _ in texts]
+        for wi, w in enumerate(wins):
+            by_passage[w.passage].append(wi)
+        owned: list[np.ndarray] = [np.zeros(0, np.int64)] * len(wins)
+        for ids in by_passage:
+            for wi, pos in zip(ids, best_windows([wins[i] for i in ids]), strict=True):
+                owned[wi] = pos
+        order = np.argsort([-len(w) for w in wins], kind="stable")
+        batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+        for b in progress_bar(batches, desc="encoding phrases", unit="batch", disable=not progress):
+            batch = self.collate([wins[i] for i in b])
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                s, e, f = self.phrase_forward(**batch)
+            s, e, f = s.float().numpy(), e.float().numpy(), f.float().numpy()
+            for r, wi in enumerate(b):
+                pos = owned[wi]
+                vec_s[wi], vec_e[wi], logit[wi] = s[r, pos], e[r, pos], f[r, pos]
+        out: list[EncodedPassage] = []
+        for ids in by_passage:
+            parts = [(wins[i], owned[i], i) for i in ids]
+            cat = {
+                name: np.concatenate([getattr(w, name)[pos] for w, pos, _ in parts])
+                for name in ("cs", "ce", "start_ok", "end_ok", "wfirst", "wlast")
+            }
+            s_all = np.concatenate([vec_s[i] for _, _, i in parts])
+            e_all = np.concatenate([vec_e[i] for _, _, i in parts])
+            f_all = np.concatenate([logit[i] for _, _, i in parts])
+            order_t = np.argsort(cat["cs"], kind="stable")
+            out.append(
+                EncodedPassage(
+                    **{k: v[order_t] for k, v in cat.items()},
+                    start=s_all[order_t],
+                    end=e_all[order_t],
+                    filter_logits=f_all[order_t],
+                )
+            )
+        return out

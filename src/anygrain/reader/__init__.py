@@ -1,0 +1,31 @@
+"""The extractive reader (DPR section 6): span extraction over retrieved passages,
+and a start/end-distribution teacher for phrase distillation."""
+
+from anygrain.reader.evaluate import evaluate_reader, gold_hits
+from anygrain.reader.model import Reader, ReaderConfig, ReaderOutput
+from anygrain.reader.read import (
+    Answer,
+    SpanDistributions,
+    read,
+    read_many,
+    start_end_distributions,
+    start_end_distributions_many,
+)
+from anygrain.reader.spans import best_span_bruteforce, best_spans, word_boundaries
+
+__all__ = [
+    "Answer",
+    "Reader",
+    "ReaderConfig",
+    "ReaderOutput",
+    "SpanDistributions",
+    "best_span_bruteforce",
+    "best_spans",
+    "evaluate_reader",
+    "gold_hits",
+    "read",
+    "read_many",
+    "start_end_distributions",
+    "start_end_distributions_many",
+    "word_boundaries",
+]

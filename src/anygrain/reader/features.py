@@ -1,0 +1,162 @@
+"""Reader inputs: ``[CLS] question [SEP] title [SEP] passage [SEP]`` windows, with offsets.
+
+The question and title form the first segment (the title stays in every window
+of a long passage), the passage the second.  A passage longer than
+``max_length`` is cut into overlapping windows (``stride`` tokens shared between
+neighbours), each read as a passage of its own.  Every token carries its
+character offsets into the *passage text* (``-1`` outside the passage), which is
+how spans map back to text and how a student with another tokenizer aligns to
+the teacher's distributions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from anygrain.reader.spans import word_boundaries
+
+__all__ = ["Batch", "Window", "collate", "make_windows"]
+
+
+@dataclass
+class Window:
+    """One model input: a window of one (question, passage) pair."""
+
+    pair: int  # index of the (question, passage) pair it comes from
+    input_ids: list[int]
+    token_type_ids: list[int] | None
+    offsets: np.ndarray  # (L, 2) int64 char offsets into the passage; -1 outside it
+    passage: np.ndarray  # (L,) bool: token of the passage text
+    start_ok: np.ndarray  # (L,) bool: may start an answer span
+    end_ok: np.ndarray  # (L,) bool: may end one
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def token_span(self, char_start: int, char_end: int) -> tuple[int, int] | None:
+        """Token positions ``(i, j)`` covering passage characters ``[char_start, char_end)``,
+        or None when the span is not wholly inside this window."""
+        pos = np.nonzero(self.passage)[0]
+        if len(pos) == 0 or char_end <= char_start:
+            return None
+        offs = self.offsets[pos]
+        if char_start < offs[0, 0] or char_end > offs[-1, 1]:
+            return None
+        inside = np.nonzero((offs[:, 1] > char_start) & (offs[:, 0] < char_end))[0]
+        if len(inside) == 0:
+            return None
+        return int(pos[inside[0]]), int(pos[inside[-1]])
+
+
+def _first_segments(
+    tokenizer: Any,
+    questions: Sequence[str],
+    titles: Sequence[str | None] | None,
+    max_question_length: int,
+) -> list[str]:
+    """``question [SEP] title`` strings, cut to ``max_question_length`` tokens at a token edge."""
+    sep = tokenizer.sep_token or ""
+    firsts = [
+        f"{q} {sep} {titles[i]}" if titles is not None and titles[i] else q
+        for i, q in enumerate(questions)
+    ]
+    enc = tokenizer(firsts, add_special_tokens=False, return_offsets_mapping=True)
+    out = []
+    for f, offs in zip(firsts, enc["offset_mapping"], strict=True):
+        out.append(f[: offs[max_question_length][0]] if len(offs) > max_question_length else f)
+    return out
+
+
+def make_windows(
+    tokenizer: Any,
+    questions: Sequence[str],
+    passages: Sequence[str],
+    titles: Sequence[str | None] | None = None,
+    *,
+    max_length: int,
+    max_question_length: int,
+    stride: int,
+) -> list[Window]:
+    """All windows of the pairs ``(questions[i], passages[i])``, pair by pair in order."""
+    if len(questions) != len(passages):
+        raise ValueError("questions and passages differ in length")
+    if not questions:
+        return []
+    firsts = _first_segments(tokenizer, questions, titles, max_question_length)
+    enc = tokenizer(
+        firsts,
+        list(passages),
+        truncation="only_second",
+        max_length=max_length,
+        stride=stride,
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+        padding=False,
+    )
+    types = enc.get("token_type_ids")
+    mapping = enc.get("overflow_to_sample_mapping") or list(range(len(questions)))
+    out: list[Window] = []
+    for w, pair in enumerate(mapping):
+        seq = enc.sequence_ids(w)
+        offs = np.asarray(enc["offset_mapping"][w], dtype=np.int64).reshape(-1, 2)
+        passage = np.fromiter((s == 1 for s in seq), dtype=bool, count=len(seq))
+        offs[~passage] = -1
+        start_ok, end_ok = word_boundaries(passages[pair], offs, passage)
+        out.append(
+            Window(
+                pair=int(pair),
+                input_ids=list(enc["input_ids"][w]),
+                token_type_ids=list(types[w]) if types is not None else None,
+                offsets=offs,
+                passage=passage,
+                start_ok=start_ok,
+                end_ok=end_ok,
+            )
+        )
+    return out
+
+
+@dataclass
+class Batch:
+    """Padded tensors for a list of windows."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    token_type_ids: torch.Tensor | None
+    passage: torch.Tensor  # bool [N, L]
+    start_ok: torch.Tensor  # bool [N, L]
+    end_ok: torch.Tensor  # bool [N, L]
+
+    def model_inputs(self) -> dict[str, torch.Tensor]:
+        d = {"input_ids": self.input_ids, "attention_mask": self.attention_mask}
+        if self.token_type_ids is not None:
+            d["token_type_ids"] = self.token_type_ids
+        return d
+
+
+def collate(windows: Sequence[Window], pad_id: int) -> Batch:
+    """Pad windows to the longest one."""
+    n = len(windows)
+    width = max((len(w) for w in windows), default=0)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.long)
+    has_types = bool(windows) and windows[0].token_type_ids is not None
+    types = torch.zeros((n, width), dtype=torch.long) if has_types else None
+    passage = torch.zeros((n, width), dtype=torch.bool)
+    start_ok = torch.zeros((n, width), dtype=torch.bool)
+    end_ok = torch.zeros((n, width), dtype=torch.bool)
+    for r, w in enumerate(windows):
+        m = len(w)
+        ids[r, :m] = torch.tensor(w.input_ids, dtype=torch.long)
+        mask[r, :m] = 1
+        if types is not None and w.token_type_ids is not None:
+            types[r, :m] = torch.tensor(w.token_type_ids, dtype=torch.long)
+        passage[r, :m] = torch.from_numpy(w.passage)
+        start_ok[r, :m] = torch.from_numpy(w.start_ok)
+        end_ok[r, :m] = torch.from_numpy(w.end_ok)
+    return Batch(ids, mask, types, passage, start_ok, end_ok)

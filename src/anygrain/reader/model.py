@@ -1,0 +1,201 @@
+"""The extractive reader of DPR (section 6): one cross-attention transformer over
+``question [SEP] title [SEP] passage`` with three linear heads.
+
+For the token vectors ``P`` of a window and its ``[CLS]`` vector ``P̂[CLS]``
+(DPR Eq. 3-5)::
+
+    P_start    = softmax(P w_start)          over the passage tokens
+    P_end      = softmax(P w_end)            over the passage tokens
+    P_selected = softmax(P̂[CLS] w_selected)  over the k passages read together
+
+A span's score is ``start_logit + end_logit``; the answer is the best span of the
+passage with the highest selection logit.
+
+Saved as a Hugging Face directory (encoder weights, its config and tokenizer)
+plus ``reader_heads.safetensors`` and ``anygrain_reader.json`` (written last, so
+a directory with it is complete).  Any encoder anygrain resolves can be the
+base: an alias (``minilm``), a hub name or a local path.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from anygrain.errors import AnygrainError
+from anygrain.models.resolve import resolve_model
+from anygrain.utils.atomic import atomic_dir, atomic_write_text
+
+__all__ = ["HEADS_FILE", "READER_CONFIG", "Reader", "ReaderConfig", "ReaderOutput"]
+
+READER_CONFIG = "anygrain_reader.json"
+HEADS_FILE = "reader_heads.safetensors"
+FORMAT = "anygrain.reader"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class ReaderConfig:
+    """How a reader turns a (question, passage) pair into windows and spans."""
+
+    base_model: str = "minilm"
+    max_length: int = 256  # tokens per window, special tokens included
+    max_question_length: int = 64  # tokens of "question [SEP] title"
+    max_answer_length: int = 30  # tokens per answer span
+    stride: int = 64  # tokens shared by neighbouring windows of a long passage
+    include_title: bool = True
+    format_version: int = FORMAT_VERSION
+
+    def validate(self) -> None:
+        problems = []
+        if self.max_answer_length < 1:
+            problems.append("max_answer_length must be >= 1")
+        if self.max_question_length < 1:
+            problems.append("max_question_length must be >= 1")
+        if self.stride < 0:
+            problems.append("stride must be >= 0")
+        # Room for the passage: the question segment, three special tokens, and
+        # more than ``stride`` passage tokens (the tokenizer needs it to advance).
+        if self.max_length - self.max_question_length - 4 <= self.stride:
+            problems.append(
+                f"max_length ({self.max_length}) must exceed max_question_length "
+                f"({self.max_question_length}) + stride ({self.stride}) + 4"
+            )
+        if problems:
+            raise AnygrainError("invalid reader config: " + "; ".join(problems))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ReaderConfig:
+        if d.get("format") != FORMAT:
+            raise AnygrainError("not an anygrain reader config")
+        if d.get("format_version") != FORMAT_VERSION:
+            raise AnygrainError(
+                f"reader format version {d.get('format_version')}, expected {FORMAT_VERSION}"
+            )
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+@dataclass
+class ReaderOutput:
+    start_logits: torch.Tensor  # [N, L]
+    end_logits: torch.Tensor  # [N, L]
+    selection_logits: torch.Tensor  # [N]
+
+
+class Reader(nn.Module):
+    """Encoder + start/end/selection heads; ``tokenizer`` must be a fast tokenizer."""
+
+    def __init__(self, encoder: nn.Module, tokenizer: Any, config: ReaderConfig) -> None:
+        super().__init__()
+        config.validate()
+        if not getattr(tokenizer, "is_fast", False):
+            raise AnygrainError("the reader needs a fast tokenizer (character offsets)")
+        self.encoder = encoder
+        self.tokenizer = tokenizer
+        self.config = config
+        hidden = int(encoder.config.hidden_size)  # type: ignore[union-attr]
+        self.qa = nn.Linear(hidden, 2)  # w_start, w_end
+        self.selector = nn.Linear(hidden, 1)  # w_selected
+        std = float(getattr(encoder.config, "initializer_range", 0.02))
+        for head in (self.qa, self.selector):
+            nn.init.normal_(head.weight, std=std)
+            nn.init.zeros_(head.bias)
+
+    @property
+    def uses_token_types(self) -> bool:
+        return "token_type_ids" in getattr(self.tokenizer, "model_input_names", ())
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> ReaderOutput:
+        kw: dict[str, torch.Tensor] = {}
+        if token_type_ids is not None and self.uses_token_types:
+            kw["token_type_ids"] = token_type_ids
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **kw)
+        h = hidden.last_hidden_state
+        logits = self.qa(h)
+        return ReaderOutput(
+            start_logits=logits[..., 0],
+            end_logits=logits[..., 1],
+            selection_logits=self.selector(h[:, 0]).squeeze(-1),
+        )
+
+    # --- construction and files -------------------------------------------------------
+    @classmethod
+    def from_pretrained(
+        cls, name: str | Path, *, cache_dir: Path | None = None, **settings: Any
+    ) -> Reader:
+        """A saved reader directory, or new heads on any encoder anygrain resolves.
+
+        ``settings`` override :class:`ReaderConfig` fields for a new reader; the
+        heads are initialised from torch's RNG (seed it for reproducible runs).
+        """
+        p = Path(str(name)).expanduser()
+        if (p / READER_CONFIG).exists():
+            return cls.load(p)
+        from transformers import AutoModel, AutoTokenizer
+
+        path, _ = resolve_model(name, cache_dir=cache_dir)
+        encoder = AutoModel.from_pretrained(str(path))
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        return cls(encoder, tokenizer, ReaderConfig(base_model=str(name), **settings))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Reader:
+        from safetensors.torch import load_file
+        from transformers import AutoModel, AutoTokenizer
+
+        path = Path(path)
+        f = path / READER_CONFIG
+        if not f.exists():
+            raise AnygrainError(f"{path}: not an anygrain reader (no {READER_CONFIG})")
+        try:
+            config = ReaderConfig.from_dict(json.loads(f.read_text(encoding="utf-8")))
+        except (json.JSONDecodeError, TypeError) as e:
+            raise AnygrainError(f"{f}: corrupt reader config ({e})") from None
+        except AnygrainError as e:
+            raise AnygrainError(f"{f}: {e}") from None
+        encoder = AutoModel.from_pretrained(str(path))
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        reader = cls(encoder, tokenizer, config)
+        heads = load_file(str(path / HEADS_FILE))
+        reader.qa.load_state_dict({"weight": heads["qa.weight"], "bias": heads["qa.bias"]})
+        reader.selector.load_state_dict(
+            {"weight": heads["selector.weight"], "bias": heads["selector.bias"]}
+        )
+        reader.eval()
+        return reader
+
+    def write_files(self, directory: Path) -> None:
+        """Write every file into an existing directory, the reader config last."""
+        from safetensors.torch import save_file
+
+        self.encoder.save_pretrained(str(directory))  # type: ignore[operator]
+        self.tokenizer.save_pretrained(str(directory))
+        heads = {
+            "qa.weight": self.qa.weight,
+            "qa.bias": self.qa.bias,
+            "selector.weight": self.selector.weight,
+            "selector.bias": self.selector.bias,
+        }
+        save_file({k: v.detach().contiguous().cpu() for k, v in heads.items()}, str(directory / HEADS_FILE))
+        atomic_write_text(directory / READER_CONFIG, json.dumps(self.config.to_dict(), indent=2))
+
+    def save(self, path: str | Path) -> Path:
+        """Write the reader to ``path`` atomically (the directory is replaced)."""
+        path = Path(path)
+        with atomic_dir(path) as tmp:
+            self.write_files(tmp)
+        return path

@@ -1,0 +1,800 @@
+"""Reader training (DPR section 6): span marginal likelihood + passage selection.
+
+Each step takes ``batch_size`` questions; each question is read with its positive
+passage (the gold paragraph of SQuAD-format data) and ``negatives`` (``m - 1``;
+DPR uses m = 24, the CPU default here is 8 passages in all) negative passages:
+
+* with a retriever index, negatives are sampled afresh each step from the
+  question's top ``retriever_depth`` hits that do not contain an answer
+  (:func:`anygrain.eval.answers.has_answer`) and are not the positive, as DPR
+  samples from its retriever's top 100;
+* without one (or when too few retrieved passages qualify), they are other
+  paragraphs of the *same file*: paragraphs of the same article first (on the
+  same topic, so harder, like retrieved ones), then any paragraph of the file,
+  again skipping those that contain an answer.
+
+The loss is the marginal log-likelihood of *all* gold-answer spans in the
+positive (``-log sum P_start(s) P_end(e)`` over every occurrence of every gold
+answer) plus the cross-entropy of the positive under the selection softmax over
+the question's passages.  A long positive is read in the window (max_length
+tokens, ``stride`` overlap) that holds its annotated answer; a negative in its
+first window.
+
+AdamW, linear warm-up and decay, gradient clipping and optional bf16 autocast.
+Runs are reproducible and restartable: data order and negatives come from the
+seed, a checkpoint (weights, optimizer, scheduler, RNG, position) is written
+every ``checkpoint_every`` steps, at the end of each epoch and on Ctrl-C, and a
+rerun continues from the last one to the same final weights as an
+uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from anygrain.corpus.formats import parse_source
+from anygrain.errors import AnygrainError, ErrorLog
+from anygrain.eval.answers import AnswerMatcher
+from anygrain.reader.features import Batch, Window, collate, make_windows
+from anygrain.reader.losses import selection_nll, span_marginal_nll
+from anygrain.reader.model import READER_CONFIG, Reader
+from anygrain.reader.spans import is_boundary
+from anygrain.utils.atomic import atomic_path, atomic_write_text
+from anygrain.utils.progress import progress_bar
+
+__all__ = [
+    "ReaderData",
+    "ReaderExample",
+    "ReaderTrainConfig",
+    "ReaderTrainer",
+    "gold_char_spans",
+    "load_reader_data",
+    "train_reader",
+]
+
+CONFIG_FILE = "reader_train_config.json"
+LOG_FILE = "train_log.jsonl"
+CHECKPOINT_DIR = "checkpoints"
+CHECKPOINT_FORMAT = "anygrain.reader-checkpoint"
+CHECKPOINT_VERSION = 1
+_CKPT_NAME = re.compile(r"^step-(\d+)\.pt$")
+# Settings that only change bookkeeping, never the weights: a resumed run may differ in them.
+_BOOKKEEPING = frozenset({"out", "log_every", "checkpoint_every", "keep_checkpoints"})
+
+StepCallback = Callable[[int], None]
+
+
+# --- configuration ----------------------------------------------------------------------------
+@dataclass
+class ReaderTrainConfig:
+    """A reader training run (saved as ``reader_train_config.json`` beside the reader)."""
+
+    train: list[str]
+    out: str
+    model: str = "minilm"
+    epochs: int = 1
+    batch_size: int = 4  # questions per step
+    negatives: int = 7  # passages per question = negatives + 1 (DPR's m = 24)
+    lr: float = 5e-5
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    max_grad_norm: float = 2.0
+    max_length: int = 256
+    max_question_length: int = 64
+    max_answer_length: int = 30
+    stride: int = 64
+    include_title: bool = True
+    retriever_depth: int = 30  # retrieved passages per question to sample negatives from
+    seed: int = 12345
+    bf16: bool = False
+    max_examples: int | None = None
+    log_every: int = 10
+    checkpoint_every: int = 200  # steps; 0 = only at the end of each epoch
+    keep_checkpoints: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.train, str):
+            self.train = [self.train]
+        self.train = [str(t) for t in self.train]
+        self.out = str(self.out)
+
+    def validate(self) -> None:
+        """Reject settings that cannot train, before any data is read."""
+        problems = []
+        if not self.train:
+            problems.append("no training data (--train)")
+        for name in ("epochs", "batch_size", "max_length", "max_answer_length", "retriever_depth"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1")
+        if self.negatives < 0:
+            problems.append("negatives must be >= 0")
+        if self.lr <= 0:
+            problems.append("lr must be > 0")
+        if not 0 <= self.warmup_ratio < 1:
+            problems.append("warmup_ratio must be in [0, 1)")
+        if self.max_examples is not None and self.max_examples < 1:
+            problems.append("max_examples must be >= 1")
+        if problems:
+            raise AnygrainError("invalid reader training config: " + "; ".join(problems))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ReaderTrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise AnygrainError(f"unknown reader training config field(s): {', '.join(unknown)}")
+        return cls(**d)
+
+    def trajectory(self) -> dict[str, Any]:
+        """The settings that determine the weights; resuming requires them unchanged."""
+        return {k: v for k, v in self.to_dict().items() if k not in _BOOKKEEPING}
+
+    def reader_settings(self) -> dict[str, Any]:
+        return {
+            "max_length": self.max_length,
+            "max_question_length": self.max_question_length,
+            "max_answer_length": self.max_answer_length,
+            "stride": self.stride,
+            "include_title": self.include_title,
+        }
+
+    def save(self, directory: str | Path) -> Path:
+        path = Path(directory) / CONFIG_FILE
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, ensure_ascii=False))
+        return path
+
+    @classmethod
+    def load(cls, directory: str | Path) -> ReaderTrainConfig:
+        path = Path(directory) / CONFIG_FILE
+        if not path.exists():
+            raise AnygrainError(f"{directory}: no {CONFIG_FILE}")
+        return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+# --- data ------------------------------------------------------------------------------------
+@dataclass
+class ReaderExample:
+    """A question, its positive passage and the character spans of its gold answers there."""
+
+    qid: str
+    question: str
+    answers: list[str]
+    spans: list[tuple[int, int]]  # the annotated span(s) first, then other occurrences
+    positive: int  # passage index
+    file: int
+    article: int
+    retrieved: list[int] = field(default_factory=list)  # retrieved negatives, best first
+
+
+@dataclass
+class ReaderData:
+    """Training passages (by index), their files and articles, and the examples."""
+
+    titles: list[str] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    files: list[list[int]] = field(default_factory=list)  # passage indices of each file
+    articles: list[list[int]] = field(default_factory=list)  # passage indices of each article
+    examples: list[ReaderExample] = field(default_factory=list)
+    dropped: dict[str, int] = field(default_factory=dict)
+    _by_content: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
+
+    def add_passage(self, title: str, text: str) -> int:
+        key = (title, text)
+        if key not in self._by_content:
+            self._by_content[key] = len(self.texts)
+            self.titles.append(title)
+            self.texts.append(text)
+        return self._by_content[key]
+
+    def fingerprint(self) -> str:
+        """Identifies the examples, passages and negatives: a checkpoint resumes only on the same."""
+        h = hashlib.sha256()
+        for t, x in zip(self.titles, self.texts, strict=True):
+            h.update(f"{t}\x00{x}\x01".encode())
+        for ex in self.examples:
+            h.update(
+                json.dumps(
+                    [ex.qid, ex.question, ex.answers, ex.spans, ex.positive, ex.file, ex.article, ex.retrieved],
+                    ensure_ascii=False,
+                ).encode()
+            )
+        return h.hexdigest()[:16]
+
+
+def gold_char_spans(text: str, answers: Sequence[str], starts: Sequence[int]) -> list[tuple[int, int]]:
+    """Character spans of the gold answers in ``text``: the annotated offsets first
+    (when the text there matches), then every other case-insensitive occurrence of
+    an answer that starts and ends on word boundaries."""
+    spans: list[tuple[int, int]] = []
+
+    def add(s: int, e: int) -> None:
+        while s < e and text[s].isspace():
+            s += 1
+        while e > s and text[e - 1].isspace():
+            e -= 1
+        if s < e and (s, e) not in spans:
+            spans.append((s, e))
+
+    for i, a in enumerate(answers):
+        s = starts[i] if i < len(starts) else -1
+        if s >= 0 and a and text[s : s + len(a)] == a:
+            add(s, s + len(a))
+    for a in answers:
+        needle = a.strip()
+        if not needle:
+            continue
+        for m in re.finditer(re.escape(needle), text, flags=re.IGNORECASE):
+            if is_boundary(text, m.start()) and is_boundary(text, m.end()):
+                add(m.start(), m.end())
+    return spans
+
+
+def load_reader_data(
+    specs: Sequence[str],
+    *,
+    errors: ErrorLog | None = None,
+    max_examples: int | None = None,
+    seed: int = 12345,
+) -> ReaderData:
+    """Examples from SQuAD-format sources (anything with documents and gold-passage questions)."""
+    errors = errors or ErrorLog()
+    data = ReaderData()
+    dropped = {"unanswerable": 0, "no_gold_passage": 0, "answer_not_found": 0}
+    for fi, spec in enumerate(specs):
+        src = parse_source(spec, want="questions")
+        if src.format.read_documents is None:
+            raise AnygrainError(
+                f"{src.path}: format '{src.format.name}' has no passages to read; the reader "
+                "trains on SQuAD-format data (questions with their paragraphs)"
+            )
+        by_pid: dict[str, tuple[int, int]] = {}
+        file_passages: list[int] = []
+        for doc in src.documents(errors):
+            article = len(data.articles)
+            members: list[int] = []
+            for sp in doc.passages or []:
+                text = doc.text[sp.start : sp.end]
+                idx = data.add_passage(sp.title if sp.title is not None else doc.title, text)
+                members.append(idx)
+                if sp.id is not None:
+                    by_pid[str(sp.id)] = (idx, article)
+            data.articles.append(members)
+            file_passages.extend(members)
+        data.files.append(file_passages)
+        for q in src.questions(errors):
+            if not q.answers or q.answers_are_regex:
+                dropped["unanswerable"] += 1
+                continue
+            if not q.gold or q.gold[0] not in by_pid:
+                dropped["no_gold_passage"] += 1
+                continue
+            idx, article = by_pid[q.gold[0]]
+            spans = gold_char_spans(data.texts[idx], q.answers, q.answer_starts)
+            if not spans:
+                dropped["answer_not_found"] += 1
+                continue
+            data.examples.append(
+                ReaderExample(q.id, q.text, list(q.answers), spans, idx, fi, article)
+            )
+    if max_examples is not None and max_examples < len(data.examples):
+        keep = np.sort(np.random.default_rng(seed).choice(len(data.examples), max_examples, replace=False))
+        data.examples = [data.examples[i] for i in keep]
+    data.dropped = dropped
+    if not data.examples:
+        raise AnygrainError(f"no usable training questions in {', '.join(specs)} (dropped: {dropped})")
+    return data
+
+
+def attach_retrieved(
+    data: ReaderData, index: Any, depth: int, *, progress: bool = True, batch_size: int = 256
+) -> dict[str, int]:
+    """Search every training question and keep, per example, the top-``depth`` hits
+    that are not its positive and contain no answer (DPR's negatives)."""
+    kept = without = 0
+    exs = data.examples
+    batches = range(0, len(exs), batch_size)
+    for b in progress_bar(batches, desc="retrieving negatives", unit="batch", disable=not progress):
+        chunk = exs[b : b + batch_size]
+        results = index.search([ex.question for ex in chunk], depth)
+        for ex, hits in zip(chunk, results, strict=True):
+            matcher = AnswerMatcher(ex.answers)
+            pos_text = data.texts[ex.positive]
+            ex.retrieved = []
+            for h in hits:
+                if h.text == pos_text or matcher.in_text(h.text):
+                    continue
+                ex.retrieved.append(data.add_passage(h.title, h.text))
+            kept += len(ex.retrieved)
+            without += not ex.retrieved
+    return {"retrieved_negatives": kept, "questions_without_retrieved": without}
+
+
+# --- checkpoints and small helpers -------------------------------------------------------------
+def _checkpoints(out: Path) -> list[Path]:
+    d = out / CHECKPOINT_DIR
+    if not d.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in d.iterdir() if (m := _CKPT_NAME.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+@contextmanager
+def _defer_sigint() -> Iterator[None]:
+    """Hold Ctrl-C until the block ends, so an update or a checkpoint is never half done."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt
+
+
+def _param_groups(module: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """No decay on biases and LayerNorm weights (BERT/DPR practice)."""
+    decay, no_decay = [], []
+    for name, p in module.named_parameters():
+        if p.requires_grad:
+            plain = name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name
+            (no_decay if plain else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+class _Log:
+    """``train_log.jsonl``: one JSON object per log step or event."""
+
+    def __init__(self, path: Path, echo: bool) -> None:
+        self.path = path
+        self.echo = echo
+
+    def records(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(ln) for ln in self.path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records a resumed run will write again."""
+        if self.path.exists():
+            keep = [r for r in self.records() if r.get("step", 0) <= step]
+            atomic_write_text(self.path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in keep))
+
+    def write(self, record: dict[str, Any]) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    def say(self, message: str, step: int, **extra: Any) -> None:
+        self.write({"event": "info", "step": step, "message": message, **extra})
+        if self.echo:
+            print(message, file=sys.stderr, flush=True)
+
+
+@dataclass
+class StepBatch:
+    """The model input of one step: windows, where each question's passages sit, gold spans."""
+
+    batch: Batch
+    layout: torch.Tensor  # [B, m] window row of each passage (positive first), -1 when absent
+    gold_starts: torch.Tensor  # [B, G]
+    gold_ends: torch.Tensor  # [B, G]
+    gold_mask: torch.Tensor  # [B, G]
+
+    @property
+    def n_questions(self) -> int:
+        return int(self.layout.shape[0])
+
+
+# --- the trainer ---------------------------------------------------------------------------------
+class ReaderTrainer:
+    """Holds the run's state; :meth:`run` trains, :meth:`step_batch` / :meth:`loss`
+    expose one step (tests compare losses on a fixed batch)."""
+
+    def __init__(
+        self,
+        config: ReaderTrainConfig,
+        reader: Reader,
+        data: ReaderData,
+        out: Path,
+        log: _Log,
+        progress: bool,
+    ) -> None:
+        from transformers import get_linear_schedule_with_warmup
+
+        self.cfg = config
+        self.reader = reader
+        self.data = data
+        self.out = out
+        self.log = log
+        self.progress = progress
+        self.data_fingerprint = data.fingerprint()
+        self.steps_per_epoch = math.ceil(len(data.examples) / config.batch_size)
+        self.total_steps = self.steps_per_epoch * config.epochs
+        self.optimizer = torch.optim.AdamW(_param_groups(reader, config.weight_decay), lr=config.lr)
+        self.scheduler = get_linear_schedule_with_warmup(
+            self.optimizer, int(config.warmup_ratio * self.total_steps), self.total_steps
+        )
+        self.epoch = 0
+        self.step_in_epoch = 0
+        self.global_step = 0
+        # The RNG as of the last completed update: a checkpoint taken after an
+        # interrupted forward pass must not record that pass's dropout draws.
+        self.rng_state = torch.get_rng_state()
+        self.no_gold_windows = 0
+
+    # -- data for one step ----------------------------------------------------------------------
+    def batch_rows(self, epoch: int, step: int) -> np.ndarray:
+        """A per-epoch permutation from the seed, independent of restarts."""
+        perm = np.random.default_rng([self.cfg.seed, epoch]).permutation(len(self.data.examples))
+        return perm[step * self.cfg.batch_size : (step + 1) * self.cfg.batch_size]
+
+    def sample_negatives(self, ex: ReaderExample, rng: np.random.Generator) -> list[int]:
+        """``negatives`` passages for ``ex``: retrieved ones, then same-article, then same-file."""
+        n = self.cfg.negatives
+        out: list[int] = []
+        if ex.retrieved:
+            order = rng.permutation(len(ex.retrieved))[:n]
+            out = [ex.retrieved[i] for i in order]
+        if len(out) >= n:
+            return out
+        matcher = AnswerMatcher(ex.answers)
+        taken = set(out) | {ex.positive}
+        article = self.data.articles[ex.article]
+        file = self.data.files[ex.file]
+        cands = [article[i] for i in rng.permutation(len(article))]
+        cands += [file[i] for i in rng.choice(len(file), min(len(file), 4 * n + 8), replace=False)]
+        for c in cands:
+            if len(out) >= n:
+                break
+            if c in taken:
+                continue
+            taken.add(c)
+            if not matcher.in_text(self.data.texts[c]):
+                out.append(c)
+        return out
+
+    def step_batch(self, epoch: int, step: int) -> StepBatch:
+        cfg = self.cfg
+        exs = [self.data.examples[i] for i in self.batch_rows(epoch, step)]
+        rng = np.random.default_rng([cfg.seed, epoch, step])
+        groups = [[ex.positive, *self.sample_negatives(ex, rng)] for ex in exs]
+        pair_q: list[str] = []
+        pair_p: list[int] = []
+        for ex, g in zip(exs, groups, strict=True):
+            pair_q += [ex.question] * len(g)
+            pair_p += g
+        windows = make_windows(
+            self.reader.tokenizer,
+            pair_q,
+            [self.data.texts[p] for p in pair_p],
+            [self.data.titles[p] for p in pair_p] if cfg.include_title else None,
+            max_length=cfg.max_length,
+            max_question_length=cfg.max_question_length,
+            stride=cfg.stride,
+        )
+        per_pair: list[list[Window]] = [[] for _ in pair_p]
+        for w in windows:
+            per_pair[w.pair].append(w)
+        chosen: list[Window] = []
+        layout = torch.full((len(exs), cfg.negatives + 1), -1, dtype=torch.long)
+        golds: list[list[tuple[int, int]]] = []
+        pair = 0
+        for b, (ex, g) in enumerate(zip(exs, groups, strict=True)):
+            pos, spans = self._positive_window(ex, per_pair[pair])
+            golds.append(spans)
+            layout[b, 0] = len(chosen)
+            chosen.append(pos)
+            for j in range(1, len(g)):
+                layout[b, j] = len(chosen)
+                chosen.append(per_pair[pair + j][0])
+            pair += len(g)
+        n_gold = max(1, max(len(s) for s in golds))
+        gs = torch.zeros((len(exs), n_gold), dtype=torch.long)
+        ge = torch.zeros((len(exs), n_gold), dtype=torch.long)
+        gm = torch.zeros((len(exs), n_gold), dtype=torch.bool)
+        for b, spans in enumerate(golds):
+            for j, (s, e) in enumerate(spans):
+                gs[b, j], ge[b, j], gm[b, j] = s, e, True
+        pad = self.reader.tokenizer.pad_token_id or 0
+        return StepBatch(collate(chosen, pad), layout, gs, ge, gm)
+
+    @staticmethod
+    def _positive_window(ex: ReaderExample, windows: list[Window]) -> tuple[Window, list[tuple[int, int]]]:
+        """The window holding the annotated answer (else any gold span), with its gold token spans."""
+        best: tuple[Window, list[tuple[int, int]]] | None = None
+        for w in windows:
+            spans = [t for t in (w.token_span(s, e) for s, e in ex.spans) if t is not None]
+            if spans and w.token_span(*ex.spans[0]) is not None:
+                return w, list(dict.fromkeys(spans))
+            if spans and best is None:
+                best = (w, list(dict.fromkeys(spans)))
+        return best if best is not None else (windows[0], [])
+
+    def loss(self, sb: StepBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        """Mean span loss (over questions with a gold span in their window) + mean selection loss."""
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cfg.bf16):
+            o = self.reader(**sb.batch.model_inputs())
+        pos = sb.layout[:, 0]
+        span = span_marginal_nll(
+            o.start_logits[pos], o.end_logits[pos], sb.batch.passage[pos], sb.gold_starts, sb.gold_ends, sb.gold_mask
+        )
+        present = sb.layout >= 0
+        sel = selection_nll(o.selection_logits.float()[sb.layout.clamp(min=0)], present)
+        n_gold = int(sb.gold_mask.any(dim=1).sum())
+        span_loss = span.sum() / max(n_gold, 1)
+        sel_loss = sel.mean()
+        return span_loss + sel_loss, {
+            "span_loss": float(span_loss),
+            "selection_loss": float(sel_loss),
+            "no_gold": sb.n_questions - n_gold,
+        }
+
+    # -- checkpoints ------------------------------------------------------------------------------
+    def _state(self) -> dict[str, Any]:
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "format_version": CHECKPOINT_VERSION,
+            "trajectory": json.dumps(self.cfg.trajectory(), sort_keys=True),
+            "data_fingerprint": self.data_fingerprint,
+            "global_step": self.global_step,
+            "epoch": self.epoch,
+            "step_in_epoch": self.step_in_epoch,
+            "weights": self.reader.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "torch_rng": self.rng_state,
+        }
+
+    def save_checkpoint(self, keep: int = 2) -> Path:
+        with _defer_sigint():
+            path = self.out / CHECKPOINT_DIR / f"step-{self.global_step:09d}.pt"
+            with atomic_path(path) as tmp:
+                torch.save(self._state(), tmp)
+            for old in _checkpoints(self.out)[:-keep]:
+                old.unlink(missing_ok=True)
+        return path
+
+    def resume_from(self, path: Path) -> None:
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # truncated or foreign file
+            raise AnygrainError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e})") from None
+        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+            raise AnygrainError(f"{path}: not an anygrain reader checkpoint")
+        if state.get("format_version") != CHECKPOINT_VERSION:
+            raise AnygrainError(f"{path}: checkpoint format {state.get('format_version')}, expected {CHECKPOINT_VERSION}")
+        saved = json.loads(state["trajectory"])
+        now = json.loads(json.dumps(self.cfg.trajectory(), sort_keys=True))
+        if saved != now:
+            diff = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+            raise AnygrainError(
+                f"{path}: checkpoint was made with different settings ({', '.join(diff)}); "
+                "train into a new directory, or restart with --no-resume"
+            )
+        if state["data_fingerprint"] != self.data_fingerprint:
+            raise AnygrainError(
+                f"{path}: checkpoint was made on different training data or negatives; "
+                "train into a new directory, or restart with --no-resume"
+            )
+        self.reader.load_state_dict(state["weights"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        self.rng_state = state["torch_rng"]
+        self.epoch, self.step_in_epoch = int(state["epoch"]), int(state["step_in_epoch"])
+        self.global_step = int(state["global_step"])
+        self.log.truncate_after(self.global_step)
+        self.log.say(
+            f"resumed from {path.name} (epoch {self.epoch + 1}, step {self.step_in_epoch})", self.global_step
+        )
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def run(self, on_step: StepCallback | None = None) -> dict[str, Any]:
+        cfg = self.cfg
+        params = [p for p in self.reader.parameters() if p.requires_grad]
+        self.reader.train()
+        bar = progress_bar(
+            range(self.global_step, self.total_steps),
+            desc="training reader",
+            unit="step",
+            total=self.total_steps,
+            initial=self.global_step,
+            disable=not self.progress,
+        )
+        self.rng_state = torch.get_rng_state()
+        t_start = t_log = time.time()
+        n_log = n_steps = done = 0
+        sums = {"loss": 0.0, "span_loss": 0.0, "selection_loss": 0.0}
+        try:
+            for _ in bar:
+                epoch, step = self.epoch, self.step_in_epoch
+                sb = self.step_batch(epoch, step)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss, stats = self.loss(sb)
+                loss.backward()
+                with _defer_sigint():
+                    if cfg.max_grad_norm > 0:
+                        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                    self.optimizer.step()
+                    self.scheduler.step()
+                    self.optimizer.zero_grad(set_to_none=True)
+                    self.global_step += 1
+                    self.rng_state = torch.get_rng_state()
+                    self.step_in_epoch += 1
+                    end_of_epoch = self.step_in_epoch == self.steps_per_epoch
+                    if end_of_epoch:
+                        self.epoch, self.step_in_epoch = self.epoch + 1, 0
+                value = float(loss)
+                sums["loss"] += value
+                sums["span_loss"] += stats["span_loss"]
+                sums["selection_loss"] += stats["selection_loss"]
+                self.no_gold_windows += int(stats["no_gold"])
+                n_steps += 1
+                n_log += sb.n_questions
+                done += sb.n_questions
+                if hasattr(bar, "set_postfix"):
+                    bar.set_postfix(loss=f"{value:.3f}", refresh=False)
+                if self.global_step % cfg.log_every == 0 or end_of_epoch:
+                    dt = max(time.time() - t_log, 1e-9)
+                    self.log.write(
+                        {
+                            "step": self.global_step,
+                            "epoch": round(epoch + (step + 1) / self.steps_per_epoch, 4),
+                            **{k: v / n_steps for k, v in sums.items()},
+                            "lr": self.scheduler.get_last_lr()[0],
+                            "questions_per_s": round(n_log / dt, 3),
+                            "elapsed_s": round(time.time() - t_start, 2),
+                        }
+                    )
+                    t_log, n_log, n_steps = time.time(), 0, 0
+                    sums = dict.fromkeys(sums, 0.0)
+                if end_of_epoch or (cfg.checkpoint_every and self.global_step % cfg.checkpoint_every == 0):
+                    self.save_checkpoint()
+                if on_step is not None:
+                    on_step(self.global_step)
+        except KeyboardInterrupt:
+            path = self.save_checkpoint()
+            self.log.say(f"interrupted: checkpoint {path} (rerun to resume)", self.global_step, event_kind="interrupted")
+            raise
+        elapsed = time.time() - t_start
+        return {
+            "questions": done,
+            "seconds": round(elapsed, 2),
+            "questions_per_s": round(done / elapsed, 3) if elapsed > 0 else None,
+            "positives_without_gold_span": self.no_gold_windows,
+        }
+
+
+def save_reader_into(reader: Reader, out: Path) -> None:
+    """Write the reader into ``out`` without replacing the directory (it holds the run's
+    checkpoints and log); ``anygrain_reader.json`` lands last, so a crash never leaves
+    a loadable half-written reader."""
+    staging = out.parent / f".{out.name}.reader.{os.getpid()}.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        reader.write_files(staging)
+        (out / READER_CONFIG).unlink(missing_ok=True)
+        for item in sorted(staging.iterdir(), key=lambda p: p.name == READER_CONFIG):
+            target = out / item.name
+            if target.is_dir():
+                shutil.rmtree(target)
+            os.replace(item, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _already_done(out: Path, config: ReaderTrainConfig, fingerprint: str) -> bool:
+    records = _Log(out / LOG_FILE, echo=False).records()
+    last = records[-1] if records else None
+    return (
+        (out / READER_CONFIG).exists()
+        and last is not None
+        and last.get("event") == "done"
+        and last.get("trajectory") == config.trajectory()
+        and last.get("data_fingerprint") == fingerprint
+    )
+
+
+def train_reader(
+    config: ReaderTrainConfig,
+    *,
+    retriever_index: Any | str | Path | None = None,
+    progress: bool = True,
+    resume: bool = True,
+    errors: ErrorLog | None = None,
+    on_step: StepCallback | None = None,
+) -> Path:
+    """Train a reader into ``config.out`` and return that directory.
+
+    ``retriever_index`` (an index or its directory) supplies DPR-style retrieved
+    negatives; without it negatives come from the same file.  The directory ends
+    up holding the reader (:meth:`Reader.load`-able), ``reader_train_config.json``
+    and ``train_log.jsonl``.  With ``resume`` a run continues from its last
+    checkpoint and a finished run is not repeated.  ``on_step`` is called with
+    the global step after every update (tests use it to interrupt).
+    """
+    config.validate()
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = _Log(out / LOG_FILE, echo=progress)
+    data = load_reader_data(config.train, errors=errors, max_examples=config.max_examples, seed=config.seed)
+    retrieval: dict[str, int] = {}
+    if retriever_index is not None:
+        if isinstance(retriever_index, str | Path):
+            from anygrain.search.index import Index
+
+            retriever_index = Index.load(retriever_index)
+        retrieval = attach_retrieved(data, retriever_index, config.retriever_depth, progress=progress)
+    fingerprint = data.fingerprint()
+    if resume and _already_done(out, config, fingerprint):
+        if progress:
+            print(f"{out}: already trained with these settings and data", file=sys.stderr)
+        return out
+    torch.manual_seed(config.seed)
+    reader = Reader.from_pretrained(config.model, **config.reader_settings())
+    if Path(config.model).joinpath(READER_CONFIG).exists():
+        # Continuing from a trained reader: the run's window settings win.
+        for k, v in config.reader_settings().items():
+            setattr(reader.config, k, v)
+        reader.config.validate()
+    trainer = ReaderTrainer(config, reader, data, out, log, progress)
+    ckpts = _checkpoints(out) if resume else []
+    if not resume:
+        shutil.rmtree(out / CHECKPOINT_DIR, ignore_errors=True)
+        (out / LOG_FILE).unlink(missing_ok=True)
+    config.save(out)
+    if not ckpts:
+        log.truncate_after(-1)
+        log.write(
+            {
+                "event": "start",
+                "step": 0,
+                "examples": len(data.examples),
+                "passages": len(data.texts),
+                "dropped": data.dropped,
+                "negatives_from": "retriever" if retriever_index is not None else "same file",
+                **retrieval,
+                "steps_per_epoch": trainer.steps_per_epoch,
+                "total_steps": trainer.total_steps,
+            }
+        )
+    else:
+        trainer.resume_from(ckpts[-1])
+    stats = trainer.run(on_step)
+    reader.eval()
+    save_reader_into(reader, out)
+    if not config.keep_checkpoints:
+        shutil.rmtree(out / CHECKPOINT_DIR, ignore_errors=True)
+    log.write(
+        {
+            "event": "done",
+            "step": trainer.global_step,
+            "trajectory": config.trajectory(),
+            "data_fingerprint": fingerprint,
+            **stats,
+        }
+    )
+    return out

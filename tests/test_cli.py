@@ -1,0 +1,75 @@
+"""The CLI end to end on fixtures the tests write: index, search, eval, formats, demo, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from anygrain.cli import app
+
+runner = CliRunner()
+
+
+def test_index_search_eval(squad_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "idx"
+    r = runner.invoke(app, ["index", str(squad_file), "--kind", "bm25", "--out", str(out), "-q"])
+    assert r.exit_code == 0, r.output
+    assert (out / "index.json").exists()
+
+    r = runner.invoke(app, ["search", str(out), "Who created Python?", "-k", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    first = json.loads(r.stdout.splitlines()[0])
+    assert first["passage_id"] == "Python_(language)_0" and first["unit"] == "passage"
+
+    run = tmp_path / "run.trec"
+    r = runner.invoke(app, ["eval", str(out), "--questions", f"squad:{squad_file}", "--metrics", "top@1,top@5,mrr@5", "--json", "--run-out", str(run)])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["n_questions"] == 8
+    assert set(d["metrics"]) == {"top@1", "top@5", "mrr@5"}
+    assert d["metrics"]["top@5"] >= d["metrics"]["top@1"] > 0.5
+    assert run.read_text().count("\n") >= 8
+
+
+def test_bad_input_is_one_clear_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"data": [{"title": "T", "paragraphs": [{"context": "", "qas": []}]}]}')
+    r = runner.invoke(app, ["index", f"squad:{bad}", "--out", str(tmp_path / "x"), "-q"])
+    assert r.exit_code == 2
+    assert "bad.json" in r.output and "data[0].paragraphs[0].context" in r.output
+    assert "Traceback" not in r.output
+
+    r = runner.invoke(app, ["search", str(tmp_path / "nope"), "q"])
+    assert r.exit_code == 2 and "not an anygrain index" in r.output
+
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"data": [\n  {"title": "T",\n   "paragraphs": [ }\n]}')
+    r = runner.invoke(app, ["index", f"squad:{broken}", "--out", str(tmp_path / "y"), "-q"])
+    assert r.exit_code == 2 and "broken.json, line 3" in r.output and "invalid JSON" in r.output
+
+
+def test_skip_policy_counts(tmp_path: Path) -> None:
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps({"data": [{"title": "T", "paragraphs": [{"context": "", "qas": []}, {"context": "Good text here.", "qas": []}]}]}))
+    r = runner.invoke(app, ["index", f"squad:{f}", "--out", str(tmp_path / "x"), "-q", "--on-error", "skip"])
+    assert r.exit_code == 0, r.output
+    assert "skipped 1 malformed record" in r.output and "indexed 1 passages" in r.output
+
+
+def test_unknown_format_and_metric(squad_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "idx"
+    runner.invoke(app, ["index", str(squad_file), "--out", str(out), "-q"])
+    r = runner.invoke(app, ["eval", str(out), "--questions", str(squad_file), "--metrics", "top@x"])
+    assert r.exit_code == 2 and "top@x" in r.output
+    r = runner.invoke(app, ["formats"])
+    assert r.exit_code == 0 and "squad" in r.output
+
+
+def test_demo_offline(tmp_path: Path) -> None:
+    r = runner.invoke(app, ["demo", "--out", str(tmp_path / "demo")])
+    assert r.exit_code == 0, r.output
+    last = json.loads(r.stdout.strip().splitlines()[-1])
+    assert last["n_questions"] == 10
+    assert last["metrics"]["top@5"] >= 0.5  # BM25 on the Python reference finds most answers
