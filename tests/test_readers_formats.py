@@ -447,7 +447,12 @@ def test_kilt(tmp_path: Path) -> None:
     q = qs[0]
     assert q.text == "how did Chen Yi-hsiung die?" and q.answers == ["suicide"]
     assert q.gold == ["10287141", "99"]
-    assert q.meta == {"titles": ["Chen Yi-hsiung", "Other"], "kilt": {"template": "XXX"}}
+    assert q.meta == {
+        "titles": ["Chen Yi-hsiung", "Other"],
+        "kilt": {"template": "XXX"},
+        # One provenance set per output, for KILT's max-over-sets R-precision.
+        "gold_sets": [["10287141"], ["99"], ["10287141"]],
+    }
     assert qs[1].answers == [] and qs[1].gold == []
 
 

@@ -45,6 +45,8 @@ def question_from_kilt(obj: dict[str, Any], *, path: Path, line: int) -> Questio
     answers: list[str] = []
     gold: list[str] = []
     titles: list[str] = []
+    # KILT's R-precision is the max over provenance sets, one set per output.
+    gold_sets: list[list[str]] = []
     for i, out in enumerate(outputs):
         where = f"output[{i}]"
         if not isinstance(out, dict):
@@ -58,6 +60,7 @@ def question_from_kilt(obj: dict[str, Any], *, path: Path, line: int) -> Questio
             if "provenance" in out
             else []
         )
+        out_ids: list[str] = []
         for j, prov in enumerate(provenance):
             p_where = f"{where}.provenance[{j}]"
             if not isinstance(prov, dict):
@@ -67,10 +70,16 @@ def question_from_kilt(obj: dict[str, Any], *, path: Path, line: int) -> Questio
                     line=line,
                     field=p_where,
                 )
-            gold.append(require_id(prov, "wikipedia_id", path=path, line=line, where=p_where))
+            pid = require_id(prov, "wikipedia_id", path=path, line=line, where=p_where)
+            gold.append(pid)
+            out_ids.append(pid)
             if "title" in prov:
                 titles.append(require(prov, "title", str, path=path, line=line, where=p_where))
+        if out_ids:
+            gold_sets.append(dedupe(out_ids))
     meta: dict[str, object] = {}
+    if gold_sets:
+        meta["gold_sets"] = gold_sets
     if titles:
         meta["titles"] = dedupe(titles)
     if "meta" in obj:

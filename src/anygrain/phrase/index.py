@@ -1,0 +1,425 @@
+"""The phrase index (IndexKind.PHRASE): DensePhrases' token vectors in two MIPS indexes.
+
+Layout::
+
+    index.json             manifest: model fingerprint, corpus checksum, L, tau, counts, sizes
+    corpus/                the passage store (unless an existing store was reused)
+    phrase/model/          the phrase model (PhraseEncoder.save), so the index carries its encoder
+    phrase/start.npy ...   token vectors and metadata (see :mod:`anygrain.phrase.dump`)
+    phrase/start.faiss     MIPS over the start vectors of start-capable tokens
+    phrase/end.faiss       MIPS over the end vectors of end-capable tokens
+    phrase/start_ids.npy   FAISS id -> token index (and end_ids.npy)
+
+Opening checks that the model's phrase fingerprint is the one the vectors were made
+with: a different phrase encoder would put questions and phrases in different spaces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anygrain.corpus.store import CorpusStore
+from anygrain.dense.faiss_index import FaissIndex, plan_training
+from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError
+from anygrain.phrase.dump import END_OK, START_OK, dump_phrases
+from anygrain.phrase.model import PhraseEncoder
+from anygrain.phrase.search import (
+    Phrases,
+    PhraseTable,
+    aggregate,
+    search_candidates,
+    search_scope,
+    unit_hits,
+)
+from anygrain.search.hit import Hit, Unit
+from anygrain.search.index import Index, IndexKind, register_index, write_manifest
+from anygrain.sparse.bm25 import open_corpus_of
+from anygrain.utils.atomic import atomic_dir
+from anygrain.utils.corpus_source import open_or_build_corpus
+
+SUBDIR = "phrase"
+
+
+def as_phrase_model(model: str | Path | PhraseEncoder) -> PhraseEncoder:
+    """A phrase model from an instance or a saved directory (an untrained encoder is refused)."""
+    if isinstance(model, PhraseEncoder):
+        return model
+    p = Path(str(model)).expanduser()
+    if not (p / "anygrain_phrase.json").exists():
+        raise AnygrainError(
+            f"{model}: not a phrase model; train one with `anygrain train phrase` and pass its "
+            "directory as --model"
+        )
+    return PhraseEncoder.load(p)
+
+
+def _corpus_ref(out: Path, store: CorpusStore) -> str:
+    """Relative when the corpus sits beside or inside ``out`` (the pair can move together)."""
+    sp, o = Path(store.path).resolve(), out.resolve()
+    if sp.is_relative_to(o.parent):
+        return os.path.relpath(sp, o)
+    return str(sp)
+
+
+class _Vectors:
+    """Stored vectors as a FAISS VectorSource: rows ``ids`` of a float16 memory map."""
+
+    def __init__(self, arr: np.ndarray, ids: np.ndarray) -> None:
+        self.arr = arr
+        self.ids = ids
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def dim(self) -> int:
+        return int(self.arr.shape[1])
+
+    def sample(self, n: int, *, seed: int = 0) -> np.ndarray:
+        if n >= len(self.ids):
+            pick = self.ids
+        else:
+            rng = np.random.default_rng(seed)
+            pick = self.ids[np.sort(rng.choice(len(self.ids), size=n, replace=False))]
+        return np.asarray(self.arr[pick], dtype=np.float32)
+
+    def iter_batches(self, batch_size: int = 65536) -> Any:
+        for i in range(0, len(self.ids), batch_size):
+            yield i, np.asarray(self.arr[self.ids[i : i + batch_size]], dtype=np.float32)
+
+
+@register_index(IndexKind.PHRASE)
+class PhraseIndex(Index):
+    """Phrase retrieval; ``search`` returns phrase hits (or sentences, passages, documents)."""
+
+    default_unit = Unit.PHRASE
+
+    def __init__(
+        self,
+        path: Path,
+        manifest: dict[str, Any],
+        store: CorpusStore,
+        model: PhraseEncoder,
+        table: PhraseTable,
+        start_index: FaissIndex,
+        end_index: FaissIndex,
+        start_ids: np.ndarray,
+        end_ids: np.ndarray,
+    ) -> None:
+        super().__init__(path, manifest)
+        self.store = store
+        self.model = model
+        self.table = table
+        self.start_index = start_index
+        self.end_index = end_index
+        self.start_ids = start_ids
+        self.end_ids = end_ids
+        self.max_words = int(manifest["settings"]["max_phrase_words"])
+
+    @property
+    def corpus(self) -> CorpusStore:
+        return self.store
+
+    # --- building ---------------------------------------------------------------------
+    @classmethod
+    def build_from(
+        cls,
+        source: Any,
+        out: Path,
+        *,
+        model: str | Path | PhraseEncoder | None = None,
+        threshold: float | None = None,
+        split: str | None = None,
+        errors: ErrorLog | None = None,
+        progress: bool = True,
+        factory: str | None = None,
+        batch_size: int = 32,
+        bf16: bool = False,
+        shard_size: int = 2000,
+        max_phrase_words: int | None = None,
+        corpus_dir: Path | None = None,
+        **unused: Any,
+    ) -> PhraseIndex:
+        """Encode ``source`` with a trained phrase model and write a phrase index to ``out``.
+
+        ``threshold`` is the filter's tau (a logit; default: the model's recorded
+        one, None keeps every word-boundary token).  The dump is resumable: an
+        interrupted build picks up at its last finished shard.
+        """
+        if model is None:
+            raise AnygrainError("a phrase index needs --model: a phrase model directory")
+        out = Path(out)
+        enc = as_phrase_model(model)
+        partial = out.with_name(f".{out.name}.phrase.partial")
+        with atomic_dir(out) as tmp:
+            store = open_or_build_corpus(
+                source, corpus_dir or tmp / "corpus", split=split, errors=errors, progress=progress
+            )
+            cls.write(
+                tmp,
+                store,
+                enc,
+                work=partial,
+                threshold=threshold if threshold is not None else enc.config.filter_threshold,
+                factory=factory,
+                batch_size=batch_size,
+                bf16=bf16,
+                shard_size=shard_size,
+                max_phrase_words=max_phrase_words,
+                progress=progress,
+            )
+        shutil.rmtree(partial, ignore_errors=True)
+        return Index.load(out)  # type: ignore[return-value]
+
+    @classmethod
+    def write(
+        cls,
+        out: Path,
+        store: CorpusStore,
+        model: PhraseEncoder,
+        *,
+        work: Path,
+        threshold: float | None,
+        factory: str | None = None,
+        batch_size: int = 32,
+        bf16: bool = False,
+        shard_size: int = 2000,
+        max_phrase_words: int | None = None,
+        progress: bool = True,
+        on_shard: Any = None,
+    ) -> dict[str, Any]:
+        """Dump, build both MIPS indexes and write ``index.json`` under ``out``."""
+        out = Path(out)
+        base = out / SUBDIR
+        base.mkdir(parents=True, exist_ok=True)
+        t0 = time.time()
+        fingerprint = model.config.phrase_fingerprint or model.phrase_fingerprint()
+        model.config.phrase_fingerprint = fingerprint
+        model.save(base / "model")
+        stats = dump_phrases(
+            store,
+            model,
+            work,
+            base,
+            threshold=threshold,
+            shard_size=shard_size,
+            batch_size=batch_size,
+            bf16=bf16,
+            progress=progress,
+            on_shard=on_shard,
+        )
+        t_dump = time.time()
+        start = np.load(base / "start.npy", mmap_mode="r")
+        end = np.load(base / "end.npy", mmap_mode="r")
+        flags = np.load(base / "tokens.npy", mmap_mode="r")[:, 3]
+        start_ids = np.flatnonzero(flags & START_OK).astype(np.int64)
+        end_ids = np.flatnonzero(flags & END_OK).astype(np.int64)
+        if not len(start_ids) or not len(end_ids):
+            raise AnygrainError(
+                f"no phrase vectors passed the filter (threshold {threshold}); lower --threshold"
+            )
+        np.save(base / "start_ids.npy", start_ids)
+        np.save(base / "end_ids.npy", end_ids)
+        # Both sides use one factory (chosen for the larger), checked for each before building.
+        spec = factory or plan_training(max(len(start_ids), len(end_ids)), model.dim, None)[0]
+        for n_side in (len(start_ids), len(end_ids)):
+            plan_training(n_side, model.dim, spec)
+        fx_s = FaissIndex.build(_Vectors(start, start_ids), spec, progress=progress)
+        fx_s.save(base / "start.faiss")
+        fx_e = FaissIndex.build(_Vectors(end, end_ids), spec, progress=progress)
+        fx_e.save(base / "end.faiss")
+        t_faiss = time.time()
+        n_bytes = sum(f.stat().st_size for f in base.iterdir() if f.is_file())
+        settings = {
+            "max_phrase_words": model.config.max_phrase_words
+            if max_phrase_words is None
+            else int(max_phrase_words),
+            "threshold": threshold,
+            "factory": fx_s.factory,
+            "nprobe": fx_s.nprobe,
+            "dim": model.dim,
+            "dtype": "float16",
+            "include_title": model.config.include_title,
+            "max_passage_length": model.config.max_passage_length,
+            "doc_stride": model.config.doc_stride,
+            "bf16": bf16,
+        }
+        counts = {
+            "passages": stats.n_passages,
+            "tokens_seen": stats.n_tokens_seen,
+            "tokens_kept": stats.n_kept,
+            "start_vectors": stats.n_start,
+            "end_vectors": stats.n_end,
+            "vectors_per_passage": round((stats.n_start + stats.n_end) / max(stats.n_passages, 1), 3),
+            "tokens_kept_per_passage": round(stats.n_kept / max(stats.n_passages, 1), 3),
+            "kept_fraction": round(stats.n_kept / max(stats.n_tokens_seen, 1), 4),
+            "bytes": n_bytes,
+            "bytes_per_passage": round(n_bytes / max(stats.n_passages, 1), 1),
+        }
+        write_manifest(
+            out,
+            IndexKind.PHRASE,
+            cls.format_version,
+            corpus={
+                "path": _corpus_ref(out, store),
+                "checksum": store.checksum,
+                "n_passages": len(store),
+            },
+            model={
+                "fingerprint": fingerprint,
+                "base_model": model.config.base_model,
+                "path": f"{SUBDIR}/model",
+            },
+            settings=settings,
+            counts=counts,
+            timings={
+                "dump_seconds": round(t_dump - t0, 3),
+                "faiss_seconds": round(t_faiss - t_dump, 3),
+                "shards_resumed": stats.shards_done_before,
+            },
+        )
+        return {"settings": settings, "counts": counts}
+
+    # --- opening ----------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        path: Path,
+        manifest: dict[str, Any],
+        *,
+        store: CorpusStore | None = None,
+        model: str | Path | PhraseEncoder | None = None,
+        mmap: bool = True,
+        **options: Any,
+    ) -> PhraseIndex:
+        """Open the index; ``model`` replaces the saved one (it must make the same phrases)."""
+        path = Path(path)
+        base = path / SUBDIR
+        want = manifest.get("model", {}).get("fingerprint")
+        if model is None:
+            enc = PhraseEncoder.load(path / manifest["model"]["path"], verify=False)
+            got = enc.config.phrase_fingerprint
+        else:
+            enc = as_phrase_model(model)
+            got = enc.phrase_fingerprint()
+        if got != want:
+            raise IndexMismatchError(
+                f"{path}: the model's phrase encoder (fingerprint {got}) is not the one this index "
+                f"was built with ({want}); its questions would not match the stored phrase vectors. "
+                "Use the index's own model or rebuild the index with this one."
+            )
+        store = store or open_corpus_of(path, manifest)
+        for name in ("start.npy", "end.npy", "tokens.npy", "passage_ptr.npy", "start.faiss", "end.faiss"):
+            if not (base / name).exists():
+                raise AnygrainError(f"{path}: incomplete phrase index (missing {SUBDIR}/{name})")
+        mode = "r" if mmap else None
+        table = PhraseTable(
+            np.load(base / "start.npy", mmap_mode=mode),
+            np.load(base / "end.npy", mmap_mode=mode),
+            np.load(base / "tokens.npy"),
+            np.load(base / "passage_ptr.npy"),
+        )
+        if len(table.passage_ptr) != len(store) + 1:
+            raise IndexMismatchError(
+                f"{path}: phrase dump covers {len(table.passage_ptr) - 1} passages, "
+                f"the corpus has {len(store)}; rebuild the index"
+            )
+        factory = manifest["settings"].get("factory", "")
+        fs = FaissIndex.load(base / "start.faiss", factory=factory, mmap=mmap)
+        fe = FaissIndex.load(base / "end.faiss", factory=factory, mmap=mmap)
+        start_ids = np.load(base / "start_ids.npy")
+        end_ids = np.load(base / "end_ids.npy")
+        if fs.ntotal != len(start_ids) or fe.ntotal != len(end_ids):
+            raise IndexMismatchError(f"{path}: FAISS indexes do not match the stored tokens")
+        return cls(path, manifest, store, enc, table, fs, fe, start_ids, end_ids)
+
+    # --- search -----------------------------------------------------------------------
+    def encode_queries(
+        self, queries: Sequence[str], *, batch_size: int = 64, bf16: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(q_start, q_end)`` float32 vectors."""
+        return self.model.encode_questions(list(queries), batch_size=batch_size, bf16=bf16)
+
+    def mips(
+        self, q_start: np.ndarray, q_end: np.ndarray, k: int, *, nprobe: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The two raw FAISS calls: top-``k`` start and end token indices (-1 = none)."""
+        rs, _ = self.start_index.search(q_start, k, nprobe=nprobe)
+        re_, _ = self.end_index.search(q_end, k, nprobe=nprobe)
+        ts = np.where(rs >= 0, self.start_ids[np.maximum(rs, 0)], -1)
+        te = np.where(re_ >= 0, self.end_ids[np.maximum(re_, 0)], -1)
+        return ts, te
+
+    def search_phrases(
+        self,
+        q_start: np.ndarray,
+        q_end: np.ndarray,
+        *,
+        top_k: int = 100,
+        scope_rows: Sequence[Sequence[int]] | None = None,
+        max_words: int | None = None,
+        nprobe: int | None = None,
+    ) -> list[Phrases]:
+        """Scored phrases per question from ready-made question vectors (best first)."""
+        L = int(max_words or self.max_words)
+        n = len(q_start)
+        if scope_rows is not None:
+            if len(scope_rows) != n:
+                raise AnygrainError(f"scope_rows has {len(scope_rows)} entries for {n} queries")
+            nrows = len(self.table.passage_ptr) - 1
+            for rows in scope_rows:
+                bad = [r for r in rows if not 0 <= int(r) < nrows]
+                if bad:
+                    raise AnygrainError(f"scope row {bad[0]} out of range (0..{nrows - 1})")
+            return [
+                search_scope(self.table, q_start[i], q_end[i], rows, L)
+                for i, rows in enumerate(scope_rows)
+            ]
+        kk = min(top_k, max(len(self.start_ids), 1), max(len(self.end_ids), 1))
+        ts, te = self.mips(q_start, q_end, kk, nprobe=nprobe)
+        return [search_candidates(self.table, q_start[i], q_end[i], ts[i], te[i], L) for i in range(n)]
+
+    def search(
+        self,
+        queries: Sequence[str],
+        k: int = 10,
+        *,
+        unit: Unit | str | None = None,
+        scope_rows: Sequence[Sequence[int]] | None = None,
+        top_k: int | None = None,
+        max_words: int | None = None,
+        nprobe: int | None = None,
+        batch_size: int = 64,
+        bf16: bool = False,
+        **options: Any,
+    ) -> list[list[Hit]]:
+        """Top-``k`` units per query.  ``unit`` picks the grain (default: phrases); coarser
+        units are scored by their best phrase.  ``scope_rows`` restricts each query to given
+        passage rows (searched exhaustively).  ``top_k`` is the MIPS depth per side
+        (default ``max(100, 10·k)``)."""
+        u = Unit(unit) if unit is not None else Unit.PHRASE
+        depth = top_k or max(100, 10 * k)
+        out: list[list[Hit]] = []
+        for i in range(0, len(queries), batch_size):
+            qs, qe = self.encode_queries(queries[i : i + batch_size], batch_size=batch_size, bf16=bf16)
+            scope = scope_rows[i : i + batch_size] if scope_rows is not None else None
+            phrases = self.search_phrases(
+                qs, qe, top_k=depth, scope_rows=scope, max_words=max_words, nprobe=nprobe
+            )
+            found = [aggregate(self.table, self.store, p, k, u) for p in phrases]
+            out.extend(unit_hits(self.table, self.store, found, u))
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "faiss": {"start": self.start_index.ntotal, "end": self.end_index.ntotal},
+        }

