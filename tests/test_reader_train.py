@@ -140,7 +140,7 @@ def test_data_and_same_file_negatives(squad: Path, tiny_model: Path, tmp_path: P
 
 
 def test_training_lowers_the_loss_and_saves_a_loadable_reader(squad: Path, tiny_model: Path, tmp_path: Path) -> None:
-    cfg = _config(squad, tmp_path / "reader", tiny_model, epochs=6)
+    cfg = _config(squad, tmp_path / "reader", tiny_model, epochs=15)
     data = load_reader_data(cfg.train)
     torch.manual_seed(cfg.seed)
     before = Reader.from_pretrained(str(tiny_model), **cfg.reader_settings())
@@ -154,7 +154,7 @@ def test_training_lowers_the_loss_and_saves_a_loadable_reader(squad: Path, tiny_
     trainer.reader = after
     with torch.no_grad():
         loss1 = sum(float(trainer.loss(b)[0]) for b in batches)
-    assert loss1 < 0.7 * loss0, (loss0, loss1)
+    assert loss1 < 0.6 * loss0, (loss0, loss1)
     log = [json.loads(ln) for ln in (out / LOG_FILE).read_text().splitlines()]
     assert log[0]["event"] == "start" and log[-1]["event"] == "done"
     assert not (out / "checkpoints").exists()

@@ -546,8 +546,8 @@ class ReaderTrainer:
         span_loss = span.sum() / max(n_gold, 1)
         sel_loss = sel.mean()
         return span_loss + sel_loss, {
-            "span_loss": float(span_loss),
-            "selection_loss": float(sel_loss),
+            "span_loss": float(span_loss.detach()),
+            "selection_loss": float(sel_loss.detach()),
             "no_gold": sb.n_questions - n_gold,
         }
 
