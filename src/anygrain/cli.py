@@ -214,6 +214,16 @@ def demo_cmd(
     print(json.dumps(result.report.to_dict()))
 
 
+def _register_groups() -> None:
+    # Command groups live beside their API; each module is thin like this one.
+    from anygrain.cli_train import train_app
+
+    app.add_typer(train_app, name="train")
+
+
+_register_groups()
+
+
 def main() -> None:
     app()
 

@@ -65,7 +65,7 @@ def dpr_cmd(
         bool,
         typer.Option(
             "--grad-cache/--no-grad-cache",
-            help="Gradient caching: batch size not bounded by memory (about 1/3 more compute)",
+            help="Gradient caching: batch size not bounded by memory (each batch is encoded twice: ~1.5x time)",
         ),
     ] = False,
     max_examples: Annotated[

@@ -236,6 +236,7 @@ class FaissIndex:
     def __init__(self, index: faiss.Index, factory: str = "") -> None:
         self.index = index
         self.factory = factory
+        self._d = int(index.d)  # cached: SWIG attribute reads cost more than the check itself
         base = _unwrap(index)
         self.ivf: faiss.IndexIVF | None = base if isinstance(base, faiss.IndexIVF) else None
         self.hnsw: faiss.IndexHNSW | None = base if isinstance(base, faiss.IndexHNSW) else None
@@ -284,6 +285,11 @@ class FaissIndex:
             raise AnygrainError(
                 f"FAISS cannot build factory {spec!r}: {_faiss_message(e)}"
             ) from None
+        base: Any = _unwrap(index)
+        if getattr(base, "do_polysemous_training", False):
+            # Polysemous codes only help with polysemous_ht search, which anygrain never sets;
+            # their training takes tens of seconds.
+            base.do_polysemous_training = False
         if not index.is_trained:
             if train_size < info.recommended_train:
                 warnings.warn(
@@ -364,9 +370,13 @@ class FaissIndex:
         self, q: np.ndarray, k: int, *, nprobe: int | None = None, ef_search: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(rows, scores)`` of shape (n, k), best first; rows are -1 past the last match."""
-        q = np.ascontiguousarray(q, dtype=np.float32)
-        if q.ndim != 2 or q.shape[1] != self.dim:
-            raise AnygrainError(f"query vectors have shape {q.shape}, expected (n, {self.dim})")
+        if q.dtype != np.float32 or not q.flags.c_contiguous:
+            q = np.ascontiguousarray(q, dtype=np.float32)
+        if q.ndim != 2 or q.shape[1] != self._d:
+            raise AnygrainError(f"query vectors have shape {q.shape}, expected (n, {self._d})")
+        if nprobe is None and ef_search is None and k > 0:
+            scores, rows = self.index.search(q, k)  # the common case: nothing between us and FAISS
+            return rows, scores
         if k <= 0 or len(q) == 0:
             return np.zeros((len(q), max(k, 0)), dtype=np.int64), np.zeros(
                 (len(q), max(k, 0)), dtype=np.float32

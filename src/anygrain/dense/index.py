@@ -228,7 +228,7 @@ class DenseIndex(Index):
                 model={
                     "fingerprint": fingerprint,
                     "base_model": enc.config.base_model,
-                    "path": f"{subdir}/model",
+                    "path": str(Path(subdir) / "model"),
                 },
                 settings={"dense": settings},
             )
@@ -358,5 +358,5 @@ class DenseIndex(Index):
                 "nprobe": self.faiss.nprobe,
                 "ef_search": self.faiss.ef_search,
             },
-            "mmap_bytes": os.path.getsize(self.path / self.subdir / "faiss.index"),
+            "faiss_index_bytes": os.path.getsize(self.path / self.subdir / "faiss.index"),
         }

@@ -191,6 +191,56 @@ def _encoder_settings(model: BiEncoder) -> dict[str, Any]:
     return model.config.passage.to_dict()
 
 
+def _expected(
+    store: CorpusStore, model: BiEncoder, shard_size: int, dtype: str, bf16: bool
+) -> dict[str, Any]:
+    """The manifest fields that must match for shards to belong to this corpus and model."""
+    if dtype not in DTYPES:
+        raise AnygrainError(f"vector dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+    if shard_size <= 0:
+        raise AnygrainError(f"shard_size must be positive, not {shard_size}")
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "dim": model.dim,
+        "dtype": dtype,
+        "n": len(store),
+        "shard_size": shard_size,
+        "model_fingerprint": model.passage_fingerprint(),
+        "encoder": _encoder_settings(model),
+        "bf16": bf16,  # bf16 vectors differ slightly: never mix them with float32 ones
+        "corpus_checksum": store.checksum,
+    }
+
+
+def save_vectors(
+    vectors: np.ndarray,
+    store: CorpusStore,
+    model: BiEncoder,
+    out_dir: str | Path,
+    *,
+    shard_size: int = 50_000,
+    dtype: str = "float32",
+    bf16: bool = False,
+) -> ShardSet:
+    """Write vectors already encoded by ``model`` (row ``i`` = passage ``i``) as a complete
+    shard set, laid out as :func:`encode_corpus` would, which then finds nothing left to do."""
+    expect = _expected(store, model, shard_size, dtype, bf16)
+    if vectors.shape != (len(store), model.dim):
+        raise AnygrainError(
+            f"vectors have shape {vectors.shape}, expected {(len(store), model.dim)}"
+        )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if (out / SHARDS_MANIFEST).exists():
+        raise AnygrainError(f"{out}: already holds vectors; pick an empty directory")
+    shards = _plan(len(store), shard_size)
+    for s in shards:
+        s.nbytes = _save_npy_atomic(out / s.file, vectors[s.start : s.end].astype(dtype))
+    _write_manifest(out, {**expect, "complete": True, "shards": [asdict(s) for s in shards]})
+    return ShardSet.open(out)
+
+
 def encode_corpus(
     store: CorpusStore,
     model: BiEncoder,
@@ -209,24 +259,9 @@ def encode_corpus(
     reporting, or tests simulating an interrupt).  Raises :class:`IndexMismatchError`
     when ``out_dir`` holds shards from another model, corpus or setting.
     """
-    if dtype not in DTYPES:
-        raise AnygrainError(f"vector dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
-    if shard_size <= 0:
-        raise AnygrainError(f"shard_size must be positive, not {shard_size}")
+    expect = _expected(store, model, shard_size, dtype, bf16)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    fp = model.passage_fingerprint()
-    expect = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "dim": model.dim,
-        "dtype": dtype,
-        "n": len(store),
-        "shard_size": shard_size,
-        "model_fingerprint": fp,
-        "encoder": _encoder_settings(model),
-        "corpus_checksum": store.checksum,
-    }
     mf = out / SHARDS_MANIFEST
     if mf.exists():
         manifest = json.loads(mf.read_text(encoding="utf-8"))

@@ -6,13 +6,30 @@ tests that need sensible rankings use the real ``minilm`` alias instead.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import faiss
 import torch
 
 from anygrain.models.biencoder import BiEncoder, BiEncoderConfig
 from anygrain.models.encoder import EncoderConfig, Pooling, TextEncoder
 from anygrain.models.resolve import resolve_model
+
+
+@contextmanager
+def single_threaded() -> Iterator[None]:
+    """One torch and one FAISS thread: on a small, shared machine their thread pools spin-wait
+    on each other, making tiny tests tens of times slower; results are the same."""
+    nt, nf = torch.get_num_threads(), faiss.omp_get_max_threads()
+    torch.set_num_threads(1)
+    faiss.omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(nt)
+        faiss.omp_set_num_threads(nf)
 
 
 def tiny_tokenizer() -> Any:
@@ -51,5 +68,7 @@ def tiny_biencoder(
     pm = qm if shared else BertModel(cfg).eval()
     qcfg = EncoderConfig(pooling, normalize, "", min(64, max_length))
     pcfg = EncoderConfig(pooling, normalize, "", max_length)
-    config = BiEncoderConfig(base_model=f"tiny-bert-{seed}", shared=shared, question=qcfg, passage=pcfg)
+    config = BiEncoderConfig(
+        base_model=f"tiny-bert-{seed}", shared=shared, question=qcfg, passage=pcfg
+    )
     return BiEncoder(TextEncoder(qm, tok, qcfg), TextEncoder(pm, tok, pcfg), config)

@@ -128,7 +128,9 @@ def encode_shard(
     }
 
 
-def _identity(store: CorpusStore, model: PhraseEncoder, threshold: float | None, shard_size: int) -> dict[str, Any]:
+def _identity(
+    store: CorpusStore, model: PhraseEncoder, threshold: float | None, shard_size: int
+) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -179,8 +181,7 @@ def dump_phrases(
     done_before = sum(
         1
         for i in range(len(shards))
-        if str(i) in manifest["done"]
-        and all((work / _shard_file(i, a)).exists() for a in ARRAYS)
+        if str(i) in manifest["done"] and all((work / _shard_file(i, a)).exists() for a in ARRAYS)
     )
     seen_total = 0
     for i, rows in enumerate(
@@ -194,14 +195,20 @@ def dump_phrases(
             _save_npy(work / _shard_file(i, a), arrays[a])
         seen = int(arrays["seen"][0])
         seen_total += seen
-        manifest["done"][str(i)] = {"rows": [rows.start, rows.stop], "kept": len(arrays["tokens"]), "seen": seen}
+        manifest["done"][str(i)] = {
+            "rows": [rows.start, rows.stop],
+            "kept": len(arrays["tokens"]),
+            "seen": seen,
+        }
         atomic_write_text(mf, json.dumps(manifest, indent=2))
         if on_shard is not None:
             on_shard(i)
     return _merge(work, out, len(shards), model.dim, n, seen_total, done_before)
 
 
-def _merge(work: Path, out: Path, n_shards: int, dim: int, n_passages: int, seen: int, done_before: int) -> DumpStats:
+def _merge(
+    work: Path, out: Path, n_shards: int, dim: int, n_passages: int, seen: int, done_before: int
+) -> DumpStats:
     """Concatenate shard arrays into the final files, streaming (never all in memory)."""
     sizes = [len(np.load(work / _shard_file(i, "tokens"), mmap_mode="r")) for i in range(n_shards)]
     total = int(sum(sizes))

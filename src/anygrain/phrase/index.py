@@ -16,13 +16,12 @@ with: a different phrase encoder would put questions and phrases in different sp
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -201,9 +200,8 @@ class PhraseIndex(Index):
         base = out / SUBDIR
         base.mkdir(parents=True, exist_ok=True)
         t0 = time.time()
-        fingerprint = model.config.phrase_fingerprint or model.phrase_fingerprint()
-        model.config.phrase_fingerprint = fingerprint
-        model.save(base / "model")
+        model.save(base / "model")  # records the fingerprint of the weights as they are now
+        fingerprint = model.config.phrase_fingerprint
         stats = dump_phrases(
             store,
             model,
@@ -258,7 +256,9 @@ class PhraseIndex(Index):
             "tokens_kept": stats.n_kept,
             "start_vectors": stats.n_start,
             "end_vectors": stats.n_end,
-            "vectors_per_passage": round((stats.n_start + stats.n_end) / max(stats.n_passages, 1), 3),
+            "vectors_per_passage": round(
+                (stats.n_start + stats.n_end) / max(stats.n_passages, 1), 3
+            ),
             "tokens_kept_per_passage": round(stats.n_kept / max(stats.n_passages, 1), 3),
             "kept_fraction": round(stats.n_kept / max(stats.n_tokens_seen, 1), 4),
             "bytes": n_bytes,
@@ -317,10 +317,17 @@ class PhraseIndex(Index):
                 "Use the index's own model or rebuild the index with this one."
             )
         store = store or open_corpus_of(path, manifest)
-        for name in ("start.npy", "end.npy", "tokens.npy", "passage_ptr.npy", "start.faiss", "end.faiss"):
+        for name in (
+            "start.npy",
+            "end.npy",
+            "tokens.npy",
+            "passage_ptr.npy",
+            "start.faiss",
+            "end.faiss",
+        ):
             if not (base / name).exists():
                 raise AnygrainError(f"{path}: incomplete phrase index (missing {SUBDIR}/{name})")
-        mode = "r" if mmap else None
+        mode: Literal["r"] | None = "r" if mmap else None
         table = PhraseTable(
             np.load(base / "start.npy", mmap_mode=mode),
             np.load(base / "end.npy", mmap_mode=mode),
@@ -385,7 +392,9 @@ class PhraseIndex(Index):
             ]
         kk = min(top_k, max(len(self.start_ids), 1), max(len(self.end_ids), 1))
         ts, te = self.mips(q_start, q_end, kk, nprobe=nprobe)
-        return [search_candidates(self.table, q_start[i], q_end[i], ts[i], te[i], L) for i in range(n)]
+        return [
+            search_candidates(self.table, q_start[i], q_end[i], ts[i], te[i], L) for i in range(n)
+        ]
 
     def search(
         self,
@@ -409,7 +418,9 @@ class PhraseIndex(Index):
         depth = top_k or max(100, 10 * k)
         out: list[list[Hit]] = []
         for i in range(0, len(queries), batch_size):
-            qs, qe = self.encode_queries(queries[i : i + batch_size], batch_size=batch_size, bf16=bf16)
+            qs, qe = self.encode_queries(
+                queries[i : i + batch_size], batch_size=batch_size, bf16=bf16
+            )
             scope = scope_rows[i : i + batch_size] if scope_rows is not None else None
             phrases = self.search_phrases(
                 qs, qe, top_k=depth, scope_rows=scope, max_words=max_words, nprobe=nprobe

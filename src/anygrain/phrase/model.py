@@ -29,7 +29,8 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -125,12 +126,28 @@ def fingerprint_modules(modules: Sequence[nn.Module]) -> str:
     return h.hexdigest()[:16]
 
 
-def _load_hf(path: Path) -> tuple[nn.Module, Any]:
+@contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """No per-file progress bars from transformers: a model here is several small HF dirs."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
+def _load_hf(path: Path) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of a Hugging Face directory (typed Any: HF classes vary)."""
     from transformers import AutoModel, AutoTokenizer
 
     if not (path / "config.json").exists():
         raise AnygrainError(f"{path}: missing model files (no config.json)")
-    return AutoModel.from_pretrained(str(path)), AutoTokenizer.from_pretrained(str(path))
+    with _quiet_transformers():
+        return AutoModel.from_pretrained(str(path)), AutoTokenizer.from_pretrained(str(path))
 
 
 @dataclass
@@ -207,7 +224,7 @@ class PhraseEncoder(nn.Module):
         pooling = Pooling(question_pooling or defaults.pooling)
         cfg = PhraseConfig(
             base_model=str(name),
-            hidden_size=int(base.config.hidden_size),  # type: ignore[union-attr]
+            hidden_size=int(base.config.hidden_size),
             question_encoder=kind,
             question_pooling=pooling,
             query_prefix=defaults.query_prefix,
@@ -240,9 +257,9 @@ class PhraseEncoder(nn.Module):
             raise AnygrainError(f"{f}: corrupt config ({e.msg})") from None
         cfg = PhraseConfig.from_dict(raw, str(f))
         phrase, tok = _load_hf(path / "phrase")
-        if int(phrase.config.hidden_size) != cfg.hidden_size:  # type: ignore[union-attr]
+        if int(phrase.config.hidden_size) != cfg.hidden_size:
             raise AnygrainError(
-                f"{path}: phrase encoder has hidden size {phrase.config.hidden_size}, "  # type: ignore[union-attr]
+                f"{path}: phrase encoder has hidden size {phrase.config.hidden_size}, "
                 f"config says {cfg.hidden_size}"
             )
         names = (
@@ -262,7 +279,11 @@ class PhraseEncoder(nn.Module):
             model.head_modules().load_state_dict(state, strict=True)
         except RuntimeError as e:
             raise AnygrainError(f"{heads}: heads do not fit the model ({e})") from None
-        if verify and cfg.phrase_fingerprint and model.phrase_fingerprint() != cfg.phrase_fingerprint:
+        if (
+            verify
+            and cfg.phrase_fingerprint
+            and model.phrase_fingerprint() != cfg.phrase_fingerprint
+        ):
             raise IndexMismatchError(
                 f"{path}: phrase weights do not match the fingerprint recorded in {MODEL_CONFIG} "
                 "(files changed or corrupt)"
@@ -294,26 +315,30 @@ class PhraseEncoder(nn.Module):
         shutil.rmtree(staging, ignore_errors=True)
         self.config.phrase_fingerprint = self.phrase_fingerprint()
         try:
-            staging.mkdir()
-            self.phrase.save_pretrained(str(staging / "phrase"))  # type: ignore[operator]
-            self.tokenizer.save_pretrained(str(staging / "phrase"))
-            for name, m in zip(self._question_dirs(), self.questions, strict=True):
-                m.save_pretrained(str(staging / name))  # type: ignore[operator]
-                self.tokenizer.save_pretrained(str(staging / name))
-            state = {k: v.detach().contiguous() for k, v in self.head_modules().state_dict().items()}
-            save_file(state, str(staging / HEADS_FILE))
-            (path / MODEL_CONFIG).unlink(missing_ok=True)
-            for name in ("phrase", "question", "question_start", "question_end", HEADS_FILE):
-                target = path / name
-                if target.is_dir():
-                    shutil.rmtree(target)
-                else:
-                    target.unlink(missing_ok=True)
-            for item in staging.iterdir():
-                os.replace(item, path / item.name)
-            atomic_write_text(
-                path / MODEL_CONFIG, json.dumps(self.config.to_dict(), indent=2, ensure_ascii=False)
-            )
+            with _quiet_transformers():
+                staging.mkdir()
+                self.phrase.save_pretrained(str(staging / "phrase"))  # type: ignore[operator]
+                self.tokenizer.save_pretrained(str(staging / "phrase"))
+                for name, m in zip(self._question_dirs(), self.questions, strict=True):
+                    m.save_pretrained(str(staging / name))  # type: ignore[operator]
+                    self.tokenizer.save_pretrained(str(staging / name))
+                state = {
+                    k: v.detach().contiguous() for k, v in self.head_modules().state_dict().items()
+                }
+                save_file(state, str(staging / HEADS_FILE))
+                (path / MODEL_CONFIG).unlink(missing_ok=True)
+                for name in ("phrase", "question", "question_start", "question_end", HEADS_FILE):
+                    target = path / name
+                    if target.is_dir():
+                        shutil.rmtree(target)
+                    else:
+                        target.unlink(missing_ok=True)
+                for item in staging.iterdir():
+                    os.replace(item, path / item.name)
+                atomic_write_text(
+                    path / MODEL_CONFIG,
+                    json.dumps(self.config.to_dict(), indent=2, ensure_ascii=False),
+                )
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return path
@@ -367,7 +392,9 @@ class PhraseEncoder(nn.Module):
             padding=True,
             return_tensors="pt",
         )
-        return {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        return {
+            k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")
+        }
 
     def windows(self, texts: Sequence[str], titles: Sequence[str] | None = None) -> list[Window]:
         """Passages as token windows, as this model was trained to read them."""
@@ -452,8 +479,8 @@ class PhraseEncoder(nn.Module):
         for b in progress_bar(batches, desc="encoding phrases", unit="batch", disable=not progress):
             batch = self.collate([wins[i] for i in b])
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                s, e, f = self.phrase_forward(**batch)
-            s, e, f = s.float().numpy(), e.float().numpy(), f.float().numpy()
+                ts, te, tf = self.phrase_forward(**batch)
+            s, e, f = ts.float().numpy(), te.float().numpy(), tf.float().numpy()
             for r, wi in enumerate(b):
                 pos = owned[wi]
                 vec_s[wi], vec_e[wi], logit[wi] = s[r, pos], e[r, pos], f[r, pos]

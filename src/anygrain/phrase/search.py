@@ -120,7 +120,11 @@ def _segment_best(scores: np.ndarray, owner: np.ndarray, n: int) -> tuple[np.nda
 
 
 def pair_starts(
-    table: PhraseTable, q_end: np.ndarray, starts: np.ndarray, start_scores: np.ndarray, max_words: int
+    table: PhraseTable,
+    q_end: np.ndarray,
+    starts: np.ndarray,
+    start_scores: np.ndarray,
+    max_words: int,
 ) -> Phrases:
     """Each start token with its best end in its window; phrases with no valid end are dropped."""
     if not len(starts):
@@ -140,7 +144,11 @@ def pair_starts(
 
 
 def pair_ends(
-    table: PhraseTable, q_start: np.ndarray, ends: np.ndarray, end_scores: np.ndarray, max_words: int
+    table: PhraseTable,
+    q_start: np.ndarray,
+    ends: np.ndarray,
+    end_scores: np.ndarray,
+    max_words: int,
 ) -> Phrases:
     """Each end token with its best start in its window; phrases with no valid start are dropped."""
     if not len(ends):

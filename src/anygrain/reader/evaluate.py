@@ -93,7 +93,13 @@ def evaluate_reader(
         retrieve_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     answers: list[Answer] = read_many(
-        reader, [q.text for q in qs], lists, top_passages=k, batch_size=batch_size, bf16=bf16, progress=progress
+        reader,
+        [q.text for q in qs],
+        lists,
+        top_passages=k,
+        batch_size=batch_size,
+        bf16=bf16,
+        progress=progress,
     )
     read_s = time.perf_counter() - t1
     total = time.perf_counter() - t0
@@ -104,7 +110,12 @@ def evaluate_reader(
         em_sum += em
         f1_sum += f
         if per_question:
-            rows[q.id] = {"prediction": a.text, "em": em, "f1": f, "passage_id": a.hit.passage_id if a.hit else None}
+            rows[q.id] = {
+                "prediction": a.text,
+                "em": em,
+                "f1": f,
+                "passage_id": a.hit.passage_id if a.hit else None,
+            }
     n = len(qs)
     report: dict[str, Any] = {
         "setting": "gold_passage" if gold_passage else "end_to_end",

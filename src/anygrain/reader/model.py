@@ -102,7 +102,7 @@ class Reader(nn.Module):
         self.encoder = encoder
         self.tokenizer = tokenizer
         self.config = config
-        hidden = int(encoder.config.hidden_size)  # type: ignore[union-attr]
+        hidden = int(encoder.config.hidden_size)  # type: ignore[union-attr, arg-type]
         self.qa = nn.Linear(hidden, 2)  # w_start, w_end
         self.selector = nn.Linear(hidden, 1)  # w_selected
         std = float(getattr(encoder.config, "initializer_range", 0.02))
@@ -190,7 +190,10 @@ class Reader(nn.Module):
             "selector.weight": self.selector.weight,
             "selector.bias": self.selector.bias,
         }
-        save_file({k: v.detach().contiguous().cpu() for k, v in heads.items()}, str(directory / HEADS_FILE))
+        save_file(
+            {k: v.detach().contiguous().cpu() for k, v in heads.items()},
+            str(directory / HEADS_FILE),
+        )
         atomic_write_text(directory / READER_CONFIG, json.dumps(self.config.to_dict(), indent=2))
 
     def save(self, path: str | Path) -> Path:

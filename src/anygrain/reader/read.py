@@ -74,7 +74,8 @@ class Answer:
         }
 
 
-_NO_ANSWER = Answer("", float("-inf"), None, None, -1, float("-inf"), 0.0)
+def _no_answer() -> Answer:
+    return Answer("", float("-inf"), None, None, -1, float("-inf"), 0.0)
 
 
 @dataclass
@@ -163,24 +164,31 @@ def read_many(
     *,
     top_passages: int | None = None,
     batch_size: int = 32,
-    questions_per_chunk: int = 16,
+    questions_per_chunk: int | None = None,
     bf16: bool = False,
     progress: bool = False,
 ) -> list[Answer]:
     """One :class:`Answer` per question, reading its first ``top_passages`` hits
-    (all when None)."""
+    (all when None).
+
+    Questions go in chunks of ``questions_per_chunk`` (default: about 128 passages
+    per chunk); a chunk's windows are sorted by length and run ``batch_size`` at a time.
+    """
     if len(questions) != len(hits):
         raise ValueError("questions and hits differ in length")
     reader.eval()
     answers: list[Answer] = []
-    chunks = range(0, len(questions), max(1, questions_per_chunk))
+    if questions_per_chunk is None:
+        widest = max((len(h) for h in hits), default=1)
+        if top_passages is not None:
+            widest = min(widest, top_passages)
+        questions_per_chunk = max(1, 128 // max(1, widest))
+    per = questions_per_chunk
+    chunks = range(0, len(questions), per)
     with torch.inference_mode():
         for c in progress_bar(chunks, desc="reading", unit="chunk", disable=not progress):
-            qs = questions[c : c + questions_per_chunk]
-            hs = [
-                list(h if top_passages is None else h[:top_passages])
-                for h in hits[c : c + questions_per_chunk]
-            ]
+            qs = questions[c : c + per]
+            hs = [list(h if top_passages is None else h[:top_passages]) for h in hits[c : c + per]]
             pairs = [(qi, pi) for qi, h in enumerate(hs) for pi in range(len(h))]
             windows = _windows(
                 reader,
@@ -196,11 +204,13 @@ def read_many(
             for wi, (w, res) in enumerate(zip(windows, results, strict=True)):
                 qi, pi = pairs[w.pair]
                 sel[qi][pi] = max(sel[qi].get(pi, float("-inf")), res.selection)
-                if res.start >= 0 and (qi not in best or res.selection > results[best[qi]].selection):
+                if res.start >= 0 and (
+                    qi not in best or res.selection > results[best[qi]].selection
+                ):
                     best[qi] = wi
             for qi in range(len(qs)):
                 if qi not in best:
-                    answers.append(_NO_ANSWER)
+                    answers.append(_no_answer())
                     continue
                 res = results[best[qi]]
                 _, pi = pairs[windows[best[qi]].pair]
@@ -269,7 +279,9 @@ class SpanDistributions:
         np.add.at(out, self.offsets[:, 1] - 1, self.end)
         return out
 
-    def project(self, offsets: np.ndarray | Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    def project(
+        self, offsets: np.ndarray | Sequence[tuple[int, int]]
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Start/end distributions over another tokenization of the same passage.
 
         ``offsets`` are that tokenization's ``(start, end)`` characters per token

@@ -79,6 +79,13 @@ class PassagePool:
     def __len__(self) -> int:
         return len(self.passages)
 
+    def subset(self, ids: set[str]) -> PassagePool:
+        """The passages in ``ids``, in pool order (ids stay as they are)."""
+        out = PassagePool(renamed=self.renamed)
+        out.passages = {pid: c for pid, c in self.passages.items() if pid in ids}
+        out._by_content = {k: pid for k, pid in self._by_content.items() if pid in ids}
+        return out
+
     def ids(self) -> list[str]:
         return list(self.passages)
 
@@ -176,7 +183,7 @@ def load_training_data(
     """Examples from every ``FORMAT:PATH`` (or ``PATH``) in ``specs``, in file order.
 
     ``max_examples`` keeps a seeded random subset (in file order), so a quick run
-    still sees every source.  Raises when nothing is left to train on.
+    still sees every source, and only the passages those examples name.  Raises when nothing is left to train on.
     """
     errors = errors or ErrorLog()
     data = TrainingData([], PassagePool())
@@ -189,6 +196,9 @@ def load_training_data(
     if max_examples is not None and len(data.examples) > max_examples:
         keep = np.sort(np.random.default_rng(seed).permutation(len(data.examples))[:max_examples])
         data.examples = [data.examples[i] for i in keep]
+        # A quick run should not pay for indexing or encoding passages it never uses.
+        used = {c[0] for ex in data.examples for c in (ex.positive, *ex.hard_negatives)}
+        data.pool = data.pool.subset(used)
     if not data.examples:
         raise AnygrainError(
             f"no training examples in {', '.join(specs)}"

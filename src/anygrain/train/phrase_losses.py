@@ -14,7 +14,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -67,7 +68,9 @@ def negatives_ce(
     return F.cross_entropy(all_logits, torch.zeros(b, dtype=torch.long, device=q.device))
 
 
-def distill_kl(student_logits: torch.Tensor, mask: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+def distill_kl(
+    student_logits: torch.Tensor, mask: torch.Tensor, teacher: torch.Tensor
+) -> torch.Tensor:
     """Mean over the batch of KL(teacher || student) on the valid positions.
 
     ``teacher`` (B, T) are probabilities (renormalised here over ``mask``, so a teacher
@@ -85,9 +88,7 @@ def distill_kl(student_logits: torch.Tensor, mask: torch.Tensor, teacher: torch.
     return kl.sum(-1).mean()
 
 
-def filter_bce(
-    logits: torch.Tensor, mask: torch.Tensor, gold: torch.Tensor
-) -> torch.Tensor:
+def filter_bce(logits: torch.Tensor, mask: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
     """Binary cross-entropy of filter ``logits`` (W, T) against ``gold`` (W, T) on ``mask``."""
     if not bool(mask.any()):
         return logits.sum() * 0.0
@@ -178,20 +179,30 @@ def project_char_distribution(
 
 
 class ReaderTeacher:
-    """Adapts a reader giving distributions over its own tokens to :class:`Teacher`.
+    """:class:`anygrain.reader.Reader` as a :class:`Teacher`.
 
-    ``reader.span_distributions(questions, titles, passages)`` must return, per
-    question, ``(offsets, start_probs, end_probs)``: character spans of the reader's
-    tokens in the passage text and its start/end probabilities over them.
+    ``distributions(questions, passages, titles)`` gives one object per pair with
+    ``project(offsets) -> (start, end)`` (the reader's ``SpanDistributions``): the
+    reader's own token distributions moved onto the student's tokens by characters.
     """
 
-    def __init__(self, reader: Any) -> None:
-        if not callable(getattr(reader, "span_distributions", None)):
-            raise TypeError(
-                "a teacher reader needs span_distributions(questions, titles, passages) -> "
-                "[(offsets, start_probs, end_probs)]"
+    def __init__(self, distributions: Callable[..., Sequence[Any]]) -> None:
+        self.distributions = distributions
+
+    @classmethod
+    def load(cls, path: str | Path, *, batch_size: int = 32, bf16: bool = False) -> ReaderTeacher:
+        from anygrain.reader import Reader, start_end_distributions_many
+
+        reader = Reader.load(path)
+
+        def dists(
+            questions: Sequence[str], passages: Sequence[str], titles: Sequence[str]
+        ) -> Sequence[Any]:
+            return start_end_distributions_many(
+                reader, questions, passages, titles, batch_size=batch_size, bf16=bf16
             )
-        self.reader = reader
+
+        return cls(dists)
 
     def __call__(
         self,
@@ -200,13 +211,5 @@ class ReaderTeacher:
         passages: Sequence[str],
         offsets: Sequence[np.ndarray],
     ) -> list[tuple[np.ndarray, np.ndarray]]:
-        dists = self.reader.span_distributions(list(questions), list(titles), list(passages))
-        out = []
-        for (src, ps, pe), dst in zip(dists, offsets, strict=True):
-            out.append(
-                (
-                    project_char_distribution(src, ps, dst, "start"),
-                    project_char_distribution(src, pe, dst, "end"),
-                )
-            )
-        return out
+        dists = self.distributions(list(questions), list(passages), list(titles))
+        return [tuple(d.project(off)) for d, off in zip(dists, offsets, strict=True)]  # type: ignore[misc]

@@ -54,7 +54,7 @@ from anygrain.errors import AnygrainError, ErrorLog
 from anygrain.eval.answers import AnswerMatcher
 from anygrain.reader.features import Batch, Window, collate, make_windows
 from anygrain.reader.losses import selection_nll, span_marginal_nll
-from anygrain.reader.model import READER_CONFIG, Reader
+from anygrain.reader.model import READER_CONFIG, Reader, ReaderOutput
 from anygrain.reader.spans import is_boundary
 from anygrain.utils.atomic import atomic_path, atomic_write_text
 from anygrain.utils.progress import progress_bar
@@ -97,6 +97,7 @@ class ReaderTrainConfig:
     weight_decay: float = 0.01
     max_grad_norm: float = 2.0
     max_length: int = 256
+    micro_batch: int = 8  # windows per forward pass, sorted by length
     max_question_length: int = 64
     max_answer_length: int = 30
     stride: int = 64
@@ -120,7 +121,14 @@ class ReaderTrainConfig:
         problems = []
         if not self.train:
             problems.append("no training data (--train)")
-        for name in ("epochs", "batch_size", "max_length", "max_answer_length", "retriever_depth"):
+        for name in (
+            "epochs",
+            "batch_size",
+            "micro_batch",
+            "max_length",
+            "max_answer_length",
+            "retriever_depth",
+        ):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1")
         if self.negatives < 0:
@@ -214,14 +222,25 @@ class ReaderData:
         for ex in self.examples:
             h.update(
                 json.dumps(
-                    [ex.qid, ex.question, ex.answers, ex.spans, ex.positive, ex.file, ex.article, ex.retrieved],
+                    [
+                        ex.qid,
+                        ex.question,
+                        ex.answers,
+                        ex.spans,
+                        ex.positive,
+                        ex.file,
+                        ex.article,
+                        ex.retrieved,
+                    ],
                     ensure_ascii=False,
                 ).encode()
             )
         return h.hexdigest()[:16]
 
 
-def gold_char_spans(text: str, answers: Sequence[str], starts: Sequence[int]) -> list[tuple[int, int]]:
+def gold_char_spans(
+    text: str, answers: Sequence[str], starts: Sequence[int]
+) -> list[tuple[int, int]]:
     """Character spans of the gold answers in ``text``: the annotated offsets first
     (when the text there matches), then every other case-insensitive occurrence of
     an answer that starts and ends on word boundaries."""
@@ -297,11 +316,15 @@ def load_reader_data(
                 ReaderExample(q.id, q.text, list(q.answers), spans, idx, fi, article)
             )
     if max_examples is not None and max_examples < len(data.examples):
-        keep = np.sort(np.random.default_rng(seed).choice(len(data.examples), max_examples, replace=False))
+        keep = np.sort(
+            np.random.default_rng(seed).choice(len(data.examples), max_examples, replace=False)
+        )
         data.examples = [data.examples[i] for i in keep]
     data.dropped = dropped
     if not data.examples:
-        raise AnygrainError(f"no usable training questions in {', '.join(specs)} (dropped: {dropped})")
+        raise AnygrainError(
+            f"no usable training questions in {', '.join(specs)} (dropped: {dropped})"
+        )
     return data
 
 
@@ -356,12 +379,16 @@ def _defer_sigint() -> Iterator[None]:
 
 def _param_groups(module: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """No decay on biases and LayerNorm weights (BERT/DPR practice)."""
-    decay, no_decay = [], []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
     for name, p in module.named_parameters():
         if p.requires_grad:
             plain = name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name
             (no_decay if plain else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
 
 
 class _Log:
@@ -374,13 +401,19 @@ class _Log:
     def records(self) -> list[dict[str, Any]]:
         if not self.path.exists():
             return []
-        return [json.loads(ln) for ln in self.path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        return [
+            json.loads(ln)
+            for ln in self.path.read_text(encoding="utf-8").splitlines()
+            if ln.strip()
+        ]
 
     def truncate_after(self, step: int) -> None:
         """Drop records a resumed run will write again."""
         if self.path.exists():
             keep = [r for r in self.records() if r.get("step", 0) <= step]
-            atomic_write_text(self.path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in keep))
+            atomic_write_text(
+                self.path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in keep)
+            )
 
     def write(self, record: dict[str, Any]) -> None:
         with open(self.path, "a", encoding="utf-8") as f:
@@ -396,7 +429,8 @@ class _Log:
 class StepBatch:
     """The model input of one step: windows, where each question's passages sit, gold spans."""
 
-    batch: Batch
+    windows: list[Window]
+    batch: Batch  # all windows collated (masks; inputs for inspection)
     layout: torch.Tensor  # [B, m] window row of each passage (positive first), -1 when absent
     gold_starts: torch.Tensor  # [B, G]
     gold_ends: torch.Tensor  # [B, G]
@@ -518,10 +552,12 @@ class ReaderTrainer:
             for j, (s, e) in enumerate(spans):
                 gs[b, j], ge[b, j], gm[b, j] = s, e, True
         pad = self.reader.tokenizer.pad_token_id or 0
-        return StepBatch(collate(chosen, pad), layout, gs, ge, gm)
+        return StepBatch(chosen, collate(chosen, pad), layout, gs, ge, gm)
 
     @staticmethod
-    def _positive_window(ex: ReaderExample, windows: list[Window]) -> tuple[Window, list[tuple[int, int]]]:
+    def _positive_window(
+        ex: ReaderExample, windows: list[Window]
+    ) -> tuple[Window, list[tuple[int, int]]]:
         """The window holding the annotated answer (else any gold span), with its gold token spans."""
         best: tuple[Window, list[tuple[int, int]]] | None = None
         for w in windows:
@@ -532,16 +568,47 @@ class ReaderTrainer:
                 best = (w, list(dict.fromkeys(spans)))
         return best if best is not None else (windows[0], [])
 
+    def forward(self, sb: StepBatch) -> ReaderOutput:
+        """Run the windows in length-sorted micro-batches (less padding, less memory) and
+        return their logits in window order, padded to the longest window."""
+        n, width = sb.batch.input_ids.shape
+        pad = self.reader.tokenizer.pad_token_id or 0
+        order = sorted(range(n), key=lambda i: len(sb.windows[i]))
+        parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        for c in range(0, n, self.cfg.micro_batch):
+            b = collate([sb.windows[i] for i in order[c : c + self.cfg.micro_batch]], pad)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cfg.bf16):
+                o = self.reader(**b.model_inputs())
+            extra = (0, width - o.start_logits.shape[1])
+            parts.append(
+                (
+                    torch.nn.functional.pad(o.start_logits.float(), extra),
+                    torch.nn.functional.pad(o.end_logits.float(), extra),
+                    o.selection_logits.float(),
+                )
+            )
+        inverse = torch.empty(n, dtype=torch.long)
+        inverse[torch.tensor(order, dtype=torch.long)] = torch.arange(n)
+        return ReaderOutput(
+            torch.cat([p[0] for p in parts])[inverse],
+            torch.cat([p[1] for p in parts])[inverse],
+            torch.cat([p[2] for p in parts])[inverse],
+        )
+
     def loss(self, sb: StepBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """Mean span loss (over questions with a gold span in their window) + mean selection loss."""
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cfg.bf16):
-            o = self.reader(**sb.batch.model_inputs())
+        o = self.forward(sb)
         pos = sb.layout[:, 0]
         span = span_marginal_nll(
-            o.start_logits[pos], o.end_logits[pos], sb.batch.passage[pos], sb.gold_starts, sb.gold_ends, sb.gold_mask
+            o.start_logits[pos],
+            o.end_logits[pos],
+            sb.batch.passage[pos],
+            sb.gold_starts,
+            sb.gold_ends,
+            sb.gold_mask,
         )
         present = sb.layout >= 0
-        sel = selection_nll(o.selection_logits.float()[sb.layout.clamp(min=0)], present)
+        sel = selection_nll(o.selection_logits[sb.layout.clamp(min=0)], present)
         n_gold = int(sb.gold_mask.any(dim=1).sum())
         span_loss = span.sum() / max(n_gold, 1)
         sel_loss = sel.mean()
@@ -580,11 +647,15 @@ class ReaderTrainer:
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # truncated or foreign file
-            raise AnygrainError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e})") from None
+            raise AnygrainError(
+                f"{path}: unreadable checkpoint ({type(e).__name__}: {e})"
+            ) from None
         if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
             raise AnygrainError(f"{path}: not an anygrain reader checkpoint")
         if state.get("format_version") != CHECKPOINT_VERSION:
-            raise AnygrainError(f"{path}: checkpoint format {state.get('format_version')}, expected {CHECKPOINT_VERSION}")
+            raise AnygrainError(
+                f"{path}: checkpoint format {state.get('format_version')}, expected {CHECKPOINT_VERSION}"
+            )
         saved = json.loads(state["trajectory"])
         now = json.loads(json.dumps(self.cfg.trajectory(), sort_keys=True))
         if saved != now:
@@ -607,7 +678,8 @@ class ReaderTrainer:
         self.global_step = int(state["global_step"])
         self.log.truncate_after(self.global_step)
         self.log.say(
-            f"resumed from {path.name} (epoch {self.epoch + 1}, step {self.step_in_epoch})", self.global_step
+            f"resumed from {path.name} (epoch {self.epoch + 1}, step {self.step_in_epoch})",
+            self.global_step,
         )
 
     # -- the loop ---------------------------------------------------------------------------------
@@ -646,7 +718,7 @@ class ReaderTrainer:
                     end_of_epoch = self.step_in_epoch == self.steps_per_epoch
                     if end_of_epoch:
                         self.epoch, self.step_in_epoch = self.epoch + 1, 0
-                value = float(loss)
+                value = float(loss.detach())
                 sums["loss"] += value
                 sums["span_loss"] += stats["span_loss"]
                 sums["selection_loss"] += stats["selection_loss"]
@@ -670,13 +742,19 @@ class ReaderTrainer:
                     )
                     t_log, n_log, n_steps = time.time(), 0, 0
                     sums = dict.fromkeys(sums, 0.0)
-                if end_of_epoch or (cfg.checkpoint_every and self.global_step % cfg.checkpoint_every == 0):
+                if end_of_epoch or (
+                    cfg.checkpoint_every and self.global_step % cfg.checkpoint_every == 0
+                ):
                     self.save_checkpoint()
                 if on_step is not None:
                     on_step(self.global_step)
         except KeyboardInterrupt:
             path = self.save_checkpoint()
-            self.log.say(f"interrupted: checkpoint {path} (rerun to resume)", self.global_step, event_kind="interrupted")
+            self.log.say(
+                f"interrupted: checkpoint {path} (rerun to resume)",
+                self.global_step,
+                event_kind="interrupted",
+            )
             raise
         elapsed = time.time() - t_start
         return {
@@ -740,14 +818,18 @@ def train_reader(
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     log = _Log(out / LOG_FILE, echo=progress)
-    data = load_reader_data(config.train, errors=errors, max_examples=config.max_examples, seed=config.seed)
+    data = load_reader_data(
+        config.train, errors=errors, max_examples=config.max_examples, seed=config.seed
+    )
     retrieval: dict[str, int] = {}
     if retriever_index is not None:
         if isinstance(retriever_index, str | Path):
             from anygrain.search.index import Index
 
             retriever_index = Index.load(retriever_index)
-        retrieval = attach_retrieved(data, retriever_index, config.retriever_depth, progress=progress)
+        retrieval = attach_retrieved(
+            data, retriever_index, config.retriever_depth, progress=progress
+        )
     fingerprint = data.fingerprint()
     if resume and _already_done(out, config, fingerprint):
         if progress:

@@ -1,0 +1,236 @@
+"""CLI pieces for phrase retrieval, as plain functions the main CLI registers as commands.
+
+* ``train_phrase_cmd`` -> ``anygrain train phrase`` (``train_app.command("phrase")(train_phrase_cmd)``)
+* ``search_phrase_cmd`` / :func:`print_phrase_hits` -> ``anygrain search DIR "q" --unit phrase``
+* ``eval_phrase_cmd`` -> ``anygrain eval DIR --questions ... --unit phrase [--scope gold-passage]``
+
+Each also works called directly from Python with keyword arguments.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
+from anygrain.search.hit import Hit, Unit
+
+console = Console(stderr=True)
+out = Console()
+
+
+def _fail(e: Exception) -> None:
+    console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
+    raise typer.Exit(2)
+
+
+def train_phrase_cmd(
+    train: Annotated[
+        list[str],
+        typer.Option("--train", help="SQuAD-format training data, FORMAT:PATH or PATH; repeatable"),
+    ],
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="Model directory to write (also checkpoints and log)")
+    ],
+    model: Annotated[
+        str, typer.Option(help="Starting encoder: minilm, me5-small, hub name or directory")
+    ] = "minilm",
+    epochs: Annotated[int, typer.Option(help="Passes over the training questions")] = 3,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Questions per step")] = 32,
+    lr: Annotated[float, typer.Option(help="Peak learning rate (linear warm-up and decay)")] = 5e-5,
+    max_minutes: Annotated[
+        Optional[float],  # noqa: UP045
+        typer.Option("--max-minutes", help="Stop cleanly (checkpoint + model) after this long"),
+    ] = None,
+    fit_budget: Annotated[
+        bool,
+        typer.Option(
+            "--fit-budget/--no-fit-budget",
+            help="With --max-minutes: shrink the LR schedule (and pre-batch start) to end in time",
+        ),
+    ] = True,
+    question_encoder: Annotated[
+        str,
+        typer.Option(
+            "--question-encoder",
+            help="shared: one encoder, two heads; separate: two encoders (paper)",
+        ),
+    ] = "shared",
+    prebatch: Annotated[
+        bool, typer.Option("--prebatch/--no-prebatch", help="Pre-batch negatives (last 2 batches)")
+    ] = True,
+    inbatch: Annotated[
+        bool, typer.Option("--inbatch/--no-inbatch", help="In-batch negatives")
+    ] = True,
+    teacher: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--teacher", help="Cross-attention reader directory to distil from"),
+    ] = None,
+    bf16: Annotated[
+        bool, typer.Option("--bf16/--no-bf16", help="bfloat16 autocast (~1.3x on recent CPUs)")
+    ] = False,
+    max_passage_length: Annotated[
+        int, typer.Option("--max-passage-length", help="Tokens per window")
+    ] = 384,
+    doc_stride: Annotated[
+        int, typer.Option("--doc-stride", help="Overlap between windows (tokens)")
+    ] = 128,
+    max_examples: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option("--max-examples", help="Train on a seeded random subset of questions"),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed for data order, heads and dropout")] = 12345,
+    checkpoint_every: Annotated[
+        int, typer.Option("--checkpoint-every", help="Steps between checkpoints (0: each epoch)")
+    ] = 200,
+    resume: Annotated[
+        bool, typer.Option("--resume/--no-resume", help="Continue from the last checkpoint")
+    ] = True,
+    on_error: Annotated[ErrorPolicy, typer.Option("--on-error")] = ErrorPolicy.STOP,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar")] = False,
+) -> None:
+    """Train a DensePhrases model (single-passage, in-batch and pre-batch losses, filter)."""
+    from anygrain.train.phrase import PhraseTrainConfig, train_phrase
+
+    try:
+        cfg = PhraseTrainConfig(
+            train=list(train),
+            out=str(out_dir),
+            model=model,
+            question_encoder=question_encoder,
+            epochs=epochs,
+            batch_size=batch_size,
+            lr=lr,
+            max_minutes=max_minutes,
+            fit_budget=fit_budget,
+            pre_batch=2 if prebatch else 0,
+            in_batch=inbatch,
+            teacher=teacher,
+            bf16=bf16,
+            max_passage_length=max_passage_length,
+            doc_stride=doc_stride,
+            max_examples=max_examples,
+            seed=seed,
+            checkpoint_every=checkpoint_every,
+        )
+        path = train_phrase(cfg, progress=not quiet, resume=resume, errors=ErrorLog(on_error))
+    except KeyboardInterrupt:
+        console.print("interrupted: checkpoint and model saved; rerun the same command to resume")
+        raise typer.Exit(130) from None
+    except (AnygrainError, ValueError) as e:
+        _fail(e)
+        return
+    console.print(f"phrase model → {path}")
+
+
+def phrase_context(hit: Hit, width: int = 80) -> tuple[str, str, str]:
+    """``(before, phrase, after)``: the phrase with up to ``width`` characters either side."""
+    if hit.span is None:
+        return "", hit.text[: 2 * width], ""
+    s, e = hit.span
+    before = hit.text[max(0, s - width) : s]
+    after = hit.text[e : e + width]
+    return (
+        ("…" if s > width else "") + before,
+        hit.text[s:e],
+        after + ("…" if e + width < len(hit.text) else ""),
+    )
+
+
+def print_phrase_hits(
+    hits: Sequence[Hit], *, as_json: bool = False, console_: Console | None = None
+) -> None:
+    """Answer phrases (or sentences) highlighted in their context; passages and documents in brief."""
+    if as_json:
+        for h in hits:
+            print(json.dumps(h.to_dict(), ensure_ascii=False))
+        return
+    c = console_ or out
+    table = Table(show_lines=True)
+    for col in ("#", "score", "answer", "title", "context"):
+        table.add_column(col)
+    for i, h in enumerate(hits, 1):
+        before, phrase, after = phrase_context(h)
+        answer = phrase if h.span is not None else ""
+        ctx = f"{escape(before)}[bold yellow]{escape(phrase)}[/]{escape(after)}"
+        table.add_row(str(i), f"{h.score:.3f}", escape(answer), escape(h.title), ctx)
+    c.print(table)
+
+
+def search_phrase_cmd(
+    index_dir: Annotated[Path, typer.Argument(help="Phrase index directory")],
+    query: Annotated[str, typer.Argument(help="The question")],
+    k: Annotated[int, typer.Option("-k", help="How many hits")] = 10,
+    unit: Annotated[
+        Unit, typer.Option(help="phrase | sentence | passage | document")
+    ] = Unit.PHRASE,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per hit")] = False,
+) -> None:
+    """Answer one question with phrases (or the sentences/passages/documents holding them)."""
+    from anygrain.search.index import Index
+
+    try:
+        idx = Index.load(index_dir)
+        hits = idx.search([query], k, unit=unit)[0]
+    except AnygrainError as e:
+        _fail(e)
+        return
+    print_phrase_hits(hits, as_json=as_json)
+
+
+def eval_phrase_cmd(
+    index_dir: Annotated[Path, typer.Argument(help="Phrase index directory")],
+    questions: Annotated[
+        str, typer.Option("--questions", help="Question set: FORMAT:PATH or PATH")
+    ],
+    k: Annotated[int, typer.Option("-k", help="Hits per question (top@k)")] = 10,
+    unit: Annotated[
+        Unit, typer.Option(help="phrase | sentence | passage | document")
+    ] = Unit.PHRASE,
+    scope: Annotated[
+        str,
+        typer.Option(
+            help="corpus: open retrieval; gold-passage: D={p}, each question in its own passage"
+        ),
+    ] = "corpus",
+    limit: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(help="Evaluate only the first N questions"),
+    ] = None,
+    on_error: Annotated[ErrorPolicy, typer.Option("--on-error")] = ErrorPolicy.STOP,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+) -> None:
+    """EM / F1 of the top phrase and top@k, on the whole index or each gold passage."""
+    from anygrain.api import load_questions
+    from anygrain.phrase.evaluate import evaluate_phrase
+
+    try:
+        qs = load_questions(questions, errors=ErrorLog(on_error), limit=limit)
+        report = evaluate_phrase(
+            index_dir, qs, k=k, unit=unit, scope=scope, progress=not quiet and not as_json
+        )
+    except AnygrainError as e:
+        _fail(e)
+        return
+    d: dict[str, Any] = report.to_dict()
+    d["scope"] = scope
+    d["unit"] = Unit(unit).value
+    if as_json:
+        print(json.dumps(d, ensure_ascii=False))
+        return
+    table = Table(
+        title=f"{index_dir} on {questions} ({d['n_questions']} questions, {scope}, {d['unit']})"
+    )
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, v in d["metrics"].items():
+        table.add_row(name, f"{v:.4f}")
+    out.print(table)

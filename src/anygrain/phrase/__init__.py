@@ -1,0 +1,12 @@
+"""DensePhrases (Lee et al., 2021): phrase retrieval with start/end token vectors.
+
+:class:`PhraseEncoder` is the model, :class:`PhraseIndex` the index kind
+(``IndexKind.PHRASE``), :func:`evaluate_phrase` its evaluation (open corpus or
+D = {p}); training lives in :mod:`anygrain.train.phrase`.
+"""
+
+from anygrain.phrase.evaluate import evaluate_phrase
+from anygrain.phrase.index import PhraseIndex
+from anygrain.phrase.model import PhraseConfig, PhraseEncoder, QuestionEncoderKind
+
+__all__ = ["PhraseConfig", "PhraseEncoder", "PhraseIndex", "QuestionEncoderKind", "evaluate_phrase"]

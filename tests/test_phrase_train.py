@@ -1,0 +1,271 @@
+"""Phrase training: data alignment, loss going down, exact resume, budget stop, teacher, CLI."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import typer
+from test_phrase_helpers import PARAGRAPHS, make_tiny_model, write_squad
+from typer.testing import CliRunner
+
+from anygrain.cli_phrase import train_phrase_cmd
+from anygrain.errors import AnygrainError
+from anygrain.phrase import PhraseEncoder
+from anygrain.train.phrase import (
+    LOG_FILE,
+    PhraseTrainConfig,
+    PhraseTrainer,
+    init_model,
+    train_phrase,
+)
+from anygrain.train.phrase_data import load_phrase_data, plan_epoch
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> object:
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="module")
+def squad(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    paras = [*PARAGRAPHS]
+    # One answer that cannot be a phrase (starts inside a word) and one long passage.
+    paras.append(
+        ("Nation", "The nation is international and old.", [("What part of nation?", "ation")])
+    )
+    long = " ".join(f"token{i}" for i in range(50)) + " ends with the answer here."
+    paras.append(("Long", long, [("What is at the end?", "the answer")]))
+    return write_squad(tmp_path_factory.mktemp("data") / "train.json", paras)
+
+
+def _config(tiny: Path, squad: Path, out: Path, **kw: object) -> PhraseTrainConfig:
+    base: dict[str, object] = {
+        "train": [f"squad:{squad}"],
+        "out": str(out),
+        "model": str(tiny),
+        "epochs": 3,
+        "batch_size": 4,
+        "lr": 2e-3,
+        "warmup_ratio": 0.1,
+        "max_passage_length": 40,
+        "doc_stride": 10,
+        "max_query_length": 24,
+        "pre_batch": 2,
+        "pre_batch_from": 0.3,
+        "checkpoint_every": 2,
+        "log_every": 1,
+    }
+    base.update(kw)
+    return PhraseTrainConfig(**base)  # type: ignore[arg-type]
+
+
+def test_training_data_aligns_answers_and_reports_failures(
+    tiny: Path, squad: Path, tmp_path: Path
+) -> None:
+    cfg = _config(tiny, squad, tmp_path)
+    model = init_model(cfg)
+    data = load_phrase_data(cfg.train, model)
+    rep = data.report()
+    assert rep["questions"] == 12 and rep["examples"] == 11
+    assert rep["questions_dropped_unaligned"] == 1
+    assert rep["answers"]["failed_by_reason"] == {"not_on_token_word_boundary": 1}
+    for e in data.examples:  # every example's span is exactly its answer text
+        w = data.windows[e.window]
+        _, _, text = data.passages[w.passage]
+        span = text[w.cs[e.start] : w.ce[e.end]]
+        assert span in {a for _, _, qas in PARAGRAPHS for _, a in qas} | {"the answer"}
+    assert len(data.windows) > len(data.passages)  # the long passage has several windows
+    batches = plan_epoch(data, 0, 1, 4)
+    assert sorted(i for b in batches for i in b) == list(range(len(data.examples)))
+    assert all(len(b) <= 4 for b in batches)
+    for b in batches:  # a window's questions stay together
+        wins = [data.examples[i].window for i in b]
+        for w in set(wins):
+            assert sum(1 for e in data.examples if e.window == w) == wins.count(w)
+    assert plan_epoch(data, 0, 1, 4) == batches and plan_epoch(data, 1, 1, 4) != batches
+
+
+def _eval_loss(trainer: PhraseTrainer) -> float:
+    trainer.model.eval()
+    with torch.no_grad():
+        parts, _ = trainer.losses(list(range(len(trainer.data.examples))), prebatch=False)
+    return float(parts["single"])
+
+
+def test_training_steps_lower_the_loss(tiny: Path, squad: Path, tmp_path: Path) -> None:
+    cfg = _config(tiny, squad, tmp_path, epochs=8, pre_batch=0)
+    model = init_model(cfg)
+    data = load_phrase_data(cfg.train, model)
+    trainer = PhraseTrainer(cfg, model, data)
+    before = _eval_loss(trainer)
+    for _ in range(trainer.total_steps):
+        trainer.step()
+    after = _eval_loss(trainer)
+    assert after < 0.7 * before, (before, after)
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return PhraseEncoder.load(path).state_dict()
+
+
+def test_resume_after_interrupt_gives_identical_weights(
+    tiny: Path, squad: Path, tmp_path: Path
+) -> None:
+    full = train_phrase(_config(tiny, squad, tmp_path / "full"), progress=False)
+    log = [json.loads(x) for x in (full / LOG_FILE).read_text().splitlines()]
+    assert log[-1]["event"] == "done" and any(r.get("prebatch") for r in log)
+    assert "threshold" in log[-1]["filter_calibration"]
+    assert not list((full / "checkpoints").glob("*.pt"))
+
+    def stop_at_5(step: int) -> None:
+        if step == 5:
+            raise KeyboardInterrupt
+
+    part = tmp_path / "part"
+    with pytest.raises(KeyboardInterrupt):
+        train_phrase(_config(tiny, squad, part), progress=False, on_step=stop_at_5)
+    assert (part / "anygrain_phrase.json").exists()  # Ctrl-C saves the model too
+    train_phrase(_config(tiny, squad, part), progress=False)
+    a, b = _weights(full), _weights(part)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    # A finished run is not repeated; other settings refuse the old checkpoints.
+    assert train_phrase(_config(tiny, squad, part), progress=False) == part
+
+
+def test_step_and_time_budgets_stop_cleanly_and_resume(
+    tiny: Path, squad: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "budget"
+    train_phrase(_config(tiny, squad, out, max_steps=3), progress=False)
+    last = json.loads((out / LOG_FILE).read_text().splitlines()[-1])
+    assert last["event"] == "stopped" and last["step"] == 3
+    assert (out / "anygrain_phrase.json").exists() and list((out / "checkpoints").glob("*.pt"))
+    train_phrase(_config(tiny, squad, out, max_minutes=1e-6), progress=False)
+    last = json.loads((out / LOG_FILE).read_text().splitlines()[-1])
+    assert last["event"] == "stopped" and last["step"] == 4 and "time budget" in last["reason"]
+    with pytest.raises(AnygrainError, match="different settings"):
+        train_phrase(_config(tiny, squad, out, lr=1e-4), progress=False)
+
+
+def test_schedule_fits_a_time_budget_and_survives_resume(
+    tiny: Path, squad: Path, tmp_path: Path
+) -> None:
+    cfg = _config(tiny, squad, tmp_path, epochs=10)
+    model = init_model(cfg)
+    data = load_phrase_data(cfg.train, model)
+    trainer = PhraseTrainer(cfg, model, data)
+    planned = trainer.total_steps
+    trainer.step()
+    trainer.step()
+    assert trainer.fit_to_budget(seconds_per_step=1.0, seconds_left=10.3)  # 0.97 * 10.3 -> 9 more
+    assert trainer.total_steps == 11 < planned
+    assert trainer.prebatch_step == int(cfg.pre_batch_from * 11) and trainer.warmup_steps == 1
+    state = trainer.state("fp")
+    while trainer.global_step < trainer.total_steps:
+        trainer.step()
+    assert trainer.scheduler.get_last_lr()[0] == 0.0  # decayed to 0 at the fitted end
+    again = PhraseTrainer(cfg, init_model(cfg), data)
+    again.restore(state, "fp", tmp_path)
+    assert again.total_steps == 11 and again.fitted
+    assert again.fit_to_budget(seconds_per_step=1.0, seconds_left=1e6)  # faster: back to the plan
+    assert again.total_steps == planned
+
+
+class FakeTeacher:
+    """A uniform distribution over the passage tokens: far from the student, so KL > 0."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(
+        self,
+        questions: Sequence[str],
+        titles: Sequence[str],
+        passages: Sequence[str],
+        offsets: Sequence[np.ndarray],
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        self.calls += 1
+        out = []
+        for off in offsets:
+            p = (off[:, 0] >= 0).astype(np.float64)
+            out.append((p / p.sum(), p / p.sum()))
+        return out
+
+
+def test_distillation_uses_the_teacher(tiny: Path, squad: Path, tmp_path: Path) -> None:
+    cfg = _config(tiny, squad, tmp_path, epochs=1)
+    model = init_model(cfg)
+    data = load_phrase_data(cfg.train, model)
+    teacher = FakeTeacher()
+    trainer = PhraseTrainer(cfg, model, data, teacher=teacher)
+    parts, _ = trainer.step()
+    assert teacher.calls == 1 and parts["distill"] > 0
+    total = (
+        cfg.lambda_single * parts["single"]
+        + cfg.lambda_distill * parts["distill"]
+        + cfg.lambda_neg * parts["neg"]
+        + cfg.lambda_filter * parts["filter"]
+    )
+    assert abs(parts["total"] - total) < 1e-4
+    no_teacher = PhraseTrainer(cfg, init_model(cfg), data).step()[0]
+    assert no_teacher["distill"] == 0.0
+
+
+def test_separate_question_encoders_and_bf16_train(tiny: Path, squad: Path, tmp_path: Path) -> None:
+    cfg = _config(
+        tiny,
+        squad,
+        tmp_path,
+        epochs=1,
+        question_encoder="separate",
+        bf16=True,
+        in_batch=False,
+        pre_batch=0,
+    )
+    model = init_model(cfg)
+    assert len(model.questions) == 2
+    trainer = PhraseTrainer(cfg, model, load_phrase_data(cfg.train, model))
+    parts, n = trainer.step()
+    assert n > 0 and np.isfinite(parts["total"]) and parts["neg"] == 0.0
+
+
+def test_config_validation(tmp_path: Path) -> None:
+    with pytest.raises(AnygrainError, match="question_encoder"):
+        PhraseTrainConfig(train=["x"], out=str(tmp_path), question_encoder="both").validate()
+    with pytest.raises(AnygrainError, match="doc_stride"):
+        PhraseTrainConfig(train=["x"], out=str(tmp_path), doc_stride=300).validate()
+    cfg = PhraseTrainConfig(train=["x"], out=str(tmp_path))
+    cfg.save(tmp_path)
+    assert PhraseTrainConfig.load(tmp_path) == cfg
+
+
+def test_cli_trains_a_model(tiny: Path, squad: Path, tmp_path: Path) -> None:
+    app = typer.Typer()
+    app.command()(train_phrase_cmd)
+    out = tmp_path / "cli"
+    r = CliRunner().invoke(
+        app,
+        [
+            "--train", f"squad:{squad}", "--model", str(tiny), "--out", str(out), "--epochs", "1",
+            "--batch-size", "4", "--max-passage-length", "40", "--doc-stride", "10", "--no-prebatch",
+            "--quiet",
+        ],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert PhraseEncoder.load(out).config.include_title
+    assert json.loads((out / "train_config.json").read_text())["pre_batch"] == 0
