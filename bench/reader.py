@@ -10,7 +10,7 @@ smaller k).  SQuAD dev is never trained on.
 
     python bench/reader.py --reader DIR [--bm25 IDX] [--dense IDX] [--hybrid IDX]
                            [--limit N] [--e2e-limit N] [--threads 1] [--bf16]
-    python bench/reader.py --train-out DIR --max-examples 4500 --negatives 3 --bf16 [...]
+    python bench/reader.py --train-out DIR --max-examples 8000 --negatives 3 --bf16 --threads 1 [...]
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ def _train(args: argparse.Namespace) -> tuple[Path, dict[str, object]]:
         epochs=args.epochs,
         batch_size=args.batch_size,
         negatives=args.negatives,
+        lr=args.lr,
         max_examples=args.max_examples,
         bf16=args.bf16,
     )
@@ -63,12 +64,16 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=SHARED / "squad-v1.1" / "dev-v1.1.json")
     ap.add_argument("--reader", type=Path, help="A trained reader directory (skips training)")
     ap.add_argument(
-        "--train-out", type=Path, default=Path("bench-reader"), help="Where to train one"
+        "--train-out",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "anygrain-bench-reader",
+        help="Where to train one (a rerun resumes or reuses it)",
     )
     ap.add_argument("--model", default="minilm")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=4)
-    ap.add_argument("--negatives", type=int, default=3)
+    ap.add_argument("--negatives", type=int, default=7)
+    ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--max-examples", type=int, default=None)
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast for training and reading")
     ap.add_argument("--bm25", type=Path)

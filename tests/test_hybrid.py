@@ -27,20 +27,30 @@ def test_hybrid_build_search_reload(tmp_path: Path) -> None:
         idx = Index.build(DOCS, kind="hybrid", out=tmp_path / "h", model=model, progress=False)
         assert isinstance(idx, HybridIndex)
         # One corpus shared by both parts; each part is a complete index directory.
-        for p in ("index.json", "corpus/corpus.json", "sparse/index.json", "dense/index.json", "dense/faiss.index"):
+        for p in (
+            "index.json",
+            "corpus/corpus.json",
+            "sparse/index.json",
+            "dense/index.json",
+            "dense/faiss.index",
+        ):
             assert (tmp_path / "h" / p).exists(), p
         assert not (tmp_path / "h" / "dense" / "dense").exists()
         q = ["cat on the mat", "river sea mill"]
         hits = idx.search(q, k=3)
         assert [h.passage_id for h in hits[0]][0] == "a_0"
-        assert all(h1.score >= h2.score for hs in hits for h1, h2 in zip(hs, hs[1:]))
+        assert all(h1.score >= h2.score for hs in hits for h1, h2 in zip(hs, hs[1:], strict=False))
         # The fused order equals fusing the exact scores of both systems by hand.
         s_rows, _ = idx.sparse.search_rows(q, 100)
         d_rows, _ = idx.dense.search_vectors(idx.dense.encode_queries(q), 100)
         cand = union_candidates(s_rows, d_rows)
         qv = idx.dense.encode_queries(q)
-        want_rows, _ = fuse_scores(cand, idx.sparse.score_rows(q, cand), idx.dense.score_rows(qv, cand), FusionConfig(), 3)
-        assert [[h.passage_row for h in hs] for hs in hits] == [[r for r in row if r >= 0] for row in want_rows.tolist()]
+        want_rows, _ = fuse_scores(
+            cand, idx.sparse.score_rows(q, cand), idx.dense.score_rows(qv, cand), FusionConfig(), 3
+        )
+        assert [[h.passage_row for h in hs] for hs in hits] == [
+            [r for r in row if r >= 0] for row in want_rows.tolist()
+        ]
         for method in ("rrf", "raw", "minmax"):
             assert len(idx.search(q, k=3, fusion=method)[0]) == 3
         again = Index.load(tmp_path / "h")

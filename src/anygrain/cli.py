@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -39,15 +39,15 @@ def index_cmd(
     out_dir: Annotated[Path, typer.Option("--out", help="Index directory to write")],
     kind: Annotated[str, typer.Option(help="bm25 | dense | hybrid | phrase")] = "bm25",
     split: Annotated[str, typer.Option(help="auto | paragraph | w100 | chars:N")] = "auto",
-    lang: Annotated[Optional[str], typer.Option(help="en | zh (detected when omitted)")] = None,  # noqa: UP045
+    lang: Annotated[str | None, typer.Option(help="en | zh (detected when omitted)")] = None,
     model: Annotated[
-        Optional[str],
+        str | None,
         typer.Option(help="Encoder: alias (minilm, me5-small), hub name or directory"),
-    ] = None,  # noqa: UP045
+    ] = None,
     faiss: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--faiss", help="FAISS factory string (default: chosen from corpus size)"),
-    ] = None,  # noqa: UP045
+    ] = None,
     on_error: Annotated[
         ErrorPolicy,
         typer.Option("--on-error", help="stop at a malformed record, or skip and count it"),
@@ -124,12 +124,10 @@ def eval_cmd(
         str, typer.Option(help="Comma-separated metrics")
     ] = "top@1,top@5,top@20,mrr@20,p@20",
     k: Annotated[
-        Optional[int],
+        int | None,
         typer.Option("-k", help="Hits retrieved per question (default: largest cutoff)"),
-    ] = None,  # noqa: UP045
-    run_out: Annotated[
-        Optional[Path], typer.Option("--run-out", help="Write a TREC run file")
-    ] = None,  # noqa: UP045
+    ] = None,
+    run_out: Annotated[Path | None, typer.Option("--run-out", help="Write a TREC run file")] = None,
     drop_empty: Annotated[
         bool,
         typer.Option(
@@ -137,9 +135,7 @@ def eval_cmd(
             help="Drop queries with no results from means (original Multi-CPR script)",
         ),
     ] = False,
-    limit: Annotated[
-        Optional[int], typer.Option(help="Evaluate only the first N questions")
-    ] = None,  # noqa: UP045
+    limit: Annotated[int | None, typer.Option(help="Evaluate only the first N questions")] = None,
     on_error: Annotated[ErrorPolicy, typer.Option("--on-error")] = ErrorPolicy.STOP,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object on stdout")
@@ -216,8 +212,12 @@ def demo_cmd(
 
 def _register_groups() -> None:
     # Command groups live beside their API; each module is thin like this one.
+    from anygrain.cli_reader import ask_cmd, eval_reader_cmd, train_reader_cmd
     from anygrain.cli_train import train_app
 
+    train_app.command("reader")(train_reader_cmd)
+    app.command("ask")(ask_cmd)
+    app.command("eval-reader")(eval_reader_cmd)
     app.add_typer(train_app, name="train")
 
 

@@ -64,7 +64,7 @@ def train_reader_cmd(
     batch_size: Annotated[int, typer.Option("--batch-size", help="Questions per step")] = 4,
     lr: Annotated[
         float, typer.Option(help="Peak learning rate (linear warm-up, then linear decay)")
-    ] = 5e-5,
+    ] = 1e-4,
     negatives: Annotated[
         int, typer.Option("--negatives", help="Negative passages per question (DPR m-1 = 23)")
     ] = 7,

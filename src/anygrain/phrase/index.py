@@ -16,6 +16,7 @@ with: a different phrase encoder would put questions and phrases in different sp
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import time
@@ -26,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from anygrain.corpus.store import CorpusStore
-from anygrain.dense.faiss_index import FaissIndex, plan_training
+from anygrain.dense.faiss_index import MIN_POINTS_PER_CENTROID, FaissIndex, plan_training
 from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError
 from anygrain.phrase.dump import END_OK, START_OK, dump_phrases
 from anygrain.phrase.model import PhraseEncoder
@@ -66,6 +67,33 @@ def _corpus_ref(out: Path, store: CorpusStore) -> str:
     if sp.is_relative_to(o.parent):
         return os.path.relpath(sp, o)
     return str(sp)
+
+
+#: Below this many vectors a scan is fast enough; above, IVF.
+EXACT_LIMIT = 100_000
+#: Above this many vectors fp16 cells get large (~770 bytes per 384-d vector); PQ beyond.
+PQ_LIMIT = 20_000_000
+
+
+def default_phrase_factory(n_vectors: int, dim: int) -> str:
+    """The FAISS factory for phrase vectors when none is given.
+
+    Phrase vectors are stored as float16, so FAISS keeps them as float16 too
+    (``SQfp16``: half of ``Flat``'s memory, the same scores, and faster to scan).
+
+    - ``N < 100k``: ``SQfp16``, exact.
+    - ``N < 20M``: ``IVF{sqrt(N)},SQfp16``: sqrt(N) cells rather than dense's 4·sqrt(N),
+      since a phrase index holds ~100x more vectors than passages and k-means on
+      4·sqrt(N) cells is slow to train on a CPU; ``nprobe`` defaults to sqrt(cells).
+    - beyond: ``IVF{sqrt(N)},PQ{dim/8}`` (8 dimensions per byte).
+    """
+    if n_vectors < EXACT_LIMIT:
+        return "SQfp16"
+    cells = max(1, min(int(math.sqrt(n_vectors)), n_vectors // MIN_POINTS_PER_CENTROID))
+    if n_vectors < PQ_LIMIT:
+        return f"IVF{cells},SQfp16"
+    m = next((m for m in range(max(1, dim // 8), 0, -1) if dim % m == 0), 1)
+    return f"IVF{cells},PQ{m}"
 
 
 class _Vectors:
@@ -227,7 +255,7 @@ class PhraseIndex(Index):
         np.save(base / "start_ids.npy", start_ids)
         np.save(base / "end_ids.npy", end_ids)
         # Both sides use one factory (chosen for the larger), checked for each before building.
-        spec = factory or plan_training(max(len(start_ids), len(end_ids)), model.dim, None)[0]
+        spec = factory or default_phrase_factory(max(len(start_ids), len(end_ids)), model.dim)
         for n_side in (len(start_ids), len(end_ids)):
             plan_training(n_side, model.dim, spec)
         fx_s = FaissIndex.build(_Vectors(start, start_ids), spec, progress=progress)

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from anygrain.corpus.store import CorpusStore
 from anygrain.phrase.dump import END_OK, START_OK
@@ -88,12 +89,6 @@ class PhraseTable:
             self._bounds[max_words] = (np.maximum(hi, idx), np.minimum(lo, idx + 1))
         return self._bounds[max_words]
 
-    def start_vectors(self, idx: np.ndarray) -> np.ndarray:
-        return np.asarray(self.start[idx], dtype=np.float32)
-
-    def end_vectors(self, idx: np.ndarray) -> np.ndarray:
-        return np.asarray(self.end[idx], dtype=np.float32)
-
 
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Flatten ranges [lo_i, hi_i) into ``(indices, owner)``."""
@@ -119,52 +114,49 @@ def _segment_best(scores: np.ndarray, owner: np.ndarray, n: int) -> tuple[np.nda
     return best, arg
 
 
-def pair_starts(
-    table: PhraseTable,
-    q_end: np.ndarray,
-    starts: np.ndarray,
-    start_scores: np.ndarray,
-    max_words: int,
-) -> Phrases:
-    """Each start token with its best end in its window; phrases with no valid end are dropped."""
-    if not len(starts):
-        return Phrases.empty()
-    end_hi, _ = table.bounds(max_words)
-    flat, owner = _ranges(starts, end_hi[starts])
-    ok = table.end_ok[flat]
-    flat, owner = flat[ok], owner[ok]
-    e_scores = table.end_vectors(flat) @ q_end if len(flat) else np.zeros(0, np.float32)
-    best, arg = _segment_best(e_scores.astype(np.float32), owner, len(starts))
-    has = arg >= 0
-    return Phrases(
-        starts[has].astype(np.int64),
-        flat[arg[has]].astype(np.int64),
-        (start_scores[has] + best[has]).astype(np.float32),
-    )
+def exact_scores(vectors: np.ndarray, idx: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Inner products of stored float16 rows ``idx`` with ``q`` (float32), each distinct row
+    read once, in sorted order (memory-map friendly).
+
+    The float16 -> float32 conversion goes through torch: numpy's is ~7x slower and
+    would dominate phrase search.
+    """
+    if not len(idx):
+        return np.zeros(0, dtype=np.float32)
+    uniq, inv = np.unique(idx, return_inverse=True)
+    v = torch.from_numpy(np.ascontiguousarray(vectors[uniq])).float()
+    out = (v @ torch.from_numpy(np.ascontiguousarray(q, dtype=np.float32))).numpy()
+    return out[inv]
 
 
-def pair_ends(
-    table: PhraseTable,
-    q_start: np.ndarray,
-    ends: np.ndarray,
-    end_scores: np.ndarray,
-    max_words: int,
+def _pair(
+    anchors: np.ndarray,
+    anchor_scores: np.ndarray,
+    flat: np.ndarray,
+    owner: np.ndarray,
+    flat_scores: np.ndarray,
+    anchors_are_starts: bool,
 ) -> Phrases:
-    """Each end token with its best start in its window; phrases with no valid start are dropped."""
-    if not len(ends):
-        return Phrases.empty()
-    _, start_lo = table.bounds(max_words)
-    flat, owner = _ranges(start_lo[ends], ends + 1)
-    ok = table.start_ok[flat]
-    flat, owner = flat[ok], owner[ok]
-    s_scores = table.start_vectors(flat) @ q_start if len(flat) else np.zeros(0, np.float32)
-    best, arg = _segment_best(s_scores.astype(np.float32), owner, len(ends))
+    """Each anchor with the best partner among its window's tokens; anchors without one drop."""
+    best, arg = _segment_best(flat_scores.astype(np.float32), owner, len(anchors))
     has = arg >= 0
-    return Phrases(
-        flat[arg[has]].astype(np.int64),
-        ends[has].astype(np.int64),
-        (end_scores[has] + best[has]).astype(np.float32),
-    )
+    a, b = anchors[has].astype(np.int64), flat[arg[has]].astype(np.int64)
+    score = (anchor_scores[has] + best[has]).astype(np.float32)
+    return Phrases(a, b, score) if anchors_are_starts else Phrases(b, a, score)
+
+
+def _windows(
+    table: PhraseTable, starts: np.ndarray, ends: np.ndarray, max_words: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Candidate partners: end tokens after each start and start tokens before each end,
+    as flat ``(end_flat, end_owner, start_flat, start_owner)``."""
+    end_hi, start_lo = table.bounds(max_words)
+    e_flat, e_owner = _ranges(starts, end_hi[starts])
+    ok = table.end_ok[e_flat]
+    e_flat, e_owner = e_flat[ok], e_owner[ok]
+    s_flat, s_owner = _ranges(start_lo[ends], ends + 1)
+    ok = table.start_ok[s_flat]
+    return e_flat, e_owner, s_flat[ok], s_owner[ok]
 
 
 def merge(*parts: Phrases) -> Phrases:
@@ -189,16 +181,24 @@ def search_candidates(
     end_cands: np.ndarray,
     max_words: int,
 ) -> Phrases:
-    """Phrases of one question from MIPS candidates (token indices, -1 = none); exact scores."""
+    """Phrases of one question from MIPS candidates (token indices, -1 = none); exact scores.
+
+    Each start candidate is paired with its best end and each end candidate with its
+    best start.  All start vectors needed (candidates and the windows before end
+    candidates) are read in one gather, likewise all end vectors.
+    """
     sc = start_cands[start_cands >= 0].astype(np.int64)
     ec = end_cands[end_cands >= 0].astype(np.int64)
-    sc = sc[table.start_ok[sc]]
-    ec = ec[table.end_ok[ec]]
-    s_scores = (table.start_vectors(sc) @ q_start).astype(np.float32)
-    e_scores = (table.end_vectors(ec) @ q_end).astype(np.float32)
+    sc = np.unique(sc[table.start_ok[sc]])
+    ec = np.unique(ec[table.end_ok[ec]])
+    if not len(sc) and not len(ec):
+        return Phrases.empty()
+    e_flat, e_owner, s_flat, s_owner = _windows(table, sc, ec, max_words)
+    s_all = exact_scores(table.start, np.concatenate([sc, s_flat]), q_start)
+    e_all = exact_scores(table.end, np.concatenate([ec, e_flat]), q_end)
     return merge(
-        pair_starts(table, q_end, sc, s_scores, max_words),
-        pair_ends(table, q_start, ec, e_scores, max_words),
+        _pair(sc, s_all[: len(sc)], e_flat, e_owner, e_all[len(ec) :], True),
+        _pair(ec, e_all[: len(ec)], s_flat, s_owner, s_all[len(sc) :], False),
     )
 
 

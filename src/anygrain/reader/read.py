@@ -18,15 +18,16 @@ give character-level arrays.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from anygrain.reader.features import Window, collate, make_windows
-from anygrain.reader.model import Reader
+from anygrain.reader.features import Batch, Window, collate, make_windows
+from anygrain.reader.model import Reader, ReaderOutput
 from anygrain.reader.spans import best_spans
 from anygrain.search.hit import Hit
 from anygrain.utils.progress import progress_bar
@@ -104,21 +105,27 @@ def _windows(
     )
 
 
-def _run(
+def _forward(
     reader: Reader, windows: Sequence[Window], batch_size: int, bf16: bool
-) -> list[tuple[torch.Tensor, torch.Tensor, float]]:
-    """``(start_logits, end_logits, selection_logit)`` per window, in input order,
-    logits masked to ``-inf`` outside the passage."""
+) -> Iterator[tuple[list[int], Batch, ReaderOutput]]:
+    """Run windows longest first, ``batch_size`` at a time: ``(window indices, batch, output)``."""
     pad = reader.tokenizer.pad_token_id or 0
     order = sorted(range(len(windows)), key=lambda i: -len(windows[i]))
-    out: list[Any] = [None] * len(windows)
     for b in range(0, len(order), batch_size):
         rows = order[b : b + batch_size]
         batch = collate([windows[i] for i in rows], pad)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             o = reader(**batch.model_inputs())
-        starts = o.start_logits.float().masked_fill(~batch.passage, float("-inf"))
-        ends = o.end_logits.float().masked_fill(~batch.passage, float("-inf"))
+        yield rows, batch, o
+
+
+def _run(
+    reader: Reader, windows: Sequence[Window], batch_size: int, bf16: bool
+) -> list[tuple[torch.Tensor, torch.Tensor, float]]:
+    """``(start_logits, end_logits, selection_logit)`` per window, in input order."""
+    out: list[Any] = [None] * len(windows)
+    for rows, _, o in _forward(reader, windows, batch_size, bf16):
+        starts, ends = o.start_logits.float(), o.end_logits.float()
         for r, i in enumerate(rows):
             n = len(windows[i])
             out[i] = (starts[r, :n], ends[r, :n], float(o.selection_logits[r].float()))
@@ -129,14 +136,8 @@ def _decode(
     reader: Reader, windows: Sequence[Window], batch_size: int, bf16: bool
 ) -> list[_WindowResult]:
     """Selection logit and best span (as passage character offsets) of each window."""
-    pad = reader.tokenizer.pad_token_id or 0
-    order = sorted(range(len(windows)), key=lambda i: -len(windows[i]))
     out: list[Any] = [None] * len(windows)
-    for b in range(0, len(order), batch_size):
-        rows = order[b : b + batch_size]
-        batch = collate([windows[i] for i in rows], pad)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            o = reader(**batch.model_inputs())
+    for rows, batch, o in _forward(reader, windows, batch_size, bf16):
         starts, ends, scores = best_spans(
             o.start_logits.float(),
             o.end_logits.float(),
@@ -155,6 +156,18 @@ def _decode(
                     float(sel[r]), int(w.offsets[s, 0]), int(w.offsets[e, 1]), float(scores[r])
                 )
     return out
+
+
+@contextmanager
+def _evaluating(reader: Reader) -> Iterator[None]:
+    """Eval mode and no autograd for the block; the reader's mode is restored after."""
+    was_training = reader.training
+    reader.eval()
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        reader.train(was_training)
 
 
 def read_many(
@@ -176,7 +189,6 @@ def read_many(
     """
     if len(questions) != len(hits):
         raise ValueError("questions and hits differ in length")
-    reader.eval()
     answers: list[Answer] = []
     if questions_per_chunk is None:
         widest = max((len(h) for h in hits), default=1)
@@ -185,7 +197,7 @@ def read_many(
         questions_per_chunk = max(1, 128 // max(1, widest))
     per = questions_per_chunk
     chunks = range(0, len(questions), per)
-    with torch.inference_mode():
+    with _evaluating(reader):
         for c in progress_bar(chunks, desc="reading", unit="chunk", disable=not progress):
             qs = questions[c : c + per]
             hs = [list(h if top_passages is None else h[:top_passages]) for h in hits[c : c + per]]
@@ -326,8 +338,7 @@ def start_end_distributions_many(
     bf16: bool = False,
 ) -> list[SpanDistributions]:
     """Teacher distributions for each ``(questions[i], passages[i])`` pair."""
-    reader.eval()
-    with torch.inference_mode():
+    with _evaluating(reader):
         windows = _windows(reader, questions, passages, titles)
         outputs = _run(reader, windows, batch_size, bf16)
     # token key (start, end) -> (context, start logit, end logit), per pair

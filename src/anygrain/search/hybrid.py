@@ -69,7 +69,9 @@ class HybridIndex(Index):
                 source, tmp / "corpus", split=split, errors=errors, progress=progress
             )
             BM25Index.write(tmp / "sparse", store, lang=lang, progress=progress)
-            DenseIndex.write(tmp / "dense", store, model=model, progress=progress, subdir="", **dense_settings)
+            DenseIndex.write(
+                tmp / "dense", store, model=model, progress=progress, subdir="", **dense_settings
+            )
             sub = {name: read_manifest(tmp / name) for name in ("sparse", "dense")}
             write_manifest(
                 tmp,
