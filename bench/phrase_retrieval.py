@@ -29,8 +29,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 from anygrain import load_questions
 from anygrain.corpus.store import CorpusStore
 from anygrain.phrase import PhraseIndex, evaluate_phrase
@@ -40,10 +38,15 @@ from anygrain.search.index import Index
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SQUAD_DEV = SHARED / "squad-v1.1" / "dev-v1.1.json"
-SHIFTS = [SHARED / "squadshifts" / f for f in ("new_wiki_v1.0.json", "amazon_reviews_v1.0.json", "reddit_v1.0.json")]
+SHIFTS = [
+    SHARED / "squadshifts" / f
+    for f in ("new_wiki_v1.0.json", "amazon_reviews_v1.0.json", "reddit_v1.0.json")
+]
 
 
-def _index(args: argparse.Namespace, sources: list[Path], where: Path) -> tuple[PhraseIndex, float | None]:
+def _index(
+    args: argparse.Namespace, sources: list[Path], where: Path
+) -> tuple[PhraseIndex, float | None]:
     """Open ``--index`` when it holds an index, else build one (returns build seconds)."""
     out = Path(args.index) if args.index else where / "phrase-index"
     if args.index and (out / "index.json").exists():
@@ -152,13 +155,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", help="trained phrase model directory (anygrain train phrase --out)")
     ap.add_argument("--data", default=str(SQUAD_DEV))
-    ap.add_argument("--speed", action="store_true", help="speed mode: >= 1M vectors, phrase search vs raw FAISS")
-    ap.add_argument("--limit", type=int, default=None, help="quality: evaluate the first N questions")
+    ap.add_argument(
+        "--speed", action="store_true", help="speed mode: >= 1M vectors, phrase search vs raw FAISS"
+    )
+    ap.add_argument(
+        "--limit", type=int, default=None, help="quality: evaluate the first N questions"
+    )
     ap.add_argument("--queries", type=int, default=1000, help="speed: questions to time")
     ap.add_argument("-k", type=int, default=10, help="quality: top@k")
     ap.add_argument("--top-k", type=int, default=100, help="speed: MIPS depth per side")
     ap.add_argument("--search-batch", type=int, default=64)
-    ap.add_argument("--threshold", type=float, default=None, help="filter tau (default: the model's)")
+    ap.add_argument(
+        "--threshold", type=float, default=None, help="filter tau (default: the model's)"
+    )
     ap.add_argument("--factory", default=None, help="FAISS factory (default: by size)")
     ap.add_argument("--batch-size", type=int, default=32, help="passage windows per encoding batch")
     ap.add_argument("--bf16", action="store_true")

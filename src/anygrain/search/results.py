@@ -34,7 +34,9 @@ def hits_from_rows(
     pos = np.full(rows.shape, -1, dtype=np.int64)
     pos[valid] = inverse
     out: list[list[Hit]] = []
-    pos_l, rows_l, scores_l = pos.tolist(), rows.tolist(), scores.tolist()
+    pos_l: list[list[int]] = pos.tolist()  # type: ignore[assignment]
+    rows_l: list[list[int]] = rows.tolist()  # type: ignore[assignment]
+    scores_l: list[list[float]] = scores.tolist()  # type: ignore[assignment]
     for pr, rr, ss in zip(pos_l, rows_l, scores_l, strict=True):
         out.append(
             [
