@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from anygrain import load_questions
-from anygrain.corpus.store import CorpusStore
+from anygrain.corpus.formats import parse_source
 from anygrain.phrase import PhraseIndex, evaluate_phrase
 from anygrain.phrase.search import aggregate, unit_hits
 from anygrain.search.hit import Unit
@@ -54,16 +54,8 @@ def _index(
         assert isinstance(idx, PhraseIndex)
         return idx, None
     t0 = time.perf_counter()
-    if len(sources) == 1:
-        src: object = f"squad:{sources[0]}"
-    else:
-        from anygrain.corpus.formats import parse_source
-
-        src = CorpusStore.build(
-            (d for s in sources for d in parse_source(f"squad:{s}").documents()),
-            where / "corpus",
-            progress=not args.quiet,
-        )
+    # Documents of every source, read into the index's own corpus (so --index can be reused).
+    src = (d for s in sources for d in parse_source(f"squad:{s}").documents())
     idx = PhraseIndex.build_from(
         src,
         out,

@@ -37,6 +37,7 @@ from anygrain.phrase.search import (
     aggregate,
     search_candidates,
     search_scope,
+    single_thread,
     unit_hits,
 )
 from anygrain.search.hit import Hit, Unit
@@ -414,15 +415,18 @@ class PhraseIndex(Index):
                 bad = [r for r in rows if not 0 <= int(r) < nrows]
                 if bad:
                     raise AnygrainError(f"scope row {bad[0]} out of range (0..{nrows - 1})")
-            return [
-                search_scope(self.table, q_start[i], q_end[i], rows, L)
-                for i, rows in enumerate(scope_rows)
-            ]
+            with single_thread():
+                return [
+                    search_scope(self.table, q_start[i], q_end[i], rows, L)
+                    for i, rows in enumerate(scope_rows)
+                ]
         kk = min(top_k, max(len(self.start_ids), 1), max(len(self.end_ids), 1))
         ts, te = self.mips(q_start, q_end, kk, nprobe=nprobe)
-        return [
-            search_candidates(self.table, q_start[i], q_end[i], ts[i], te[i], L) for i in range(n)
-        ]
+        with single_thread():
+            return [
+                search_candidates(self.table, q_start[i], q_end[i], ts[i], te[i], L)
+                for i in range(n)
+            ]
 
     def search(
         self,

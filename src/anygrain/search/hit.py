@@ -16,7 +16,7 @@ class Unit(str, enum.Enum):
     DOCUMENT = "document"
 
 
-@dataclass
+@dataclass(slots=True)
 class Hit:
     """One retrieved unit.
 
