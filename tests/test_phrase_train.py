@@ -249,6 +249,15 @@ def test_config_validation(tmp_path: Path) -> None:
         PhraseTrainConfig(train=["x"], out=str(tmp_path), question_encoder="both").validate()
     with pytest.raises(AnygrainError, match="doc_stride"):
         PhraseTrainConfig(train=["x"], out=str(tmp_path), doc_stride=300).validate()
+    with pytest.raises(AnygrainError, match="threads"):
+        PhraseTrainConfig(train=["x"], out=str(tmp_path), threads=0).validate()
+    # Bookkeeping settings may change on resume; the rest may not.
+    base = PhraseTrainConfig(train=["x"], out="a")
+    assert (
+        PhraseTrainConfig(train=["x"], out="b", threads=1, max_minutes=5).trajectory()
+        == base.trajectory()
+    )
+    assert PhraseTrainConfig(train=["x"], out="a", lr=1.0).trajectory() != base.trajectory()
     cfg = PhraseTrainConfig(train=["x"], out=str(tmp_path))
     cfg.save(tmp_path)
     assert PhraseTrainConfig.load(tmp_path) == cfg

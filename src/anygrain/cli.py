@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
+from anygrain.search.hit import Unit
 
 app = typer.Typer(
     add_completion=False,
@@ -48,6 +49,9 @@ def index_cmd(
         str | None,
         typer.Option("--faiss", help="FAISS factory string (default: chosen from corpus size)"),
     ] = None,
+    threshold: Annotated[
+        float | None, typer.Option(help="Phrase filter threshold tau (phrase indexes)")
+    ] = None,
     on_error: Annotated[
         ErrorPolicy,
         typer.Option("--on-error", help="stop at a malformed record, or skip and count it"),
@@ -68,6 +72,8 @@ def index_cmd(
         settings["model"] = model
     if faiss:
         settings["factory"] = faiss
+    if threshold is not None:
+        settings["threshold"] = threshold
     try:
         idx = Index.build(source, kind=kind, out=out_dir, **settings)
     except (AnygrainError, ValueError) as e:
@@ -141,22 +147,45 @@ def eval_cmd(
         bool, typer.Option("--json", help="Print one JSON object on stdout")
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    unit: Annotated[
+        Unit | None, typer.Option(help="Grain, for phrase indexes (default phrase)")
+    ] = None,
+    scope: Annotated[
+        str,
+        typer.Option(
+            help="corpus, or gold-passage (D={p}, phrase indexes: each question in its own passage)"
+        ),
+    ] = "corpus",
 ) -> None:
     """Evaluate an index on a question set."""
-    from anygrain.api import evaluate_index
+    from anygrain.api import evaluate_index, load_questions
+    from anygrain.search.index import IndexKind, read_manifest
 
     try:
-        report = evaluate_index(
-            index_dir,
-            questions,
-            metrics=[m.strip() for m in metrics.split(",") if m.strip()],
-            k=k,
-            run_out=run_out,
-            drop_empty=drop_empty,
-            limit=limit,
-            errors=ErrorLog(on_error),
-            progress=not quiet and not as_json,
-        )
+        if read_manifest(index_dir).get("kind") == IndexKind.PHRASE.value:
+            from anygrain.phrase.evaluate import evaluate_phrase
+
+            qs = load_questions(questions, errors=ErrorLog(on_error), limit=limit)
+            report = evaluate_phrase(
+                index_dir,
+                qs,
+                k=k or 10,
+                unit=unit or Unit.PHRASE,
+                scope=scope,
+                progress=not quiet and not as_json,
+            )
+        else:
+            report = evaluate_index(
+                index_dir,
+                questions,
+                metrics=[m.strip() for m in metrics.split(",") if m.strip()],
+                k=k,
+                run_out=run_out,
+                drop_empty=drop_empty,
+                limit=limit,
+                errors=ErrorLog(on_error),
+                progress=not quiet and not as_json,
+            )
     except AnygrainError as e:
         _fail(e)
         return
@@ -212,9 +241,11 @@ def demo_cmd(
 
 def _register_groups() -> None:
     # Command groups live beside their API; each module is thin like this one.
+    from anygrain.cli_phrase import train_phrase_cmd
     from anygrain.cli_reader import ask_cmd, eval_reader_cmd, train_reader_cmd
     from anygrain.cli_train import train_app
 
+    train_app.command("phrase")(train_phrase_cmd)
     train_app.command("reader")(train_reader_cmd)
     app.command("ask")(ask_cmd)
     app.command("eval-reader")(eval_reader_cmd)

@@ -44,7 +44,7 @@ def train_phrase_cmd(
     ] = "minilm",
     epochs: Annotated[int, typer.Option(help="Passes over the training questions")] = 3,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Questions per step")] = 32,
-    lr: Annotated[float, typer.Option(help="Peak learning rate (linear warm-up and decay)")] = 5e-5,
+    lr: Annotated[float, typer.Option(help="Peak learning rate (linear warm-up and decay)")] = 1e-4,
     max_minutes: Annotated[
         Optional[float],  # noqa: UP045
         typer.Option("--max-minutes", help="Stop cleanly (checkpoint + model) after this long"),
@@ -87,6 +87,13 @@ def train_phrase_cmd(
         typer.Option("--max-examples", help="Train on a seeded random subset of questions"),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed for data order, heads and dropout")] = 12345,
+    threads: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(
+            "--threads",
+            help="torch threads (default: torch's); use 1 on a CPU shared with other jobs",
+        ),
+    ] = None,
     checkpoint_every: Annotated[
         int, typer.Option("--checkpoint-every", help="Steps between checkpoints (0: each epoch)")
     ] = 200,
@@ -118,6 +125,7 @@ def train_phrase_cmd(
             doc_stride=doc_stride,
             max_examples=max_examples,
             seed=seed,
+            threads=threads,
             checkpoint_every=checkpoint_every,
         )
         path = train_phrase(cfg, progress=not quiet, resume=resume, errors=ErrorLog(on_error))
