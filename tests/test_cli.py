@@ -24,7 +24,20 @@ def test_index_search_eval(squad_file: Path, tmp_path: Path) -> None:
     assert first["passage_id"] == "Python_(language)_0" and first["unit"] == "passage"
 
     run = tmp_path / "run.trec"
-    r = runner.invoke(app, ["eval", str(out), "--questions", f"squad:{squad_file}", "--metrics", "top@1,top@5,mrr@5", "--json", "--run-out", str(run)])
+    r = runner.invoke(
+        app,
+        [
+            "eval",
+            str(out),
+            "--questions",
+            f"squad:{squad_file}",
+            "--metrics",
+            "top@1,top@5,mrr@5",
+            "--json",
+            "--run-out",
+            str(run),
+        ],
+    )
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["n_questions"] == 8
@@ -52,8 +65,24 @@ def test_bad_input_is_one_clear_line(tmp_path: Path) -> None:
 
 def test_skip_policy_counts(tmp_path: Path) -> None:
     f = tmp_path / "s.json"
-    f.write_text(json.dumps({"data": [{"title": "T", "paragraphs": [{"context": "", "qas": []}, {"context": "Good text here.", "qas": []}]}]}))
-    r = runner.invoke(app, ["index", f"squad:{f}", "--out", str(tmp_path / "x"), "-q", "--on-error", "skip"])
+    f.write_text(
+        json.dumps(
+            {
+                "data": [
+                    {
+                        "title": "T",
+                        "paragraphs": [
+                            {"context": "", "qas": []},
+                            {"context": "Good text here.", "qas": []},
+                        ],
+                    }
+                ]
+            }
+        )
+    )
+    r = runner.invoke(
+        app, ["index", f"squad:{f}", "--out", str(tmp_path / "x"), "-q", "--on-error", "skip"]
+    )
     assert r.exit_code == 0, r.output
     assert "skipped 1 malformed record" in r.output and "indexed 1 passages" in r.output
 
