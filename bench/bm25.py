@@ -28,7 +28,7 @@ import Stemmer
 from anygrain import Index, load_questions
 from anygrain.eval import evaluate_run
 from anygrain.search.results import hits_from_rows
-from anygrain.sparse.bm25 import passage_field
+from anygrain.sparse.bm25 import BM25Index, passage_field
 
 METRICS = ["top@1", "top@5", "top@20", "mrr@20"]
 
@@ -67,9 +67,10 @@ def main() -> None:
         store = idx.corpus
         out["n_passages"] = len(store)
 
-        t0 = time.perf_counter()
+        assert isinstance(idx, BM25Index)
+        ag_s = _best(lambda: idx.search(texts, 20), args.repeat)
+        rows_s = _best(lambda: idx.search_rows(texts, 20), args.repeat)
         hits = idx.search(texts, 20)
-        ag_s = time.perf_counter() - t0
         rep = evaluate_run(
             dict(zip([q.id for q in questions], hits, strict=True)), questions, METRICS
         )
@@ -77,6 +78,7 @@ def main() -> None:
             **rep.metrics,
             "index_seconds": round(ag_index_s, 3),
             "queries_per_second": round(len(texts) / ag_s, 1),
+            "queries_per_second_rows_only": round(len(texts) / rows_s, 1),
         }
 
         # Raw bm25s with the same analysis: lowercase, stopwords, stemming, title.
