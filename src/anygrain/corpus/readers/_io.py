@@ -12,11 +12,14 @@ import functools
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from anygrain.corpus.questions import Question, Questions
 from anygrain.errors import ErrorLog, InputError
+
+R = TypeVar("R")
 
 # Sniffers parse at most this much of a JSONL file's first line.
 _SNIFF_LINE_LIMIT = 8 << 20
@@ -375,3 +378,42 @@ def first_json_object(path: Path) -> dict[str, Any] | None:
     with open(path, "rb") as f:
         start = f.read(4096)
     return _first_json_object(str(path), (st.st_size, st.st_mtime_ns, st.st_ino, start))
+
+
+def add_unique(
+    out: list[Question], seen: set[str], q: Question, *, path: Path, line: int, errors: ErrorLog
+) -> None:
+    """Append ``q`` unless its id was seen; a repeat is a per-record error."""
+    if q.id in seen:
+        errors.handle(
+            InputError(f"duplicate question id {q.id!r}", path=str(path), line=line, field="id")
+        )
+        return
+    seen.add(q.id)
+    out.append(q)
+
+
+def collect_questions(
+    records: Iterable[tuple[int, R]],
+    convert: Callable[[R, int], Question],
+    *,
+    path: Path,
+    errors: ErrorLog,
+    format: str,
+) -> Questions:
+    """Convert ``(line, record)`` pairs into a question set with unique ids.
+
+    A bad record goes to ``errors`` (stop, or skip and count); an empty result always raises.
+    """
+    out: list[Question] = []
+    seen: set[str] = set()
+    for line, record in records:
+        try:
+            q = convert(record, line)
+        except InputError as e:
+            errors.handle(e)
+            continue
+        add_unique(out, seen, q, path=path, line=line, errors=errors)
+    if not out:
+        raise no_records(path, "questions")
+    return Questions(out, source=str(path), format=format)

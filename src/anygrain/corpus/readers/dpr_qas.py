@@ -25,15 +25,15 @@ from pathlib import Path
 from anygrain.corpus.formats import Format, register
 from anygrain.corpus.questions import Question, Questions
 from anygrain.corpus.readers._io import (
+    collect_questions,
     dedupe,
     first_json_object,
     first_line,
     iter_text_lines,
-    no_records,
     split_tsv,
     string_list,
 )
-from anygrain.corpus.readers.nq_open import add_unique, is_question_record, question_from_json
+from anygrain.corpus.readers.nq_open import is_question_record, question_from_json
 from anygrain.errors import ErrorLog, InputError
 
 
@@ -97,25 +97,14 @@ def question_from_line(text: str, *, path: Path, line: int, regex: bool) -> Ques
 def read_questions(path: Path, errors: ErrorLog, *, regex: bool | None = None) -> Questions:
     """Read a DPR qas file; ``regex=None`` decides from the file name (``curated``)."""
     is_regex = is_regex_file(path) if regex is None else regex
-    out: list[Question] = []
-    seen: set[str] = set()
-    for line, text in iter_text_lines(path, errors):
-        if not text.strip():
-            continue
-        try:
-            if text.lstrip().startswith("{"):
-                q = question_from_json(
-                    _json(text, path, line), path=path, line=line, regex=is_regex
-                )
-            else:
-                q = question_from_line(text, path=path, line=line, regex=is_regex)
-        except InputError as e:
-            errors.handle(e)
-            continue
-        add_unique(out, seen, q, path=path, line=line, errors=errors)
-    if not out:
-        raise no_records(path, "questions")
-    return Questions(out, source=str(path), format="dpr-qas")
+
+    def convert(text: str, line: int) -> Question:
+        if text.lstrip().startswith("{"):
+            return question_from_json(_json(text, path, line), path=path, line=line, regex=is_regex)
+        return question_from_line(text, path=path, line=line, regex=is_regex)
+
+    lines = ((line, text) for line, text in iter_text_lines(path, errors) if text.strip())
+    return collect_questions(lines, convert, path=path, errors=errors, format="dpr-qas")
 
 
 def _json(text: str, path: Path, line: int) -> dict[str, object]:

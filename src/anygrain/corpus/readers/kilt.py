@@ -14,15 +14,14 @@ from typing import Any
 from anygrain.corpus.formats import Format, register
 from anygrain.corpus.questions import Question, Questions
 from anygrain.corpus.readers._io import (
+    collect_questions,
     dedupe,
     first_json_object,
     iter_jsonl,
-    no_records,
     require,
     require_id,
     require_text,
 )
-from anygrain.corpus.readers.nq_open import add_unique
 from anygrain.errors import ErrorLog, InputError
 
 
@@ -91,18 +90,13 @@ def question_from_kilt(obj: dict[str, Any], *, path: Path, line: int) -> Questio
 
 def read_questions(path: Path, errors: ErrorLog) -> Questions:
     """All records of a KILT file, ids unique."""
-    out: list[Question] = []
-    seen: set[str] = set()
-    for line, obj in iter_jsonl(path, errors):
-        try:
-            q = question_from_kilt(obj, path=path, line=line)
-        except InputError as e:
-            errors.handle(e)
-            continue
-        add_unique(out, seen, q, path=path, line=line, errors=errors)
-    if not out:
-        raise no_records(path, "questions")
-    return Questions(out, source=str(path), format="kilt")
+    return collect_questions(
+        iter_jsonl(path, errors),
+        lambda obj, line: question_from_kilt(obj, path=path, line=line),
+        path=path,
+        errors=errors,
+        format="kilt",
+    )
 
 
 register(

@@ -14,10 +14,10 @@ from typing import Any
 from anygrain.corpus.formats import Format, register
 from anygrain.corpus.questions import Question, Questions
 from anygrain.corpus.readers._io import (
+    collect_questions,
     dedupe,
     first_json_object,
     iter_jsonl,
-    no_records,
     require_id,
     require_text,
     string_list,
@@ -56,33 +56,15 @@ def question_from_json(
     return Question(id=qid, text=text.strip(), answers=answers, answers_are_regex=regex, meta=meta)
 
 
-def add_unique(
-    out: list[Question], seen: set[str], q: Question, *, path: Path, line: int, errors: ErrorLog
-) -> None:
-    """Append ``q`` unless its id was seen; a repeat is a per-record error."""
-    if q.id in seen:
-        errors.handle(
-            InputError(f"duplicate question id {q.id!r}", path=str(path), line=line, field="id")
-        )
-        return
-    seen.add(q.id)
-    out.append(q)
-
-
 def read_questions(path: Path, errors: ErrorLog) -> Questions:
     """All records, ids unique."""
-    out: list[Question] = []
-    seen: set[str] = set()
-    for line, obj in iter_jsonl(path, errors):
-        try:
-            q = question_from_json(obj, path=path, line=line)
-        except InputError as e:
-            errors.handle(e)
-            continue
-        add_unique(out, seen, q, path=path, line=line, errors=errors)
-    if not out:
-        raise no_records(path, "questions")
-    return Questions(out, source=str(path), format="nq-open")
+    return collect_questions(
+        iter_jsonl(path, errors),
+        lambda obj, line: question_from_json(obj, path=path, line=line),
+        path=path,
+        errors=errors,
+        format="nq-open",
+    )
 
 
 register(

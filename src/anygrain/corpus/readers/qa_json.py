@@ -14,15 +14,14 @@ from typing import Any
 from anygrain.corpus.formats import Format, register
 from anygrain.corpus.questions import Question, Questions
 from anygrain.corpus.readers._io import (
+    collect_questions,
     dedupe,
     head,
     iter_json_array,
-    no_records,
     require_id,
     require_text,
     string_list,
 )
-from anygrain.corpus.readers.nq_open import add_unique
 from anygrain.errors import ErrorLog, InputError
 
 _DATA = re.compile(r'"data"\s*:\s*\[')
@@ -61,18 +60,13 @@ def question_from_record(obj: Any, *, path: Path, line: int) -> Question:
 
 def read_questions(path: Path, errors: ErrorLog) -> Questions:
     """All elements of ``data``, ids unique."""
-    out: list[Question] = []
-    seen: set[str] = set()
-    for line, obj in iter_json_array(path, "data"):
-        try:
-            q = question_from_record(obj, path=path, line=line)
-        except InputError as e:
-            errors.handle(e)
-            continue
-        add_unique(out, seen, q, path=path, line=line, errors=errors)
-    if not out:
-        raise no_records(path, "questions")
-    return Questions(out, source=str(path), format="qa-json")
+    return collect_questions(
+        iter_json_array(path, "data"),
+        lambda obj, line: question_from_record(obj, path=path, line=line),
+        path=path,
+        errors=errors,
+        format="qa-json",
+    )
 
 
 register(
