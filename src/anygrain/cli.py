@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from anygrain.cli_common import fail
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.search.hit import Unit
 
@@ -25,11 +26,6 @@ app = typer.Typer(
 )
 console = Console(stderr=True)
 out = Console()
-
-
-def _fail(e: Exception) -> None:
-    console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
 
 
 @app.command("index")
@@ -77,7 +73,7 @@ def index_cmd(
     try:
         idx = Index.build(source, kind=kind, out=out_dir, **settings)
     except (AnygrainError, ValueError) as e:
-        _fail(e)
+        fail(e)
         return
     if errors.n_skipped:
         console.print(f"[yellow]{errors.summary()}[/]", soft_wrap=True)
@@ -103,7 +99,7 @@ def search_cmd(
         idx = Index.load(index_dir)
         hits = idx.search_one(query, k)
     except AnygrainError as e:
-        _fail(e)
+        fail(e)
         return
     if as_json:
         for h in hits:
@@ -187,7 +183,7 @@ def eval_cmd(
                 progress=not quiet and not as_json,
             )
     except AnygrainError as e:
-        _fail(e)
+        fail(e)
         return
     d = report.to_dict()
     if as_json:
@@ -227,7 +223,7 @@ def demo_cmd(
     try:
         result = run_demo(out_dir, kind=kind, progress=True)
     except AnygrainError as e:
-        _fail(e)
+        fail(e)
         return
     for q, hits in result.answers:
         top = hits[0] if hits else None

@@ -19,16 +19,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from anygrain.cli_common import fail
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.search.hit import Hit, Unit
 
 console = Console(stderr=True)
 out = Console()
-
-
-def _fail(e: Exception) -> None:
-    console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
-    raise typer.Exit(2)
 
 
 def train_phrase_cmd(
@@ -133,7 +129,7 @@ def train_phrase_cmd(
         console.print("interrupted: checkpoint and model saved; rerun the same command to resume")
         raise typer.Exit(130) from None
     except (AnygrainError, ValueError) as e:
-        _fail(e)
+        fail(e)
         return
     console.print(f"phrase model → {path}")
 
@@ -188,7 +184,7 @@ def search_phrase_cmd(
         idx = Index.load(index_dir)
         hits = idx.search([query], k, unit=unit)[0]
     except AnygrainError as e:
-        _fail(e)
+        fail(e)
         return
     print_phrase_hits(hits, as_json=as_json)
 
@@ -226,7 +222,7 @@ def eval_phrase_cmd(
             index_dir, qs, k=k, unit=unit, scope=scope, progress=not quiet and not as_json
         )
     except AnygrainError as e:
-        _fail(e)
+        fail(e)
         return
     d: dict[str, Any] = report.to_dict()
     d["scope"] = scope

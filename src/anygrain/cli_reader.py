@@ -18,17 +18,13 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from anygrain.cli_common import fail
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.reader.evaluate import evaluate_reader
 
 __all__ = ["ask_cmd", "eval_reader_cmd", "evaluate_reader", "train_reader_cmd"]
 
 console = Console(stderr=True)
-
-
-def _fail(e: Exception) -> None:
-    console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
-    raise typer.Exit(2)
 
 
 def _threads(n: int | None) -> None:
@@ -125,7 +121,7 @@ def train_reader_cmd(
             config, retriever_index=retriever, progress=not quiet, resume=resume, errors=errors
         )
     except (AnygrainError, ValueError) as e:
-        _fail(e)
+        fail(e)
         return
     except KeyboardInterrupt:
         console.print(
@@ -158,7 +154,7 @@ def ask_cmd(
         hits = index.search_one(question, k)
         answer = read(reader, question, hits)
     except (AnygrainError, ValueError, OSError) as e:
-        _fail(e)
+        fail(e)
         return
     if as_json:
         typer.echo(json.dumps({"question": question, **answer.to_dict()}, ensure_ascii=False))
@@ -244,7 +240,7 @@ def eval_reader_cmd(
                 progress=not quiet,
             )
     except (AnygrainError, ValueError, OSError) as e:
-        _fail(e)
+        fail(e)
         return
     if as_json:
         typer.echo(json.dumps(report, ensure_ascii=False))

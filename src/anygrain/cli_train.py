@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from anygrain.cli_common import fail
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 
 train_app = typer.Typer(
@@ -114,8 +115,7 @@ def dpr_cmd(
         )
         path = train_dpr(config, progress=not quiet, resume=resume, errors=errors)
     except (AnygrainError, ValueError) as e:
-        console.print(f"[bold red]error:[/] {e}", highlight=False)
-        raise typer.Exit(2) from None
+        fail(e)
     except KeyboardInterrupt:
         console.print(
             "[yellow]interrupted; a checkpoint was saved: rerun the same command to resume[/]"
