@@ -35,9 +35,8 @@ from anygrain.models.biencoder import BiEncoder
 from anygrain.search.hit import Hit
 from anygrain.search.index import Index, IndexKind, register_index, write_manifest
 from anygrain.search.results import hits_from_rows
-from anygrain.sparse.bm25 import open_corpus_of
 from anygrain.utils.atomic import atomic_dir, atomic_write_text
-from anygrain.utils.corpus_source import open_or_build_corpus
+from anygrain.utils.corpus_source import corpus_ref, open_corpus_of, open_or_build_corpus
 
 SETTINGS_FILE = "dense.json"
 
@@ -45,15 +44,6 @@ SETTINGS_FILE = "dense.json"
 def as_biencoder(model: str | Path | BiEncoder) -> BiEncoder:
     """A BiEncoder from an instance, an anygrain model dir, or an alias / hub name / HF dir."""
     return model if isinstance(model, BiEncoder) else BiEncoder.from_pretrained(model)
-
-
-def _corpus_ref(out: Path, store: CorpusStore) -> str:
-    """The corpus path to record: relative when it sits beside or inside ``out``, so the pair
-    can be renamed or moved together (a hybrid index keeps it at ``../corpus``)."""
-    sp, o = Path(store.path).resolve(), out.resolve()
-    if sp.is_relative_to(o.parent):
-        return os.path.relpath(sp, o)
-    return str(sp)
 
 
 def _partial_vectors_dir(out: Path) -> Path:
@@ -221,7 +211,7 @@ class DenseIndex(Index):
                 IndexKind.DENSE,
                 cls.format_version,
                 corpus={
-                    "path": _corpus_ref(out, store),
+                    "path": corpus_ref(out, store),
                     "checksum": store.checksum,
                     "n_passages": len(store),
                 },

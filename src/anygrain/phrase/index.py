@@ -17,7 +17,6 @@ with: a different phrase encoder would put questions and phrases in different sp
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import time
 from collections.abc import Sequence
@@ -42,9 +41,8 @@ from anygrain.phrase.search import (
 )
 from anygrain.search.hit import Hit, Unit
 from anygrain.search.index import Index, IndexKind, register_index, write_manifest
-from anygrain.sparse.bm25 import open_corpus_of
 from anygrain.utils.atomic import atomic_dir
-from anygrain.utils.corpus_source import open_or_build_corpus
+from anygrain.utils.corpus_source import corpus_ref, open_corpus_of, open_or_build_corpus
 
 SUBDIR = "phrase"
 
@@ -60,14 +58,6 @@ def as_phrase_model(model: str | Path | PhraseEncoder) -> PhraseEncoder:
             "directory as --model"
         )
     return PhraseEncoder.load(p)
-
-
-def _corpus_ref(out: Path, store: CorpusStore) -> str:
-    """Relative when the corpus sits beside or inside ``out`` (the pair can move together)."""
-    sp, o = Path(store.path).resolve(), out.resolve()
-    if sp.is_relative_to(o.parent):
-        return os.path.relpath(sp, o)
-    return str(sp)
 
 
 #: Below this many vectors a scan is fast enough; above, IVF.
@@ -298,7 +288,7 @@ class PhraseIndex(Index):
             IndexKind.PHRASE,
             cls.format_version,
             corpus={
-                "path": _corpus_ref(out, store),
+                "path": corpus_ref(out, store),
                 "checksum": store.checksum,
                 "n_passages": len(store),
             },

@@ -21,9 +21,9 @@ from anygrain.search.fusion import FusionConfig, FusionMethod, fuse_scores, rrf,
 from anygrain.search.hit import Hit
 from anygrain.search.index import Index, IndexKind, read_manifest, register_index, write_manifest
 from anygrain.search.results import hits_from_rows
-from anygrain.sparse.bm25 import BM25Index, open_corpus_of
+from anygrain.sparse.bm25 import BM25Index
 from anygrain.utils.atomic import atomic_dir
-from anygrain.utils.corpus_source import open_or_build_corpus
+from anygrain.utils.corpus_source import open_corpus_of, open_or_build_corpus
 
 
 @register_index(IndexKind.HYBRID)

@@ -6,7 +6,6 @@ with the passage (as DPR and Pyserini do for Wikipedia), underscores read as spa
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -24,7 +23,7 @@ from anygrain.search.index import Index, IndexKind, register_index, write_manife
 from anygrain.search.results import hits_from_rows
 from anygrain.sparse.analyzers import Analyzer, analyzer_from_config, make_analyzer
 from anygrain.utils.atomic import atomic_dir
-from anygrain.utils.corpus_source import open_or_build_corpus
+from anygrain.utils.corpus_source import corpus_ref, open_corpus_of, open_or_build_corpus
 
 # bm25s's scoring variants; "lucene" is Lucene's (and Pyserini's) BM25.
 BM25_METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
@@ -158,13 +157,15 @@ class BM25Index(Index):
             "lang_detected": detected,
             "index_seconds": round(time.time() - t0, 3),
         }
-        # Relative, so an index directory can be moved with its corpus.
-        corpus_rel = Path(os.path.relpath(Path(store.path).resolve(), Path(out).resolve()))
         write_manifest(
             out,
             IndexKind.BM25,
             cls.format_version,
-            corpus={"path": str(corpus_rel), "checksum": store.checksum, "n_passages": len(store)},
+            corpus={
+                "path": corpus_ref(out, store),
+                "checksum": store.checksum,
+                "n_passages": len(store),
+            },
             settings=settings,
         )
         return settings
@@ -226,17 +227,3 @@ class BM25Index(Index):
             rows[known, :k_eff] = res_rows
             scores[known, :k_eff] = np.where(res_scores > 0, res_scores, 0)
         return rows, scores
-
-
-def open_corpus_of(path: Path, manifest: dict[str, Any]) -> CorpusStore:
-    """The corpus an index was built on, checked against the checksum it recorded."""
-    info = manifest.get("corpus") or {}
-    cpath = Path(info.get("path", "corpus"))
-    if not cpath.is_absolute():
-        cpath = path / cpath
-    store = CorpusStore(cpath)
-    if info.get("checksum") and store.checksum != info["checksum"]:
-        raise AnygrainError(
-            f"{path}: corpus at {cpath} changed since the index was built (checksum mismatch); rebuild the index"
-        )
-    return store

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from anygrain.corpus.store import MANIFEST, CorpusStore
-from anygrain.errors import ErrorLog
+from anygrain.errors import AnygrainError, ErrorLog
 
 
 def open_or_build_corpus(
@@ -23,3 +24,26 @@ def open_or_build_corpus(
     if isinstance(source, str | Path) and (Path(source) / MANIFEST).exists():
         return CorpusStore(Path(source))
     return CorpusStore.build(source, out, split=split, errors=errors, progress=progress)
+
+
+def corpus_ref(out: Path, store: CorpusStore) -> str:
+    """The corpus path an index records: relative when the corpus sits beside or inside ``out``,
+    so the pair can be renamed or moved together (a hybrid index keeps it at ``../corpus``)."""
+    sp, o = Path(store.path).resolve(), Path(out).resolve()
+    if sp.is_relative_to(o.parent):
+        return os.path.relpath(sp, o)
+    return str(sp)
+
+
+def open_corpus_of(path: Path, manifest: dict[str, Any]) -> CorpusStore:
+    """The corpus an index was built on, checked against the checksum it recorded."""
+    info = manifest.get("corpus") or {}
+    cpath = Path(info.get("path", "corpus"))
+    if not cpath.is_absolute():
+        cpath = path / cpath
+    store = CorpusStore(cpath)
+    if info.get("checksum") and store.checksum != info["checksum"]:
+        raise AnygrainError(
+            f"{path}: corpus at {cpath} changed since the index was built (checksum mismatch); rebuild the index"
+        )
+    return store
