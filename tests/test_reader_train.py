@@ -21,11 +21,11 @@ from anygrain.train.reader import (
     LOG_FILE,
     ReaderTrainConfig,
     ReaderTrainer,
-    _Log,
     gold_char_spans,
     load_reader_data,
     train_reader,
 )
+from anygrain.train.runlog import TrainLog
 
 CITIES = [
     ("Xalor", "river port", "1203", "Mirena Vos", "copper"),
@@ -149,7 +149,9 @@ def test_data_and_same_file_negatives(squad: Path, tiny_model: Path, tmp_path: P
     assert len(ex.spans) == 3  # "copper" twice, "main export is copper" once
     cfg = _config(squad, tmp_path / "r", tiny_model)
     reader = Reader.from_pretrained(str(tiny_model), **cfg.reader_settings())
-    trainer = ReaderTrainer(cfg, reader, data, tmp_path, _Log(tmp_path / "log", echo=False), False)
+    trainer = ReaderTrainer(
+        cfg, reader, data, tmp_path, TrainLog(tmp_path / "log", echo=False), False
+    )
     import numpy as np
 
     negs = trainer.sample_negatives(ex, np.random.default_rng(0))
@@ -180,7 +182,9 @@ def test_training_lowers_the_loss_and_saves_a_loadable_reader(
     data = load_reader_data(cfg.train)
     torch.manual_seed(cfg.seed)
     before = Reader.from_pretrained(str(tiny_model), **cfg.reader_settings())
-    trainer = ReaderTrainer(cfg, before, data, tmp_path, _Log(tmp_path / "log", echo=False), False)
+    trainer = ReaderTrainer(
+        cfg, before, data, tmp_path, TrainLog(tmp_path / "log", echo=False), False
+    )
     batches = [trainer.step_batch(0, s) for s in range(trainer.steps_per_epoch)]
     before.eval()
     with torch.no_grad():

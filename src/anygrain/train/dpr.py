@@ -21,12 +21,9 @@ import json
 import math
 import os
 import shutil
-import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +53,7 @@ from anygrain.train.dpr_data import (
 from anygrain.train.grad_cache import Side, backward_grad_cache, backward_plain
 from anygrain.train.losses import dpr_nll, false_negative_mask, full_softmax_nll
 from anygrain.train.passage_cache import cache_key, cached_passage_vectors
-from anygrain.utils.atomic import atomic_write_text
+from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.utils.progress import progress_bar
 
 LOG_FILE = "train_log.jsonl"
@@ -109,20 +106,6 @@ def save_model_into(model: BiEncoder, out: Path) -> None:
 
 
 # --- small helpers ---------------------------------------------------------------------------
-@contextmanager
-def _defer_sigint() -> Iterator[None]:
-    """Hold Ctrl-C until the block ends, so an update is never half-applied."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if received:
-        raise KeyboardInterrupt
 
 
 def _temperature(config: DprTrainConfig, model: BiEncoder) -> float:
@@ -149,40 +132,6 @@ def _param_groups(module: torch.nn.Module, weight_decay: float) -> list[dict[str
     ]
 
 
-class _Log:
-    """``train_log.jsonl``: one JSON object per log step or event."""
-
-    def __init__(self, path: Path, echo: bool) -> None:
-        self.path = path
-        self.echo = echo
-
-    def truncate_after(self, step: int) -> None:
-        """Drop records a resumed run will write again."""
-        if not self.path.exists():
-            return
-        keep = [
-            ln
-            for ln in self.path.read_text(encoding="utf-8").splitlines()
-            if ln.strip() and json.loads(ln).get("step", 0) <= step
-        ]
-        atomic_write_text(self.path, "".join(ln + "\n" for ln in keep))
-
-    def write(self, record: dict[str, Any]) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
-
-    def say(self, message: str, step: int, **fields: Any) -> None:
-        self.write({"event": "info", "step": step, "message": message, **fields})
-        if self.echo:
-            print(message, file=sys.stderr, flush=True)
-
-    def last(self) -> dict[str, Any] | None:
-        if not self.path.exists():
-            return None
-        lines = [ln for ln in self.path.read_text(encoding="utf-8").splitlines() if ln.strip()]
-        return json.loads(lines[-1]) if lines else None
-
-
 # --- the trainer -------------------------------------------------------------------------------
 class _Trainer:
     def __init__(
@@ -191,7 +140,7 @@ class _Trainer:
         model: BiEncoder,
         data: TrainingData,
         out: Path,
-        log: _Log,
+        log: TrainLog,
         progress: bool,
     ) -> None:
         self.cfg = config
@@ -312,7 +261,7 @@ class _Trainer:
         }
 
     def save_checkpoint(self) -> Path:
-        with _defer_sigint():
+        with defer_sigint():
             return save_checkpoint(self.out, self._state(), global_step=self.global_step)
 
     def resume_from(self, path: Path) -> None:
@@ -405,7 +354,7 @@ class _Trainer:
                 self.optimizer.zero_grad(set_to_none=True)
                 loss = self.step_loss(epoch, step)
                 n_ex = len(self.batch_rows(epoch, step))
-                with _defer_sigint():
+                with defer_sigint():
                     if cfg.max_grad_norm > 0:
                         torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
                     self.optimizer.step()
@@ -459,7 +408,7 @@ class _Trainer:
 
 
 def _already_done(out: Path, config: DprTrainConfig, data_fingerprint: str) -> bool:
-    last = _Log(out / LOG_FILE, echo=False).last()
+    last = TrainLog(out / LOG_FILE, echo=False).last()
     return (
         (out / MODEL_CONFIG).exists()
         and last is not None
@@ -488,7 +437,7 @@ def train_dpr(
     config.validate()
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    log = _Log(out / LOG_FILE, echo=progress)
+    log = TrainLog(out / LOG_FILE, echo=progress)
     data = load_training_data(
         config.train, errors=errors, max_examples=config.max_examples, seed=config.seed
     )

@@ -21,12 +21,8 @@ from __future__ import annotations
 import json
 import math
 import re
-import signal
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -47,6 +43,7 @@ from anygrain.train.phrase_losses import (
     negatives_ce,
     span_ce,
 )
+from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.utils.atomic import atomic_path, atomic_write_text
 
 CONFIG_FILE = "train_config.json"
@@ -251,55 +248,6 @@ def _load_ckpt(path: Path) -> dict[str, Any]:
     if state.get("format_version") != CKPT_VERSION:
         raise AnygrainError(f"{path}: checkpoint format {state.get('format_version')}")
     return state
-
-
-class _Log:
-    """``train_log.jsonl``: one JSON object per log step or event."""
-
-    def __init__(self, path: Path, echo: bool) -> None:
-        self.path = path
-        self.echo = echo
-
-    def truncate_after(self, step: int) -> None:
-        if not self.path.exists():
-            return
-        keep = [
-            ln
-            for ln in self.path.read_text(encoding="utf-8").splitlines()
-            if ln.strip() and json.loads(ln).get("step", 0) <= step
-        ]
-        atomic_write_text(self.path, "".join(ln + "\n" for ln in keep))
-
-    def write(self, record: dict[str, Any]) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
-
-    def say(self, message: str, step: int, **fields_: Any) -> None:
-        self.write({"event": "info", "step": step, "message": message, **fields_})
-        if self.echo:
-            print(message, file=sys.stderr, flush=True)
-
-    def last(self) -> dict[str, Any] | None:
-        if not self.path.exists():
-            return None
-        lines = [ln for ln in self.path.read_text(encoding="utf-8").splitlines() if ln.strip()]
-        return json.loads(lines[-1]) if lines else None
-
-
-@contextmanager
-def _defer_sigint() -> Iterator[None]:
-    """Hold Ctrl-C until the block ends, so an update is never half-applied."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if received:
-        raise KeyboardInterrupt
 
 
 def _param_groups(module: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -531,7 +479,7 @@ class PhraseTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         parts, golds = self.losses(batch, prebatch=self.global_step >= self.prebatch_step)
         parts["total"].backward()
-        with _defer_sigint():
+        with defer_sigint():
             self.queue.push(*golds)
             if self.cfg.max_grad_norm > 0:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
@@ -548,7 +496,7 @@ class PhraseTrainer:
 
 # --- the run ----------------------------------------------------------------------------------
 def _already_done(out: Path, config: PhraseTrainConfig, fingerprint: str) -> bool:
-    last = _Log(out / LOG_FILE, echo=False).last()
+    last = TrainLog(out / LOG_FILE, echo=False).last()
     return (
         (out / MODEL_CONFIG).exists()
         and last is not None
@@ -614,7 +562,7 @@ def train_phrase(
         torch.set_num_threads(config.threads)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    log = _Log(out / LOG_FILE, echo=progress)
+    log = TrainLog(out / LOG_FILE, echo=progress)
     t0 = time.time()
     model = init_model(config)
     data = load_phrase_data(
@@ -683,7 +631,7 @@ def _run(
     trainer: PhraseTrainer,
     cfg: PhraseTrainConfig,
     out: Path,
-    log: _Log,
+    log: TrainLog,
     fingerprint: str,
     progress: bool,
     on_step: StepCallback | None,

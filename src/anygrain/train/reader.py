@@ -36,12 +36,9 @@ import math
 import os
 import re
 import shutil
-import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -56,6 +53,7 @@ from anygrain.reader.features import Batch, Window, collate, make_windows
 from anygrain.reader.losses import selection_nll, span_marginal_nll
 from anygrain.reader.model import READER_CONFIG, Reader, ReaderOutput
 from anygrain.reader.spans import is_boundary
+from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.utils.atomic import atomic_path, atomic_write_text
 from anygrain.utils.progress import progress_bar
 
@@ -363,22 +361,6 @@ def _checkpoints(out: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-@contextmanager
-def _defer_sigint() -> Iterator[None]:
-    """Hold Ctrl-C until the block ends, so an update or a checkpoint is never half done."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if received:
-        raise KeyboardInterrupt
-
-
 def _param_groups(module: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """No decay on biases and LayerNorm weights (BERT/DPR practice)."""
     decay: list[torch.nn.Parameter] = []
@@ -391,40 +373,6 @@ def _param_groups(module: torch.nn.Module, weight_decay: float) -> list[dict[str
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-
-
-class _Log:
-    """``train_log.jsonl``: one JSON object per log step or event."""
-
-    def __init__(self, path: Path, echo: bool) -> None:
-        self.path = path
-        self.echo = echo
-
-    def records(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
-            return []
-        return [
-            json.loads(ln)
-            for ln in self.path.read_text(encoding="utf-8").splitlines()
-            if ln.strip()
-        ]
-
-    def truncate_after(self, step: int) -> None:
-        """Drop records a resumed run will write again."""
-        if self.path.exists():
-            keep = [r for r in self.records() if r.get("step", 0) <= step]
-            atomic_write_text(
-                self.path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in keep)
-            )
-
-    def write(self, record: dict[str, Any]) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
-
-    def say(self, message: str, step: int, **extra: Any) -> None:
-        self.write({"event": "info", "step": step, "message": message, **extra})
-        if self.echo:
-            print(message, file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -454,7 +402,7 @@ class ReaderTrainer:
         reader: Reader,
         data: ReaderData,
         out: Path,
-        log: _Log,
+        log: TrainLog,
         progress: bool,
     ) -> None:
         from transformers import get_linear_schedule_with_warmup
@@ -637,7 +585,7 @@ class ReaderTrainer:
         }
 
     def save_checkpoint(self, keep: int = 2) -> Path:
-        with _defer_sigint():
+        with defer_sigint():
             path = self.out / CHECKPOINT_DIR / f"step-{self.global_step:09d}.pt"
             with atomic_path(path) as tmp:
                 torch.save(self._state(), tmp)
@@ -708,7 +656,7 @@ class ReaderTrainer:
                 self.optimizer.zero_grad(set_to_none=True)
                 loss, stats = self.loss(sb)
                 loss.backward()
-                with _defer_sigint():
+                with defer_sigint():
                     if cfg.max_grad_norm > 0:
                         torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
                     self.optimizer.step()
@@ -787,7 +735,7 @@ def save_reader_into(reader: Reader, out: Path) -> None:
 
 
 def _already_done(out: Path, config: ReaderTrainConfig, fingerprint: str) -> bool:
-    records = _Log(out / LOG_FILE, echo=False).records()
+    records = TrainLog(out / LOG_FILE, echo=False).records()
     last = records[-1] if records else None
     return (
         (out / READER_CONFIG).exists()
@@ -819,7 +767,7 @@ def train_reader(
     config.validate()
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    log = _Log(out / LOG_FILE, echo=progress)
+    log = TrainLog(out / LOG_FILE, echo=progress)
     data = load_reader_data(
         config.train, errors=errors, max_examples=config.max_examples, seed=config.seed
     )
