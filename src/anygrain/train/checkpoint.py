@@ -1,5 +1,8 @@
 """Training checkpoints: everything needed to continue a run exactly where it stopped.
 
+Shared by the DPR, reader and phrase trainers; each tags its files with its own
+``format`` (:func:`checkpoint_format`), so one trainer never resumes another's.
+
 A checkpoint holds the trainable weights, optimizer and scheduler states, the
 torch RNG state (dropout) and the position (epoch, step within it, global step),
 plus the run's trajectory settings and data fingerprint so it never resumes a
@@ -22,9 +25,14 @@ from anygrain.errors import AnygrainError
 from anygrain.utils.atomic import atomic_path
 
 CHECKPOINT_DIR = "checkpoints"
-FORMAT = "anygrain.dpr-checkpoint"
+FORMAT = "anygrain.dpr-checkpoint"  # the default kind; each trainer names its own
 FORMAT_VERSION = 1
 _NAME = re.compile(r"^step-(\d+)\.pt$")
+
+
+def checkpoint_format(kind: str) -> str:
+    """The ``format`` tag of a trainer's checkpoints (``dpr``, ``reader``, ``phrase``)."""
+    return f"anygrain.{kind}-checkpoint"
 
 
 def checkpoint_dir(out: Path) -> Path:
@@ -45,14 +53,21 @@ def latest_checkpoint(out: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def save_checkpoint(out: Path, state: dict[str, Any], *, global_step: int, keep: int = 2) -> Path:
+def save_checkpoint(
+    out: Path,
+    state: dict[str, Any],
+    *,
+    global_step: int,
+    keep: int = 2,
+    fmt: str = FORMAT,
+) -> Path:
     """Write ``state`` for ``global_step`` atomically; keep the newest ``keep`` checkpoints."""
     path = checkpoint_dir(out) / f"step-{global_step:09d}.pt"
     payload = {
-        "format": FORMAT,
+        **state,
+        "format": fmt,
         "format_version": FORMAT_VERSION,
         "global_step": global_step,
-        **state,
     }
     with atomic_path(path) as tmp:
         torch.save(payload, tmp)
@@ -61,13 +76,15 @@ def save_checkpoint(out: Path, state: dict[str, Any], *, global_step: int, keep:
     return path
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
+def load_checkpoint(path: Path, *, fmt: str = FORMAT) -> dict[str, Any]:
+    """A checkpoint of the trainer whose format tag is ``fmt``, or a clear error."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated or foreign file
         raise AnygrainError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e})") from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise AnygrainError(f"{path}: not an anygrain training checkpoint")
+    if not isinstance(state, dict) or state.get("format") != fmt:
+        kind = fmt.removeprefix("anygrain.").removesuffix("-checkpoint")
+        raise AnygrainError(f"{path}: not an anygrain {kind} training checkpoint")
     if state.get("format_version") != FORMAT_VERSION:
         raise AnygrainError(
             f"{path}: checkpoint format {state.get('format_version')}, expected {FORMAT_VERSION}"
@@ -80,15 +97,17 @@ def check_compatible(
 ) -> None:
     """Refuse to resume under other settings or data: the result would match neither run."""
     saved = json.loads(state["trajectory"])
-    if saved != trajectory:
-        diff = sorted(k for k in set(saved) | set(trajectory) if saved.get(k) != trajectory.get(k))
+    now = json.loads(json.dumps(trajectory, sort_keys=True))  # tuples etc. as saved
+    if saved != now:
+        diff = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
         raise AnygrainError(
             f"{path}: checkpoint was made with different settings ({', '.join(diff)}); "
-            f"train into a new directory, or restart with --no-resume"
+            "train into a new directory, or restart with --no-resume"
         )
     if state["data_fingerprint"] != data_fingerprint:
         raise AnygrainError(
-            f"{path}: checkpoint was made on different training data; train into a new directory, or restart with --no-resume"
+            f"{path}: checkpoint was made on different training data; "
+            "train into a new directory, or restart with --no-resume"
         )
 
 

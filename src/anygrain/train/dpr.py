@@ -52,6 +52,7 @@ from anygrain.train.dpr_data import (
 )
 from anygrain.train.grad_cache import Side, backward_grad_cache, backward_plain
 from anygrain.train.losses import dpr_nll, false_negative_mask, full_softmax_nll
+from anygrain.train.optim import param_groups
 from anygrain.train.passage_cache import cache_key, cached_passage_vectors
 from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.utils.progress import progress_bar
@@ -114,24 +115,6 @@ def _temperature(config: DprTrainConfig, model: BiEncoder) -> float:
     return 0.05 if model.question.config.normalize else 1.0
 
 
-def _param_groups(module: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """No decay on biases and LayerNorm weights (BERT/DPR practice)."""
-    decay: list[torch.nn.Parameter] = []
-    no_decay: list[torch.nn.Parameter] = []
-    for name, p in module.named_parameters():
-        if not p.requires_grad:
-            continue
-        (
-            no_decay
-            if name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name
-            else decay
-        ).append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-
-
 # --- the trainer -------------------------------------------------------------------------------
 class _Trainer:
     def __init__(
@@ -164,7 +147,7 @@ class _Trainer:
         self.steps_per_epoch = math.ceil(n / config.batch_size)
         self.total_steps = self.steps_per_epoch * config.epochs
         self.optimizer = torch.optim.AdamW(
-            _param_groups(self.trainable, config.weight_decay), lr=config.lr
+            param_groups(self.trainable, config.weight_decay), lr=config.lr
         )
         from transformers import get_linear_schedule_with_warmup
 

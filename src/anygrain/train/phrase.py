@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
@@ -34,6 +33,15 @@ from tqdm.auto import tqdm
 from anygrain.errors import AnygrainError, ErrorLog
 from anygrain.models.encoder import Pooling
 from anygrain.phrase.model import MODEL_CONFIG, PhraseEncoder, QuestionEncoderKind
+from anygrain.train.checkpoint import (
+    check_compatible,
+    checkpoint_format,
+    list_checkpoints,
+    load_checkpoint,
+    remove_checkpoints,
+    save_checkpoint,
+)
+from anygrain.train.optim import param_groups
 from anygrain.train.phrase_data import PhraseTrainData, load_phrase_data, plan_epoch
 from anygrain.train.phrase_losses import (
     PrebatchQueue,
@@ -44,14 +52,11 @@ from anygrain.train.phrase_losses import (
     span_ce,
 )
 from anygrain.train.runlog import TrainLog, defer_sigint
-from anygrain.utils.atomic import atomic_path, atomic_write_text
+from anygrain.utils.atomic import atomic_write_text
 
 CONFIG_FILE = "train_config.json"
 LOG_FILE = "train_log.jsonl"
-CHECKPOINTS = "checkpoints"
-CKPT_FORMAT = "anygrain.phrase-checkpoint"
-CKPT_VERSION = 1
-_CKPT_NAME = re.compile(r"^step-(\d+)\.pt$")
+CKPT_FORMAT = checkpoint_format("phrase")
 # Settings that never change the weights: a resumed run may differ in them.
 _BOOKKEEPING = frozenset(
     {
@@ -217,54 +222,6 @@ def load_teacher(path: str | Path, *, bf16: bool = False) -> Teacher:
         raise AnygrainError(f"--teacher needs the reader (anygrain.reader): {e}") from None
 
 
-# --- checkpoints and log ----------------------------------------------------------------------
-def _checkpoints(out: Path) -> list[Path]:
-    d = out / CHECKPOINTS
-    if not d.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in d.iterdir() if (m := _CKPT_NAME.match(p.name))]
-    return [p for _, p in sorted(found)]
-
-
-def _save_ckpt(out: Path, state: dict[str, Any], step: int, keep: int = 1) -> Path:
-    path = out / CHECKPOINTS / f"step-{step:09d}.pt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
-        torch.save(
-            {"format": CKPT_FORMAT, "format_version": CKPT_VERSION, "step": step, **state}, tmp
-        )
-    for old in _checkpoints(out)[:-keep]:
-        old.unlink(missing_ok=True)
-    return path
-
-
-def _load_ckpt(path: Path) -> dict[str, Any]:
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        raise AnygrainError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e})") from None
-    if not isinstance(state, dict) or state.get("format") != CKPT_FORMAT:
-        raise AnygrainError(f"{path}: not an anygrain phrase training checkpoint")
-    if state.get("format_version") != CKPT_VERSION:
-        raise AnygrainError(f"{path}: checkpoint format {state.get('format_version')}")
-    return state
-
-
-def _param_groups(module: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    decay: list[torch.nn.Parameter] = []
-    no_decay: list[torch.nn.Parameter] = []
-    for name, p in module.named_parameters():
-        if not p.requires_grad:
-            continue
-        (no_decay if p.ndim < 2 or "LayerNorm" in name or "norm" in name.lower() else decay).append(
-            p
-        )
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-
-
 # --- the trainer ------------------------------------------------------------------------------
 class PhraseTrainer:
     """Holds model, data, optimizer and position; ``step`` runs one update."""
@@ -287,7 +244,7 @@ class PhraseTrainer:
         self.planned_steps = sum(len(p) for p in self.plans)
         self.fitted = False  # total_steps shrunk to a time budget (see fit_to_budget)
         self.set_total_steps(self.planned_steps)
-        self.optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr)
+        self.optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr)
 
         def schedule(step: int) -> float:
             """Linear warm-up then linear decay to 0 at ``total_steps`` (read at each step,
@@ -446,19 +403,7 @@ class PhraseTrainer:
         }
 
     def restore(self, state: dict[str, Any], data_fingerprint: str, path: Path) -> None:
-        saved = json.loads(state["trajectory"])
-        now = self.cfg.trajectory()
-        if saved != json.loads(json.dumps(now, sort_keys=True)):
-            diff = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
-            raise AnygrainError(
-                f"{path}: checkpoint was made with different settings ({', '.join(diff)}); "
-                "train into a new directory, or restart with --no-resume"
-            )
-        if state["data_fingerprint"] != data_fingerprint:
-            raise AnygrainError(
-                f"{path}: checkpoint was made on different training data; train into a new "
-                "directory, or restart with --no-resume"
-            )
+        check_compatible(state, self.cfg.trajectory(), data_fingerprint, path)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -575,14 +520,13 @@ def train_phrase(
     if teacher is None and config.teacher:
         teacher = load_teacher(config.teacher, bf16=config.bf16)
     trainer = PhraseTrainer(config, model, data, teacher=teacher)
-    ckpts = _checkpoints(out) if resume else []
+    ckpts = list_checkpoints(out) if resume else []
     if not resume:
-        for p in _checkpoints(out):
-            p.unlink()
+        remove_checkpoints(out)
         (out / LOG_FILE).unlink(missing_ok=True)
     config.save(out)
     if ckpts:
-        trainer.restore(_load_ckpt(ckpts[-1]), fingerprint, ckpts[-1])
+        trainer.restore(load_checkpoint(ckpts[-1], fmt=CKPT_FORMAT), fingerprint, ckpts[-1])
         log.truncate_after(trainer.global_step)
         log.say(f"resuming from {ckpts[-1].name} (step {trainer.global_step})", trainer.global_step)
     else:
@@ -611,8 +555,7 @@ def train_phrase(
         return out
     cal = calibrate_filter(model, data, seed=config.seed)
     if not config.keep_checkpoints:
-        for p in _checkpoints(out):
-            p.unlink()
+        remove_checkpoints(out)
     log.write(
         {
             "event": "done",
@@ -661,7 +604,13 @@ def _run(
     stopped = ""
 
     def checkpoint() -> Path:
-        return _save_ckpt(out, trainer.state(fingerprint), trainer.global_step)
+        return save_checkpoint(
+            out,
+            trainer.state(fingerprint),
+            global_step=trainer.global_step,
+            keep=1,
+            fmt=CKPT_FORMAT,
+        )
 
     try:
         while trainer.global_step < trainer.total_steps:

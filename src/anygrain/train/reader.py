@@ -53,8 +53,17 @@ from anygrain.reader.features import Batch, Window, collate, make_windows
 from anygrain.reader.losses import selection_nll, span_marginal_nll
 from anygrain.reader.model import READER_CONFIG, Reader, ReaderOutput
 from anygrain.reader.spans import is_boundary
+from anygrain.train.checkpoint import (
+    check_compatible,
+    checkpoint_format,
+    list_checkpoints,
+    load_checkpoint,
+    remove_checkpoints,
+    save_checkpoint,
+)
+from anygrain.train.optim import param_groups
 from anygrain.train.runlog import TrainLog, defer_sigint
-from anygrain.utils.atomic import atomic_path, atomic_write_text
+from anygrain.utils.atomic import atomic_write_text
 from anygrain.utils.progress import progress_bar
 
 __all__ = [
@@ -69,10 +78,7 @@ __all__ = [
 
 CONFIG_FILE = "reader_train_config.json"
 LOG_FILE = "train_log.jsonl"
-CHECKPOINT_DIR = "checkpoints"
-CHECKPOINT_FORMAT = "anygrain.reader-checkpoint"
-CHECKPOINT_VERSION = 1
-_CKPT_NAME = re.compile(r"^step-(\d+)\.pt$")
+CHECKPOINT_FORMAT = checkpoint_format("reader")
 # Settings that only change bookkeeping, never the weights: a resumed run may differ in them.
 _BOOKKEEPING = frozenset({"out", "log_every", "checkpoint_every", "keep_checkpoints"})
 
@@ -353,28 +359,6 @@ def attach_retrieved(
 
 
 # --- checkpoints and small helpers -------------------------------------------------------------
-def _checkpoints(out: Path) -> list[Path]:
-    d = out / CHECKPOINT_DIR
-    if not d.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in d.iterdir() if (m := _CKPT_NAME.match(p.name))]
-    return [p for _, p in sorted(found)]
-
-
-def _param_groups(module: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """No decay on biases and LayerNorm weights (BERT/DPR practice)."""
-    decay: list[torch.nn.Parameter] = []
-    no_decay: list[torch.nn.Parameter] = []
-    for name, p in module.named_parameters():
-        if p.requires_grad:
-            plain = name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name
-            (no_decay if plain else decay).append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-
-
 @dataclass
 class StepBatch:
     """The model input of one step: windows, where each question's passages sit, gold spans."""
@@ -416,7 +400,7 @@ class ReaderTrainer:
         self.data_fingerprint = data.fingerprint()
         self.steps_per_epoch = math.ceil(len(data.examples) / config.batch_size)
         self.total_steps = self.steps_per_epoch * config.epochs
-        self.optimizer = torch.optim.AdamW(_param_groups(reader, config.weight_decay), lr=config.lr)
+        self.optimizer = torch.optim.AdamW(param_groups(reader, config.weight_decay), lr=config.lr)
         self.scheduler = get_linear_schedule_with_warmup(
             self.optimizer, int(config.warmup_ratio * self.total_steps), self.total_steps
         )
@@ -571,8 +555,6 @@ class ReaderTrainer:
     # -- checkpoints ------------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
         return {
-            "format": CHECKPOINT_FORMAT,
-            "format_version": CHECKPOINT_VERSION,
             "trajectory": json.dumps(self.cfg.trajectory(), sort_keys=True),
             "data_fingerprint": self.data_fingerprint,
             "global_step": self.global_step,
@@ -586,39 +568,17 @@ class ReaderTrainer:
 
     def save_checkpoint(self, keep: int = 2) -> Path:
         with defer_sigint():
-            path = self.out / CHECKPOINT_DIR / f"step-{self.global_step:09d}.pt"
-            with atomic_path(path) as tmp:
-                torch.save(self._state(), tmp)
-            for old in _checkpoints(self.out)[:-keep]:
-                old.unlink(missing_ok=True)
-        return path
+            return save_checkpoint(
+                self.out,
+                self._state(),
+                global_step=self.global_step,
+                keep=keep,
+                fmt=CHECKPOINT_FORMAT,
+            )
 
     def resume_from(self, path: Path) -> None:
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as e:  # truncated or foreign file
-            raise AnygrainError(
-                f"{path}: unreadable checkpoint ({type(e).__name__}: {e})"
-            ) from None
-        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-            raise AnygrainError(f"{path}: not an anygrain reader checkpoint")
-        if state.get("format_version") != CHECKPOINT_VERSION:
-            raise AnygrainError(
-                f"{path}: checkpoint format {state.get('format_version')}, expected {CHECKPOINT_VERSION}"
-            )
-        saved = json.loads(state["trajectory"])
-        now = json.loads(json.dumps(self.cfg.trajectory(), sort_keys=True))
-        if saved != now:
-            diff = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
-            raise AnygrainError(
-                f"{path}: checkpoint was made with different settings ({', '.join(diff)}); "
-                "train into a new directory, or restart with --no-resume"
-            )
-        if state["data_fingerprint"] != self.data_fingerprint:
-            raise AnygrainError(
-                f"{path}: checkpoint was made on different training data or negatives; "
-                "train into a new directory, or restart with --no-resume"
-            )
+        state = load_checkpoint(path, fmt=CHECKPOINT_FORMAT)
+        check_compatible(state, self.cfg.trajectory(), self.data_fingerprint, path)
         self.reader.load_state_dict(state["weights"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -793,9 +753,9 @@ def train_reader(
             setattr(reader.config, k, v)
         reader.config.validate()
     trainer = ReaderTrainer(config, reader, data, out, log, progress)
-    ckpts = _checkpoints(out) if resume else []
+    ckpts = list_checkpoints(out) if resume else []
     if not resume:
-        shutil.rmtree(out / CHECKPOINT_DIR, ignore_errors=True)
+        remove_checkpoints(out)
         (out / LOG_FILE).unlink(missing_ok=True)
     config.save(out)
     if not ckpts:
@@ -819,7 +779,7 @@ def train_reader(
     reader.eval()
     save_reader_into(reader, out)
     if not config.keep_checkpoints:
-        shutil.rmtree(out / CHECKPOINT_DIR, ignore_errors=True)
+        remove_checkpoints(out)
     log.write(
         {
             "event": "done",
