@@ -7,7 +7,12 @@ top phrase and top@k, for reading comprehension (D = {p}: each question searched
 its gold paragraph) and for the open corpus of all paragraphs; with vectors kept
 per passage, index bytes and queries/s.
 
-    python bench/phrase_retrieval.py MODEL_DIR [--limit 1000] [--threshold TAU]
+    python bench/phrase_retrieval.py MODEL_DIR [--limit 1000] [--threshold TAU] [--nprobe 64,549]
+        [--keep 0.5,0.25]
+
+``--keep`` adds the filter's trade-off: for each fraction, a smaller index keeping about
+that share of the vectors (``anygrain.phrase.refilter``, no re-encoding) is scored the
+same way, with its vectors and bytes per passage.
 
 Speed (``--speed``): index SQuAD dev + SQuAD-Shifts paragraphs (>= 1M token
 vectors without a filter) and time, per question, the whole phrase search from
@@ -34,6 +39,7 @@ import torch
 from anygrain import load_questions
 from anygrain.corpus.formats import parse_source
 from anygrain.phrase import PhraseIndex, evaluate_phrase
+from anygrain.phrase.refilter import refilter, threshold_for_fraction
 from anygrain.phrase.search import aggregate, unit_hits
 from anygrain.search.hit import Unit
 from anygrain.search.index import Index
@@ -92,13 +98,50 @@ def quality(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
     qs = load_questions(f"squad:{args.data}", limit=args.limit)
     out: dict[str, object] = {"mode": "quality", "data": str(args.data), "n_questions": len(qs)}
     out["index"] = {**_sizes(idx), "build_seconds": build_s}
-    for name, scope in (("rc_gold_passage", "gold-passage"), ("open_corpus", "corpus")):
-        rep = evaluate_phrase(idx, qs, k=args.k, scope=scope, progress=not args.quiet)
+    runs: list[tuple[str, str, dict[str, object]]] = [
+        ("rc_gold_passage", "gold-passage", {}),
+        ("open_corpus", "corpus", {"top_k": args.top_k}),
+    ]
+    # Extra open-corpus runs at other IVF depths, on the same index: what IVF costs.
+    for n in args.nprobe or []:
+        runs.append((f"open_corpus_nprobe_{n}", "corpus", {"top_k": args.top_k, "nprobe": n}))
+    for name, scope, opts in runs:
+        rep = evaluate_phrase(
+            idx, qs, k=args.k, scope=scope, progress=not args.quiet, search_options=opts
+        )
         out[name] = {
             **{m: round(100 * v, 2) for m, v in rep.metrics.items()},
             "queries_per_s": round(rep.queries_per_second or 0.0, 2),
         }
+    out["open_over_gold_passage_em"] = round(
+        out["open_corpus"]["em"] / max(out["rc_gold_passage"]["em"], 1e-9),  # type: ignore[index]
+        3,
+    )
+    if args.keep:
+        out["filter_sweep"] = [_sweep_point(idx, qs, f, tmp, args) for f in args.keep]
     return out
+
+
+def _sweep_point(
+    idx: PhraseIndex, qs: object, fraction: float, tmp: Path, args: argparse.Namespace
+) -> dict[str, object]:
+    """Scores of a refiltered copy of ``idx`` keeping about ``fraction`` of its vectors."""
+    tau = threshold_for_fraction(idx, fraction)
+    sub = refilter(idx, tmp / f"keep-{fraction}", tau, progress=False)
+    c = sub.manifest["counts"]
+    row: dict[str, object] = {
+        "keep": fraction,
+        "threshold": round(tau, 4),
+        "vectors_per_passage": c["vectors_per_passage"],
+        "bytes_per_passage": c["bytes_per_passage"],
+        "factory": sub.manifest["settings"]["factory"],
+    }
+    for name, scope in (("rc_gold_passage", "gold-passage"), ("open_corpus", "corpus")):
+        rep = evaluate_phrase(
+            sub, qs, k=args.k, scope=scope, progress=False, search_options={"top_k": args.top_k}
+        )
+        row[name] = {m: round(100 * v, 2) for m, v in rep.metrics.items()}
+    return row
 
 
 def speed(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
@@ -161,7 +204,19 @@ def main() -> None:
     )
     ap.add_argument("--queries", type=int, default=1000, help="speed: questions to time")
     ap.add_argument("-k", type=int, default=10, help="quality: top@k")
-    ap.add_argument("--top-k", type=int, default=100, help="speed: MIPS depth per side")
+    ap.add_argument("--top-k", type=int, default=100, help="MIPS depth per side")
+    ap.add_argument(
+        "--nprobe",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=None,
+        help="quality: also evaluate the open corpus at these IVF nprobe values (e.g. 64,549)",
+    )
+    ap.add_argument(
+        "--keep",
+        type=lambda v: [float(x) for x in v.split(",")],
+        default=None,
+        help="quality: also score refiltered indexes keeping these fractions of the vectors",
+    )
     ap.add_argument("--search-batch", type=int, default=64)
     ap.add_argument(
         "--threshold", type=float, default=None, help="filter tau (default: the model's)"

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -16,6 +18,17 @@ def shared_file(rel: str) -> Path:
     if not p.exists():
         pytest.skip(f"../shared/data/{rel} not present")
     return p
+
+
+@pytest.fixture(scope="module")
+def torch_one_thread() -> Iterator[None]:
+    """Tiny test models gain nothing from threads, and on a shared CPU each op waits for them.
+
+    Modules that run models use it with ``pytestmark = pytest.mark.usefixtures(...)``."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 @pytest.fixture

@@ -22,13 +22,7 @@ from anygrain.phrase.model import MODEL_CONFIG
 from anygrain.search.hit import Unit
 from anygrain.search.index import Index
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> object:
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -334,4 +328,6 @@ def test_cli_search_and_eval(index: PhraseIndex, squad: Path) -> None:
     r = runner.invoke(
         app, ["eval", str(index.path), "--questions", f"squad:{squad}", "--scope", "nowhere"]
     )
-    assert r.exit_code == 2 and "unknown scope" in r.output
+    assert r.exit_code == 2 and "nowhere" in r.output
+    with pytest.raises(AnygrainError, match="unknown scope"):
+        evaluate_phrase(index, load_questions(f"squad:{squad}"), scope="nowhere", progress=False)

@@ -25,13 +25,7 @@ from anygrain.train.phrase import (
 )
 from anygrain.train.phrase_data import load_phrase_data, plan_epoch
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> object:
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -126,13 +125,7 @@ def _dpr_jsonl(path: Path) -> Path:
     return path
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """The tiny model gains nothing from threads, and on a shared CPU they oversubscribe it."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 @pytest.fixture(scope="module")

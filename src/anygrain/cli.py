@@ -18,6 +18,7 @@ from rich.table import Table
 from anygrain.cli_common import fail
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.search.hit import Unit
+from anygrain.search.scope import Scope
 
 app = typer.Typer(
     add_completion=False,
@@ -26,6 +27,19 @@ app = typer.Typer(
 )
 console = Console(stderr=True)
 out = Console()
+
+
+def model_option(index_dir: Path, model: str | None) -> dict[str, Any]:
+    """``Index.load`` options for ``--model``: a question-side model replacing the index's own
+    (the index checks that it makes the same passage or phrase vectors)."""
+    if model is None:
+        return {}
+    from anygrain.search.index import IndexKind, read_manifest
+
+    kind = read_manifest(index_dir).get("kind")
+    if kind not in (IndexKind.DENSE.value, IndexKind.PHRASE.value):
+        raise AnygrainError(f"{index_dir}: --model needs a dense or phrase index, not {kind}")
+    return {"model": model}
 
 
 @app.command("index")
@@ -91,12 +105,16 @@ def search_cmd(
     as_json: Annotated[
         bool, typer.Option("--json", help="One JSON object per hit on stdout")
     ] = False,
+    model: Annotated[
+        str | None,
+        typer.Option(help="Question-side model to search with (query-side fine-tuned)"),
+    ] = None,
 ) -> None:
     """Search an index with one question."""
     from anygrain.search.index import Index
 
     try:
-        idx = Index.load(index_dir)
+        idx = Index.load(index_dir, **model_option(index_dir, model))
         hits = idx.search_one(query, k)
     except AnygrainError as e:
         fail(e)
@@ -146,16 +164,20 @@ def eval_cmd(
     unit: Annotated[
         Unit | None, typer.Option(help="Grain, for phrase indexes (default phrase)")
     ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="Question-side model to search with (query-side fine-tuned)"),
+    ] = None,
     scope: Annotated[
-        str,
+        Scope,
         typer.Option(
             help="corpus, or gold-passage (D={p}, phrase indexes: each question in its own passage)"
         ),
-    ] = "corpus",
+    ] = Scope.CORPUS,
 ) -> None:
     """Evaluate an index on a question set."""
     from anygrain.api import evaluate_index, load_questions
-    from anygrain.search.index import IndexKind, read_manifest
+    from anygrain.search.index import Index, IndexKind, read_manifest
 
     try:
         if read_manifest(index_dir).get("kind") == IndexKind.PHRASE.value:
@@ -163,16 +185,21 @@ def eval_cmd(
 
             qs = load_questions(questions, errors=ErrorLog(on_error), limit=limit)
             report = evaluate_phrase(
-                index_dir,
+                Index.load(index_dir, **model_option(index_dir, model)),
                 qs,
                 k=k or 10,
                 unit=unit or Unit.PHRASE,
                 scope=scope,
                 progress=not quiet and not as_json,
             )
+        elif scope is not Scope.CORPUS:
+            raise AnygrainError(
+                f"{index_dir}: --scope {scope.value} needs a phrase index (this one is "
+                f"{read_manifest(index_dir).get('kind')})"
+            )
         else:
             report = evaluate_index(
-                index_dir,
+                Index.load(index_dir, **model_option(index_dir, model)),
                 questions,
                 metrics=[m.strip() for m in metrics.split(",") if m.strip()],
                 k=k,
@@ -237,12 +264,14 @@ def demo_cmd(
 
 def _register_groups() -> None:
     # Command groups live beside their API; each module is thin like this one.
-    from anygrain.cli_phrase import train_phrase_cmd
+    from anygrain.cli_phrase import refilter_cmd, train_phrase_cmd, train_query_side_cmd
     from anygrain.cli_reader import ask_cmd, eval_reader_cmd, train_reader_cmd
     from anygrain.cli_train import train_app
 
     train_app.command("phrase")(train_phrase_cmd)
     train_app.command("reader")(train_reader_cmd)
+    train_app.command("phrase-query-side")(train_query_side_cmd)
+    app.command("refilter")(refilter_cmd)
     app.command("ask")(ask_cmd)
     app.command("eval-reader")(eval_reader_cmd)
     app.add_typer(train_app, name="train")

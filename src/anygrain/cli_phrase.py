@@ -22,6 +22,7 @@ from rich.table import Table
 from anygrain.cli_common import fail
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.search.hit import Hit, Unit
+from anygrain.search.scope import Scope
 
 console = Console(stderr=True)
 out = Console()
@@ -199,11 +200,11 @@ def eval_phrase_cmd(
         Unit, typer.Option(help="phrase | sentence | passage | document")
     ] = Unit.PHRASE,
     scope: Annotated[
-        str,
+        Scope,
         typer.Option(
             help="corpus: open retrieval; gold-passage: D={p}, each question in its own passage"
         ),
-    ] = "corpus",
+    ] = Scope.CORPUS,
     limit: Annotated[
         Optional[int],  # noqa: UP045
         typer.Option(help="Evaluate only the first N questions"),
@@ -225,16 +226,119 @@ def eval_phrase_cmd(
         fail(e)
         return
     d: dict[str, Any] = report.to_dict()
-    d["scope"] = scope
+    d["scope"] = scope.value
     d["unit"] = Unit(unit).value
     if as_json:
         print(json.dumps(d, ensure_ascii=False))
         return
     table = Table(
-        title=f"{index_dir} on {questions} ({d['n_questions']} questions, {scope}, {d['unit']})"
+        title=f"{index_dir} on {questions} ({d['n_questions']} questions, {scope.value}, {d['unit']})"
     )
     table.add_column("metric")
     table.add_column("value", justify="right")
     for name, v in d["metrics"].items():
         table.add_row(name, f"{v:.4f}")
     out.print(table)
+
+
+def refilter_cmd(
+    index_dir: Annotated[Path, typer.Argument(help="Phrase index to start from")],
+    out_dir: Annotated[Path, typer.Option("--out", help="New phrase index directory")],
+    threshold: Annotated[
+        Optional[float],  # noqa: UP045
+        typer.Option(help="Filter threshold tau (a logit; at least the source's)"),
+    ] = None,
+    keep: Annotated[
+        Optional[float],  # noqa: UP045
+        typer.Option(help="Instead of --threshold: keep about this fraction of the vectors"),
+    ] = None,
+    faiss: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--faiss", help="FAISS factory (default: chosen from the new size)"),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+) -> None:
+    """A smaller phrase index at a higher filter threshold, from stored vectors (no re-encoding)."""
+    from anygrain.phrase.refilter import refilter, threshold_for_fraction
+    from anygrain.search.index import Index
+
+    try:
+        if (threshold is None) == (keep is None):
+            raise AnygrainError("give one of --threshold or --keep")
+        if threshold is None:
+            assert keep is not None
+            src = Index.load(index_dir)
+            threshold = threshold_for_fraction(src, keep)  # type: ignore[arg-type]
+        idx = refilter(index_dir, out_dir, threshold, factory=faiss, progress=not quiet)
+    except AnygrainError as e:
+        fail(e)
+        return
+    c = idx.manifest["counts"]
+    console.print(
+        f"threshold {threshold:.4f}: {c['vectors_per_passage']} vectors per passage, "
+        f"{c['bytes_per_passage']:.0f} bytes per passage → {out_dir}"
+    )
+
+
+def train_query_side_cmd(
+    index_dir: Annotated[
+        Path, typer.Argument(help="Phrase index over the TRAINING passages (never the test set)")
+    ],
+    train: Annotated[
+        list[str],
+        typer.Option("--train", help="Questions with answers (SQuAD format); repeatable"),
+    ],
+    out_dir: Annotated[Path, typer.Option("--out", help="Phrase model directory to write")],
+    loss: Annotated[
+        str,
+        typer.Option(help="Positives: phrase (answer text), passage (gold passage), or both"),
+    ] = "phrase",
+    epochs: Annotated[int, typer.Option(help="Passes over the questions")] = 1,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Questions per step")] = 16,
+    lr: Annotated[float, typer.Option(help="Peak learning rate")] = 3e-5,
+    top_k: Annotated[int, typer.Option("--top-k", help="MIPS depth per side")] = 100,
+    max_examples: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option("--max-examples", help="Train on a seeded random subset of questions"),
+    ] = None,
+    bf16: Annotated[bool, typer.Option("--bf16/--no-bf16", help="bfloat16 autocast")] = False,
+    threads: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option("--threads", help="torch threads; 1 on a CPU shared with other jobs"),
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume/--no-resume", help="Continue from the last checkpoint")
+    ] = True,
+    on_error: Annotated[ErrorPolicy, typer.Option("--on-error")] = ErrorPolicy.STOP,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar")] = False,
+) -> None:
+    """Fine-tune a phrase model's question encoder against a built phrase index."""
+    from anygrain.train.phrase_query_side import PhraseQuerySideConfig, train_phrase_query_side
+
+    try:
+        cfg = PhraseQuerySideConfig(
+            index=str(index_dir),
+            train=list(train),
+            out=str(out_dir),
+            loss=loss,
+            epochs=epochs,
+            batch_size=batch_size,
+            lr=lr,
+            top_k=top_k,
+            max_examples=max_examples,
+            bf16=bf16,
+            threads=threads,
+        )
+        path = train_phrase_query_side(
+            cfg, progress=not quiet, resume=resume, errors=ErrorLog(on_error)
+        )
+    except KeyboardInterrupt:
+        console.print("interrupted: checkpoint saved; rerun the same command to resume")
+        raise typer.Exit(130) from None
+    except (AnygrainError, ValueError) as e:
+        fail(e)
+        return
+    console.print(
+        f"phrase model (query side fine-tuned) → {path}; use it with "
+        f"`anygrain eval INDEX --model {path}`"
+    )

@@ -16,8 +16,7 @@ from anygrain.errors import AnygrainError
 from anygrain.eval import EvalReport, evaluate, parse_metrics
 from anygrain.search.hit import Hit, Unit
 from anygrain.search.index import Index, IndexKind
-
-SCOPES = ("corpus", "gold-passage")
+from anygrain.search.scope import Scope
 
 
 def default_metrics(k: int, unit: Unit) -> list[str]:
@@ -55,7 +54,7 @@ def evaluate_phrase(
     *,
     k: int = 10,
     unit: Unit | str = Unit.PHRASE,
-    scope: str | None = None,
+    scope: Scope | str | None = None,
     metrics: Sequence[str] | None = None,
     batch_size: int = 64,
     progress: bool = True,
@@ -73,12 +72,15 @@ def evaluate_phrase(
     qs = list(questions)
     ms = list(metrics) if metrics is not None else default_metrics(k, u)
     opts = {"unit": u, **(search_options or {})}
-    if scope in (None, "corpus"):
+    try:
+        where = Scope(scope or Scope.CORPUS)
+    except ValueError:
+        known = ", ".join(s.value for s in Scope)
+        raise AnygrainError(f"unknown scope {scope!r}: use one of {known}") from None
+    if where is Scope.CORPUS:
         return evaluate(
             idx, qs, ms, k=k, batch_size=batch_size, progress=progress, search_options=opts
         )
-    if scope != "gold-passage":
-        raise AnygrainError(f"unknown scope {scope!r}: use one of {', '.join(SCOPES)}")
     parsed = parse_metrics(ms)
     searched = [q for q in qs if any(m.applies(q) for m in parsed)]
     rows: list[list[int]] = []

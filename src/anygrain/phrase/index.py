@@ -28,7 +28,7 @@ import numpy as np
 from anygrain.corpus.store import CorpusStore
 from anygrain.dense.faiss_index import MIN_POINTS_PER_CENTROID, FaissIndex, plan_training
 from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError
-from anygrain.phrase.dump import END_OK, START_OK, dump_phrases
+from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_phrases
 from anygrain.phrase.model import PhraseEncoder
 from anygrain.phrase.search import (
     Phrases,
@@ -233,35 +233,11 @@ class PhraseIndex(Index):
             progress=progress,
             on_shard=on_shard,
         )
-        t_dump = time.time()
-        start = np.load(base / "start.npy", mmap_mode="r")
-        end = np.load(base / "end.npy", mmap_mode="r")
-        flags = np.load(base / "tokens.npy", mmap_mode="r")[:, 3]
-        start_ids = np.flatnonzero(flags & START_OK).astype(np.int64)
-        end_ids = np.flatnonzero(flags & END_OK).astype(np.int64)
-        if not len(start_ids) or not len(end_ids):
-            raise AnygrainError(
-                f"no phrase vectors passed the filter (threshold {threshold}); lower --threshold"
-            )
-        np.save(base / "start_ids.npy", start_ids)
-        np.save(base / "end_ids.npy", end_ids)
-        # Both sides use one factory (chosen for the larger), checked for each before building.
-        spec = factory or default_phrase_factory(max(len(start_ids), len(end_ids)), model.dim)
-        for n_side in (len(start_ids), len(end_ids)):
-            plan_training(n_side, model.dim, spec)
-        fx_s = FaissIndex.build(_Vectors(start, start_ids), spec, progress=progress)
-        fx_s.save(base / "start.faiss")
-        fx_e = FaissIndex.build(_Vectors(end, end_ids), spec, progress=progress)
-        fx_e.save(base / "end.faiss")
-        t_faiss = time.time()
-        n_bytes = sum(f.stat().st_size for f in base.iterdir() if f.is_file())
         settings = {
             "max_phrase_words": model.config.max_phrase_words
             if max_phrase_words is None
             else int(max_phrase_words),
             "threshold": threshold,
-            "factory": fx_s.factory,
-            "nprobe": fx_s.nprobe,
             "dim": model.dim,
             "dtype": "float16",
             "include_title": model.config.include_title,
@@ -269,43 +245,21 @@ class PhraseIndex(Index):
             "doc_stride": model.config.doc_stride,
             "bf16": bf16,
         }
-        counts = {
-            "passages": stats.n_passages,
-            "tokens_seen": stats.n_tokens_seen,
-            "tokens_kept": stats.n_kept,
-            "start_vectors": stats.n_start,
-            "end_vectors": stats.n_end,
-            "vectors_per_passage": round(
-                (stats.n_start + stats.n_end) / max(stats.n_passages, 1), 3
-            ),
-            "tokens_kept_per_passage": round(stats.n_kept / max(stats.n_passages, 1), 3),
-            "kept_fraction": round(stats.n_kept / max(stats.n_tokens_seen, 1), 4),
-            "bytes": n_bytes,
-            "bytes_per_passage": round(n_bytes / max(stats.n_passages, 1), 1),
+        model_info = {
+            "fingerprint": fingerprint,
+            "base_model": model.config.base_model,
+            "path": f"{SUBDIR}/model",
         }
-        write_manifest(
+        return finish_index(
             out,
-            IndexKind.PHRASE,
-            cls.format_version,
-            corpus={
-                "path": corpus_ref(out, store),
-                "checksum": store.checksum,
-                "n_passages": len(store),
-            },
-            model={
-                "fingerprint": fingerprint,
-                "base_model": model.config.base_model,
-                "path": f"{SUBDIR}/model",
-            },
+            store,
+            stats,
             settings=settings,
-            counts=counts,
-            timings={
-                "dump_seconds": round(t_dump - t0, 3),
-                "faiss_seconds": round(t_faiss - t_dump, 3),
-                "shards_resumed": stats.shards_done_before,
-            },
+            model_info=model_info,
+            factory=factory,
+            progress=progress,
+            timings={"dump_seconds": round(time.time() - t0, 3)},
         )
-        return {"settings": settings, "counts": counts}
 
     # --- opening ----------------------------------------------------------------------
     @classmethod
@@ -456,3 +410,77 @@ class PhraseIndex(Index):
             **super().describe(),
             "faiss": {"start": self.start_index.ntotal, "end": self.end_index.ntotal},
         }
+
+
+def finish_index(
+    out: Path,
+    store: CorpusStore,
+    stats: DumpStats,
+    *,
+    settings: dict[str, Any],
+    model_info: dict[str, Any],
+    factory: str | None,
+    progress: bool,
+    timings: dict[str, Any],
+) -> dict[str, Any]:
+    """Build both MIPS indexes over the token arrays in ``out/phrase`` and write ``index.json``.
+
+    Shared by a fresh build (after the dump) and :func:`anygrain.phrase.refilter.refilter`
+    (after subsetting an existing dump), so both write the same layout and manifest.
+    """
+    base = out / SUBDIR
+    t0 = time.time()
+    start = np.load(base / "start.npy", mmap_mode="r")
+    end = np.load(base / "end.npy", mmap_mode="r")
+    flags = np.load(base / "tokens.npy", mmap_mode="r")[:, 3]
+    start_ids = np.flatnonzero(flags & START_OK).astype(np.int64)
+    end_ids = np.flatnonzero(flags & END_OK).astype(np.int64)
+    if not len(start_ids) or not len(end_ids):
+        raise AnygrainError(
+            f"no phrase vectors passed the filter (threshold {settings['threshold']}); "
+            "lower --threshold"
+        )
+    np.save(base / "start_ids.npy", start_ids)
+    np.save(base / "end_ids.npy", end_ids)
+    dim = int(settings["dim"])
+    # Both sides use one factory (chosen for the larger), checked for each before building.
+    spec = factory or default_phrase_factory(max(len(start_ids), len(end_ids)), dim)
+    for n_side in (len(start_ids), len(end_ids)):
+        plan_training(n_side, dim, spec)
+    fx_s = FaissIndex.build(_Vectors(start, start_ids), spec, progress=progress)
+    fx_s.save(base / "start.faiss")
+    fx_e = FaissIndex.build(_Vectors(end, end_ids), spec, progress=progress)
+    fx_e.save(base / "end.faiss")
+    n_bytes = sum(f.stat().st_size for f in base.iterdir() if f.is_file())
+    settings = {**settings, "factory": fx_s.factory, "nprobe": fx_s.nprobe}
+    counts = {
+        "passages": stats.n_passages,
+        "tokens_seen": stats.n_tokens_seen,
+        "tokens_kept": stats.n_kept,
+        "start_vectors": stats.n_start,
+        "end_vectors": stats.n_end,
+        "vectors_per_passage": round((stats.n_start + stats.n_end) / max(stats.n_passages, 1), 3),
+        "tokens_kept_per_passage": round(stats.n_kept / max(stats.n_passages, 1), 3),
+        "kept_fraction": round(stats.n_kept / max(stats.n_tokens_seen, 1), 4),
+        "bytes": n_bytes,
+        "bytes_per_passage": round(n_bytes / max(stats.n_passages, 1), 1),
+    }
+    write_manifest(
+        out,
+        IndexKind.PHRASE,
+        PhraseIndex.format_version,
+        corpus={
+            "path": corpus_ref(out, store),
+            "checksum": store.checksum,
+            "n_passages": len(store),
+        },
+        model=model_info,
+        settings=settings,
+        counts=counts,
+        timings={
+            **timings,
+            "faiss_seconds": round(time.time() - t0, 3),
+            "shards_resumed": stats.shards_done_before,
+        },
+    )
+    return {"settings": settings, "counts": counts}

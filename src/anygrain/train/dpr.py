@@ -390,17 +390,6 @@ class _Trainer:
         }
 
 
-def _already_done(out: Path, config: DprTrainConfig, data_fingerprint: str) -> bool:
-    last = TrainLog(out / LOG_FILE, echo=False).last()
-    return (
-        (out / MODEL_CONFIG).exists()
-        and last is not None
-        and last.get("event") == "done"
-        and last.get("trajectory") == config.trajectory()
-        and last.get("data_fingerprint") == data_fingerprint
-    )
-
-
 def train_dpr(
     config: DprTrainConfig,
     *,
@@ -425,7 +414,7 @@ def train_dpr(
         config.train, errors=errors, max_examples=config.max_examples, seed=config.seed
     )
     fingerprint = data.fingerprint()
-    if resume and _already_done(out, config, fingerprint):
+    if resume and log.finished(out / MODEL_CONFIG, config.trajectory(), fingerprint):
         if progress:
             print(f"{out}: already trained with these settings and data", file=sys.stderr)
         return out

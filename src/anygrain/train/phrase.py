@@ -440,15 +440,6 @@ class PhraseTrainer:
 
 
 # --- the run ----------------------------------------------------------------------------------
-def _already_done(out: Path, config: PhraseTrainConfig, fingerprint: str) -> bool:
-    last = TrainLog(out / LOG_FILE, echo=False).last()
-    return (
-        (out / MODEL_CONFIG).exists()
-        and last is not None
-        and last.get("event") == "done"
-        and last.get("trajectory") == config.trajectory()
-        and last.get("data_fingerprint") == fingerprint
-    )
 
 
 @torch.no_grad()
@@ -514,7 +505,7 @@ def train_phrase(
         config.train, model, errors=errors, max_examples=config.max_examples, seed=config.seed
     )
     fingerprint = data.fingerprint()
-    if resume and _already_done(out, config, fingerprint):
+    if resume and log.finished(out / MODEL_CONFIG, config.trajectory(), fingerprint):
         log.say(f"{out}: already trained with these settings and data", -1)
         return out
     if teacher is None and config.teacher:

@@ -694,18 +694,6 @@ def save_reader_into(reader: Reader, out: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _already_done(out: Path, config: ReaderTrainConfig, fingerprint: str) -> bool:
-    records = TrainLog(out / LOG_FILE, echo=False).records()
-    last = records[-1] if records else None
-    return (
-        (out / READER_CONFIG).exists()
-        and last is not None
-        and last.get("event") == "done"
-        and last.get("trajectory") == config.trajectory()
-        and last.get("data_fingerprint") == fingerprint
-    )
-
-
 def train_reader(
     config: ReaderTrainConfig,
     *,
@@ -741,7 +729,7 @@ def train_reader(
             data, retriever_index, config.retriever_depth, progress=progress
         )
     fingerprint = data.fingerprint()
-    if resume and _already_done(out, config, fingerprint):
+    if resume and log.finished(out / READER_CONFIG, config.trajectory(), fingerprint):
         if progress:
             print(f"{out}: already trained with these settings and data", file=sys.stderr)
         return out

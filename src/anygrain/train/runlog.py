@@ -47,6 +47,18 @@ class TrainLog:
         if self.echo:
             print(message, file=sys.stderr, flush=True)
 
+    def finished(self, model_file: Path, trajectory: dict[str, Any], data_fingerprint: str) -> bool:
+        """True when the run in this log finished with these settings and data and its model
+        file exists, so a rerun of the same command has nothing to do."""
+        last = self.last()
+        return (
+            model_file.exists()
+            and last is not None
+            and last.get("event") == "done"
+            and last.get("trajectory") == trajectory
+            and last.get("data_fingerprint") == data_fingerprint
+        )
+
     def last(self) -> dict[str, Any] | None:
         records = self.records()
         return records[-1] if records else None

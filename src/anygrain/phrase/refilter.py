@@ -1,0 +1,135 @@
+"""A smaller phrase index from a built one: raise the filter threshold without re-encoding.
+
+The dump keeps every token's start/end filter logits (``filter.npy``), so a higher
+threshold tau is a subset of the stored tokens: a token stays start-capable when it
+was and its start logit passes tau (likewise for ends), and is kept when either
+holds.  This turns the filter's trade-off -- vectors per passage against accuracy
+(Lee, Wettig & Chen, 2021, Sec. 5) -- into minutes of FAISS building instead of a
+new encoding pass over the corpus.  Tokens the source index already dropped are
+gone, so tau may only go up.  Logits are compared at their stored float16 precision, so a
+token within float16 rounding of tau may differ from a fresh build at that tau.
+
+The new index reuses the source's corpus (by reference) and copies its model.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anygrain.errors import AnygrainError
+from anygrain.phrase.dump import END_OK, START_OK, DumpStats
+from anygrain.phrase.index import SUBDIR, PhraseIndex, finish_index
+from anygrain.search.index import Index
+from anygrain.utils.atomic import atomic_dir
+from anygrain.utils.progress import progress_bar
+
+_CHUNK = 65536  # tokens copied per step: bounded memory whatever the index size
+
+
+def refiltered_flags(flags: np.ndarray, logits: np.ndarray, threshold: float) -> np.ndarray:
+    """New START_OK/END_OK flags: the old ones where the start/end filter logit passes tau."""
+    f = np.asarray(flags)
+    lg = np.asarray(logits, dtype=np.float32)
+    s = ((f & START_OK) > 0) & (lg[:, 0] >= threshold)
+    e = ((f & END_OK) > 0) & (lg[:, 1] >= threshold)
+    return (s.astype(np.int32) * START_OK + e.astype(np.int32) * END_OK).astype(np.int32)
+
+
+def threshold_for_fraction(index: PhraseIndex, fraction: float) -> float:
+    """The tau keeping about ``fraction`` of the index's start and end vectors together."""
+    if not 0 < fraction <= 1:
+        raise AnygrainError(f"keep fraction must be in (0, 1], not {fraction}")
+    base = Path(index.path) / SUBDIR
+    tokens = np.load(base / "tokens.npy", mmap_mode="r")
+    logits = np.load(base / "filter.npy", mmap_mode="r")
+    flags = np.asarray(tokens[:, 3])
+    lg = np.asarray(logits, dtype=np.float32)
+    vals = np.concatenate([lg[(flags & START_OK) > 0, 0], lg[(flags & END_OK) > 0, 1]])
+    return float(np.quantile(vals, 1.0 - fraction))
+
+
+def refilter(
+    source: str | Path | PhraseIndex,
+    out: str | Path,
+    threshold: float,
+    *,
+    factory: str | None = None,
+    progress: bool = True,
+) -> PhraseIndex:
+    """Write a phrase index at filter threshold ``threshold`` from ``source``'s stored tokens.
+
+    ``factory`` is the FAISS factory of the new index (default: chosen by its size).
+    """
+    src = source if isinstance(source, PhraseIndex) else Index.load(Path(source))
+    if not isinstance(src, PhraseIndex):
+        raise AnygrainError(f"{source}: not a phrase index")
+    out = Path(out)
+    if out.resolve() == Path(src.path).resolve():
+        raise AnygrainError(f"{out}: refilter writes a new index; give another --out")
+    old = src.manifest["settings"].get("threshold")
+    if old is not None and threshold < old:
+        raise AnygrainError(
+            f"{src.path}: built at threshold {old}; tokens below it were never stored, so "
+            f"threshold {threshold} needs a new `anygrain index --threshold {threshold}`"
+        )
+    sbase = Path(src.path) / SUBDIR
+    t0 = time.time()
+    tokens = np.load(sbase / "tokens.npy", mmap_mode="r")
+    logits = np.load(sbase / "filter.npy", mmap_mode="r")
+    flags = refiltered_flags(tokens[:, 3], logits, threshold)
+    keep = np.flatnonzero(flags > 0)
+    n_passages = len(src.table.passage_ptr) - 1
+    with atomic_dir(out) as tmp:
+        base = tmp / SUBDIR
+        base.mkdir(parents=True)
+        shutil.copytree(sbase / "model", base / "model")
+        for name in ("start", "end", "tokens", "filter"):
+            arr = np.load(sbase / f"{name}.npy", mmap_mode="r")
+            dst = np.lib.format.open_memmap(
+                base / f"{name}.npy", mode="w+", dtype=arr.dtype, shape=(len(keep), *arr.shape[1:])
+            )
+            chunks = range(0, len(keep), _CHUNK)
+            for i in progress_bar(chunks, desc=f"copying {name}", disable=not progress):
+                part = np.asarray(arr[keep[i : i + _CHUNK]])
+                if name == "tokens":
+                    part = part.copy()
+                    part[:, 3] = flags[keep[i : i + _CHUNK]]
+                dst[i : i + len(part)] = part
+            dst.flush()
+            del dst
+        rows = np.asarray(tokens[keep, 0], dtype=np.int64)
+        ptr = np.zeros(n_passages + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=n_passages), out=ptr[1:])
+        np.save(base / "passage_ptr.npy", ptr)
+        kept_flags = flags[keep]
+        stats = DumpStats(
+            n_passages=n_passages,
+            n_tokens_seen=int(src.manifest["counts"]["tokens_seen"]),
+            n_kept=len(keep),
+            n_start=int(np.count_nonzero(kept_flags & START_OK)),
+            n_end=int(np.count_nonzero(kept_flags & END_OK)),
+            shards_done_before=0,
+        )
+        settings: dict[str, Any] = {
+            k: v for k, v in src.manifest["settings"].items() if k not in ("factory", "nprobe")
+        }
+        settings["threshold"] = float(threshold)
+        settings["refiltered_from"] = {"path": str(src.path), "threshold": old}
+        finish_index(
+            tmp,
+            src.store,
+            stats,
+            settings=settings,
+            model_info=dict(src.manifest["model"]),
+            factory=factory,
+            progress=progress,
+            timings={"refilter_seconds": round(time.time() - t0, 3)},
+        )
+    idx = Index.load(out)
+    assert isinstance(idx, PhraseIndex)
+    return idx

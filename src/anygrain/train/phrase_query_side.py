@@ -1,0 +1,521 @@
+"""Query-side fine-tuning of a phrase model against a built phrase index.
+
+DensePhrases (Lee et al., 2021, Sec. 4.3) adapts the question encoder to the
+index it will search: for each training question the current question encoder
+retrieves the top phrases from the index, and the loss raises the probability of
+the retrieved phrases that are correct, among all retrieved.  Only the question
+side learns, so the stored phrase vectors -- and every index built with the same
+phrase encoder -- stay valid (the phrase fingerprint is checked at the end).
+
+Which retrieved phrases count as correct, by :class:`QuerySideLoss`:
+
+* ``phrase``: the phrase text equals an answer (SQuAD/CMRC normalisation);
+* ``passage``: the phrase lies in one of the question's gold passages -- the
+  document-level loss of Lee, Wettig & Chen (2021), which teaches passage
+  retrieval through phrases;
+* ``both``: either.
+
+Per question, ``loss = logsumexp(all retrieved) - logsumexp(correct retrieved)``,
+scored exactly from the stored float16 vectors; questions with nothing correct in
+their top phrases give no gradient and are counted.  Train on an index of the
+*training* passages (never the test corpus), then search any index of the same
+phrase encoder with the result: ``Index.load(test_index, model=OUT)``.
+
+The run is resumable like the other trainers: checkpoints hold the question-side
+weights, optimizer, scheduler, RNG and position, and a resumed run ends with the
+same weights as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from anygrain.corpus.questions import Question
+from anygrain.errors import AnygrainError, ErrorLog
+from anygrain.eval.squad import exact_match
+from anygrain.phrase.index import PhraseIndex
+from anygrain.phrase.model import MODEL_CONFIG, PhraseEncoder
+from anygrain.phrase.search import Phrases
+from anygrain.search.index import Index
+from anygrain.train.checkpoint import (
+    check_compatible,
+    checkpoint_format,
+    list_checkpoints,
+    load_checkpoint,
+    remove_checkpoints,
+    save_checkpoint,
+)
+from anygrain.train.optim import param_groups
+from anygrain.train.runlog import TrainLog, defer_sigint
+from anygrain.utils.atomic import atomic_write_text
+
+CONFIG_FILE = "query_side_config.json"
+LOG_FILE = "train_log.jsonl"
+CKPT_FORMAT = checkpoint_format("phrase-query-side")
+_BOOKKEEPING = frozenset({"out", "log_every", "checkpoint_every", "threads"})
+
+StepCallback = Callable[[int], None]
+
+
+class QuerySideLoss(str, enum.Enum):
+    """Which retrieved phrases are positives."""
+
+    PHRASE = "phrase"  # text matches an answer
+    PASSAGE = "passage"  # inside a gold passage (document-level loss)
+    BOTH = "both"
+
+
+@dataclass
+class PhraseQuerySideConfig:
+    """A query-side fine-tuning run (saved as ``query_side_config.json`` beside the model)."""
+
+    index: str  # phrase index over the training passages
+    train: list[str]  # question sets with answers and gold passages (SQuAD format)
+    out: str
+    loss: str = QuerySideLoss.PHRASE.value
+    epochs: int = 1
+    batch_size: int = 16
+    lr: float = 3e-5
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    top_k: int = 100  # MIPS depth per side when retrieving candidates
+    max_candidates: int = 100  # retrieved phrases per question in the softmax
+    bf16: bool = False
+    seed: int = 12345
+    max_examples: int | None = None
+    threads: int | None = None
+    log_every: int = 10
+    checkpoint_every: int = 200  # steps; 0 = each epoch only
+
+    def __post_init__(self) -> None:
+        if isinstance(self.train, str):
+            self.train = [self.train]
+        self.train = [str(t) for t in self.train]
+        self.index, self.out = str(self.index), str(self.out)
+
+    def validate(self) -> None:
+        problems = []
+        if not self.train:
+            problems.append("no training questions (--train)")
+        try:
+            QuerySideLoss(self.loss)
+        except ValueError:
+            known = ", ".join(v.value for v in QuerySideLoss)
+            problems.append(f"loss must be one of {known}, not {self.loss!r}")
+        for name in ("epochs", "batch_size", "top_k", "max_candidates"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1")
+        if self.lr <= 0:
+            problems.append("lr must be > 0")
+        if not 0 <= self.warmup_ratio < 1:
+            problems.append("warmup_ratio must be in [0, 1)")
+        if self.threads is not None and self.threads < 1:
+            problems.append("threads must be >= 1")
+        if problems:
+            raise AnygrainError("invalid query-side config: " + "; ".join(problems))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PhraseQuerySideConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise AnygrainError(f"unknown query-side field(s): {', '.join(unknown)}")
+        return cls(**d)
+
+    def trajectory(self) -> dict[str, Any]:
+        return {k: v for k, v in self.to_dict().items() if k not in _BOOKKEEPING}
+
+    def save(self, directory: str | Path) -> Path:
+        path = Path(directory) / CONFIG_FILE
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, ensure_ascii=False))
+        return path
+
+
+@dataclass
+class QuerySideData:
+    """Training questions, each with its gold passage rows in the index's corpus."""
+
+    questions: list[Question]
+    gold_rows: list[np.ndarray]
+    skipped: dict[str, int]
+
+    def fingerprint(self) -> str:
+        h = hashlib.sha256()
+        for q, rows in zip(self.questions, self.gold_rows, strict=True):
+            h.update(json.dumps([q.text, q.answers, rows.tolist()]).encode())
+        return h.hexdigest()[:16]
+
+
+def load_query_side_data(
+    sources: list[str],
+    index: PhraseIndex,
+    *,
+    errors: ErrorLog | None = None,
+    max_examples: int | None = None,
+    seed: int = 0,
+) -> QuerySideData:
+    """Questions with answers from ``sources``; gold passages mapped to the index's rows.
+
+    Questions without answers are skipped and counted; a gold passage missing from
+    the index's corpus is an error when no gold of the question is found, because
+    the index was then built on other passages than the questions'.
+    """
+    from anygrain.api import load_questions
+
+    qs: list[Question] = []
+    rows: list[np.ndarray] = []
+    skipped = {"no_answer": 0}
+    for src in sources:
+        for q in load_questions(src, errors=errors):
+            if not q.answers or q.answers_are_regex:
+                skipped["no_answer"] += 1
+                continue
+            found = []
+            for g in q.gold:
+                try:
+                    found.append(index.corpus.row_of(g))
+                except KeyError:
+                    continue
+            if q.gold and not found:
+                raise AnygrainError(
+                    f"{src}: question {q.id!r}: gold passage {q.gold[0]!r} is not in the index's "
+                    "corpus; query-side training needs an index built on the questions' passages"
+                )
+            qs.append(q)
+            rows.append(np.asarray(sorted(found), dtype=np.int64))
+    if not qs:
+        raise AnygrainError("no training questions with answers in " + ", ".join(sources))
+    if max_examples is not None and max_examples < len(qs):
+        pick = np.sort(np.random.default_rng(seed).choice(len(qs), max_examples, replace=False))
+        qs = [qs[i] for i in pick]
+        rows = [rows[i] for i in pick]
+    return QuerySideData(qs, rows, skipped)
+
+
+def question_modules(model: PhraseEncoder) -> nn.ModuleDict:
+    """The parameters query-side training may change (everything that makes q_start/q_end)."""
+    return nn.ModuleDict(
+        {
+            "questions": model.questions,
+            "q_start_head": model.q_start_head,
+            "q_end_head": model.q_end_head,
+        }
+    )
+
+
+def positives(
+    index: PhraseIndex,
+    phrases: Phrases,
+    question: Question,
+    gold_rows: np.ndarray,
+    loss: QuerySideLoss,
+) -> np.ndarray:
+    """Boolean mask over ``phrases``: which count as correct for ``question``."""
+    t = index.table
+    out = np.zeros(len(phrases), dtype=bool)
+    if not len(phrases):
+        return out
+    rows = t.row[phrases.start]
+    if loss in (QuerySideLoss.PASSAGE, QuerySideLoss.BOTH) and len(gold_rows):
+        out |= np.isin(rows, gold_rows)
+    if loss in (QuerySideLoss.PHRASE, QuerySideLoss.BOTH):
+        uniq = sorted(set(rows.tolist()))
+        texts = dict(zip(uniq, index.store.column("text", uniq), strict=True))
+        for i in range(len(phrases)):
+            if out[i]:
+                continue
+            r = int(rows[i])
+            span = texts[r][int(t.cs[phrases.start[i]]) : int(t.ce[phrases.end[i]])]
+            out[i] = bool(exact_match(span, question.answers))
+    return out
+
+
+def candidate_loss(
+    q_start: torch.Tensor,
+    q_end: torch.Tensor,
+    start_vecs: torch.Tensor,
+    end_vecs: torch.Tensor,
+    positive: torch.Tensor,
+) -> torch.Tensor:
+    """``logsumexp(all) - logsumexp(positive)`` of one question's candidates.
+
+    ``start_vecs``/``end_vecs`` (m, d) are the candidates' stored vectors; ``positive`` (m,)
+    bool with at least one True.
+    """
+    scores = start_vecs @ q_start + end_vecs @ q_end
+    return torch.logsumexp(scores, 0) - torch.logsumexp(scores[positive], 0)
+
+
+class QuerySideTrainer:
+    """Holds model, index, data, optimizer and position; ``step`` runs one update."""
+
+    def __init__(
+        self,
+        config: PhraseQuerySideConfig,
+        model: PhraseEncoder,
+        index: PhraseIndex,
+        data: QuerySideData,
+    ) -> None:
+        self.cfg = config
+        self.model = model
+        self.index = index
+        self.data = data
+        self.kind = QuerySideLoss(config.loss)
+        for p in model.parameters():
+            p.requires_grad_(False)
+        self.trainable = question_modules(model)
+        for p in self.trainable.parameters():
+            p.requires_grad_(True)
+        n = len(data.questions)
+        self.steps_per_epoch = (n + config.batch_size - 1) // config.batch_size
+        self.total_steps = self.steps_per_epoch * config.epochs
+        warm = max(1, int(config.warmup_ratio * self.total_steps))
+        self.optimizer = torch.optim.AdamW(
+            param_groups(self.trainable, config.weight_decay), lr=config.lr
+        )
+
+        def schedule(step: int) -> float:
+            if step < warm:
+                return (step + 1) / warm
+            return max(0.0, (self.total_steps - step) / max(1, self.total_steps - warm))
+
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
+        self.global_step = 0
+        self.rng_state = torch.get_rng_state()
+
+    def batch(self, step: int) -> np.ndarray:
+        epoch, i = divmod(step, self.steps_per_epoch)
+        order = np.random.default_rng(self.cfg.seed + epoch).permutation(len(self.data.questions))
+        return order[i * self.cfg.batch_size : (i + 1) * self.cfg.batch_size]
+
+    def step(self) -> dict[str, float]:
+        """One update over the next batch; returns loss and retrieval statistics."""
+        cfg, model, idx = self.cfg, self.model, self.index
+        rows = self.batch(self.global_step)
+        qs = [self.data.questions[int(i)] for i in rows]
+        enc = model.tokenize_questions([q.text for q in qs])
+        model.eval()  # retrieval with the current weights, no dropout
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+            s0, e0 = model.question_forward(**enc)
+        found = idx.search_phrases(s0.float().numpy(), e0.float().numpy(), top_k=cfg.top_k)
+        self.trainable.train()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+            q_s, q_e = model.question_forward(**enc)
+        q_s, q_e = q_s.float(), q_e.float()
+        terms: list[torch.Tensor] = []
+        n_pos_top1 = 0
+        for b, (q, ph) in enumerate(zip(qs, found, strict=True)):
+            ph = Phrases(
+                ph.start[: cfg.max_candidates],
+                ph.end[: cfg.max_candidates],
+                ph.score[: cfg.max_candidates],
+            )
+            pos = positives(idx, ph, q, self.data.gold_rows[int(rows[b])], self.kind)
+            if not pos.any():
+                continue
+            n_pos_top1 += int(pos[0])
+            sv = torch.from_numpy(np.asarray(idx.table.start[ph.start], dtype=np.float32))
+            ev = torch.from_numpy(np.asarray(idx.table.end[ph.end], dtype=np.float32))
+            terms.append(candidate_loss(q_s[b], q_e[b], sv, ev, torch.from_numpy(pos)))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = torch.stack(terms).mean() if terms else None
+        if loss is not None:
+            loss.backward()
+        with defer_sigint():
+            if loss is not None:
+                if cfg.max_grad_norm > 0:
+                    torch.nn.utils.clip_grad_norm_(self.trainable.parameters(), cfg.max_grad_norm)
+                self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.global_step += 1
+            self.rng_state = torch.get_rng_state()
+        return {
+            "loss": float(loss.detach()) if loss is not None else float("nan"),
+            "questions": float(len(qs)),
+            "with_positive": float(len(terms)),
+            "top1_correct": float(n_pos_top1),
+        }
+
+    def state(self, data_fingerprint: str) -> dict[str, Any]:
+        return {
+            "trainable": self.trainable.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": self.rng_state,
+            "global_step": self.global_step,
+            "trajectory": json.dumps(self.cfg.trajectory(), sort_keys=True),
+            "data_fingerprint": data_fingerprint,
+        }
+
+    def restore(self, state: dict[str, Any], data_fingerprint: str, path: Path) -> None:
+        check_compatible(state, self.cfg.trajectory(), data_fingerprint, path)
+        self.trainable.load_state_dict(state["trainable"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.rng_state = state["rng"]
+        self.global_step = int(state["global_step"])
+
+
+def train_phrase_query_side(
+    config: PhraseQuerySideConfig,
+    *,
+    progress: bool = True,
+    resume: bool = True,
+    errors: ErrorLog | None = None,
+    on_step: StepCallback | None = None,
+) -> Path:
+    """Fine-tune the question side of ``config.index``'s phrase model into ``config.out``.
+
+    The result is a phrase model directory with the index's phrase weights, loadable
+    as ``Index.load(any_index_of_that_encoder, model=out)``.  With ``resume`` a run
+    continues from its last checkpoint and a finished run is not repeated.
+    """
+    config.validate()
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = TrainLog(out / LOG_FILE, echo=progress)
+    index = Index.load(config.index)
+    if not isinstance(index, PhraseIndex):
+        raise AnygrainError(f"{config.index}: query-side training needs a phrase index")
+    model = index.model
+    fingerprint_before = index.manifest["model"]["fingerprint"]
+    data = load_query_side_data(
+        config.train, index, errors=errors, max_examples=config.max_examples, seed=config.seed
+    )
+    data_fp = data.fingerprint()
+    if resume and log.finished(out / MODEL_CONFIG, config.trajectory(), data_fp):
+        log.say(f"{out}: already trained with these settings and data", -1)
+        return out
+    torch.manual_seed(config.seed)
+    trainer = QuerySideTrainer(config, model, index, data)
+    ckpts = list_checkpoints(out) if resume else []
+    if not resume:
+        remove_checkpoints(out)
+        (out / LOG_FILE).unlink(missing_ok=True)
+    config.save(out)
+    if ckpts:
+        trainer.restore(load_checkpoint(ckpts[-1], fmt=CKPT_FORMAT), data_fp, ckpts[-1])
+        log.truncate_after(trainer.global_step)
+        log.say(f"resuming from {ckpts[-1].name} (step {trainer.global_step})", trainer.global_step)
+    else:
+        log.truncate_after(-1)
+        log.write(
+            {
+                "event": "start",
+                "step": 0,
+                "questions": len(data.questions),
+                "skipped": data.skipped,
+                "total_steps": trainer.total_steps,
+                "index": str(config.index),
+            }
+        )
+    stats = _run(trainer, config, out, log, data_fp, progress, on_step)
+    if model.phrase_fingerprint() != fingerprint_before:
+        raise AnygrainError("internal error: query-side training changed the phrase encoder")
+    model.save(out)
+    remove_checkpoints(out)
+    log.write(
+        {
+            "event": "done",
+            "step": trainer.global_step,
+            "trajectory": config.trajectory(),
+            "data_fingerprint": data_fp,
+            "phrase_fingerprint": model.config.phrase_fingerprint,
+            **stats,
+        }
+    )
+    return out
+
+
+def _run(
+    trainer: QuerySideTrainer,
+    cfg: PhraseQuerySideConfig,
+    out: Path,
+    log: TrainLog,
+    data_fp: str,
+    progress: bool,
+    on_step: StepCallback | None,
+) -> dict[str, Any]:
+    torch.set_rng_state(trainer.rng_state)
+    bar = tqdm(
+        total=trainer.total_steps,
+        initial=trainer.global_step,
+        desc="query-side training",
+        unit="step",
+        disable=not progress,
+        dynamic_ncols=True,
+    )
+    t0 = t_log = time.time()
+    sums: dict[str, float] = {}
+    totals: dict[str, float] = {}
+
+    def checkpoint() -> Path:
+        return save_checkpoint(
+            out, trainer.state(data_fp), global_step=trainer.global_step, keep=1, fmt=CKPT_FORMAT
+        )
+
+    try:
+        while trainer.global_step < trainer.total_steps:
+            parts = trainer.step()
+            bar.update(1)
+            counted = {k: v for k, v in parts.items() if k != "loss"}
+            if not math.isnan(parts["loss"]):  # NaN: no question of the batch had a positive
+                counted["loss"], counted["steps"] = parts["loss"], 1.0
+            for k, v in counted.items():
+                sums[k] = sums.get(k, 0.0) + v
+                totals[k] = totals.get(k, 0.0) + v
+            step = trainer.global_step
+            end_of_epoch = step % trainer.steps_per_epoch == 0
+            if step % cfg.log_every == 0 or end_of_epoch:
+                nq = max(sums.get("questions", 0.0), 1.0)
+                log.write(
+                    {
+                        "step": step,
+                        "loss": round(sums.get("loss", 0.0) / max(sums.get("steps", 0.0), 1), 5),
+                        "with_positive": round(sums.get("with_positive", 0.0) / nq, 4),
+                        "top1_correct": round(sums.get("top1_correct", 0.0) / nq, 4),
+                        "lr": trainer.scheduler.get_last_lr()[0],
+                        "questions_per_s": round(nq / max(time.time() - t_log, 1e-9), 3),
+                    }
+                )
+                sums, t_log = {}, time.time()
+            if step < trainer.total_steps and (
+                end_of_epoch or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
+            ):
+                checkpoint()
+            if on_step is not None:
+                on_step(step)
+    except KeyboardInterrupt:
+        path = checkpoint()
+        log.say(f"interrupted: checkpoint {path} (rerun to resume)", trainer.global_step)
+        raise
+    finally:
+        bar.close()
+    elapsed = time.time() - t0
+    nq = max(totals.get("questions", 0.0), 1.0)
+    return {
+        "questions": int(totals.get("questions", 0)),
+        "with_positive": round(totals.get("with_positive", 0.0) / nq, 4),
+        "seconds": round(elapsed, 2),
+        "questions_per_s": round(nq / elapsed, 3) if elapsed > 0 else None,
+    }
