@@ -1,0 +1,123 @@
+"""Query-side fine-tuning of a trained phrase model: open-corpus EM before and after.
+
+Builds a phrase index over the TRAINING paragraphs (SQuAD-Shifts; never SQuAD dev),
+fine-tunes the question encoder against it (``anygrain.train.phrase_query_side``),
+then scores the base and the tuned question encoders on the same SQuAD v1.1 dev
+phrase index: open corpus (all 2,067 paragraphs) and D = {p}.  Prints one JSON object.
+
+    python bench/phrase_query_side.py MODEL_DIR --work runs/qsft [--train new_wiki] \
+        [--loss phrase] [--epochs 1] [--limit 2000] [--dev-index DIR]
+
+Everything built is kept under ``--work`` and reused by a rerun.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from anygrain import load_questions
+from anygrain.corpus.formats import parse_source
+from anygrain.phrase import PhraseIndex, evaluate_phrase
+from anygrain.search.index import Index
+from anygrain.train.phrase_query_side import PhraseQuerySideConfig, train_phrase_query_side
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SQUAD_DEV = SHARED / "squad-v1.1" / "dev-v1.1.json"
+SHIFTS = {
+    n: SHARED / "squadshifts" / f"{n}_v1.0.json" for n in ("new_wiki", "amazon_reviews", "reddit")
+}
+
+
+def _phrase_index(sources: list[Path], out: Path, model: str) -> tuple[PhraseIndex, float]:
+    t0 = time.perf_counter()
+    if not (out / "index.json").exists():
+        docs = (d for s in sources for d in parse_source(f"squad:{s}").documents())
+        PhraseIndex.build_from(docs, out, model=model, bf16=True, progress=False)
+    idx = Index.load(out)
+    assert isinstance(idx, PhraseIndex)
+    return idx, round(time.perf_counter() - t0, 1)
+
+
+def _scores(idx: PhraseIndex, args: argparse.Namespace) -> dict[str, object]:
+    qs = load_questions(f"squad:{SQUAD_DEV}", limit=args.limit)
+    out: dict[str, object] = {}
+    for name, scope in (("open_corpus", "corpus"), ("gold_passage", "gold-passage")):
+        t0 = time.perf_counter()
+        rep = evaluate_phrase(idx, qs, k=10, scope=scope, progress=False)
+        out[name] = {m: round(100 * v, 2) for m, v in rep.metrics.items()}
+        out[name]["seconds"] = round(time.perf_counter() - t0, 1)  # type: ignore[index]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model", help="trained phrase model (anygrain train phrase --out)")
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--train", default="new_wiki", help=f"comma-separated of {', '.join(SHIFTS)}")
+    ap.add_argument("--loss", default="phrase", help="phrase | passage | both")
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--lr", type=float, default=3e-5)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--limit", type=int, default=None, help="first N SQuAD dev questions")
+    ap.add_argument("--dev-index", default=None, help="SQuAD dev phrase index to reuse")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    names = [n for n in args.train.split(",") if n]
+    if any(n not in SHIFTS for n in names):
+        sys.exit(f"--train takes {', '.join(SHIFTS)}")
+    for p in [SQUAD_DEV, *(SHIFTS[n] for n in names)]:
+        if not p.exists():
+            sys.exit(f"{p}: not found (expected under ../shared/data)")
+    torch.set_num_threads(args.threads)
+    work = Path(args.work)
+    train_idx, train_build_s = _phrase_index(
+        [SHIFTS[n] for n in names], work / f"train-index-{'-'.join(names)}", args.model
+    )
+    dev_dir = Path(args.dev_index) if args.dev_index else work / "dev-index"
+    dev_idx, dev_build_s = _phrase_index([SQUAD_DEV], dev_dir, args.model)
+    tuned_dir = work / f"qsft-{'-'.join(names)}-{args.loss}-e{args.epochs}"
+    cfg = PhraseQuerySideConfig(
+        index=str(train_idx.path),
+        train=[f"squad:{SHIFTS[n]}" for n in names],
+        out=str(tuned_dir),
+        loss=args.loss,
+        epochs=args.epochs,
+        lr=args.lr,
+        batch_size=args.batch_size,
+        bf16=True,
+        threads=args.threads,
+    )
+    t0 = time.perf_counter()
+    train_phrase_query_side(cfg, progress=False)
+    train_s = round(time.perf_counter() - t0, 1)
+    log = [json.loads(x) for x in (tuned_dir / "train_log.jsonl").read_text().splitlines()]
+    done = next(e for e in reversed(log) if e.get("event") == "done")
+    base = _scores(dev_idx, args)
+    tuned_idx = Index.load(dev_idx.path, model=tuned_dir)
+    assert isinstance(tuned_idx, PhraseIndex)
+    tuned = _scores(tuned_idx, args)
+    res = {
+        "model": args.model,
+        "train": names,
+        "loss": args.loss,
+        "epochs": args.epochs,
+        "train_index_vectors": train_idx.manifest["counts"]["tokens_kept"],
+        "train_index_build_seconds": train_build_s,
+        "dev_index_build_seconds": dev_build_s,
+        "query_side_seconds": train_s,
+        "query_side_questions": done.get("questions"),
+        "query_side_with_positive": done.get("with_positive"),
+        "base": base,
+        "query_side": tuned,
+    }
+    print(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    main()
