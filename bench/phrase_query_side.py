@@ -65,6 +65,7 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=3e-5)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--limit", type=int, default=None, help="first N SQuAD dev questions")
+    ap.add_argument("--max-examples", type=int, default=None, help="training questions (subset)")
     ap.add_argument("--dev-index", default=None, help="SQuAD dev phrase index to reuse")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
@@ -81,7 +82,8 @@ def main() -> None:
     )
     dev_dir = Path(args.dev_index) if args.dev_index else work / "dev-index"
     dev_idx, dev_build_s = _phrase_index([SQUAD_DEV], dev_dir, args.model)
-    tuned_dir = work / f"qsft-{'-'.join(names)}-{args.loss}-e{args.epochs}"
+    tag = f"{'-'.join(names)}-{args.loss}-e{args.epochs}-n{args.max_examples or 'all'}"
+    tuned_dir = work / f"qsft-{tag}"
     cfg = PhraseQuerySideConfig(
         index=str(train_idx.path),
         train=[f"squad:{SHIFTS[n]}" for n in names],
@@ -90,6 +92,7 @@ def main() -> None:
         epochs=args.epochs,
         lr=args.lr,
         batch_size=args.batch_size,
+        max_examples=args.max_examples,
         bf16=True,
         threads=args.threads,
     )

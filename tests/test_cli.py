@@ -45,6 +45,16 @@ def test_index_search_eval(squad_file: Path, tmp_path: Path) -> None:
     assert d["metrics"]["top@5"] >= d["metrics"]["top@1"] > 0.5
     assert run.read_text().count("\n") >= 8
 
+    # Options that only phrase (or dense) indexes take are refused with the reason.
+    r = runner.invoke(app, ["search", str(out), "Who created Python?", "--unit", "phrase"])
+    assert r.exit_code == 2 and "needs a phrase index" in r.output
+    r = runner.invoke(app, ["search", str(out), "Who created Python?", "--model", "minilm"])
+    assert r.exit_code == 2 and "--model needs a dense or phrase index" in r.output
+    r = runner.invoke(
+        app, ["eval", str(out), "--questions", str(squad_file), "--scope", "gold-passage"]
+    )
+    assert r.exit_code == 2 and "needs a phrase index" in r.output
+
 
 def test_bad_input_is_one_clear_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"

@@ -8,13 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import typer
 from test_phrase_helpers import make_tiny_model, write_squad
 from test_phrase_search import brute_force
 from typer.testing import CliRunner
 
 from anygrain.api import load_questions
-from anygrain.cli_phrase import eval_phrase_cmd, search_phrase_cmd
+from anygrain.cli import app
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, IndexMismatchError
 from anygrain.phrase import PhraseEncoder, PhraseIndex, QuestionEncoderKind, evaluate_phrase
@@ -298,9 +297,6 @@ def test_evaluate_phrase_in_gold_passage_and_open_corpus(index: PhraseIndex, squ
 
 
 def test_cli_search_and_eval(index: PhraseIndex, squad: Path) -> None:
-    app = typer.Typer()
-    app.command("search")(search_phrase_cmd)
-    app.command("eval")(eval_phrase_cmd)
     runner = CliRunner()
     r = runner.invoke(app, ["search", str(index.path), "Who created Python?", "-k", "2", "--json"])
     assert r.exit_code == 0, r.output
@@ -308,6 +304,8 @@ def test_cli_search_and_eval(index: PhraseIndex, squad: Path) -> None:
     assert len(rows) == 2 and rows[0]["unit"] == "phrase" and "answer" in rows[0]
     r = runner.invoke(app, ["search", str(index.path), "Who created Python?", "--unit", "passage"])
     assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["search", str(index.path), "Who created Python?", "--unit", "phrase"])
+    assert r.exit_code == 0 and "answer" in r.output, r.output
     r = runner.invoke(
         app,
         [

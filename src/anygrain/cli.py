@@ -7,7 +7,6 @@ result; errors anygrain raises on purpose are printed without a traceback.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -102,6 +101,10 @@ def search_cmd(
     index_dir: Annotated[Path, typer.Argument(help="Index directory")],
     query: Annotated[str, typer.Argument(help="The question")],
     k: Annotated[int, typer.Option("-k", help="How many hits")] = 10,
+    unit: Annotated[
+        Unit | None,
+        typer.Option(help="Grain (phrase indexes): phrase | sentence | passage | document"),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="One JSON object per hit on stdout")
     ] = False,
@@ -110,20 +113,30 @@ def search_cmd(
         typer.Option(help="Question-side model to search with (query-side fine-tuned)"),
     ] = None,
 ) -> None:
-    """Search an index with one question."""
-    from anygrain.search.index import Index
+    """Search an index with one question (phrase indexes: answer phrases in their context)."""
+    from anygrain.cli_phrase import print_phrase_hits
+    from anygrain.search.index import Index, IndexKind
 
     try:
         idx = Index.load(index_dir, **model_option(index_dir, model))
-        hits = idx.search_one(query, k)
+        if idx.kind is IndexKind.PHRASE:
+            hits = idx.search([query], k, unit=unit or Unit.PHRASE)[0]
+        elif unit not in (None, Unit.PASSAGE):
+            raise AnygrainError(
+                f"{index_dir}: a {idx.kind.value} index returns passages; "
+                "--unit phrase|sentence|document needs a phrase index"
+            )
+        else:
+            hits = idx.search_one(query, k)
     except AnygrainError as e:
         fail(e)
         return
+    if idx.kind is IndexKind.PHRASE:
+        print_phrase_hits(hits, as_json=as_json)
+        return
     if as_json:
         for h in hits:
-            out.print_json(
-                json.dumps(h.to_dict(), ensure_ascii=False)
-            ) if sys.stdout.isatty() else print(json.dumps(h.to_dict(), ensure_ascii=False))
+            print(json.dumps(h.to_dict(), ensure_ascii=False))
         return
     table = Table(show_lines=True)
     for col in ("#", "score", "title", "text"):
@@ -180,7 +193,8 @@ def eval_cmd(
     from anygrain.search.index import Index, IndexKind, read_manifest
 
     try:
-        if read_manifest(index_dir).get("kind") == IndexKind.PHRASE.value:
+        is_phrase = read_manifest(index_dir).get("kind") == IndexKind.PHRASE.value
+        if is_phrase:
             from anygrain.phrase.evaluate import evaluate_phrase
 
             qs = load_questions(questions, errors=ErrorLog(on_error), limit=limit)
@@ -213,6 +227,8 @@ def eval_cmd(
         fail(e)
         return
     d = report.to_dict()
+    if is_phrase:
+        d["scope"], d["unit"] = scope.value, Unit(unit or Unit.PHRASE).value
     if as_json:
         print(json.dumps(d, ensure_ascii=False))
         return

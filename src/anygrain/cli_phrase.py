@@ -1,8 +1,9 @@
 """CLI pieces for phrase retrieval, as plain functions the main CLI registers as commands.
 
 * ``train_phrase_cmd`` -> ``anygrain train phrase`` (``train_app.command("phrase")(train_phrase_cmd)``)
-* ``search_phrase_cmd`` / :func:`print_phrase_hits` -> ``anygrain search DIR "q" --unit phrase``
-* ``eval_phrase_cmd`` -> ``anygrain eval DIR --questions ... --unit phrase [--scope gold-passage]``
+* :func:`print_phrase_hits` -> how ``anygrain search PHRASE_DIR "q" [--unit ...]`` prints hits
+* ``refilter_cmd`` -> ``anygrain refilter DIR --out DIR2 --keep F``
+* ``train_query_side_cmd`` -> ``anygrain train phrase-query-side INDEX --train ... --out DIR``
 
 Each also works called directly from Python with keyword arguments.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -21,8 +22,7 @@ from rich.table import Table
 
 from anygrain.cli_common import fail
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
-from anygrain.search.hit import Hit, Unit
-from anygrain.search.scope import Scope
+from anygrain.search.hit import Hit
 
 console = Console(stderr=True)
 out = Console()
@@ -167,78 +167,6 @@ def print_phrase_hits(
         ctx = f"{escape(before)}[bold yellow]{escape(phrase)}[/]{escape(after)}"
         table.add_row(str(i), f"{h.score:.3f}", escape(answer), escape(h.title), ctx)
     c.print(table)
-
-
-def search_phrase_cmd(
-    index_dir: Annotated[Path, typer.Argument(help="Phrase index directory")],
-    query: Annotated[str, typer.Argument(help="The question")],
-    k: Annotated[int, typer.Option("-k", help="How many hits")] = 10,
-    unit: Annotated[
-        Unit, typer.Option(help="phrase | sentence | passage | document")
-    ] = Unit.PHRASE,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per hit")] = False,
-) -> None:
-    """Answer one question with phrases (or the sentences/passages/documents holding them)."""
-    from anygrain.search.index import Index
-
-    try:
-        idx = Index.load(index_dir)
-        hits = idx.search([query], k, unit=unit)[0]
-    except AnygrainError as e:
-        fail(e)
-        return
-    print_phrase_hits(hits, as_json=as_json)
-
-
-def eval_phrase_cmd(
-    index_dir: Annotated[Path, typer.Argument(help="Phrase index directory")],
-    questions: Annotated[
-        str, typer.Option("--questions", help="Question set: FORMAT:PATH or PATH")
-    ],
-    k: Annotated[int, typer.Option("-k", help="Hits per question (top@k)")] = 10,
-    unit: Annotated[
-        Unit, typer.Option(help="phrase | sentence | passage | document")
-    ] = Unit.PHRASE,
-    scope: Annotated[
-        Scope,
-        typer.Option(
-            help="corpus: open retrieval; gold-passage: D={p}, each question in its own passage"
-        ),
-    ] = Scope.CORPUS,
-    limit: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option(help="Evaluate only the first N questions"),
-    ] = None,
-    on_error: Annotated[ErrorPolicy, typer.Option("--on-error")] = ErrorPolicy.STOP,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
-) -> None:
-    """EM / F1 of the top phrase and top@k, on the whole index or each gold passage."""
-    from anygrain.api import load_questions
-    from anygrain.phrase.evaluate import evaluate_phrase
-
-    try:
-        qs = load_questions(questions, errors=ErrorLog(on_error), limit=limit)
-        report = evaluate_phrase(
-            index_dir, qs, k=k, unit=unit, scope=scope, progress=not quiet and not as_json
-        )
-    except AnygrainError as e:
-        fail(e)
-        return
-    d: dict[str, Any] = report.to_dict()
-    d["scope"] = scope.value
-    d["unit"] = Unit(unit).value
-    if as_json:
-        print(json.dumps(d, ensure_ascii=False))
-        return
-    table = Table(
-        title=f"{index_dir} on {questions} ({d['n_questions']} questions, {scope.value}, {d['unit']})"
-    )
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for name, v in d["metrics"].items():
-        table.add_row(name, f"{v:.4f}")
-    out.print(table)
 
 
 def refilter_cmd(
