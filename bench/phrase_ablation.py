@@ -66,7 +66,7 @@ def score(model_dir: Path, args: argparse.Namespace) -> dict[str, object]:
     else:
         docs = parse_source(f"squad:{args.data}").documents()
         idx = PhraseIndex.build_from(
-            docs, index_dir, model=model_dir, factory="SQfp16", bf16=True, progress=False
+            docs, index_dir, model=model_dir, factory="SQfp16", bf16=args.bf16, progress=False
         )
     assert isinstance(idx, PhraseIndex)
     qs = load_questions(f"squad:{args.data}", limit=args.limit)
@@ -91,6 +91,9 @@ def main() -> None:
     ap.add_argument("--model", default="minilm")
     ap.add_argument("--data", default=str(SQUAD_DEV))
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--bf16", action="store_true", help="bf16 autocast (only on CPUs with native bf16)"
+    )
     args = ap.parse_args()
     names = [v for v in args.variants.split(",") if v]
     unknown = [v for v in names if v not in VARIANTS]
@@ -108,13 +111,14 @@ def main() -> None:
         max_examples=args.examples,
         batch_size=32,
         lr=1e-4,
-        bf16=True,
+        bf16=args.bf16,
         threads=args.threads,
     )
     res: dict[str, object] = {
         "examples_per_variant": args.examples,
         "n_questions": args.limit,
         "threads": args.threads,
+        "bf16": args.bf16,
         "load_average": round(os.getloadavg()[0], 2),
         "variants": {},
     }

@@ -34,11 +34,13 @@ SHIFTS = {
 }
 
 
-def _phrase_index(sources: list[Path], out: Path, model: str) -> tuple[PhraseIndex, float]:
+def _phrase_index(
+    sources: list[Path], out: Path, model: str, bf16: bool
+) -> tuple[PhraseIndex, float]:
     t0 = time.perf_counter()
     if not (out / "index.json").exists():
         docs = (d for s in sources for d in parse_source(f"squad:{s}").documents())
-        PhraseIndex.build_from(docs, out, model=model, bf16=True, progress=False)
+        PhraseIndex.build_from(docs, out, model=model, bf16=bf16, progress=False)
     idx = Index.load(out)
     assert isinstance(idx, PhraseIndex)
     return idx, round(time.perf_counter() - t0, 1)
@@ -68,6 +70,9 @@ def main() -> None:
     ap.add_argument("--max-examples", type=int, default=None, help="training questions (subset)")
     ap.add_argument("--dev-index", default=None, help="SQuAD dev phrase index to reuse")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--bf16", action="store_true", help="bf16 autocast (only on CPUs with native bf16)"
+    )
     args = ap.parse_args()
     names = [n for n in args.train.split(",") if n]
     if any(n not in SHIFTS for n in names):
@@ -78,10 +83,10 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     work = Path(args.work)
     train_idx, train_build_s = _phrase_index(
-        [SHIFTS[n] for n in names], work / f"train-index-{'-'.join(names)}", args.model
+        [SHIFTS[n] for n in names], work / f"train-index-{'-'.join(names)}", args.model, args.bf16
     )
     dev_dir = Path(args.dev_index) if args.dev_index else work / "dev-index"
-    dev_idx, dev_build_s = _phrase_index([SQUAD_DEV], dev_dir, args.model)
+    dev_idx, dev_build_s = _phrase_index([SQUAD_DEV], dev_dir, args.model, args.bf16)
     tag = f"{'-'.join(names)}-{args.loss}-e{args.epochs}-n{args.max_examples or 'all'}"
     tuned_dir = work / f"qsft-{tag}"
     cfg = PhraseQuerySideConfig(
@@ -93,7 +98,7 @@ def main() -> None:
         lr=args.lr,
         batch_size=args.batch_size,
         max_examples=args.max_examples,
-        bf16=True,
+        bf16=args.bf16,
         threads=args.threads,
     )
     t0 = time.perf_counter()

@@ -71,7 +71,11 @@ def train_phrase_cmd(
         typer.Option("--teacher", help="Cross-attention reader directory to distil from"),
     ] = None,
     bf16: Annotated[
-        bool, typer.Option("--bf16/--no-bf16", help="bfloat16 autocast (~1.3x on recent CPUs)")
+        bool,
+        typer.Option(
+            "--bf16/--no-bf16",
+            help="bfloat16 autocast (~1.3x on CPUs with native bf16; slower without)",
+        ),
     ] = False,
     max_passage_length: Annotated[
         int, typer.Option("--max-passage-length", help="Tokens per window")

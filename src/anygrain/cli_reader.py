@@ -74,7 +74,11 @@ def train_reader_cmd(
         ),
     ] = None,
     bf16: Annotated[
-        bool, typer.Option("--bf16/--no-bf16", help="bfloat16 autocast (faster on recent CPUs)")
+        bool,
+        typer.Option(
+            "--bf16/--no-bf16",
+            help="bfloat16 autocast (faster on CPUs with native bf16; slower without)",
+        ),
     ] = False,
     seed: Annotated[int, typer.Option(help="Seed for data order, negatives and dropout")] = 12345,
     checkpoint_every: Annotated[

@@ -59,7 +59,7 @@ def dpr_cmd(
         bool,
         typer.Option(
             "--bf16/--no-bf16",
-            help="bfloat16 autocast (faster on recent CPUs, slightly less exact)",
+            help="bfloat16 autocast (faster on CPUs with native bf16; slower without, slightly less exact)",
         ),
     ] = False,
     grad_cache: Annotated[

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from anygrain.utils.precision import cpu_autocast
 from anygrain.utils.progress import progress_bar
 
 
@@ -133,7 +134,7 @@ class TextEncoder(nn.Module):
                 if tt is not None:
                     types[r, : len(ids[i])] = torch.tensor(tt[i])
             extra = {"token_type_ids": types} if tt is not None else {}
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            with cpu_autocast(bf16):
                 emb = self.forward(input_ids, mask, **extra)
             out[b] = emb.float().numpy()
         return out

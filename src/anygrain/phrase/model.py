@@ -44,6 +44,7 @@ from anygrain.models.encoder import Pooling, pool
 from anygrain.models.resolve import resolve_model
 from anygrain.phrase.tokens import Window, best_windows, tokenize_windows
 from anygrain.utils.atomic import atomic_write_text
+from anygrain.utils.precision import cpu_autocast
 from anygrain.utils.progress import progress_bar
 
 MODEL_CONFIG = "anygrain_phrase.json"
@@ -441,7 +442,7 @@ class PhraseEncoder(nn.Module):
         for i in range(0, n, batch_size):
             b = order[i : i + batch_size]
             enc = self.tokenize_questions([texts[j] for j in b])
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            with cpu_autocast(bf16):
                 s, e = self.question_forward(**enc)
             qs[b], qe[b] = s.float().numpy(), e.float().numpy()
         return qs, qe
@@ -478,7 +479,7 @@ class PhraseEncoder(nn.Module):
         batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
         for b in progress_bar(batches, desc="encoding phrases", unit="batch", disable=not progress):
             batch = self.collate([wins[i] for i in b])
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            with cpu_autocast(bf16):
                 ts, te, tf = self.phrase_forward(**batch)
             s, e, f = ts.float().numpy(), te.float().numpy(), tf.float().numpy()
             for r, wi in enumerate(b):

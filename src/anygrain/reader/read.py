@@ -30,6 +30,7 @@ from anygrain.reader.features import Batch, Window, collate, make_windows
 from anygrain.reader.model import Reader, ReaderOutput
 from anygrain.reader.spans import best_spans
 from anygrain.search.hit import Hit
+from anygrain.utils.precision import cpu_autocast
 from anygrain.utils.progress import progress_bar
 
 __all__ = [
@@ -114,7 +115,7 @@ def _forward(
     for b in range(0, len(order), batch_size):
         rows = order[b : b + batch_size]
         batch = collate([windows[i] for i in rows], pad)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        with cpu_autocast(bf16):
             o = reader(**batch.model_inputs())
         yield rows, batch, o
 

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from anygrain.models.encoder import TextEncoder
+from anygrain.utils.precision import cpu_autocast
 
 
 @dataclass
@@ -70,7 +71,7 @@ def forward_rows(
     encoder: TextEncoder, tok: Tokenized, rows: Sequence[int] | np.ndarray, *, bf16: bool = False
 ) -> torch.Tensor:
     """Float32 vectors of ``rows`` (grad follows the caller's mode)."""
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+    with cpu_autocast(bf16):
         emb = encoder(**tok.tensors(rows))
     return emb.float()
 

@@ -53,6 +53,7 @@ from anygrain.train.phrase_losses import (
 )
 from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.utils.atomic import atomic_write_text
+from anygrain.utils.precision import cpu_autocast
 
 CONFIG_FILE = "train_config.json"
 LOG_FILE = "train_log.jsonl"
@@ -301,7 +302,7 @@ class PhraseTrainer:
         wpos = {w: i for i, w in enumerate(wins)}
         enc = model.collate([data.windows[w] for w in wins])
         qenc = model.tokenize_questions([e.question for e in ex])
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+        with cpu_autocast(cfg.bf16):
             start, end, filt = model.phrase_forward(**enc)
             qs, qe = model.question_forward(**qenc)
         start, end, filt, qs, qe = start.float(), end.float(), filt.float(), qs.float(), qe.float()

@@ -61,6 +61,7 @@ from anygrain.train.checkpoint import (
 from anygrain.train.optim import param_groups
 from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.utils.atomic import atomic_write_text
+from anygrain.utils.precision import cpu_autocast
 
 CONFIG_FILE = "query_side_config.json"
 LOG_FILE = "train_log.jsonl"
@@ -312,11 +313,11 @@ class QuerySideTrainer:
         qs = [self.data.questions[int(i)] for i in rows]
         enc = model.tokenize_questions([q.text for q in qs])
         model.eval()  # retrieval with the current weights, no dropout
-        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+        with torch.no_grad(), cpu_autocast(cfg.bf16):
             s0, e0 = model.question_forward(**enc)
         found = idx.search_phrases(s0.float().numpy(), e0.float().numpy(), top_k=cfg.top_k)
         self.trainable.train()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+        with cpu_autocast(cfg.bf16):
             q_s, q_e = model.question_forward(**enc)
         q_s, q_e = q_s.float(), q_e.float()
         terms: list[torch.Tensor] = []

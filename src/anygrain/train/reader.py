@@ -64,6 +64,7 @@ from anygrain.train.checkpoint import (
 from anygrain.train.optim import param_groups
 from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.utils.atomic import atomic_write_text
+from anygrain.utils.precision import cpu_autocast
 from anygrain.utils.progress import progress_bar
 
 __all__ = [
@@ -511,7 +512,7 @@ class ReaderTrainer:
         parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         for c in range(0, n, self.cfg.micro_batch):
             b = collate([sb.windows[i] for i in order[c : c + self.cfg.micro_batch]], pad)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cfg.bf16):
+            with cpu_autocast(self.cfg.bf16):
                 o = self.reader(**b.model_inputs())
             extra = (0, width - o.start_logits.shape[1])
             parts.append(
