@@ -272,3 +272,19 @@ def test_cli_trains_a_model(tiny: Path, squad: Path, tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     assert PhraseEncoder.load(out).config.include_title
     assert json.loads((out / "train_config.json").read_text())["pre_batch"] == 0
+
+
+def test_max_examples_takes_whole_passages() -> None:
+    from anygrain.train.phrase_data import _sample_by_passage
+
+    owner = [p for p in range(20) for _ in range(5)]  # 20 passages x 5 questions
+    pick = _sample_by_passage(owner, 23, seed=3)
+    assert len(pick) == 23 and len(set(pick.tolist())) == 23
+    assert list(pick) == sorted(pick)
+    counts: dict[int, int] = {}
+    for i in pick:
+        counts[owner[i]] = counts.get(owner[i], 0) + 1
+    # four whole passages and three questions of a fifth, not 23 scattered questions
+    assert sorted(counts.values()) == [3, 5, 5, 5, 5]
+    assert list(_sample_by_passage(owner, 23, seed=3)) == list(pick)
+    assert list(_sample_by_passage(owner, 23, seed=4)) != list(pick)

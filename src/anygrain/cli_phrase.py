@@ -85,7 +85,10 @@ def train_phrase_cmd(
     ] = 128,
     max_examples: Annotated[
         Optional[int],  # noqa: UP045
-        typer.Option("--max-examples", help="Train on a seeded random subset of questions"),
+        typer.Option(
+            "--max-examples",
+            help="Train on a seeded subset of this many questions, taken passage by passage",
+        ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed for data order, heads and dropout")] = 12345,
     threads: Annotated[
