@@ -7,13 +7,11 @@ can refuse to resume under different settings and a saved model says how it was 
 from __future__ import annotations
 
 import enum
-import json
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from anygrain.errors import AnygrainError
-from anygrain.utils.atomic import atomic_write_text
+from anygrain.train.saved_config import SavedConfig
 
 CONFIG_FILE = "train_config.json"
 
@@ -30,8 +28,12 @@ class TrainMode(str, enum.Enum):
 
 
 @dataclass
-class DprTrainConfig:
+class DprTrainConfig(SavedConfig):
     """A DPR training run.  Defaults follow DPR (lr 2e-5, clip 2.0, one BM25 hard negative)."""
+
+    FILE = CONFIG_FILE
+    WHAT = "training config"
+    BOOKKEEPING = _BOOKKEEPING
 
     train: list[str]
     out: str
@@ -108,27 +110,3 @@ class DprTrainConfig:
         d = asdict(self)
         d["mode"] = self.mode.value
         return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> DprTrainConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise AnygrainError(f"unknown training config field(s): {', '.join(unknown)}")
-        return cls(**d)
-
-    def trajectory(self) -> dict[str, Any]:
-        """The settings that determine the weights; resuming requires them unchanged."""
-        return {k: v for k, v in self.to_dict().items() if k not in _BOOKKEEPING}
-
-    def save(self, directory: str | Path) -> Path:
-        path = Path(directory) / CONFIG_FILE
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, ensure_ascii=False))
-        return path
-
-    @classmethod
-    def load(cls, directory: str | Path) -> DprTrainConfig:
-        path = Path(directory) / CONFIG_FILE
-        if not path.exists():
-            raise AnygrainError(f"{directory}: no {CONFIG_FILE}")
-        return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))

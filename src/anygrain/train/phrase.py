@@ -22,7 +22,7 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,7 @@ from anygrain.train.phrase_losses import (
     span_ce,
 )
 from anygrain.train.runlog import TrainLog, defer_sigint
-from anygrain.utils.atomic import atomic_write_text
+from anygrain.train.saved_config import SavedConfig
 from anygrain.utils.precision import cpu_autocast
 
 CONFIG_FILE = "train_config.json"
@@ -79,8 +79,12 @@ StepCallback = Callable[[int], None]
 
 
 @dataclass
-class PhraseTrainConfig:
+class PhraseTrainConfig(SavedConfig):
     """A phrase training run (saved as ``train_config.json`` beside the model)."""
+
+    FILE = CONFIG_FILE
+    WHAT = "phrase training config"
+    BOOKKEEPING = _BOOKKEEPING
 
     train: list[str]
     out: str
@@ -168,33 +172,6 @@ class PhraseTrainConfig:
             problems.append("max_minutes must be > 0")
         if problems:
             raise AnygrainError("invalid phrase training config: " + "; ".join(problems))
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> PhraseTrainConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise AnygrainError(f"unknown phrase training field(s): {', '.join(unknown)}")
-        return cls(**d)
-
-    def trajectory(self) -> dict[str, Any]:
-        """The settings that determine the weights; resuming requires them unchanged."""
-        return {k: v for k, v in self.to_dict().items() if k not in _BOOKKEEPING}
-
-    def save(self, directory: str | Path) -> Path:
-        path = Path(directory) / CONFIG_FILE
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, ensure_ascii=False))
-        return path
-
-    @classmethod
-    def load(cls, directory: str | Path) -> PhraseTrainConfig:
-        path = Path(directory) / CONFIG_FILE
-        if not path.exists():
-            raise AnygrainError(f"{directory}: no {CONFIG_FILE}")
-        return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
 
 
 # --- model and teacher ------------------------------------------------------------------------

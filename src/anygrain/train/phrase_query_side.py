@@ -34,7 +34,7 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,7 @@ from anygrain.train.checkpoint import (
 )
 from anygrain.train.optim import param_groups
 from anygrain.train.runlog import TrainLog, defer_sigint
-from anygrain.utils.atomic import atomic_write_text
+from anygrain.train.saved_config import SavedConfig
 from anygrain.utils.precision import cpu_autocast
 
 CONFIG_FILE = "query_side_config.json"
@@ -80,8 +80,12 @@ class QuerySideLoss(str, enum.Enum):
 
 
 @dataclass
-class PhraseQuerySideConfig:
+class PhraseQuerySideConfig(SavedConfig):
     """A query-side fine-tuning run (saved as ``query_side_config.json`` beside the model)."""
+
+    FILE = CONFIG_FILE
+    WHAT = "query-side config"
+    BOOKKEEPING = _BOOKKEEPING
 
     index: str  # phrase index over the training passages
     train: list[str]  # question sets with answers and gold passages (SQuAD format)
@@ -128,25 +132,6 @@ class PhraseQuerySideConfig:
             problems.append("threads must be >= 1")
         if problems:
             raise AnygrainError("invalid query-side config: " + "; ".join(problems))
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> PhraseQuerySideConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise AnygrainError(f"unknown query-side field(s): {', '.join(unknown)}")
-        return cls(**d)
-
-    def trajectory(self) -> dict[str, Any]:
-        return {k: v for k, v in self.to_dict().items() if k not in _BOOKKEEPING}
-
-    def save(self, directory: str | Path) -> Path:
-        path = Path(directory) / CONFIG_FILE
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, ensure_ascii=False))
-        return path
 
 
 @dataclass

@@ -39,7 +39,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ from anygrain.train.checkpoint import (
 )
 from anygrain.train.optim import param_groups
 from anygrain.train.runlog import TrainLog, defer_sigint
-from anygrain.utils.atomic import atomic_write_text
+from anygrain.train.saved_config import SavedConfig
 from anygrain.utils.precision import cpu_autocast
 from anygrain.utils.progress import progress_bar
 
@@ -88,8 +88,12 @@ StepCallback = Callable[[int], None]
 
 # --- configuration ----------------------------------------------------------------------------
 @dataclass
-class ReaderTrainConfig:
+class ReaderTrainConfig(SavedConfig):
     """A reader training run (saved as ``reader_train_config.json`` beside the reader)."""
+
+    FILE = CONFIG_FILE
+    WHAT = "reader training config"
+    BOOKKEEPING = _BOOKKEEPING
 
     train: list[str]
     out: str
@@ -149,21 +153,6 @@ class ReaderTrainConfig:
         if problems:
             raise AnygrainError("invalid reader training config: " + "; ".join(problems))
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ReaderTrainConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise AnygrainError(f"unknown reader training config field(s): {', '.join(unknown)}")
-        return cls(**d)
-
-    def trajectory(self) -> dict[str, Any]:
-        """The settings that determine the weights; resuming requires them unchanged."""
-        return {k: v for k, v in self.to_dict().items() if k not in _BOOKKEEPING}
-
     def reader_settings(self) -> dict[str, Any]:
         return {
             "max_length": self.max_length,
@@ -172,18 +161,6 @@ class ReaderTrainConfig:
             "stride": self.stride,
             "include_title": self.include_title,
         }
-
-    def save(self, directory: str | Path) -> Path:
-        path = Path(directory) / CONFIG_FILE
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, ensure_ascii=False))
-        return path
-
-    @classmethod
-    def load(cls, directory: str | Path) -> ReaderTrainConfig:
-        path = Path(directory) / CONFIG_FILE
-        if not path.exists():
-            raise AnygrainError(f"{directory}: no {CONFIG_FILE}")
-        return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
 
 
 # --- data ------------------------------------------------------------------------------------

@@ -1,0 +1,61 @@
+"""The one way a training config is saved beside its run and read back.
+
+Every trainer's config is a dataclass that also derives from :class:`SavedConfig`; it
+names its file, what it is (for error messages) and which fields are bookkeeping (they
+may change between a run and its resume because they never change the weights).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from anygrain.errors import AnygrainError
+from anygrain.utils.atomic import atomic_write_text
+
+C = TypeVar("C", bound="SavedConfig")
+
+
+class SavedConfig:
+    """Serialisation for dataclass configs: ``to_dict``/``from_dict``, ``save``/``load`` and
+    ``trajectory`` (the settings a resumed run must share)."""
+
+    FILE: ClassVar[str] = "train_config.json"
+    WHAT: ClassVar[str] = "training config"
+    BOOKKEEPING: ClassVar[frozenset[str]] = frozenset()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields (subclasses turn enums into their values)."""
+        return dataclasses.asdict(self)  # type: ignore[call-overload,no-any-return]
+
+    @classmethod
+    def from_dict(cls: type[C], d: dict[str, Any]) -> C:
+        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise AnygrainError(f"unknown {cls.WHAT} field(s): {', '.join(unknown)}")
+        return cls(**d)
+
+    def trajectory(self) -> dict[str, Any]:
+        """The settings that determine the weights; resuming requires them unchanged."""
+        return {k: v for k, v in self.to_dict().items() if k not in self.BOOKKEEPING}
+
+    def save(self, directory: str | Path) -> Path:
+        path = Path(directory) / self.FILE
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, ensure_ascii=False))
+        return path
+
+    @classmethod
+    def load(cls: type[C], directory: str | Path) -> C:
+        path = Path(directory) / cls.FILE
+        if not path.exists():
+            raise AnygrainError(f"{directory}: no {cls.FILE}")
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise AnygrainError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+        if not isinstance(d, dict):
+            raise AnygrainError(f"{path}: expected a JSON object")
+        return cls.from_dict(d)
