@@ -8,7 +8,7 @@ its gold paragraph) and for the open corpus of all paragraphs; with vectors kept
 per passage, index bytes and queries/s.
 
     python bench/phrase_retrieval.py MODEL_DIR [--limit 1000] [--threshold TAU] [--nprobe 64,549]
-        [--keep 0.5,0.25]
+        [--depths 300,1000] [--keep 0.5,0.25]
 
 ``--keep`` adds the filter's trade-off: for each fraction, a smaller index keeping about
 that share of the vectors (``anygrain.phrase.refilter``, no re-encoding) is scored the
@@ -105,6 +105,9 @@ def quality(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
     # Extra open-corpus runs at other IVF depths, on the same index: what IVF costs.
     for n in args.nprobe or []:
         runs.append((f"open_corpus_nprobe_{n}", "corpus", {"top_k": args.top_k, "nprobe": n}))
+    # ... and at other MIPS depths: how many true phrases the top-k starts/ends miss.
+    for d in args.depths or []:
+        runs.append((f"open_corpus_depth_{d}", "corpus", {"top_k": d}))
     for name, scope, opts in runs:
         rep = evaluate_phrase(
             idx, qs, k=args.k, scope=scope, progress=not args.quiet, search_options=opts
@@ -210,6 +213,12 @@ def main() -> None:
         type=lambda v: [int(x) for x in v.split(",")],
         default=None,
         help="quality: also evaluate the open corpus at these IVF nprobe values (e.g. 64,549)",
+    )
+    ap.add_argument(
+        "--depths",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=None,
+        help="quality: also evaluate the open corpus at these MIPS depths (e.g. 300,1000)",
     )
     ap.add_argument(
         "--keep",
