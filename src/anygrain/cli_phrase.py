@@ -20,7 +20,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from anygrain.cli_common import fail
+from anygrain.cli_common import (
+    BF16Opt,
+    CheckpointEveryOpt,
+    OnErrorOpt,
+    QuietOpt,
+    ResumeOpt,
+    ThreadsOpt,
+    fail,
+    run_trainer,
+)
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.search.hit import Hit
 
@@ -70,13 +79,7 @@ def train_phrase_cmd(
         Optional[str],  # noqa: UP045
         typer.Option("--teacher", help="Cross-attention reader directory to distil from"),
     ] = None,
-    bf16: Annotated[
-        bool,
-        typer.Option(
-            "--bf16/--no-bf16",
-            help="bfloat16 autocast (~1.3x on CPUs with native bf16; slower without)",
-        ),
-    ] = False,
+    bf16: BF16Opt = False,
     max_passage_length: Annotated[
         int, typer.Option("--max-passage-length", help="Tokens per window")
     ] = 384,
@@ -91,26 +94,16 @@ def train_phrase_cmd(
         ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed for data order, heads and dropout")] = 12345,
-    threads: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option(
-            "--threads",
-            help="torch threads (default: torch's); use 1 on a CPU shared with other jobs",
-        ),
-    ] = None,
-    checkpoint_every: Annotated[
-        int, typer.Option("--checkpoint-every", help="Steps between checkpoints (0: each epoch)")
-    ] = 200,
-    resume: Annotated[
-        bool, typer.Option("--resume/--no-resume", help="Continue from the last checkpoint")
-    ] = True,
-    on_error: Annotated[ErrorPolicy, typer.Option("--on-error")] = ErrorPolicy.STOP,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar")] = False,
+    threads: ThreadsOpt = None,
+    checkpoint_every: CheckpointEveryOpt = 200,
+    resume: ResumeOpt = True,
+    on_error: OnErrorOpt = ErrorPolicy.STOP,
+    quiet: QuietOpt = False,
 ) -> None:
     """Train a DensePhrases model (single-passage, in-batch and pre-batch losses, filter)."""
     from anygrain.train.phrase import PhraseTrainConfig, train_phrase
 
-    try:
+    def run(errors: ErrorLog) -> Path:
         cfg = PhraseTrainConfig(
             train=list(train),
             out=str(out_dir),
@@ -132,14 +125,9 @@ def train_phrase_cmd(
             threads=threads,
             checkpoint_every=checkpoint_every,
         )
-        path = train_phrase(cfg, progress=not quiet, resume=resume, errors=ErrorLog(on_error))
-    except KeyboardInterrupt:
-        console.print("interrupted: checkpoint and model saved; rerun the same command to resume")
-        raise typer.Exit(130) from None
-    except (AnygrainError, ValueError) as e:
-        fail(e)
-        return
-    console.print(f"phrase model → {path}")
+        return train_phrase(cfg, progress=not quiet, resume=resume, errors=errors)
+
+    run_trainer(run, on_error, "trained phrase model")
 
 
 def phrase_context(hit: Hit, width: int = 80) -> tuple[str, str, str]:
@@ -191,7 +179,7 @@ def refilter_cmd(
         Optional[str],  # noqa: UP045
         typer.Option("--faiss", help="FAISS factory (default: chosen from the new size)"),
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """A smaller phrase index at a higher filter threshold, from stored vectors (no re-encoding)."""
     from anygrain.phrase.refilter import refilter, threshold_for_fraction
@@ -236,21 +224,16 @@ def train_query_side_cmd(
         Optional[int],  # noqa: UP045
         typer.Option("--max-examples", help="Train on a seeded random subset of questions"),
     ] = None,
-    bf16: Annotated[bool, typer.Option("--bf16/--no-bf16", help="bfloat16 autocast")] = False,
-    threads: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option("--threads", help="torch threads; 1 on a CPU shared with other jobs"),
-    ] = None,
-    resume: Annotated[
-        bool, typer.Option("--resume/--no-resume", help="Continue from the last checkpoint")
-    ] = True,
-    on_error: Annotated[ErrorPolicy, typer.Option("--on-error")] = ErrorPolicy.STOP,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar")] = False,
+    bf16: BF16Opt = False,
+    threads: ThreadsOpt = None,
+    resume: ResumeOpt = True,
+    on_error: OnErrorOpt = ErrorPolicy.STOP,
+    quiet: QuietOpt = False,
 ) -> None:
     """Fine-tune a phrase model's question encoder against a built phrase index."""
     from anygrain.train.phrase_query_side import PhraseQuerySideConfig, train_phrase_query_side
 
-    try:
+    def run(errors: ErrorLog) -> Path:
         cfg = PhraseQuerySideConfig(
             index=str(index_dir),
             train=list(train),
@@ -264,16 +247,7 @@ def train_query_side_cmd(
             bf16=bf16,
             threads=threads,
         )
-        path = train_phrase_query_side(
-            cfg, progress=not quiet, resume=resume, errors=ErrorLog(on_error)
-        )
-    except KeyboardInterrupt:
-        console.print("interrupted: checkpoint saved; rerun the same command to resume")
-        raise typer.Exit(130) from None
-    except (AnygrainError, ValueError) as e:
-        fail(e)
-        return
-    console.print(
-        f"phrase model (query side fine-tuned) → {path}; use it with "
-        f"`anygrain eval INDEX --model {path}`"
-    )
+        return train_phrase_query_side(cfg, progress=not quiet, resume=resume, errors=errors)
+
+    path = run_trainer(run, on_error, "phrase model (query side fine-tuned)")
+    console.print(f"use it with `anygrain eval INDEX --model {escape(str(path))}`")

@@ -18,7 +18,16 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from anygrain.cli_common import fail
+from anygrain.cli_common import (
+    BF16Opt,
+    CheckpointEveryOpt,
+    OnErrorOpt,
+    QuietOpt,
+    ResumeOpt,
+    ThreadsOpt,
+    fail,
+    run_trainer,
+)
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.reader.evaluate import evaluate_reader
 
@@ -73,40 +82,20 @@ def train_reader_cmd(
             "--max-examples", help="Train on a seeded random subset of this many questions"
         ),
     ] = None,
-    bf16: Annotated[
-        bool,
-        typer.Option(
-            "--bf16/--no-bf16",
-            help="bfloat16 autocast (faster on CPUs with native bf16; slower without)",
-        ),
-    ] = False,
+    bf16: BF16Opt = False,
     seed: Annotated[int, typer.Option(help="Seed for data order, negatives and dropout")] = 12345,
-    checkpoint_every: Annotated[
-        int,
-        typer.Option("--checkpoint-every", help="Steps between checkpoints (0: end of epoch only)"),
-    ] = 200,
-    resume: Annotated[
-        bool,
-        typer.Option("--resume/--no-resume", help="Continue from the last checkpoint in --out"),
-    ] = True,
-    on_error: Annotated[
-        ErrorPolicy,
-        typer.Option("--on-error", help="stop at a malformed record, or skip and count it"),
-    ] = ErrorPolicy.STOP,
-    threads: Annotated[
-        int | None,
-        typer.Option(
-            help="torch CPU threads (default: torch's; 1 is fastest on a busy, shared CPU)"
-        ),
-    ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars")] = False,
+    checkpoint_every: CheckpointEveryOpt = 200,
+    resume: ResumeOpt = True,
+    on_error: OnErrorOpt = ErrorPolicy.STOP,
+    threads: ThreadsOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Train an extractive reader (span + passage selection, DPR section 6) and save it to --out."""
     from anygrain.train.reader import ReaderTrainConfig, train_reader
 
     _threads(threads)
-    errors = ErrorLog(on_error)
-    try:
+
+    def run(errors: ErrorLog) -> Path:
         config = ReaderTrainConfig(
             train=train,
             out=str(out),
@@ -121,20 +110,11 @@ def train_reader_cmd(
             seed=seed,
             checkpoint_every=checkpoint_every,
         )
-        path = train_reader(
+        return train_reader(
             config, retriever_index=retriever, progress=not quiet, resume=resume, errors=errors
         )
-    except (AnygrainError, ValueError) as e:
-        fail(e)
-        return
-    except KeyboardInterrupt:
-        console.print(
-            "[yellow]interrupted; a checkpoint was saved: rerun the same command to resume[/]"
-        )
-        raise typer.Exit(130) from None
-    if errors.n_skipped:
-        console.print(f"[yellow]{escape(errors.summary())}[/]")
-    console.print(f"trained reader → {path}")
+
+    run_trainer(run, on_error, "trained reader")
 
 
 def ask_cmd(
@@ -204,12 +184,12 @@ def eval_reader_cmd(
         ),
     ] = None,
     limit: Annotated[int | None, typer.Option(help="Evaluate only the first N questions")] = None,
-    bf16: Annotated[bool, typer.Option("--bf16/--no-bf16", help="bfloat16 autocast")] = False,
+    bf16: BF16Opt = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object on stdout")
     ] = False,
-    threads: Annotated[int | None, typer.Option(help="torch CPU threads")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    threads: ThreadsOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """SQuAD EM/F1 of a reader: end to end over an index, or with the gold passage."""
     import tempfile

@@ -8,8 +8,15 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from anygrain.cli_common import fail
-from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
+from anygrain.cli_common import (
+    BF16Opt,
+    CheckpointEveryOpt,
+    OnErrorOpt,
+    QuietOpt,
+    ResumeOpt,
+    run_trainer,
+)
+from anygrain.errors import ErrorLog, ErrorPolicy
 
 train_app = typer.Typer(
     no_args_is_help=True,
@@ -55,13 +62,7 @@ def dpr_cmd(
     hard_negatives: Annotated[
         int, typer.Option("--hard-negatives", help="BM25 hard negatives per question (full mode)")
     ] = 1,
-    bf16: Annotated[
-        bool,
-        typer.Option(
-            "--bf16/--no-bf16",
-            help="bfloat16 autocast (faster on CPUs with native bf16; slower without, slightly less exact)",
-        ),
-    ] = False,
+    bf16: BF16Opt = False,
     grad_cache: Annotated[
         bool,
         typer.Option(
@@ -78,25 +79,15 @@ def dpr_cmd(
         float | None,
         typer.Option(help="Softmax temperature (default: 0.05 for normalised encoders, else 1)"),
     ] = None,
-    checkpoint_every: Annotated[
-        int,
-        typer.Option("--checkpoint-every", help="Steps between checkpoints (0: end of epoch only)"),
-    ] = 100,
-    resume: Annotated[
-        bool,
-        typer.Option("--resume/--no-resume", help="Continue from the last checkpoint in --out"),
-    ] = True,
-    on_error: Annotated[
-        ErrorPolicy,
-        typer.Option("--on-error", help="stop at a malformed record, or skip and count it"),
-    ] = ErrorPolicy.STOP,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars")] = False,
+    checkpoint_every: CheckpointEveryOpt = 100,
+    resume: ResumeOpt = True,
+    on_error: OnErrorOpt = ErrorPolicy.STOP,
+    quiet: QuietOpt = False,
 ) -> None:
     """Train a DPR bi-encoder (in-batch + BM25 hard negatives) and save it to --out."""
     from anygrain.train import DprTrainConfig, train_dpr
 
-    errors = ErrorLog(on_error)
-    try:
+    def run(errors: ErrorLog) -> Path:
         config = DprTrainConfig(
             train=train,
             out=str(out),
@@ -113,14 +104,6 @@ def dpr_cmd(
             temperature=temperature,
             checkpoint_every=checkpoint_every,
         )
-        path = train_dpr(config, progress=not quiet, resume=resume, errors=errors)
-    except (AnygrainError, ValueError) as e:
-        fail(e)
-    except KeyboardInterrupt:
-        console.print(
-            "[yellow]interrupted; a checkpoint was saved: rerun the same command to resume[/]"
-        )
-        raise typer.Exit(130) from None
-    if errors.n_skipped:
-        console.print(f"[yellow]{errors.summary()}[/]")
-    console.print(f"trained model → {path}")
+        return train_dpr(config, progress=not quiet, resume=resume, errors=errors)
+
+    run_trainer(run, on_error, "trained model")
