@@ -7,6 +7,7 @@ result; errors anygrain raises on purpose are printed without a traceback.
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -296,7 +297,19 @@ def _register_groups() -> None:
 _register_groups()
 
 
+def stop_on_sigterm() -> None:
+    """Make SIGTERM stop a command the way Ctrl-C does (trainers checkpoint, encoders keep
+    their finished shards).  ``kill``, job schedulers and timeouts send SIGTERM, and a job
+    started in the background by a script ignores SIGINT, so Ctrl-C alone is not enough."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def main() -> None:
+    stop_on_sigterm()
     app()
 
 

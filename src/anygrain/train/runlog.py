@@ -66,15 +66,22 @@ class TrainLog:
 
 @contextmanager
 def defer_sigint() -> Iterator[None]:
-    """Hold Ctrl-C until the block ends, so an update or a checkpoint is never half done."""
+    """Hold Ctrl-C (and SIGTERM) until the block ends, so an update or a checkpoint is never
+    half done; either then raises KeyboardInterrupt, which the trainers answer by saving a
+    checkpoint."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     received: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+
+    def hold(signum: int, frame: object) -> None:
+        received.append(signum)
+
+    previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     if received:
         raise KeyboardInterrupt
