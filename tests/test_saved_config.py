@@ -37,7 +37,7 @@ def test_errors_name_the_file_and_field(tmp_path: Path) -> None:
     with pytest.raises(AnygrainError, match="no train_config.json"):
         PhraseTrainConfig.load(tmp_path)
     (tmp_path / "train_config.json").write_text('{"train": ["a"],\n "out": "o",\n oops}')
-    with pytest.raises(AnygrainError, match=r"train_config.json: line 3: not valid JSON"):
+    with pytest.raises(AnygrainError, match=r"train_config.json, line 3: invalid JSON"):
         PhraseTrainConfig.load(tmp_path)
     (tmp_path / "train_config.json").write_text('{"train": ["a"], "out": "o", "lr_typo": 1}')
     with pytest.raises(AnygrainError, match="unknown phrase training config field.*lr_typo"):

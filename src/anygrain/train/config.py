@@ -7,7 +7,7 @@ can refuse to resume under different settings and a saved model says how it was 
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from anygrain.errors import AnygrainError
@@ -107,6 +107,6 @@ class DprTrainConfig(SavedConfig):
             raise AnygrainError("invalid training config: " + "; ".join(problems))
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = super().to_dict()
         d["mode"] = self.mode.value
         return d

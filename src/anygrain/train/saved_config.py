@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from anygrain.corpus.readers._io import load_json
 from anygrain.errors import AnygrainError
 from anygrain.utils.atomic import atomic_write_text
 
@@ -52,10 +53,7 @@ class SavedConfig:
         path = Path(directory) / cls.FILE
         if not path.exists():
             raise AnygrainError(f"{directory}: no {cls.FILE}")
-        try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise AnygrainError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+        d = load_json(path)  # syntax errors name the file and line
         if not isinstance(d, dict):
             raise AnygrainError(f"{path}: expected a JSON object")
         return cls.from_dict(d)
