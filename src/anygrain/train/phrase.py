@@ -622,7 +622,8 @@ def _run(
                         "epoch": trainer.epoch_progress(),
                         **{k: round(v / n_steps, 5) for k, v in sums.items()},
                         "lr": trainer.scheduler.get_last_lr()[0],
-                        "prebatch": trainer.global_step > trainer.prebatch_step,
+                        "prebatch": cfg.pre_batch > 0
+                        and trainer.global_step > trainer.prebatch_step,
                         "questions_per_s": round(n_log / dt, 3),
                         "elapsed_s": round(time.time() - t_start, 2),
                     }
