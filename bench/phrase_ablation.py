@@ -9,7 +9,7 @@ the top phrase in the gold passage (D = {p}) and over the open corpus of all 2,0
 paragraphs (exact MIPS, so the index adds no error).  Prints one JSON object.
 
     python bench/phrase_ablation.py --work runs/ablation --examples 9600 --limit 1000 \
-        [--variants full,no_prebatch,no_inbatch,separate,distill] [--teacher READER_DIR]
+        [--variants full,no_prebatch,no_inbatch,separate,per_side_clip,distill] [--teacher READER_DIR]
 
 Runs are resumable: a variant already trained with the same settings is not trained
 again, and its index is reused.  ``distill`` needs ``--teacher`` (a reader from
@@ -47,6 +47,9 @@ VARIANTS: dict[str, dict[str, object]] = {
     "no_prebatch": {"pre_batch": 0},
     "no_inbatch": {"in_batch": False},
     "separate": {"question_encoder": "separate"},
+    # full, with the phrase and question encoders' gradients clipped apart: pre-batch
+    # negatives reach only the question side, and one global norm shrinks the phrase side's step
+    "per_side_clip": {"grad_clip": "per-side"},
     "distill": {},  # + teacher, filled in from --teacher
 }
 

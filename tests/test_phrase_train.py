@@ -245,6 +245,8 @@ def test_config_validation(tmp_path: Path) -> None:
         PhraseTrainConfig(train=["x"], out=str(tmp_path), doc_stride=300).validate()
     with pytest.raises(AnygrainError, match="threads"):
         PhraseTrainConfig(train=["x"], out=str(tmp_path), threads=0).validate()
+    with pytest.raises(AnygrainError, match="grad_clip must be global or per-side"):
+        PhraseTrainConfig(train=["x"], out=str(tmp_path), grad_clip="each").validate()
     # Bookkeeping settings may change on resume; the rest may not.
     base = PhraseTrainConfig(train=["x"], out="a")
     assert (
@@ -252,6 +254,11 @@ def test_config_validation(tmp_path: Path) -> None:
         == base.trajectory()
     )
     assert PhraseTrainConfig(train=["x"], out="a", lr=1.0).trajectory() != base.trajectory()
+    # grad_clip came later: at its old behaviour it stays out of the trajectory, so runs
+    # made before it (their checkpoints and logs) still resume and match.
+    assert "grad_clip" not in base.trajectory()
+    per_side = PhraseTrainConfig(train=["x"], out="a", grad_clip="per-side").trajectory()
+    assert per_side["grad_clip"] == "per-side"
     cfg = PhraseTrainConfig(train=["x"], out=str(tmp_path))
     cfg.save(tmp_path)
     assert PhraseTrainConfig.load(tmp_path) == cfg
@@ -288,3 +295,17 @@ def test_max_examples_takes_whole_passages() -> None:
     assert sorted(counts.values()) == [3, 5, 5, 5, 5]
     assert list(_sample_by_passage(owner, 23, seed=3)) == list(pick)
     assert list(_sample_by_passage(owner, 23, seed=4)) != list(pick)
+
+
+def test_per_side_clipping_trains_and_logs_each_sides_gradient_norm(
+    tiny: Path, squad: Path, tmp_path: Path
+) -> None:
+    cfg = _config(tiny, squad, tmp_path, pre_batch=0, grad_clip="per-side", max_grad_norm=1e-3)
+    model = init_model(cfg)
+    trainer = PhraseTrainer(cfg, model, load_phrase_data(cfg.train, model))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    parts, _ = trainer.step()
+    assert parts["grad_norm_phrase"] > 1e-3 and parts["grad_norm_question"] > 1e-3
+    changed = [k for k, v in model.state_dict().items() if not torch.equal(v, before[k])]
+    assert any(k.startswith("phrase.") for k in changed)
+    assert any(k.startswith("questions.") for k in changed)

@@ -27,14 +27,14 @@ from anygrain.cli_common import (
     QuietOpt,
     ResumeOpt,
     ThreadsOpt,
+    console,
     fail,
+    out,
     run_trainer,
 )
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.search.hit import Hit
-
-console = Console(stderr=True)
-out = Console()
+from anygrain.train.optim import GradClip
 
 
 def train_phrase_cmd(
@@ -79,6 +79,13 @@ def train_phrase_cmd(
         Optional[str],  # noqa: UP045
         typer.Option("--teacher", help="Cross-attention reader directory to distil from"),
     ] = None,
+    grad_clip: Annotated[
+        GradClip,
+        typer.Option(
+            "--grad-clip",
+            help="global: one gradient norm; per-side: phrase and question encoders apart",
+        ),
+    ] = GradClip.GLOBAL,
     bf16: BF16Opt = False,
     max_passage_length: Annotated[
         int, typer.Option("--max-passage-length", help="Tokens per window")
@@ -117,6 +124,7 @@ def train_phrase_cmd(
             pre_batch=2 if prebatch else 0,
             in_batch=inbatch,
             teacher=teacher,
+            grad_clip=grad_clip.value,
             bf16=bf16,
             max_passage_length=max_passage_length,
             doc_stride=doc_stride,

@@ -292,6 +292,16 @@ class PhraseEncoder(nn.Module):
         model.eval()
         return model
 
+    def parameter_sides(self) -> dict[str, list[nn.Parameter]]:
+        """Trainable parameters by side: ``phrase`` (encoder, start/end heads, filter) and
+        ``question``; together they are ``parameters()`` in the same order."""
+        phrase = [self.phrase, self.start_head, self.end_head, self.filter]
+        question = [self.questions, self.q_start_head, self.q_end_head]
+        return {
+            "phrase": [p for m in phrase for p in m.parameters()],
+            "question": [p for m in question for p in m.parameters()],
+        }
+
     def head_modules(self) -> nn.ModuleDict:
         return nn.ModuleDict(
             {

@@ -1,10 +1,17 @@
-"""Optimizer set-up shared by the trainers."""
+"""Optimizer set-up and gradient clipping shared by the trainers.
+
+torch is imported only where it is called, so the CLI can offer :class:`GradClip`
+without loading torch.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import enum
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def param_groups(module: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -24,3 +31,34 @@ def param_groups(module: torch.nn.Module, weight_decay: float) -> list[dict[str,
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
+
+
+class GradClip(str, enum.Enum):
+    """How the gradient norm is limited before each update."""
+
+    GLOBAL = "global"  # one norm over all parameters (the usual clip_grad_norm_)
+    PER_SIDE = "per-side"  # each side (e.g. phrase and question encoders) on its own norm
+
+
+def clip_gradients(
+    sides: Mapping[str, Sequence[torch.nn.Parameter]], max_norm: float, mode: GradClip
+) -> dict[str, float]:
+    """Clip gradients to ``max_norm`` and return each side's norm before clipping.
+
+    Per side, a large gradient on one side (pre-batch negatives reach only the question
+    encoder) no longer shrinks the other side's step.  ``max_norm <= 0`` only measures.
+    """
+    import torch
+
+    norms = {
+        name: float(torch.nn.utils.get_total_norm([p.grad for p in ps if p.grad is not None]))
+        for name, ps in sides.items()
+    }
+    if max_norm > 0:
+        if mode is GradClip.PER_SIDE:
+            for name, ps in sides.items():
+                torch.nn.utils.clip_grads_with_norm_(ps, max_norm, torch.tensor(norms[name]))
+        else:
+            # the plain call, so a global-clip run takes the very steps it always did
+            torch.nn.utils.clip_grad_norm_([p for ps in sides.values() for p in ps], max_norm)
+    return norms

@@ -41,7 +41,7 @@ from anygrain.train.checkpoint import (
     remove_checkpoints,
     save_checkpoint,
 )
-from anygrain.train.optim import param_groups
+from anygrain.train.optim import GradClip, clip_gradients, param_groups
 from anygrain.train.phrase_data import PhraseTrainData, load_phrase_data, plan_epoch
 from anygrain.train.phrase_losses import (
     PrebatchQueue,
@@ -85,6 +85,7 @@ class PhraseTrainConfig(SavedConfig):
     FILE = CONFIG_FILE
     WHAT = "phrase training config"
     BOOKKEEPING = _BOOKKEEPING
+    ADDED = {"grad_clip": "global"}
 
     train: list[str]
     out: str
@@ -97,6 +98,7 @@ class PhraseTrainConfig(SavedConfig):
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
+    grad_clip: str = "global"  # global | per-side (phrase and question encoders apart)
     max_passage_length: int = 384
     doc_stride: int = 128
     max_query_length: int = 64
@@ -142,6 +144,10 @@ class PhraseTrainConfig(SavedConfig):
             problems.append(
                 f"question_encoder must be shared or separate, not {self.question_encoder!r}"
             )
+        try:
+            GradClip(self.grad_clip)
+        except ValueError:
+            problems.append(f"grad_clip must be global or per-side, not {self.grad_clip!r}")
         if self.question_pooling is not None and self.question_pooling not in ("mean", "cls"):
             problems.append("question_pooling must be mean or cls")
         for name in (
@@ -404,8 +410,9 @@ class PhraseTrainer:
         parts["total"].backward()
         with defer_sigint():
             self.queue.push(*golds)
-            if self.cfg.max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+            norms = clip_gradients(
+                self.model.parameter_sides(), self.cfg.max_grad_norm, GradClip(self.cfg.grad_clip)
+            )
             self.optimizer.step()
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
@@ -414,7 +421,9 @@ class PhraseTrainer:
             self.step_in_epoch += 1
             if self.step_in_epoch == len(self.plans[self.epoch]):
                 self.epoch, self.step_in_epoch = self.epoch + 1, 0
-        return {k: float(v.detach()) for k, v in parts.items()}, len(batch)
+        logged = {k: float(v.detach()) for k, v in parts.items()}
+        logged.update({f"grad_norm_{side}": n for side, n in norms.items()})
+        return logged, len(batch)
 
 
 # --- the run ----------------------------------------------------------------------------------

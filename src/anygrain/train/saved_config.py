@@ -26,6 +26,9 @@ class SavedConfig:
     FILE: ClassVar[str] = "train_config.json"
     WHAT: ClassVar[str] = "training config"
     BOOKKEEPING: ClassVar[frozenset[str]] = frozenset()
+    # Fields added after runs were made, with the value that reproduces those runs: left out
+    # of the trajectory at that value, so older checkpoints and logs still match.
+    ADDED: ClassVar[dict[str, Any]] = {}
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields (subclasses turn enums into their values)."""
@@ -41,7 +44,11 @@ class SavedConfig:
 
     def trajectory(self) -> dict[str, Any]:
         """The settings that determine the weights; resuming requires them unchanged."""
-        return {k: v for k, v in self.to_dict().items() if k not in self.BOOKKEEPING}
+        return {
+            k: v
+            for k, v in self.to_dict().items()
+            if k not in self.BOOKKEEPING and not (k in self.ADDED and self.ADDED[k] == v)
+        }
 
     def save(self, directory: str | Path) -> Path:
         path = Path(directory) / self.FILE
