@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from anygrain.cli_common import fail
+from anygrain.cli_common import console, fail, out
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.search.hit import Unit
 from anygrain.search.scope import Scope
@@ -25,8 +24,6 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Dense retrieval at any grain: phrases, sentences, passages, documents.",
 )
-console = Console(stderr=True)
-out = Console()
 
 
 def model_option(index_dir: Path, model: str | None) -> dict[str, Any]:

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from anygrain.cli_common import (
@@ -26,14 +25,13 @@ from anygrain.cli_common import (
     ResumeOpt,
     ThreadsOpt,
     fail,
+    out,
     run_trainer,
 )
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.reader.evaluate import evaluate_reader
 
 __all__ = ["ask_cmd", "eval_reader_cmd", "evaluate_reader", "train_reader_cmd"]
-
-console = Console(stderr=True)
 
 
 def _threads(n: int | None) -> None:
@@ -143,7 +141,6 @@ def ask_cmd(
     if as_json:
         typer.echo(json.dumps({"question": question, **answer.to_dict()}, ensure_ascii=False))
         return
-    out = Console()
     if answer.hit is None or answer.span is None:
         out.print("[yellow]no answer: nothing was retrieved or readable[/]")
         return
@@ -229,7 +226,6 @@ def eval_reader_cmd(
     if as_json:
         typer.echo(json.dumps(report, ensure_ascii=False))
         return
-    out = Console()
     out.print(
         f"{report['setting']} (k={report['k']}): EM {100 * report['em']:.2f}  F1 {100 * report['f1']:.2f}  "
         f"on {report['n_evaluated']} questions, {report['questions_per_second']} questions/s"

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from anygrain.cli_common import (
     BF16Opt,
@@ -22,7 +21,6 @@ train_app = typer.Typer(
     no_args_is_help=True,
     help="Fine-tune retrievers: DPR bi-encoders, fully or query-side only (the passage index stays valid).",
 )
-console = Console(stderr=True)
 
 
 @train_app.command("dpr")
