@@ -51,16 +51,14 @@ from anygrain.train.dpr_data import (
     mine_bm25_hard_negatives,
 )
 from anygrain.train.grad_cache import Side, backward_grad_cache, backward_plain
+from anygrain.train.loop import LoopSettings, StepCallback, StepResult, run_loop
 from anygrain.train.losses import dpr_nll, false_negative_mask, full_softmax_nll
 from anygrain.train.optim import param_groups
 from anygrain.train.passage_cache import cache_key, cached_passage_vectors
 from anygrain.train.runlog import TrainLog, defer_sigint
-from anygrain.utils.progress import progress_bar
 
 LOG_FILE = "train_log.jsonl"
 CACHE_DIR = "cache"
-
-StepCallback = Callable[[int], None]
 
 
 # --- model -----------------------------------------------------------------------------
@@ -160,6 +158,7 @@ class _Trainer:
         # The RNG as of the last completed update: a checkpoint taken after an
         # interrupted forward pass must not record the dropout draws of that pass.
         self.rng_state = torch.get_rng_state()
+        self.params: list[torch.nn.Parameter] = []
 
     # -- preparation ---------------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -313,81 +312,45 @@ class _Trainer:
         )
 
     # -- the loop --------------------------------------------------------------------------------------
-    def run(self, on_step: StepCallback | None = None) -> dict[str, Any]:
-        cfg = self.cfg
-        params = [p for p in self.trainable.parameters() if p.requires_grad]
-        self.model.train()
-        if cfg.mode is TrainMode.QUERY_SIDE:
-            self.model.passage.eval()
-        bar = progress_bar(
-            range(self.global_step, self.total_steps),
-            desc="training",
-            unit="step",
-            total=self.total_steps,
-            initial=self.global_step,
-            disable=not self.progress,
-        )
-        self.rng_state = torch.get_rng_state()
-        t_start = time.time()
-        t_log, n_log, loss_sum, n_steps = time.time(), 0, 0.0, 0
-        examples_done = 0
-        try:
-            for _ in bar:
-                epoch, step = self.epoch, self.step_in_epoch
-                self.optimizer.zero_grad(set_to_none=True)
-                loss = self.step_loss(epoch, step)
-                n_ex = len(self.batch_rows(epoch, step))
-                with defer_sigint():
-                    if cfg.max_grad_norm > 0:
-                        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-                    self.optimizer.step()
-                    self.scheduler.step()
-                    self.optimizer.zero_grad(set_to_none=True)
-                    self.global_step += 1
-                    self.rng_state = torch.get_rng_state()
-                    self.step_in_epoch += 1
-                    end_of_epoch = self.step_in_epoch == self.steps_per_epoch
-                    if end_of_epoch:
-                        self.epoch, self.step_in_epoch = self.epoch + 1, 0
-                loss_sum += loss
-                n_steps += 1
-                n_log += n_ex
-                examples_done += n_ex
-                if hasattr(bar, "set_postfix"):
-                    bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
-                if self.global_step % cfg.log_every == 0 or end_of_epoch:
-                    dt = max(time.time() - t_log, 1e-9)
-                    self.log.write(
-                        {
-                            "step": self.global_step,
-                            "epoch": round(epoch + (step + 1) / self.steps_per_epoch, 4),
-                            "loss": loss_sum / n_steps,
-                            "lr": self.scheduler.get_last_lr()[0],
-                            "examples_per_s": round(n_log / dt, 3),
-                            "elapsed_s": round(time.time() - t_start, 2),
-                        }
-                    )
-                    t_log, n_log, loss_sum, n_steps = time.time(), 0, 0.0, 0
-                if end_of_epoch or (
-                    cfg.checkpoint_every and self.global_step % cfg.checkpoint_every == 0
-                ):
-                    self.save_checkpoint()
-                if on_step is not None:
-                    on_step(self.global_step)
-        except KeyboardInterrupt:
-            path = self.save_checkpoint()
-            self.log.say(
-                f"interrupted: checkpoint {path} (rerun to resume)",
-                self.global_step,
-                event_kind="interrupted",
-            )
-            raise
-        elapsed = time.time() - t_start
+    def train_step(self) -> StepResult:
+        epoch, step = self.epoch, self.step_in_epoch
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.step_loss(epoch, step)
+        n_ex = len(self.batch_rows(epoch, step))
+        with defer_sigint():
+            if self.cfg.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
+            self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.global_step += 1
+            self.rng_state = torch.get_rng_state()
+            self.step_in_epoch += 1
+            end_of_epoch = self.step_in_epoch == self.steps_per_epoch
+            if end_of_epoch:
+                self.epoch, self.step_in_epoch = self.epoch + 1, 0
+        return StepResult({"loss": loss}, n_ex, end_of_epoch)
+
+    def log_fields(self) -> dict[str, Any]:
         return {
-            "examples": examples_done,
-            "seconds": round(elapsed, 2),
-            "examples_per_s": round(examples_done / elapsed, 3) if elapsed > 0 else None,
+            "epoch": round(self.epoch + self.step_in_epoch / self.steps_per_epoch, 4),
+            "lr": self.scheduler.get_last_lr()[0],
         }
+
+    # -- the loop --------------------------------------------------------------------------------------
+    def run(self, on_step: StepCallback | None = None) -> dict[str, Any]:
+        self.params = [p for p in self.trainable.parameters() if p.requires_grad]
+        self.model.train()
+        if self.cfg.mode is TrainMode.QUERY_SIDE:
+            self.model.passage.eval()
+        self.rng_state = torch.get_rng_state()
+        settings = LoopSettings(
+            items="examples",
+            log_every=self.cfg.log_every,
+            checkpoint_every=self.cfg.checkpoint_every,
+            progress=self.progress,
+        )
+        return run_loop(self, self.log, settings, on_step=on_step).as_dict("examples")
 
 
 def train_dpr(

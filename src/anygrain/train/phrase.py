@@ -21,14 +21,12 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from anygrain.errors import AnygrainError, ErrorLog
 from anygrain.models.encoder import Pooling
@@ -41,6 +39,7 @@ from anygrain.train.checkpoint import (
     remove_checkpoints,
     save_checkpoint,
 )
+from anygrain.train.loop import LoopSettings, StepCallback, StepResult, run_loop
 from anygrain.train.optim import GradClip, clip_gradients, param_groups
 from anygrain.train.phrase_data import PhraseTrainData, load_phrase_data, plan_epoch
 from anygrain.train.phrase_losses import (
@@ -74,8 +73,6 @@ _BOOKKEEPING = frozenset(
 _PROBE = 20  # steps timed before the schedule is first fitted to max_minutes
 _REFIT = 200  # steps between later fits (contention on a shared CPU changes)
 _SAVE_SECONDS = 60.0  # kept for the final save and filter calibration
-
-StepCallback = Callable[[int], None]
 
 
 @dataclass
@@ -217,11 +214,13 @@ class PhraseTrainer:
         data: PhraseTrainData,
         *,
         teacher: Teacher | None = None,
+        fingerprint: str = "",
     ) -> None:
         self.cfg = config
         self.model = model
         self.data = data
         self.teacher = teacher
+        self.fingerprint = fingerprint or data.fingerprint()
         self.plans = [
             plan_epoch(data, e, config.seed, config.batch_size) for e in range(config.epochs)
         ]
@@ -425,6 +424,28 @@ class PhraseTrainer:
         logged.update({f"grad_norm_{side}": n for side, n in norms.items()})
         return logged, len(batch)
 
+    # -- the loop's view (:class:`anygrain.train.loop.LoopTrainer`) ------------------------------
+    def train_step(self) -> StepResult:
+        epoch_before = self.epoch
+        values, n = self.step()
+        return StepResult(values, n, end_of_epoch=self.epoch != epoch_before)
+
+    def save_checkpoint(self) -> Path:
+        return save_checkpoint(
+            Path(self.cfg.out),
+            self.state(self.fingerprint),
+            global_step=self.global_step,
+            keep=1,
+            fmt=CKPT_FORMAT,
+        )
+
+    def log_fields(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch_progress(),
+            "lr": self.scheduler.get_last_lr()[0],
+            "prebatch": self.cfg.pre_batch > 0 and self.global_step > self.prebatch_step,
+        }
+
 
 # --- the run ----------------------------------------------------------------------------------
 
@@ -497,7 +518,7 @@ def train_phrase(
         return out
     if teacher is None and config.teacher:
         teacher = load_teacher(config.teacher, bf16=config.bf16)
-    trainer = PhraseTrainer(config, model, data, teacher=teacher)
+    trainer = PhraseTrainer(config, model, data, teacher=teacher, fingerprint=fingerprint)
     ckpts = list_checkpoints(out) if resume else []
     if not resume:
         remove_checkpoints(out)
@@ -526,7 +547,7 @@ def train_phrase(
             f"{a.n_failed} answers not aligned ({a.failed}), {data.questions_dropped} questions dropped",
             0,
         )
-    stats, stopped = _run(trainer, config, out, log, fingerprint, progress, on_step, t0)
+    stats, stopped = _run(trainer, config, log, progress, on_step, t0)
     model.save(out)
     if stopped:
         log.write({"event": "stopped", "step": trainer.global_step, "reason": stopped, **stats})
@@ -548,129 +569,80 @@ def train_phrase(
     return out
 
 
-def _run(
-    trainer: PhraseTrainer,
-    cfg: PhraseTrainConfig,
-    out: Path,
-    log: TrainLog,
-    fingerprint: str,
-    progress: bool,
-    on_step: StepCallback | None,
-    t_origin: float,
-) -> tuple[dict[str, Any], str]:
-    """The loop; returns stats and why it stopped early ("" when it finished).
+class _TimeBudget:
+    """``max_minutes`` and ``max_steps`` for :func:`run_loop`.
 
-    ``max_minutes`` counts from ``t_origin`` (the start of the command).  With
+    The budget counts from ``t_origin`` (the start of the command).  With
     ``fit_budget`` the schedule is fitted to it from the measured step time (after
     ``_PROBE`` steps, then every ``_REFIT`` steps), so LR decay and pre-batch
     negatives happen within the budget rather than being cut off.
     """
+
+    def __init__(
+        self, trainer: PhraseTrainer, cfg: PhraseTrainConfig, log: TrainLog, t_origin: float
+    ) -> None:
+        self.trainer, self.cfg, self.log, self.t_origin = trainer, cfg, log, t_origin
+        self.budget = cfg.max_minutes * 60 if cfg.max_minutes is not None else None
+        self.t_probe = 0.0
+
+    def after_step(self, steps_run: int) -> None:
+        if steps_run == 2:
+            self.t_probe = time.time()  # the first steps are slower (allocation, caches)
+        if (
+            self.budget is None
+            or not self.cfg.fit_budget
+            or steps_run <= 2
+            or not (steps_run == _PROBE or steps_run % _REFIT == 0)
+        ):
+            return
+        trainer = self.trainer
+        per_step = (time.time() - self.t_probe) / (steps_run - 2)
+        left = self.budget - (time.time() - self.t_origin) - _SAVE_SECONDS
+        if trainer.fit_to_budget(per_step, left):
+            self.log.say(
+                f"schedule fitted to the time budget: {trainer.total_steps} steps "
+                f"(planned {trainer.planned_steps}; {per_step:.2f} s/step)",
+                trainer.global_step,
+                total_steps=trainer.total_steps,
+            )
+
+    def should_stop(self) -> str:
+        if self.cfg.max_steps is not None and self.trainer.global_step >= self.cfg.max_steps:
+            return f"max_steps {self.cfg.max_steps}"
+        if self.budget is not None and time.time() - self.t_origin >= self.budget:
+            return f"time budget of {self.cfg.max_minutes} minutes"
+        return ""
+
+
+def _run(
+    trainer: PhraseTrainer,
+    cfg: PhraseTrainConfig,
+    log: TrainLog,
+    progress: bool,
+    on_step: StepCallback | None,
+    t_origin: float,
+) -> tuple[dict[str, Any], str]:
+    """The loop; returns stats and why it stopped early ("" when it finished)."""
     torch.set_rng_state(trainer.rng_state)
-    bar = tqdm(
-        total=trainer.total_steps,
-        initial=trainer.global_step,
-        desc="training",
-        unit="step",
-        disable=not progress,
-        dynamic_ncols=True,
+    budget = _TimeBudget(trainer, cfg, log, t_origin)
+
+    def save_model() -> str:
+        trainer.model.save(cfg.out)
+        return " and model saved"
+
+    stats = run_loop(
+        trainer,
+        log,
+        LoopSettings(
+            log_every=cfg.log_every,
+            checkpoint_every=cfg.checkpoint_every,
+            checkpoint_after_last=False,  # the model is saved next
+            progress=progress,
+            postfix="total",
+        ),
+        on_step=on_step,
+        after_step=budget.after_step,
+        should_stop=budget.should_stop,
+        on_interrupt=save_model,
     )
-    t_start = time.time()
-    budget = cfg.max_minutes * 60 if cfg.max_minutes is not None else None
-    t_log, n_log, n_steps, done, steps_run = time.time(), 0, 0, 0, 0
-    t_probe = 0.0
-    sums: dict[str, float] = {}
-    stopped = ""
-
-    def checkpoint() -> Path:
-        return save_checkpoint(
-            out,
-            trainer.state(fingerprint),
-            global_step=trainer.global_step,
-            keep=1,
-            fmt=CKPT_FORMAT,
-        )
-
-    try:
-        while trainer.global_step < trainer.total_steps:
-            epoch_before = trainer.epoch
-            parts, n_q = trainer.step()
-            steps_run += 1
-            bar.update(1)
-            for k, v in parts.items():
-                sums[k] = sums.get(k, 0.0) + v
-            n_steps += 1
-            n_log += n_q
-            done += n_q
-            end_of_epoch = trainer.epoch != epoch_before
-            bar.set_postfix(loss=f"{parts['total']:.3f}", refresh=False)
-            if steps_run == 2:
-                t_probe = time.time()  # the first steps are slower (allocation, caches)
-            if (
-                budget is not None
-                and cfg.fit_budget
-                and steps_run > 2
-                and (steps_run == _PROBE or steps_run % _REFIT == 0)
-            ):
-                per_step = (time.time() - t_probe) / (steps_run - 2)
-                left = budget - (time.time() - t_origin) - _SAVE_SECONDS
-                before = trainer.total_steps
-                trainer.fit_to_budget(per_step, left)
-                if trainer.total_steps != before:
-                    bar.total = trainer.total_steps
-                    log.say(
-                        f"schedule fitted to the time budget: {trainer.total_steps} steps "
-                        f"(planned {trainer.planned_steps}; {per_step:.2f} s/step)",
-                        trainer.global_step,
-                        total_steps=trainer.total_steps,
-                    )
-            if trainer.global_step % cfg.log_every == 0 or end_of_epoch:
-                dt = max(time.time() - t_log, 1e-9)
-                log.write(
-                    {
-                        "step": trainer.global_step,
-                        "epoch": trainer.epoch_progress(),
-                        **{k: round(v / n_steps, 5) for k, v in sums.items()},
-                        "lr": trainer.scheduler.get_last_lr()[0],
-                        "prebatch": cfg.pre_batch > 0
-                        and trainer.global_step > trainer.prebatch_step,
-                        "questions_per_s": round(n_log / dt, 3),
-                        "elapsed_s": round(time.time() - t_start, 2),
-                    }
-                )
-                t_log, n_log, sums, n_steps = time.time(), 0, {}, 0
-            last = trainer.global_step >= trainer.total_steps
-            if not last and (
-                end_of_epoch
-                or (cfg.checkpoint_every and trainer.global_step % cfg.checkpoint_every == 0)
-            ):
-                checkpoint()
-            if on_step is not None:
-                on_step(trainer.global_step)
-            if last:
-                break
-            if cfg.max_steps is not None and trainer.global_step >= cfg.max_steps:
-                stopped = f"max_steps {cfg.max_steps}"
-            elif budget is not None and time.time() - t_origin >= budget:
-                stopped = f"time budget of {cfg.max_minutes} minutes"
-            if stopped:
-                path = checkpoint()
-                log.say(
-                    f"stopped after {stopped}: checkpoint {path.name}; rerun to resume",
-                    trainer.global_step,
-                )
-                break
-    except KeyboardInterrupt:
-        path = checkpoint()
-        trainer.model.save(out)
-        log.say(
-            f"interrupted: checkpoint {path} and model saved (rerun to resume)", trainer.global_step
-        )
-        raise
-    finally:
-        bar.close()
-    elapsed = time.time() - t_start
-    return {
-        "questions": done,
-        "seconds": round(elapsed, 2),
-        "questions_per_s": round(done / elapsed, 3) if elapsed > 0 else None,
-    }, stopped
+    return stats.as_dict("questions"), stats.stopped

@@ -31,9 +31,6 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-import math
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +38,6 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from anygrain.corpus.questions import Question
 from anygrain.errors import AnygrainError, ErrorLog
@@ -58,6 +54,7 @@ from anygrain.train.checkpoint import (
     remove_checkpoints,
     save_checkpoint,
 )
+from anygrain.train.loop import LoopSettings, StepCallback, StepResult, run_loop
 from anygrain.train.optim import param_groups
 from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.train.saved_config import SavedConfig
@@ -67,8 +64,6 @@ CONFIG_FILE = "query_side_config.json"
 LOG_FILE = "train_log.jsonl"
 CKPT_FORMAT = checkpoint_format("phrase-query-side")
 _BOOKKEEPING = frozenset({"out", "log_every", "checkpoint_every", "threads"})
-
-StepCallback = Callable[[int], None]
 
 
 class QuerySideLoss(str, enum.Enum):
@@ -258,8 +253,14 @@ class QuerySideTrainer:
         model: PhraseEncoder,
         index: PhraseIndex,
         data: QuerySideData,
+        *,
+        out: Path | None = None,
+        fingerprint: str = "",
     ) -> None:
         self.cfg = config
+        self.out = Path(config.out) if out is None else out
+        self.fingerprint = fingerprint or data.fingerprint()
+        self.with_positive = 0  # questions with a positive among their candidates, this run
         self.model = model
         self.index = index
         self.data = data
@@ -291,8 +292,9 @@ class QuerySideTrainer:
         order = np.random.default_rng(self.cfg.seed + epoch).permutation(len(self.data.questions))
         return order[i * self.cfg.batch_size : (i + 1) * self.cfg.batch_size]
 
-    def step(self) -> dict[str, float]:
-        """One update over the next batch; returns loss and retrieval statistics."""
+    def step(self) -> tuple[dict[str, float], int]:
+        """One update over the next batch; returns loss and retrieval statistics (shares of
+        the batch's questions), and the number of questions."""
         cfg, model, idx = self.cfg, self.model, self.index
         rows = self.batch(self.global_step)
         qs = [self.data.questions[int(i)] for i in rows]
@@ -333,12 +335,30 @@ class QuerySideTrainer:
             self.optimizer.zero_grad(set_to_none=True)
             self.global_step += 1
             self.rng_state = torch.get_rng_state()
+        self.with_positive += len(terms)
         return {
+            # NaN when no question of the batch had a positive (the log skips it)
             "loss": float(loss.detach()) if loss is not None else float("nan"),
-            "questions": float(len(qs)),
-            "with_positive": float(len(terms)),
-            "top1_correct": float(n_pos_top1),
-        }
+            "with_positive": len(terms) / len(qs),
+            "top1_correct": n_pos_top1 / len(qs),
+        }, len(qs)
+
+    # -- the loop's view (:class:`anygrain.train.loop.LoopTrainer`) ------------------------------
+    def train_step(self) -> StepResult:
+        values, n = self.step()
+        return StepResult(values, n, end_of_epoch=self.global_step % self.steps_per_epoch == 0)
+
+    def save_checkpoint(self) -> Path:
+        return save_checkpoint(
+            self.out,
+            self.state(self.fingerprint),
+            global_step=self.global_step,
+            keep=1,
+            fmt=CKPT_FORMAT,
+        )
+
+    def log_fields(self) -> dict[str, Any]:
+        return {"lr": self.scheduler.get_last_lr()[0]}
 
     def state(self, data_fingerprint: str) -> dict[str, Any]:
         return {
@@ -393,7 +413,7 @@ def train_phrase_query_side(
         log.say(f"{out}: already trained with these settings and data", -1)
         return out
     torch.manual_seed(config.seed)
-    trainer = QuerySideTrainer(config, model, index, data)
+    trainer = QuerySideTrainer(config, model, index, data, out=out, fingerprint=data_fp)
     ckpts = list_checkpoints(out) if resume else []
     if not resume:
         remove_checkpoints(out)
@@ -415,7 +435,7 @@ def train_phrase_query_side(
                 "index": str(config.index),
             }
         )
-    stats = _run(trainer, config, out, log, data_fp, progress, on_step)
+    stats = _run(trainer, config, log, progress, on_step)
     if model.phrase_fingerprint() != fingerprint_before:
         raise AnygrainError("internal error: query-side training changed the phrase encoder")
     model.save(out)
@@ -436,72 +456,17 @@ def train_phrase_query_side(
 def _run(
     trainer: QuerySideTrainer,
     cfg: PhraseQuerySideConfig,
-    out: Path,
     log: TrainLog,
-    data_fp: str,
     progress: bool,
     on_step: StepCallback | None,
 ) -> dict[str, Any]:
     torch.set_rng_state(trainer.rng_state)
-    bar = tqdm(
-        total=trainer.total_steps,
-        initial=trainer.global_step,
+    settings = LoopSettings(
         desc="query-side training",
-        unit="step",
-        disable=not progress,
-        dynamic_ncols=True,
+        log_every=cfg.log_every,
+        checkpoint_every=cfg.checkpoint_every,
+        checkpoint_after_last=False,  # the model is saved next
+        progress=progress,
     )
-    t0 = t_log = time.time()
-    sums: dict[str, float] = {}
-    totals: dict[str, float] = {}
-
-    def checkpoint() -> Path:
-        return save_checkpoint(
-            out, trainer.state(data_fp), global_step=trainer.global_step, keep=1, fmt=CKPT_FORMAT
-        )
-
-    try:
-        while trainer.global_step < trainer.total_steps:
-            parts = trainer.step()
-            bar.update(1)
-            counted = {k: v for k, v in parts.items() if k != "loss"}
-            if not math.isnan(parts["loss"]):  # NaN: no question of the batch had a positive
-                counted["loss"], counted["steps"] = parts["loss"], 1.0
-            for k, v in counted.items():
-                sums[k] = sums.get(k, 0.0) + v
-                totals[k] = totals.get(k, 0.0) + v
-            step = trainer.global_step
-            end_of_epoch = step % trainer.steps_per_epoch == 0
-            if step % cfg.log_every == 0 or end_of_epoch:
-                nq = max(sums.get("questions", 0.0), 1.0)
-                log.write(
-                    {
-                        "step": step,
-                        "loss": round(sums.get("loss", 0.0) / max(sums.get("steps", 0.0), 1), 5),
-                        "with_positive": round(sums.get("with_positive", 0.0) / nq, 4),
-                        "top1_correct": round(sums.get("top1_correct", 0.0) / nq, 4),
-                        "lr": trainer.scheduler.get_last_lr()[0],
-                        "questions_per_s": round(nq / max(time.time() - t_log, 1e-9), 3),
-                    }
-                )
-                sums, t_log = {}, time.time()
-            if step < trainer.total_steps and (
-                end_of_epoch or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
-            ):
-                checkpoint()
-            if on_step is not None:
-                on_step(step)
-    except KeyboardInterrupt:
-        path = checkpoint()
-        log.say(f"interrupted: checkpoint {path} (rerun to resume)", trainer.global_step)
-        raise
-    finally:
-        bar.close()
-    elapsed = time.time() - t0
-    nq = max(totals.get("questions", 0.0), 1.0)
-    return {
-        "questions": int(totals.get("questions", 0)),
-        "with_positive": round(totals.get("with_positive", 0.0) / nq, 4),
-        "seconds": round(elapsed, 2),
-        "questions_per_s": round(nq / elapsed, 3) if elapsed > 0 else None,
-    }
+    stats = run_loop(trainer, log, settings, on_step=on_step).as_dict("questions")
+    return {**stats, "with_positive": round(trainer.with_positive / max(stats["questions"], 1), 4)}

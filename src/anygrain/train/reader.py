@@ -37,8 +37,7 @@ import os
 import re
 import shutil
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +60,7 @@ from anygrain.train.checkpoint import (
     remove_checkpoints,
     save_checkpoint,
 )
+from anygrain.train.loop import LoopSettings, StepCallback, StepResult, run_loop
 from anygrain.train.optim import param_groups
 from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.train.saved_config import SavedConfig
@@ -82,8 +82,6 @@ LOG_FILE = "train_log.jsonl"
 CHECKPOINT_FORMAT = checkpoint_format("reader")
 # Settings that only change bookkeeping, never the weights: a resumed run may differ in them.
 _BOOKKEEPING = frozenset({"out", "log_every", "checkpoint_every", "keep_checkpoints"})
-
-StepCallback = Callable[[int], None]
 
 
 # --- configuration ----------------------------------------------------------------------------
@@ -389,6 +387,7 @@ class ReaderTrainer:
         # interrupted forward pass must not record that pass's dropout draws.
         self.rng_state = torch.get_rng_state()
         self.no_gold_windows = 0
+        self.params: list[torch.nn.Parameter] = []
 
     # -- data for one step ----------------------------------------------------------------------
     def batch_rows(self, epoch: int, step: int) -> np.ndarray:
@@ -571,86 +570,51 @@ class ReaderTrainer:
         )
 
     # -- the loop ---------------------------------------------------------------------------------
-    def run(self, on_step: StepCallback | None = None) -> dict[str, Any]:
-        cfg = self.cfg
-        params = [p for p in self.reader.parameters() if p.requires_grad]
-        self.reader.train()
-        bar = progress_bar(
-            range(self.global_step, self.total_steps),
-            desc="training reader",
-            unit="step",
-            total=self.total_steps,
-            initial=self.global_step,
-            disable=not self.progress,
-        )
-        self.rng_state = torch.get_rng_state()
-        t_start = t_log = time.time()
-        n_log = n_steps = done = 0
-        sums = {"loss": 0.0, "span_loss": 0.0, "selection_loss": 0.0}
-        try:
-            for _ in bar:
-                epoch, step = self.epoch, self.step_in_epoch
-                sb = self.step_batch(epoch, step)
-                self.optimizer.zero_grad(set_to_none=True)
-                loss, stats = self.loss(sb)
-                loss.backward()
-                with defer_sigint():
-                    if cfg.max_grad_norm > 0:
-                        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-                    self.optimizer.step()
-                    self.scheduler.step()
-                    self.optimizer.zero_grad(set_to_none=True)
-                    self.global_step += 1
-                    self.rng_state = torch.get_rng_state()
-                    self.step_in_epoch += 1
-                    end_of_epoch = self.step_in_epoch == self.steps_per_epoch
-                    if end_of_epoch:
-                        self.epoch, self.step_in_epoch = self.epoch + 1, 0
-                value = float(loss.detach())
-                sums["loss"] += value
-                sums["span_loss"] += stats["span_loss"]
-                sums["selection_loss"] += stats["selection_loss"]
-                self.no_gold_windows += int(stats["no_gold"])
-                n_steps += 1
-                n_log += sb.n_questions
-                done += sb.n_questions
-                if hasattr(bar, "set_postfix"):
-                    bar.set_postfix(loss=f"{value:.3f}", refresh=False)
-                if self.global_step % cfg.log_every == 0 or end_of_epoch:
-                    dt = max(time.time() - t_log, 1e-9)
-                    self.log.write(
-                        {
-                            "step": self.global_step,
-                            "epoch": round(epoch + (step + 1) / self.steps_per_epoch, 4),
-                            **{k: v / n_steps for k, v in sums.items()},
-                            "lr": self.scheduler.get_last_lr()[0],
-                            "questions_per_s": round(n_log / dt, 3),
-                            "elapsed_s": round(time.time() - t_start, 2),
-                        }
-                    )
-                    t_log, n_log, n_steps = time.time(), 0, 0
-                    sums = dict.fromkeys(sums, 0.0)
-                if end_of_epoch or (
-                    cfg.checkpoint_every and self.global_step % cfg.checkpoint_every == 0
-                ):
-                    self.save_checkpoint()
-                if on_step is not None:
-                    on_step(self.global_step)
-        except KeyboardInterrupt:
-            path = self.save_checkpoint()
-            self.log.say(
-                f"interrupted: checkpoint {path} (rerun to resume)",
-                self.global_step,
-                event_kind="interrupted",
-            )
-            raise
-        elapsed = time.time() - t_start
-        return {
-            "questions": done,
-            "seconds": round(elapsed, 2),
-            "questions_per_s": round(done / elapsed, 3) if elapsed > 0 else None,
-            "positives_without_gold_span": self.no_gold_windows,
+    def train_step(self) -> StepResult:
+        epoch, step = self.epoch, self.step_in_epoch
+        sb = self.step_batch(epoch, step)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss, stats = self.loss(sb)
+        loss.backward()
+        with defer_sigint():
+            if self.cfg.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
+            self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.global_step += 1
+            self.rng_state = torch.get_rng_state()
+            self.step_in_epoch += 1
+            end_of_epoch = self.step_in_epoch == self.steps_per_epoch
+            if end_of_epoch:
+                self.epoch, self.step_in_epoch = self.epoch + 1, 0
+        self.no_gold_windows += int(stats["no_gold"])
+        values = {
+            "loss": float(loss.detach()),
+            "span_loss": stats["span_loss"],
+            "selection_loss": stats["selection_loss"],
         }
+        return StepResult(values, sb.n_questions, end_of_epoch)
+
+    def log_fields(self) -> dict[str, Any]:
+        return {
+            "epoch": round(self.epoch + self.step_in_epoch / self.steps_per_epoch, 4),
+            "lr": self.scheduler.get_last_lr()[0],
+        }
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def run(self, on_step: StepCallback | None = None) -> dict[str, Any]:
+        self.params = [p for p in self.reader.parameters() if p.requires_grad]
+        self.reader.train()
+        self.rng_state = torch.get_rng_state()
+        settings = LoopSettings(
+            desc="training reader",
+            log_every=self.cfg.log_every,
+            checkpoint_every=self.cfg.checkpoint_every,
+            progress=self.progress,
+        )
+        stats = run_loop(self, self.log, settings, on_step=on_step).as_dict("questions")
+        return {**stats, "positives_without_gold_span": self.no_gold_windows}
 
 
 def save_reader_into(reader: Reader, out: Path) -> None:
