@@ -51,9 +51,9 @@ from anygrain.train.dpr_data import (
     mine_bm25_hard_negatives,
 )
 from anygrain.train.grad_cache import Side, backward_grad_cache, backward_plain
-from anygrain.train.loop import LoopSettings, StepCallback, StepResult, run_loop
+from anygrain.train.loop import EpochPosition, LoopSettings, StepCallback, StepResult, run_loop
 from anygrain.train.losses import dpr_nll, false_negative_mask, full_softmax_nll
-from anygrain.train.optim import param_groups
+from anygrain.train.optim import apply_update, param_groups
 from anygrain.train.passage_cache import cache_key, cached_passage_vectors
 from anygrain.train.runlog import TrainLog, defer_sigint
 
@@ -114,7 +114,7 @@ def _temperature(config: DprTrainConfig, model: BiEncoder) -> float:
 
 
 # --- the trainer -------------------------------------------------------------------------------
-class _Trainer:
+class _Trainer(EpochPosition):
     def __init__(
         self,
         config: DprTrainConfig,
@@ -320,15 +320,8 @@ class _Trainer:
         with defer_sigint():
             if self.cfg.max_grad_norm > 0:
                 torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
-            self.optimizer.step()
-            self.scheduler.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            self.global_step += 1
-            self.rng_state = torch.get_rng_state()
-            self.step_in_epoch += 1
-            end_of_epoch = self.step_in_epoch == self.steps_per_epoch
-            if end_of_epoch:
-                self.epoch, self.step_in_epoch = self.epoch + 1, 0
+            apply_update(self.optimizer, self.scheduler)
+            end_of_epoch = self.count_update(self.steps_per_epoch)
         return StepResult({"loss": loss}, n_ex, end_of_epoch)
 
     def log_fields(self) -> dict[str, Any]:

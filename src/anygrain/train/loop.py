@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import torch
 from tqdm.auto import tqdm
 
 from anygrain.train.runlog import TrainLog
@@ -32,6 +33,27 @@ class StepResult:
     values: dict[str, float]
     items: int
     end_of_epoch: bool
+
+
+class EpochPosition:
+    """A trainer's place: epoch, step within it, updates in all, and the torch RNG as of the
+    last finished update (a checkpoint taken after an interrupted forward pass must not
+    record that pass's dropout draws)."""
+
+    epoch: int
+    step_in_epoch: int
+    global_step: int
+    rng_state: torch.Tensor
+
+    def count_update(self, steps_this_epoch: int) -> bool:
+        """Record one finished update; True when it ended the epoch."""
+        self.global_step += 1
+        self.rng_state = torch.get_rng_state()
+        self.step_in_epoch += 1
+        if self.step_in_epoch == steps_this_epoch:
+            self.epoch, self.step_in_epoch = self.epoch + 1, 0
+            return True
+        return False
 
 
 class LoopTrainer(Protocol):

@@ -33,6 +33,13 @@ def param_groups(module: torch.nn.Module, weight_decay: float) -> list[dict[str,
     ]
 
 
+def apply_update(optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
+    """Step the optimizer and the LR schedule, then clear the gradients."""
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
 class GradClip(str, enum.Enum):
     """How the gradient norm is limited before each update."""
 

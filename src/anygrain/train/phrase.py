@@ -39,8 +39,8 @@ from anygrain.train.checkpoint import (
     remove_checkpoints,
     save_checkpoint,
 )
-from anygrain.train.loop import LoopSettings, StepCallback, StepResult, run_loop
-from anygrain.train.optim import GradClip, clip_gradients, param_groups
+from anygrain.train.loop import EpochPosition, LoopSettings, StepCallback, StepResult, run_loop
+from anygrain.train.optim import GradClip, apply_update, clip_gradients, param_groups
 from anygrain.train.phrase_data import PhraseTrainData, load_phrase_data, plan_epoch
 from anygrain.train.phrase_losses import (
     PrebatchQueue,
@@ -204,7 +204,7 @@ def load_teacher(path: str | Path, *, bf16: bool = False) -> Teacher:
 
 
 # --- the trainer ------------------------------------------------------------------------------
-class PhraseTrainer:
+class PhraseTrainer(EpochPosition):
     """Holds model, data, optimizer and position; ``step`` runs one update."""
 
     def __init__(
@@ -412,14 +412,8 @@ class PhraseTrainer:
             norms = clip_gradients(
                 self.model.parameter_sides(), self.cfg.max_grad_norm, GradClip(self.cfg.grad_clip)
             )
-            self.optimizer.step()
-            self.scheduler.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            self.global_step += 1
-            self.rng_state = torch.get_rng_state()
-            self.step_in_epoch += 1
-            if self.step_in_epoch == len(self.plans[self.epoch]):
-                self.epoch, self.step_in_epoch = self.epoch + 1, 0
+            apply_update(self.optimizer, self.scheduler)
+            self.count_update(len(self.plans[self.epoch]))
         logged = {k: float(v.detach()) for k, v in parts.items()}
         logged.update({f"grad_norm_{side}": n for side, n in norms.items()})
         return logged, len(batch)

@@ -60,8 +60,8 @@ from anygrain.train.checkpoint import (
     remove_checkpoints,
     save_checkpoint,
 )
-from anygrain.train.loop import LoopSettings, StepCallback, StepResult, run_loop
-from anygrain.train.optim import param_groups
+from anygrain.train.loop import EpochPosition, LoopSettings, StepCallback, StepResult, run_loop
+from anygrain.train.optim import apply_update, param_groups
 from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.train.saved_config import SavedConfig
 from anygrain.utils.precision import cpu_autocast
@@ -352,7 +352,7 @@ class StepBatch:
 
 
 # --- the trainer ---------------------------------------------------------------------------------
-class ReaderTrainer:
+class ReaderTrainer(EpochPosition):
     """Holds the run's state; :meth:`run` trains, :meth:`step_batch` / :meth:`loss`
     expose one step (tests compare losses on a fixed batch)."""
 
@@ -579,15 +579,8 @@ class ReaderTrainer:
         with defer_sigint():
             if self.cfg.max_grad_norm > 0:
                 torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
-            self.optimizer.step()
-            self.scheduler.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            self.global_step += 1
-            self.rng_state = torch.get_rng_state()
-            self.step_in_epoch += 1
-            end_of_epoch = self.step_in_epoch == self.steps_per_epoch
-            if end_of_epoch:
-                self.epoch, self.step_in_epoch = self.epoch + 1, 0
+            apply_update(self.optimizer, self.scheduler)
+            end_of_epoch = self.count_update(self.steps_per_epoch)
         self.no_gold_windows += int(stats["no_gold"])
         values = {
             "loss": float(loss.detach()),
