@@ -9,7 +9,7 @@ the top phrase in the gold passage (D = {p}) and over the open corpus of all 2,0
 paragraphs (exact MIPS, so the index adds no error).  Prints one JSON object.
 
     python bench/phrase_ablation.py --work runs/ablation --examples 9600 --limit 1000 \
-        [--variants full,no_prebatch,no_inbatch,separate,per_side_clip,distill] [--teacher READER_DIR]
+        [--variants full,no_prebatch,no_inbatch,separate,per_side_clip,token_negatives,distill] [--teacher READER_DIR]
 
 Runs are resumable: a variant already trained with the same settings is not trained
 again, and its index is reused.  ``distill`` needs ``--teacher`` (a reader from
@@ -50,6 +50,8 @@ VARIANTS: dict[str, dict[str, object]] = {
     # full, with the phrase and question encoders' gradients clipped apart: pre-batch
     # negatives reach only the question side, and one global norm shrinks the phrase side's step
     "per_side_clip": {"grad_clip": "per-side"},
+    # in-batch negatives from every token of the other passages, not only their golds
+    "token_negatives": {"in_batch_negatives": "tokens"},
     "distill": {},  # + teacher, filled in from --teacher
 }
 

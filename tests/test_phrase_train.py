@@ -309,3 +309,26 @@ def test_per_side_clipping_trains_and_logs_each_sides_gradient_norm(
     changed = [k for k, v in model.state_dict().items() if not torch.equal(v, before[k])]
     assert any(k.startswith("phrase.") for k in changed)
     assert any(k.startswith("questions.") for k in changed)
+
+
+def test_token_negatives_add_every_other_passage_token(
+    tiny: Path, squad: Path, tmp_path: Path
+) -> None:
+    gold = _config(tiny, squad, tmp_path, pre_batch=0)
+    tokens = _config(tiny, squad, tmp_path, pre_batch=0, in_batch_negatives="tokens")
+    assert tokens.trajectory()["in_batch_negatives"] == "tokens"
+    assert "in_batch_negatives" not in gold.trajectory()
+    model = init_model(gold)
+    model.eval()  # no dropout: both losses see the same vectors
+    data = load_phrase_data(gold.train, model)
+    batch = list(range(len(data.examples)))
+    assert len({data.windows[e.window].passage for e in data.examples}) > 1
+    with torch.no_grad():
+        g, _ = PhraseTrainer(gold, model, data).losses(batch, prebatch=False)
+        t, _ = PhraseTrainer(tokens, model, data).losses(batch, prebatch=False)
+    # Other passages' golds are among their tokens: a superset of negatives, a larger loss;
+    # the single-passage loss is untouched.
+    assert float(t["neg"]) > float(g["neg"]) + 1e-3
+    assert float(t["single"]) == pytest.approx(float(g["single"]))
+    with pytest.raises(AnygrainError, match="in_batch_negatives must be gold or tokens"):
+        PhraseTrainConfig(train=["x"], out="o", in_batch_negatives="all").validate()

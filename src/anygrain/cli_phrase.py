@@ -35,6 +35,7 @@ from anygrain.cli_common import (
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.search.hit import Hit
 from anygrain.train.optim import GradClip
+from anygrain.train.phrase_losses import InBatchNegatives
 
 
 def train_phrase_cmd(
@@ -79,6 +80,14 @@ def train_phrase_cmd(
         Optional[str],  # noqa: UP045
         typer.Option("--teacher", help="Cross-attention reader directory to distil from"),
     ] = None,
+    inbatch_negatives: Annotated[
+        InBatchNegatives,
+        typer.Option(
+            "--inbatch-negatives",
+            help="gold: other questions' gold starts/ends (paper); tokens: every token of the "
+            "other passages in the batch",
+        ),
+    ] = InBatchNegatives.GOLD,
     grad_clip: Annotated[
         GradClip,
         typer.Option(
@@ -124,6 +133,7 @@ def train_phrase_cmd(
             pre_batch=2 if prebatch else 0,
             in_batch=inbatch,
             teacher=teacher,
+            in_batch_negatives=inbatch_negatives.value,
             grad_clip=grad_clip.value,
             bf16=bf16,
             max_passage_length=max_passage_length,

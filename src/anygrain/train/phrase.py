@@ -43,6 +43,7 @@ from anygrain.train.loop import EpochPosition, LoopSettings, StepCallback, StepR
 from anygrain.train.optim import GradClip, apply_update, clip_gradients, param_groups
 from anygrain.train.phrase_data import PhraseTrainData, load_phrase_data, plan_epoch
 from anygrain.train.phrase_losses import (
+    InBatchNegatives,
     PrebatchQueue,
     Teacher,
     distill_kl,
@@ -82,7 +83,7 @@ class PhraseTrainConfig(SavedConfig):
     FILE = CONFIG_FILE
     WHAT = "phrase training config"
     BOOKKEEPING = _BOOKKEEPING
-    ADDED = {"grad_clip": "global"}
+    ADDED = {"grad_clip": "global", "in_batch_negatives": "gold"}
 
     train: list[str]
     out: str
@@ -106,6 +107,7 @@ class PhraseTrainConfig(SavedConfig):
     lambda_neg: float = 4.0
     lambda_filter: float = 1.0
     in_batch: bool = True
+    in_batch_negatives: str = "gold"  # gold | tokens (see InBatchNegatives)
     pre_batch: int = 2  # C preceding batches as negatives; 0 = off
     pre_batch_from: float = 0.5  # fraction of all steps before pre-batch negatives start
     teacher: str | None = None
@@ -140,6 +142,12 @@ class PhraseTrainConfig(SavedConfig):
         except ValueError:
             problems.append(
                 f"question_encoder must be shared or separate, not {self.question_encoder!r}"
+            )
+        try:
+            InBatchNegatives(self.in_batch_negatives)
+        except ValueError:
+            problems.append(
+                f"in_batch_negatives must be gold or tokens, not {self.in_batch_negatives!r}"
             )
         try:
             GradClip(self.grad_clip)
@@ -311,12 +319,33 @@ class PhraseTrainer(EpochPosition):
         groups = torch.tensor([data.windows[e.window].passage for e in ex])
         q_items = self.queue.tensors() if (prebatch and cfg.pre_batch > 0) else None
         zero = s_logits.sum() * 0.0
-        if cfg.in_batch or q_items is not None:
-            xs, xe, xg = q_items if q_items is not None else (None, None, None)
-            out["neg"] = 0.5 * (
-                negatives_ce(qs, gold_s, groups, in_batch=cfg.in_batch, extra=xs, extra_groups=xg)
-                + negatives_ce(qe, gold_e, groups, in_batch=cfg.in_batch, extra=xe, extra_groups=xg)
-            )
+        gold_in_batch = cfg.in_batch
+        side_s: list[tuple[torch.Tensor, torch.Tensor]] = []  # (negative vectors, passage ids)
+        side_e: list[tuple[torch.Tensor, torch.Tensor]] = []
+        if cfg.in_batch and InBatchNegatives(cfg.in_batch_negatives) is InBatchNegatives.TOKENS:
+            # the other passages' golds are among their tokens, so not added again
+            gold_in_batch = False
+            wg = torch.tensor([data.windows[w].passage for w in wins])[:, None].expand(n_w, t)
+            side_s.append((start[smask], wg[smask]))
+            side_e.append((end[emask], wg[emask]))
+        if q_items is not None:
+            side_s.append((q_items[0], q_items[2]))
+            side_e.append((q_items[1], q_items[2]))
+        if gold_in_batch or side_s:
+
+            def neg(
+                q: torch.Tensor, gold: torch.Tensor, side: list[tuple[torch.Tensor, torch.Tensor]]
+            ) -> torch.Tensor:
+                return negatives_ce(
+                    q,
+                    gold,
+                    groups,
+                    in_batch=gold_in_batch,
+                    extra=torch.cat([v for v, _ in side]) if side else None,
+                    extra_groups=torch.cat([g for _, g in side]) if side else None,
+                )
+
+            out["neg"] = 0.5 * (neg(qs, gold_s, side_s) + neg(qe, gold_e, side_e))
         else:
             out["neg"] = zero
         out["filter"] = 0.5 * (
