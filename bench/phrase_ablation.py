@@ -52,6 +52,7 @@ VARIANTS: dict[str, dict[str, object]] = {
     "per_side_clip": {"grad_clip": "per-side"},
     # in-batch negatives from every token of the other passages, not only their golds
     "token_negatives": {"in_batch_negatives": "tokens"},
+    "token_negatives_no_prebatch": {"in_batch_negatives": "tokens", "pre_batch": 0},
     "distill": {},  # + teacher, filled in from --teacher
 }
 
