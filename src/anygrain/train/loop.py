@@ -45,6 +45,10 @@ class EpochPosition:
     global_step: int
     rng_state: torch.Tensor
 
+    def epoch_fraction(self, steps_this_epoch: int) -> float:
+        """Epochs done, fractional (e.g. 1.25), for the log."""
+        return round(self.epoch + self.step_in_epoch / steps_this_epoch, 4)
+
     def count_update(self, steps_this_epoch: int) -> bool:
         """Record one finished update; True when it ended the epoch."""
         self.global_step += 1

@@ -1,17 +1,12 @@
-"""Optimizer set-up and gradient clipping shared by the trainers.
-
-torch is imported only where it is called, so the CLI can offer :class:`GradClip`
-without loading torch.
-"""
+"""Optimizer set-up and gradient clipping shared by the trainers."""
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
 
 def param_groups(module: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -55,8 +50,6 @@ def clip_gradients(
     Per side, a large gradient on one side (pre-batch negatives reach only the question
     encoder) no longer shrinks the other side's step.  ``max_norm <= 0`` only measures.
     """
-    import torch
-
     norms = {
         name: float(torch.nn.utils.get_total_norm([p.grad for p in ps if p.grad is not None]))
         for name, ps in sides.items()

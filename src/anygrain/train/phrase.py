@@ -261,7 +261,7 @@ class PhraseTrainer(EpochPosition):
         """Epochs done, fractional (e.g. 1.25)."""
         if self.epoch >= len(self.plans):
             return float(self.epoch)
-        return round(self.epoch + self.step_in_epoch / len(self.plans[self.epoch]), 4)
+        return self.epoch_fraction(len(self.plans[self.epoch]))
 
     def set_total_steps(self, n: int) -> None:
         """Train for ``n`` steps (at most the planned epochs); warm-up and the pre-batch start

@@ -591,7 +591,7 @@ class ReaderTrainer(EpochPosition):
 
     def log_fields(self) -> dict[str, Any]:
         return {
-            "epoch": round(self.epoch + self.step_in_epoch / self.steps_per_epoch, 4),
+            "epoch": self.epoch_fraction(self.steps_per_epoch),
             "lr": self.scheduler.get_last_lr()[0],
         }
 
