@@ -254,11 +254,9 @@ class QuerySideTrainer:
         index: PhraseIndex,
         data: QuerySideData,
         *,
-        out: Path | None = None,
         fingerprint: str = "",
     ) -> None:
         self.cfg = config
-        self.out = Path(config.out) if out is None else out
         self.fingerprint = fingerprint or data.fingerprint()
         self.with_positive = 0  # questions with a positive among their candidates, this run
         self.model = model
@@ -350,7 +348,7 @@ class QuerySideTrainer:
 
     def save_checkpoint(self) -> Path:
         return save_checkpoint(
-            self.out,
+            Path(self.cfg.out),
             self.state(self.fingerprint),
             global_step=self.global_step,
             keep=1,
@@ -413,7 +411,7 @@ def train_phrase_query_side(
         log.say(f"{out}: already trained with these settings and data", -1)
         return out
     torch.manual_seed(config.seed)
-    trainer = QuerySideTrainer(config, model, index, data, out=out, fingerprint=data_fp)
+    trainer = QuerySideTrainer(config, model, index, data, fingerprint=data_fp)
     ckpts = list_checkpoints(out) if resume else []
     if not resume:
         remove_checkpoints(out)
