@@ -17,13 +17,13 @@ from anygrain.cli_phrase import train_phrase_cmd
 from anygrain.errors import AnygrainError
 from anygrain.phrase import PhraseEncoder
 from anygrain.train.phrase import (
-    LOG_FILE,
     PhraseTrainConfig,
     PhraseTrainer,
     init_model,
     train_phrase,
 )
 from anygrain.train.phrase_data import load_phrase_data, plan_epoch
+from anygrain.train.run_dir import LOG_FILE
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 

@@ -18,13 +18,13 @@ from anygrain.errors import AnygrainError
 from anygrain.eval.answers import has_answer
 from anygrain.reader import Reader
 from anygrain.train.reader import (
-    LOG_FILE,
     ReaderTrainConfig,
     ReaderTrainer,
     gold_char_spans,
     load_reader_data,
     train_reader,
 )
+from anygrain.train.run_dir import LOG_FILE
 from anygrain.train.runlog import TrainLog
 
 CITIES = [

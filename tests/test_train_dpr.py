@@ -24,10 +24,10 @@ from anygrain.train import DprTrainConfig, TrainMode, train_dpr
 from anygrain.train.batching import tokenize
 from anygrain.train.checkpoint import list_checkpoints
 from anygrain.train.config import CONFIG_FILE
-from anygrain.train.dpr import LOG_FILE
 from anygrain.train.dpr_data import load_training_data, mine_bm25_hard_negatives
 from anygrain.train.grad_cache import Side, backward_grad_cache, backward_plain
 from anygrain.train.losses import dpr_nll, false_negative_mask, full_softmax_nll
+from anygrain.train.run_dir import LOG_FILE
 
 # --- fixtures -----------------------------------------------------------------------------------
 

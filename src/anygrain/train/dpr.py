@@ -21,7 +21,6 @@ import json
 import math
 import os
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,9 +36,7 @@ from anygrain.models.encoder import TextEncoder
 from anygrain.train.batching import tokenize
 from anygrain.train.checkpoint import (
     check_compatible,
-    latest_checkpoint,
     load_checkpoint,
-    remove_checkpoints,
     save_checkpoint,
 )
 from anygrain.train.config import DprTrainConfig, TrainMode
@@ -55,9 +52,9 @@ from anygrain.train.loop import EpochPosition, LoopSettings, StepCallback, StepR
 from anygrain.train.losses import dpr_nll, false_negative_mask, full_softmax_nll
 from anygrain.train.optim import apply_update, param_groups
 from anygrain.train.passage_cache import cache_key, cached_passage_vectors
+from anygrain.train.run_dir import RunDir
 from anygrain.train.runlog import TrainLog, defer_sigint
 
-LOG_FILE = "train_log.jsonl"
 CACHE_DIR = "cache"
 
 
@@ -318,9 +315,12 @@ class _Trainer(EpochPosition):
         loss = self.step_loss(epoch, step)
         n_ex = len(self.batch_rows(epoch, step))
         with defer_sigint():
-            if self.cfg.max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
-            apply_update(self.optimizer, self.scheduler)
+            apply_update(
+                self.optimizer,
+                self.scheduler,
+                clip=self.params,
+                max_grad_norm=self.cfg.max_grad_norm,
+            )
             end_of_epoch = self.count_update(self.steps_per_epoch)
         return StepResult({"loss": loss}, n_ex, end_of_epoch)
 
@@ -363,41 +363,29 @@ def train_dpr(
     called with the global step after every update (tests use it to interrupt).
     """
     config.validate()
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    log = TrainLog(out / LOG_FILE, echo=progress)
+    run = RunDir(config.out, config, progress=progress)
+    log, out = run.log, run.out
     data = load_training_data(
         config.train, errors=errors, max_examples=config.max_examples, seed=config.seed
     )
     fingerprint = data.fingerprint()
-    if resume and log.finished(out / MODEL_CONFIG, config.trajectory(), fingerprint):
-        if progress:
-            print(f"{out}: already trained with these settings and data", file=sys.stderr)
+    if run.already_trained(MODEL_CONFIG, fingerprint, resume=resume):
         return out
     torch.manual_seed(config.seed)
     model = load_model(config)
     if config.mode is TrainMode.QUERY_SIDE:
         base_fingerprint = model.passage_fingerprint()
     trainer = _Trainer(config, model, data, out, log, progress)
-    ckpt = latest_checkpoint(out) if resume else None
-    if not resume:
-        remove_checkpoints(out)
-        (out / LOG_FILE).unlink(missing_ok=True)
-    config.save(out)
+    ckpt = run.open(resume=resume)
     if ckpt is None:
-        log.truncate_after(-1)
-        log.write(
-            {
-                "event": "start",
-                "step": 0,
-                "mode": config.mode.value,
-                "examples": len(data.examples),
-                "passages": len(data.pool),
-                "dropped": data.dropped,
-                "steps_per_epoch": trainer.steps_per_epoch,
-                "total_steps": trainer.total_steps,
-                "temperature": 1.0 / trainer.scale,
-            }
+        run.start(
+            mode=config.mode.value,
+            examples=len(data.examples),
+            passages=len(data.pool),
+            dropped=data.dropped,
+            steps_per_epoch=trainer.steps_per_epoch,
+            total_steps=trainer.total_steps,
+            temperature=1.0 / trainer.scale,
         )
     trainer.prepare()
     if ckpt is not None:
@@ -406,16 +394,11 @@ def train_dpr(
     if config.mode is TrainMode.QUERY_SIDE and model.passage_fingerprint() != base_fingerprint:
         raise AnygrainError("internal error: query-side training changed the passage encoder")
     save_model_into(model, out)
-    if not config.keep_checkpoints:
-        remove_checkpoints(out)
-    log.write(
-        {
-            "event": "done",
-            "step": trainer.global_step,
-            "trajectory": config.trajectory(),
-            "data_fingerprint": fingerprint,
-            "passage_fingerprint": model.passage_fingerprint(),
-            **stats,
-        }
+    run.finish(
+        trainer.global_step,
+        fingerprint,
+        keep_checkpoints=config.keep_checkpoints,
+        passage_fingerprint=model.passage_fingerprint(),
+        **stats,
     )
     return out

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -28,9 +28,24 @@ def param_groups(module: torch.nn.Module, weight_decay: float) -> list[dict[str,
     ]
 
 
-def apply_update(optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
-    """Step the optimizer and the LR schedule, then clear the gradients."""
-    optimizer.step()
+def apply_update(
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    *,
+    clip: Iterable[torch.nn.Parameter] = (),
+    max_grad_norm: float = 0.0,
+    step_optimizer: bool = True,
+) -> None:
+    """Clip ``clip``'s gradients to one global norm (when ``max_grad_norm > 0``), step
+    the optimizer and the LR schedule, then clear the gradients.
+
+    ``step_optimizer=False`` (a batch with no loss) still advances the schedule, which
+    counts batches rather than updates.
+    """
+    if step_optimizer:
+        if max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(list(clip), max_grad_norm)
+        optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
 

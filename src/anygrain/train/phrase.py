@@ -34,9 +34,7 @@ from anygrain.phrase.model import MODEL_CONFIG, PhraseEncoder, QuestionEncoderKi
 from anygrain.train.checkpoint import (
     check_compatible,
     checkpoint_format,
-    list_checkpoints,
     load_checkpoint,
-    remove_checkpoints,
     save_checkpoint,
 )
 from anygrain.train.loop import EpochPosition, LoopSettings, StepCallback, StepResult, run_loop
@@ -51,12 +49,12 @@ from anygrain.train.phrase_losses import (
     negatives_ce,
     span_ce,
 )
+from anygrain.train.run_dir import RunDir
 from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.train.saved_config import SavedConfig
 from anygrain.utils.precision import cpu_autocast
 
 CONFIG_FILE = "train_config.json"
-LOG_FILE = "train_log.jsonl"
 CKPT_FORMAT = checkpoint_format("phrase")
 # Settings that never change the weights: a resumed run may differ in them.
 _BOOKKEEPING = frozenset(
@@ -527,42 +525,31 @@ def train_phrase(
     config.validate()
     if config.threads is not None:
         torch.set_num_threads(config.threads)
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    log = TrainLog(out / LOG_FILE, echo=progress)
+    run = RunDir(config.out, config, progress=progress)
+    log, out = run.log, run.out
     t0 = time.time()
     model = init_model(config)
     data = load_phrase_data(
         config.train, model, errors=errors, max_examples=config.max_examples, seed=config.seed
     )
     fingerprint = data.fingerprint()
-    if resume and log.finished(out / MODEL_CONFIG, config.trajectory(), fingerprint):
-        log.say(f"{out}: already trained with these settings and data", -1)
+    if run.already_trained(MODEL_CONFIG, fingerprint, resume=resume):
         return out
     if teacher is None and config.teacher:
         teacher = load_teacher(config.teacher, bf16=config.bf16)
     trainer = PhraseTrainer(config, model, data, teacher=teacher, fingerprint=fingerprint)
-    ckpts = list_checkpoints(out) if resume else []
-    if not resume:
-        remove_checkpoints(out)
-        (out / LOG_FILE).unlink(missing_ok=True)
-    config.save(out)
-    if ckpts:
-        trainer.restore(load_checkpoint(ckpts[-1], fmt=CKPT_FORMAT), fingerprint, ckpts[-1])
+    ckpt = run.open(resume=resume)
+    if ckpt is not None:
+        trainer.restore(load_checkpoint(ckpt, fmt=CKPT_FORMAT), fingerprint, ckpt)
         log.truncate_after(trainer.global_step)
-        log.say(f"resuming from {ckpts[-1].name} (step {trainer.global_step})", trainer.global_step)
+        log.say(f"resuming from {ckpt.name} (step {trainer.global_step})", trainer.global_step)
     else:
-        log.truncate_after(-1)
-        log.write(
-            {
-                "event": "start",
-                "step": 0,
-                "data": data.report(),
-                "steps_per_epoch": [len(p) for p in trainer.plans],
-                "total_steps": trainer.total_steps,
-                "prebatch_from_step": trainer.prebatch_step,
-                "data_seconds": round(time.time() - t0, 2),
-            }
+        run.start(
+            data=data.report(),
+            steps_per_epoch=[len(p) for p in trainer.plans],
+            total_steps=trainer.total_steps,
+            prebatch_from_step=trainer.prebatch_step,
+            data_seconds=round(time.time() - t0, 2),
         )
         a = data.align
         log.say(
@@ -575,19 +562,13 @@ def train_phrase(
     if stopped:
         log.write({"event": "stopped", "step": trainer.global_step, "reason": stopped, **stats})
         return out
-    cal = calibrate_filter(model, data, seed=config.seed)
-    if not config.keep_checkpoints:
-        remove_checkpoints(out)
-    log.write(
-        {
-            "event": "done",
-            "step": trainer.global_step,
-            "trajectory": config.trajectory(),
-            "data_fingerprint": fingerprint,
-            "phrase_fingerprint": model.config.phrase_fingerprint,
-            "filter_calibration": cal,
-            **stats,
-        }
+    run.finish(
+        trainer.global_step,
+        fingerprint,
+        keep_checkpoints=config.keep_checkpoints,
+        phrase_fingerprint=model.config.phrase_fingerprint,
+        filter_calibration=calibrate_filter(model, data, seed=config.seed),
+        **stats,
     )
     return out
 

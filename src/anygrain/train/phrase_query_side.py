@@ -49,19 +49,17 @@ from anygrain.search.index import Index
 from anygrain.train.checkpoint import (
     check_compatible,
     checkpoint_format,
-    list_checkpoints,
     load_checkpoint,
-    remove_checkpoints,
     save_checkpoint,
 )
 from anygrain.train.loop import LoopSettings, StepCallback, StepResult, run_loop
-from anygrain.train.optim import param_groups
+from anygrain.train.optim import apply_update, param_groups
+from anygrain.train.run_dir import RunDir
 from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.train.saved_config import SavedConfig
 from anygrain.utils.precision import cpu_autocast
 
 CONFIG_FILE = "query_side_config.json"
-LOG_FILE = "train_log.jsonl"
 CKPT_FORMAT = checkpoint_format("phrase-query-side")
 _BOOKKEEPING = frozenset({"out", "log_every", "checkpoint_every", "threads"})
 
@@ -325,12 +323,13 @@ class QuerySideTrainer:
         if loss is not None:
             loss.backward()
         with defer_sigint():
-            if loss is not None:
-                if cfg.max_grad_norm > 0:
-                    torch.nn.utils.clip_grad_norm_(self.trainable.parameters(), cfg.max_grad_norm)
-                self.optimizer.step()
-            self.scheduler.step()
-            self.optimizer.zero_grad(set_to_none=True)
+            apply_update(
+                self.optimizer,
+                self.scheduler,
+                clip=self.trainable.parameters(),
+                max_grad_norm=cfg.max_grad_norm,
+                step_optimizer=loss is not None,
+            )
             self.global_step += 1
             self.rng_state = torch.get_rng_state()
         self.with_positive += len(terms)
@@ -395,9 +394,8 @@ def train_phrase_query_side(
     config.validate()
     if config.threads is not None:
         torch.set_num_threads(config.threads)
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    log = TrainLog(out / LOG_FILE, echo=progress)
+    run = RunDir(config.out, config, progress=progress)
+    log, out = run.log, run.out
     index = Index.load(config.index)
     if not isinstance(index, PhraseIndex):
         raise AnygrainError(f"{config.index}: query-side training needs a phrase index")
@@ -407,46 +405,32 @@ def train_phrase_query_side(
         config.train, index, errors=errors, max_examples=config.max_examples, seed=config.seed
     )
     data_fp = data.fingerprint()
-    if resume and log.finished(out / MODEL_CONFIG, config.trajectory(), data_fp):
-        log.say(f"{out}: already trained with these settings and data", -1)
+    if run.already_trained(MODEL_CONFIG, data_fp, resume=resume):
         return out
     torch.manual_seed(config.seed)
     trainer = QuerySideTrainer(config, model, index, data, fingerprint=data_fp)
-    ckpts = list_checkpoints(out) if resume else []
-    if not resume:
-        remove_checkpoints(out)
-        (out / LOG_FILE).unlink(missing_ok=True)
-    config.save(out)
-    if ckpts:
-        trainer.restore(load_checkpoint(ckpts[-1], fmt=CKPT_FORMAT), data_fp, ckpts[-1])
+    ckpt = run.open(resume=resume)
+    if ckpt is not None:
+        trainer.restore(load_checkpoint(ckpt, fmt=CKPT_FORMAT), data_fp, ckpt)
         log.truncate_after(trainer.global_step)
-        log.say(f"resuming from {ckpts[-1].name} (step {trainer.global_step})", trainer.global_step)
+        log.say(f"resuming from {ckpt.name} (step {trainer.global_step})", trainer.global_step)
     else:
-        log.truncate_after(-1)
-        log.write(
-            {
-                "event": "start",
-                "step": 0,
-                "questions": len(data.questions),
-                "skipped": data.skipped,
-                "total_steps": trainer.total_steps,
-                "index": str(config.index),
-            }
+        run.start(
+            questions=len(data.questions),
+            skipped=data.skipped,
+            total_steps=trainer.total_steps,
+            index=str(config.index),
         )
     stats = _run(trainer, config, log, progress, on_step)
     if model.phrase_fingerprint() != fingerprint_before:
         raise AnygrainError("internal error: query-side training changed the phrase encoder")
     model.save(out)
-    remove_checkpoints(out)
-    log.write(
-        {
-            "event": "done",
-            "step": trainer.global_step,
-            "trajectory": config.trajectory(),
-            "data_fingerprint": data_fp,
-            "phrase_fingerprint": model.config.phrase_fingerprint,
-            **stats,
-        }
+    run.finish(
+        trainer.global_step,
+        data_fp,
+        keep_checkpoints=False,
+        phrase_fingerprint=model.config.phrase_fingerprint,
+        **stats,
     )
     return out
 

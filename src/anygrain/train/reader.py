@@ -36,7 +36,6 @@ import math
 import os
 import re
 import shutil
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,13 +54,12 @@ from anygrain.reader.spans import is_boundary
 from anygrain.train.checkpoint import (
     check_compatible,
     checkpoint_format,
-    list_checkpoints,
     load_checkpoint,
-    remove_checkpoints,
     save_checkpoint,
 )
 from anygrain.train.loop import EpochPosition, LoopSettings, StepCallback, StepResult, run_loop
 from anygrain.train.optim import apply_update, param_groups
+from anygrain.train.run_dir import RunDir
 from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.train.saved_config import SavedConfig
 from anygrain.utils.precision import cpu_autocast
@@ -78,7 +76,6 @@ __all__ = [
 ]
 
 CONFIG_FILE = "reader_train_config.json"
-LOG_FILE = "train_log.jsonl"
 CHECKPOINT_FORMAT = checkpoint_format("reader")
 # Settings that only change bookkeeping, never the weights: a resumed run may differ in them.
 _BOOKKEEPING = frozenset({"out", "log_every", "checkpoint_every", "keep_checkpoints"})
@@ -577,9 +574,12 @@ class ReaderTrainer(EpochPosition):
         loss, stats = self.loss(sb)
         loss.backward()
         with defer_sigint():
-            if self.cfg.max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
-            apply_update(self.optimizer, self.scheduler)
+            apply_update(
+                self.optimizer,
+                self.scheduler,
+                clip=self.params,
+                max_grad_norm=self.cfg.max_grad_norm,
+            )
             end_of_epoch = self.count_update(self.steps_per_epoch)
         self.no_gold_windows += int(stats["no_gold"])
         values = {
@@ -648,9 +648,8 @@ def train_reader(
     the global step after every update (tests use it to interrupt).
     """
     config.validate()
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    log = TrainLog(out / LOG_FILE, echo=progress)
+    run = RunDir(config.out, config, progress=progress)
+    log, out = run.log, run.out
     data = load_reader_data(
         config.train, errors=errors, max_examples=config.max_examples, seed=config.seed
     )
@@ -664,9 +663,7 @@ def train_reader(
             data, retriever_index, config.retriever_depth, progress=progress
         )
     fingerprint = data.fingerprint()
-    if resume and log.finished(out / READER_CONFIG, config.trajectory(), fingerprint):
-        if progress:
-            print(f"{out}: already trained with these settings and data", file=sys.stderr)
+    if run.already_trained(READER_CONFIG, fingerprint, resume=resume):
         return out
     torch.manual_seed(config.seed)
     reader = Reader.from_pretrained(config.model, **config.reader_settings())
@@ -676,40 +673,21 @@ def train_reader(
             setattr(reader.config, k, v)
         reader.config.validate()
     trainer = ReaderTrainer(config, reader, data, out, log, progress)
-    ckpts = list_checkpoints(out) if resume else []
-    if not resume:
-        remove_checkpoints(out)
-        (out / LOG_FILE).unlink(missing_ok=True)
-    config.save(out)
-    if not ckpts:
-        log.truncate_after(-1)
-        log.write(
-            {
-                "event": "start",
-                "step": 0,
-                "examples": len(data.examples),
-                "passages": len(data.texts),
-                "dropped": data.dropped,
-                "negatives_from": "retriever" if retriever_index is not None else "same file",
-                **retrieval,
-                "steps_per_epoch": trainer.steps_per_epoch,
-                "total_steps": trainer.total_steps,
-            }
+    ckpt = run.open(resume=resume)
+    if ckpt is None:
+        run.start(
+            examples=len(data.examples),
+            passages=len(data.texts),
+            dropped=data.dropped,
+            negatives_from="retriever" if retriever_index is not None else "same file",
+            **retrieval,
+            steps_per_epoch=trainer.steps_per_epoch,
+            total_steps=trainer.total_steps,
         )
     else:
-        trainer.resume_from(ckpts[-1])
+        trainer.resume_from(ckpt)
     stats = trainer.run(on_step)
     reader.eval()
     save_reader_into(reader, out)
-    if not config.keep_checkpoints:
-        remove_checkpoints(out)
-    log.write(
-        {
-            "event": "done",
-            "step": trainer.global_step,
-            "trajectory": config.trajectory(),
-            "data_fingerprint": fingerprint,
-            **stats,
-        }
-    )
+    run.finish(trainer.global_step, fingerprint, keep_checkpoints=config.keep_checkpoints, **stats)
     return out

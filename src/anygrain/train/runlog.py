@@ -49,8 +49,9 @@ class TrainLog:
 
     def finished(self, model_file: Path, trajectory: dict[str, Any], data_fingerprint: str) -> bool:
         """True when the run in this log finished with these settings and data and its model
-        file exists, so a rerun of the same command has nothing to do."""
-        last = self.last()
+        file exists, so a rerun of the same command has nothing to do.  Messages written
+        after the ``done`` event (such as a rerun's "already trained") do not count."""
+        last = next((r for r in reversed(self.records()) if r.get("event") != "info"), None)
         return (
             model_file.exists()
             and last is not None
@@ -58,10 +59,6 @@ class TrainLog:
             and last.get("trajectory") == trajectory
             and last.get("data_fingerprint") == data_fingerprint
         )
-
-    def last(self) -> dict[str, Any] | None:
-        records = self.records()
-        return records[-1] if records else None
 
 
 @contextmanager

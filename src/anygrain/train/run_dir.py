@@ -1,0 +1,78 @@
+"""A training run's directory and its lifecycle: skip, start or resume, finish.
+
+Every trainer writes the same things into its output directory: its config file,
+``train_log.jsonl`` (a ``start`` event, log steps, a ``done`` event carrying the
+trajectory and data fingerprint) and ``checkpoints/``.  :class:`RunDir` owns those
+steps so the four ``train_*`` functions keep only what differs: their data, model and
+the fields of their start and done events.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from anygrain.train.checkpoint import latest_checkpoint, remove_checkpoints
+from anygrain.train.runlog import TrainLog
+from anygrain.train.saved_config import SavedConfig
+
+LOG_FILE = "train_log.jsonl"
+
+
+class RunDir:
+    """``out`` for one training run of ``config``; ``progress`` echoes log messages."""
+
+    def __init__(self, out: str | Path, config: SavedConfig, *, progress: bool) -> None:
+        self.out = Path(out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.config = config
+        self.log = TrainLog(self.out / LOG_FILE, echo=progress)
+
+    def already_trained(self, model_file: str, data_fingerprint: str, *, resume: bool) -> bool:
+        """True (and says so) when this very run finished here and its model file exists.
+
+        The message is not logged: a rerun with nothing to do leaves the log as it was.
+        """
+        if not resume or not self.log.finished(
+            self.out / model_file, self.config.trajectory(), data_fingerprint
+        ):
+            return False
+        if self.log.echo:
+            print(f"{self.out}: already trained with these settings and data", file=sys.stderr)
+        return True
+
+    def open(self, *, resume: bool) -> Path | None:
+        """Save the config and return the checkpoint to resume from (None: start afresh).
+
+        Without ``resume`` the earlier checkpoints and log are removed first, so nothing
+        of another run is mixed into this one.
+        """
+        checkpoint = latest_checkpoint(self.out) if resume else None
+        if not resume:
+            remove_checkpoints(self.out)
+            self.log.path.unlink(missing_ok=True)
+        self.config.save(self.out)
+        return checkpoint
+
+    def start(self, **fields: Any) -> None:
+        """The ``start`` event of a fresh run (dropping any log of an unfinished one)."""
+        self.log.truncate_after(-1)
+        self.log.write({"event": "start", "step": 0, **fields})
+
+    def finish(
+        self, step: int, data_fingerprint: str, *, keep_checkpoints: bool, **fields: Any
+    ) -> None:
+        """The ``done`` event that :meth:`already_trained` looks for; checkpoints go unless
+        kept, since the saved model supersedes them."""
+        if not keep_checkpoints:
+            remove_checkpoints(self.out)
+        self.log.write(
+            {
+                "event": "done",
+                "step": step,
+                "trajectory": self.config.trajectory(),
+                "data_fingerprint": data_fingerprint,
+                **fields,
+            }
+        )
