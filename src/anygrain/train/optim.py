@@ -62,8 +62,8 @@ def clip_gradients(
 ) -> dict[str, float]:
     """Clip gradients to ``max_norm`` and return each side's norm before clipping.
 
-    Per side, a large gradient on one side (pre-batch negatives reach only the question
-    encoder) no longer shrinks the other side's step.  ``max_norm <= 0`` only measures.
+    Per side, a large gradient on one side no longer shrinks the other side's step.
+    ``max_norm <= 0`` only measures.
     """
     norms = {
         name: float(torch.nn.utils.get_total_norm([p.grad for p in ps if p.grad is not None]))
