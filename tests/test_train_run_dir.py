@@ -85,3 +85,14 @@ def test_finish_keeps_checkpoints_only_when_asked(tmp_path: Path) -> None:
     assert not list_checkpoints(tmp_path)
     done = json.loads((tmp_path / LOG_FILE).read_text().splitlines()[-1])
     assert done["event"] == "done" and done["trajectory"] == {"lr": 0.1}
+
+
+def test_resumed_drops_later_records_and_says_where(tmp_path: Path) -> None:
+    run = RunDir(tmp_path, ToyConfig(), progress=False)
+    run.start()
+    for step in (10, 20, 30):
+        run.log.write({"step": step, "loss": 1.0})
+    run.resumed(tmp_path / "step-000000020.pt", 20)
+    records = run.log.records()
+    assert [r["step"] for r in records] == [0, 10, 20, 20]
+    assert records[-1]["message"] == "resumed from step-000000020.pt (step 20)"

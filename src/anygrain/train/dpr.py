@@ -260,11 +260,6 @@ class _Trainer(EpochPosition):
         self.rng_state = state["torch_rng"]
         self.epoch, self.step_in_epoch = int(state["epoch"]), int(state["step_in_epoch"])
         self.global_step = int(state["global_step"])
-        self.log.truncate_after(self.global_step)
-        self.log.say(
-            f"resumed from {path.name} (epoch {self.epoch + 1}, step {self.step_in_epoch})",
-            self.global_step,
-        )
 
     # -- one step ---------------------------------------------------------------------------------------
     def batch_rows(self, epoch: int, step: int) -> np.ndarray:
@@ -390,6 +385,7 @@ def train_dpr(
     trainer.prepare()
     if ckpt is not None:
         trainer.resume_from(ckpt)
+        run.resumed(ckpt, trainer.global_step)
     stats = trainer.run(on_step)
     if config.mode is TrainMode.QUERY_SIDE and model.passage_fingerprint() != base_fingerprint:
         raise AnygrainError("internal error: query-side training changed the passage encoder")

@@ -541,8 +541,7 @@ def train_phrase(
     ckpt = run.open(resume=resume)
     if ckpt is not None:
         trainer.restore(load_checkpoint(ckpt, fmt=CKPT_FORMAT), fingerprint, ckpt)
-        log.truncate_after(trainer.global_step)
-        log.say(f"resuming from {ckpt.name} (step {trainer.global_step})", trainer.global_step)
+        run.resumed(ckpt, trainer.global_step)
     else:
         run.start(
             data=data.report(),

@@ -412,8 +412,7 @@ def train_phrase_query_side(
     ckpt = run.open(resume=resume)
     if ckpt is not None:
         trainer.restore(load_checkpoint(ckpt, fmt=CKPT_FORMAT), data_fp, ckpt)
-        log.truncate_after(trainer.global_step)
-        log.say(f"resuming from {ckpt.name} (step {trainer.global_step})", trainer.global_step)
+        run.resumed(ckpt, trainer.global_step)
     else:
         run.start(
             questions=len(data.questions),

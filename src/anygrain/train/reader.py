@@ -560,11 +560,6 @@ class ReaderTrainer(EpochPosition):
         self.rng_state = state["torch_rng"]
         self.epoch, self.step_in_epoch = int(state["epoch"]), int(state["step_in_epoch"])
         self.global_step = int(state["global_step"])
-        self.log.truncate_after(self.global_step)
-        self.log.say(
-            f"resumed from {path.name} (epoch {self.epoch + 1}, step {self.step_in_epoch})",
-            self.global_step,
-        )
 
     # -- the loop ---------------------------------------------------------------------------------
     def train_step(self) -> StepResult:
@@ -686,6 +681,7 @@ def train_reader(
         )
     else:
         trainer.resume_from(ckpt)
+        run.resumed(ckpt, trainer.global_step)
     stats = trainer.run(on_step)
     reader.eval()
     save_reader_into(reader, out)

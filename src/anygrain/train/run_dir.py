@@ -55,6 +55,12 @@ class RunDir:
         self.config.save(self.out)
         return checkpoint
 
+    def resumed(self, checkpoint: Path, step: int) -> None:
+        """Drop the log records after ``step`` (the resumed run writes them again) and say
+        where it continues."""
+        self.log.truncate_after(step)
+        self.log.say(f"resumed from {checkpoint.name} (step {step})", step)
+
     def start(self, **fields: Any) -> None:
         """The ``start`` event of a fresh run (dropping any log of an unfinished one)."""
         self.log.truncate_after(-1)
