@@ -296,6 +296,41 @@ def test_evaluate_phrase_in_gold_passage_and_open_corpus(index: PhraseIndex, squ
         evaluate_phrase(index, qs, k=5, scope="gold-passage", progress=False)
 
 
+def test_gold_passage_with_other_text_under_the_same_id_is_refused(
+    index: PhraseIndex, squad: Path
+) -> None:
+    # ids such as Title_0 are positional: another file reuses them for other paragraphs
+    qs = load_questions(f"squad:{squad}")
+    qs.items[1].context = "London is the capital of England."
+    with pytest.raises(AnygrainError, match=rf"{squad}.*other text than in this file"):
+        evaluate_phrase(index, qs, k=5, scope="gold-passage", progress=False)
+
+
+def test_truncated_array_or_swapped_model_in_the_index_is_refused(
+    index: PhraseIndex, tiny: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(index.path, broken)
+    start = broken / "phrase" / "start.npy"
+    start.write_bytes(start.read_bytes()[:-64])
+    with pytest.raises(AnygrainError, match=r"start\.npy"):
+        Index.load(broken)
+    swapped = tmp_path / "swapped"
+    shutil.copytree(index.path, swapped)
+    torch.manual_seed(3)
+    other = PhraseEncoder.from_pretrained(tiny, max_passage_length=40, doc_stride=10).save(
+        tmp_path / "other"
+    )
+    bundled = swapped / "phrase" / "model"
+    shutil.rmtree(bundled / "phrase")
+    shutil.copytree(other / "phrase", bundled / "phrase")
+    shutil.copy(other / "heads.safetensors", bundled / "heads.safetensors")
+    with pytest.raises(IndexMismatchError, match="do not match the fingerprint"):
+        Index.load(swapped)
+
+
 def test_cli_search_and_eval(index: PhraseIndex, squad: Path) -> None:
     runner = CliRunner()
     r = runner.invoke(app, ["search", str(index.path), "Who created Python?", "-k", "2", "--json"])
@@ -327,5 +362,19 @@ def test_cli_search_and_eval(index: PhraseIndex, squad: Path) -> None:
         app, ["eval", str(index.path), "--questions", f"squad:{squad}", "--scope", "nowhere"]
     )
     assert r.exit_code == 2 and "nowhere" in r.output
+    run = index.path.parent / "phrase.run"
+    r = runner.invoke(
+        app,
+        ["eval", str(index.path), "--questions", f"squad:{squad}", "--run-out", str(run), "-q"],
+    )
+    # --run-out is honoured for phrase indexes (it was once ignored); this corpus's ids
+    # hold spaces, which a TREC run cannot carry, so the run is refused by name
+    assert r.exit_code == 2 and "'Great Wall_0' to a TREC run" in r.output, r.output
+    assert not run.exists()
+    for bad in (["-k", "0"], ["-k", "-3"]):
+        r = runner.invoke(app, ["search", str(index.path), "Who created Python?", *bad])
+        assert r.exit_code == 2 and "k must be at least 1" in r.output, r.output
+    r = runner.invoke(app, ["search", str(index.path), "   "])
+    assert r.exit_code == 2 and "empty" in r.output, r.output
     with pytest.raises(AnygrainError, match="unknown scope"):
         evaluate_phrase(index, load_questions(f"squad:{squad}"), scope="nowhere", progress=False)

@@ -17,6 +17,7 @@ from anygrain.cli_phrase import train_phrase_cmd
 from anygrain.errors import AnygrainError
 from anygrain.phrase import PhraseEncoder
 from anygrain.train.phrase import (
+    NOT_USED_FILE,
     PhraseTrainConfig,
     PhraseTrainer,
     init_model,
@@ -76,6 +77,11 @@ def test_training_data_aligns_answers_and_reports_failures(
     assert rep["questions"] == 12 and rep["examples"] == 11
     assert rep["questions_dropped_unaligned"] == 1
     assert rep["answers"]["failed_by_reason"] == {"not_on_token_word_boundary": 1}
+    # the question left out is named, with its file and reason, not only counted
+    assert [(u["source"], u["reason"]) for u in data.not_used] == [
+        (cfg.train[0], "unaligned: not_on_token_word_boundary")
+    ]
+    assert data.not_used[0]["id"] not in {e.qid.split(":", 1)[1] for e in data.examples}
     for e in data.examples:  # every example's span is exactly its answer text
         w = data.windows[e.window]
         _, _, text = data.passages[w.passage]
@@ -279,6 +285,8 @@ def test_cli_trains_a_model(tiny: Path, squad: Path, tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     assert PhraseEncoder.load(out).config.include_title
     assert json.loads((out / "train_config.json").read_text())["pre_batch"] == 0
+    not_used = [json.loads(x) for x in (out / NOT_USED_FILE).read_text().splitlines()]
+    assert [u["reason"] for u in not_used] == ["unaligned: not_on_token_word_boundary"]
 
 
 def test_max_examples_takes_whole_passages() -> None:

@@ -9,6 +9,7 @@ from typing import ClassVar
 
 import pytest
 
+from anygrain.errors import AnygrainError
 from anygrain.train.checkpoint import checkpoint_dir, list_checkpoints, save_checkpoint
 from anygrain.train.run_dir import LOG_FILE, RunDir
 from anygrain.train.saved_config import SavedConfig
@@ -39,17 +40,20 @@ def test_finished_run_is_recognised_on_every_rerun(tmp_path: Path) -> None:
     assert (tmp_path / LOG_FILE).read_text() == before
 
 
-def test_not_finished_under_other_settings_data_or_without_model(tmp_path: Path) -> None:
+def test_finished_model_from_other_settings_or_data_is_not_trained_over(tmp_path: Path) -> None:
     run = RunDir(tmp_path, ToyConfig(), progress=False)
     run.open(resume=True)
     run.start()
     _finish(run)
-    assert not RunDir(tmp_path, ToyConfig(lr=0.2), progress=False).already_trained(
-        "model.json", "data-1", resume=True
-    )
-    assert not run.already_trained("model.json", "data-2", resume=True)
-    assert not run.already_trained("model.json", "data-1", resume=False)
-    assert not run.already_trained("other.json", "data-1", resume=True)
+    with pytest.raises(AnygrainError, match=r"other settings \(lr\).*--no-resume"):
+        RunDir(tmp_path, ToyConfig(lr=0.2), progress=False).already_trained(
+            "model.json", "data-1", resume=True
+        )
+    with pytest.raises(AnygrainError, match="other training data"):
+        run.already_trained("model.json", "data-2", resume=True)
+    # --no-resume asks to train over it; without the model file there is nothing to keep
+    assert not run.already_trained("model.json", "data-2", resume=False)
+    assert not run.already_trained("other.json", "data-2", resume=True)
 
 
 def test_info_after_done_does_not_hide_it(tmp_path: Path) -> None:

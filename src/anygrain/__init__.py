@@ -4,7 +4,7 @@ The nouns: a :class:`CorpusStore` of passages, an :class:`Index` over it,
 :class:`Hit` s that every search returns, and :class:`Questions` to evaluate with.
 """
 
-from anygrain.api import evaluate_index, load_questions, run_demo
+from anygrain.api import evaluate_index, load_questions, run_demo, search_index
 from anygrain.corpus.questions import Question, Questions
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, ErrorPolicy, InputError
@@ -36,4 +36,5 @@ __all__ = [
     "evaluate_index",
     "load_questions",
     "run_demo",
+    "search_index",
 ]

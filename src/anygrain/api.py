@@ -9,26 +9,55 @@ from typing import Any
 
 from anygrain.corpus.formats import parse_source
 from anygrain.corpus.questions import Question, Questions
-from anygrain.errors import ErrorLog
-from anygrain.search.hit import Hit
-from anygrain.search.index import Index
+from anygrain.errors import AnygrainError, ErrorLog
+from anygrain.eval.evaluate import EvalReport
+from anygrain.search.hit import Hit, Unit
+from anygrain.search.index import Index, IndexKind
+from anygrain.search.scope import Scope
+
+# the passage-index metrics ``evaluate_index`` and ``anygrain eval`` report by default
+PASSAGE_METRICS = ("top@1", "top@5", "top@20", "mrr@20", "p@20")
 
 
 def load_questions(
     spec: str | Path, *, errors: ErrorLog | None = None, limit: int | None = None
 ) -> Questions:
     """Read a question set from ``FORMAT:PATH`` or ``PATH`` (format detected)."""
+    if limit is not None and limit < 1:
+        raise AnygrainError(f"limit must be at least 1, got {limit}")
     qs = parse_source(str(spec), want="questions").questions(errors)
     if limit is not None:
         qs = Questions(qs.items[:limit], source=qs.source, format=qs.format)
     return qs
 
 
+def search_index(
+    index: str | Path | Index,
+    queries: Sequence[str],
+    k: int = 10,
+    *,
+    unit: Unit | str | None = None,
+    **options: Any,
+) -> list[list[Hit]]:
+    """Top-``k`` hits per query. ``unit`` (phrase, sentence, passage, document) needs a
+    phrase index unless it is ``passage``; phrase indexes default to phrases."""
+    idx = index if isinstance(index, Index) else Index.load(index)
+    if k < 1:
+        raise AnygrainError(f"k must be at least 1, got {k}")
+    for i, q in enumerate(queries):
+        if not isinstance(q, str) or not q.strip():
+            raise AnygrainError(f"query {i + 1} is empty")
+    if idx.kind is IndexKind.PHRASE:
+        return idx.search(list(queries), k, unit=Unit(unit or Unit.PHRASE), **options)
+    _check_passage_unit(idx, unit)
+    return idx.search(list(queries), k, **options)
+
+
 def evaluate_index(
     index: str | Path | Index,
     questions: str | Path | Questions,
     *,
-    metrics: Sequence[str] = ("top@1", "top@5", "top@20", "mrr@20"),
+    metrics: Sequence[str] | None = None,
     k: int | None = None,
     run_out: str | Path | None = None,
     drop_empty: bool = False,
@@ -36,26 +65,70 @@ def evaluate_index(
     errors: ErrorLog | None = None,
     progress: bool = True,
     search_options: dict[str, Any] | None = None,
-) -> Any:
-    """Open the index and question set when given as paths, then :func:`anygrain.eval.evaluate`."""
+    unit: Unit | str | None = None,
+    scope: Scope | str | None = None,
+) -> EvalReport:
+    """Score an index on a question set; index and questions may be given as paths.
+
+    Passage indexes (BM25, dense, hybrid) default to ``PASSAGE_METRICS``. Phrase
+    indexes default to EM/F1 of the top phrase plus top@1 and top@k (``k`` defaults to
+    10), at the grain ``unit``, over the whole index or (``scope="gold-passage"``) each
+    question's own passage. ``errors`` collects records skipped under
+    ``ErrorPolicy.SKIP``; the report counts them.
+    """
     from anygrain.eval import evaluate
 
     idx = index if isinstance(index, Index) else Index.load(index)
+    errors = errors if errors is not None else ErrorLog()
     qs = (
         questions
         if isinstance(questions, Questions)
         else load_questions(questions, errors=errors, limit=limit)
     )
-    return evaluate(
-        idx,
-        qs,
-        metrics=list(metrics),
-        k=k,
-        run_out=Path(run_out) if run_out else None,
-        drop_empty=drop_empty,
-        progress=progress,
-        search_options=search_options,
-    )
+    ms = list(metrics) if metrics is not None else None
+    report: EvalReport
+    if idx.kind is IndexKind.PHRASE:
+        from anygrain.phrase.evaluate import evaluate_phrase
+
+        report = evaluate_phrase(
+            idx,
+            qs,
+            k=10 if k is None else k,
+            unit=unit or Unit.PHRASE,
+            scope=scope,
+            metrics=ms,
+            run_out=run_out,
+            drop_empty=drop_empty,
+            progress=progress,
+            search_options=search_options,
+        )
+    else:
+        _check_passage_unit(idx, unit)
+        if scope is not None and Scope(scope) is not Scope.CORPUS:
+            raise AnygrainError(
+                f"{idx.path}: scope {Scope(scope).value} needs a phrase index "
+                f"(this one is {idx.kind.value})"
+            )
+        report = evaluate(
+            idx,
+            qs,
+            metrics=ms if ms is not None else list(PASSAGE_METRICS),
+            k=k,
+            run_out=Path(run_out) if run_out else None,
+            drop_empty=drop_empty,
+            progress=progress,
+            search_options=search_options,
+        )
+    report.n_skipped_records = errors.n_skipped
+    return report
+
+
+def _check_passage_unit(idx: Index, unit: Unit | str | None) -> None:
+    if unit is not None and Unit(unit) is not Unit.PASSAGE:
+        raise AnygrainError(
+            f"{idx.path}: a {idx.kind.value} index returns passages; "
+            "unit phrase, sentence or document needs a phrase index"
+        )
 
 
 @dataclass

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from anygrain.cli_common import console, fail, out
@@ -112,20 +113,13 @@ def search_cmd(
     ] = None,
 ) -> None:
     """Search an index with one question (phrase indexes: answer phrases in their context)."""
+    from anygrain.api import search_index
     from anygrain.cli_phrase import print_phrase_hits
     from anygrain.search.index import Index, IndexKind
 
     try:
         idx = Index.load(index_dir, **model_option(index_dir, model))
-        if idx.kind is IndexKind.PHRASE:
-            hits = idx.search([query], k, unit=unit or Unit.PHRASE)[0]
-        elif unit not in (None, Unit.PASSAGE):
-            raise AnygrainError(
-                f"{index_dir}: a {idx.kind.value} index returns passages; "
-                "--unit phrase|sentence|document needs a phrase index"
-            )
-        else:
-            hits = idx.search_one(query, k)
+        hits = search_index(idx, [query], k, unit=unit)[0]
     except AnygrainError as e:
         fail(e)
         return
@@ -152,8 +146,12 @@ def eval_cmd(
         str, typer.Option("--questions", help="Question set: FORMAT:PATH or PATH")
     ],
     metrics: Annotated[
-        str, typer.Option(help="Comma-separated metrics")
-    ] = "top@1,top@5,top@20,mrr@20,p@20",
+        str | None,
+        typer.Option(
+            help="Comma-separated metrics (default: top@1,top@5,top@20,mrr@20,p@20; "
+            "phrase indexes: em,f1,top@1,top@k)"
+        ),
+    ] = None,
     k: Annotated[
         int | None,
         typer.Option("-k", help="Hits retrieved per question (default: largest cutoff)"),
@@ -187,45 +185,32 @@ def eval_cmd(
     ] = Scope.CORPUS,
 ) -> None:
     """Evaluate an index on a question set."""
-    from anygrain.api import evaluate_index, load_questions
-    from anygrain.search.index import Index, IndexKind, read_manifest
+    from anygrain.api import evaluate_index
+    from anygrain.search.index import Index, IndexKind
 
+    errors = ErrorLog(on_error)
     try:
-        is_phrase = read_manifest(index_dir).get("kind") == IndexKind.PHRASE.value
-        if is_phrase:
-            from anygrain.phrase.evaluate import evaluate_phrase
-
-            qs = load_questions(questions, errors=ErrorLog(on_error), limit=limit)
-            report = evaluate_phrase(
-                Index.load(index_dir, **model_option(index_dir, model)),
-                qs,
-                k=k or 10,
-                unit=unit or Unit.PHRASE,
-                scope=scope,
-                progress=not quiet and not as_json,
-            )
-        elif scope is not Scope.CORPUS:
-            raise AnygrainError(
-                f"{index_dir}: --scope {scope.value} needs a phrase index (this one is "
-                f"{read_manifest(index_dir).get('kind')})"
-            )
-        else:
-            report = evaluate_index(
-                Index.load(index_dir, **model_option(index_dir, model)),
-                questions,
-                metrics=[m.strip() for m in metrics.split(",") if m.strip()],
-                k=k,
-                run_out=run_out,
-                drop_empty=drop_empty,
-                limit=limit,
-                errors=ErrorLog(on_error),
-                progress=not quiet and not as_json,
-            )
+        idx = Index.load(index_dir, **model_option(index_dir, model))
+        report = evaluate_index(
+            idx,
+            questions,
+            metrics=[m.strip() for m in metrics.split(",") if m.strip()] if metrics else None,
+            k=k,
+            run_out=run_out,
+            drop_empty=drop_empty,
+            limit=limit,
+            errors=errors,
+            progress=not quiet and not as_json,
+            unit=unit,
+            scope=scope,
+        )
     except AnygrainError as e:
         fail(e)
         return
+    if errors.n_skipped:
+        console.print(f"[yellow]{escape(errors.summary())}[/]", soft_wrap=True)
     d = report.to_dict()
-    if is_phrase:
+    if idx.kind is IndexKind.PHRASE:
         d["scope"], d["unit"] = scope.value, Unit(unit or Unit.PHRASE).value
     if as_json:
         print(json.dumps(d, ensure_ascii=False))

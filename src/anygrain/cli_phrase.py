@@ -200,23 +200,16 @@ def refilter_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """A smaller phrase index at a higher filter threshold, from stored vectors (no re-encoding)."""
-    from anygrain.phrase.refilter import refilter, threshold_for_fraction
-    from anygrain.search.index import Index
+    from anygrain.phrase.refilter import refilter
 
     try:
-        if (threshold is None) == (keep is None):
-            raise AnygrainError("give one of --threshold or --keep")
-        if threshold is None:
-            assert keep is not None
-            src = Index.load(index_dir)
-            threshold = threshold_for_fraction(src, keep)  # type: ignore[arg-type]
-        idx = refilter(index_dir, out_dir, threshold, factory=faiss, progress=not quiet)
+        idx = refilter(index_dir, out_dir, threshold, keep=keep, factory=faiss, progress=not quiet)
     except AnygrainError as e:
         fail(e)
         return
     c = idx.manifest["counts"]
     console.print(
-        f"threshold {threshold:.4f}: {c['vectors_per_passage']} vectors per passage, "
+        f"threshold {idx.manifest['settings']['threshold']:.4f}: {c['vectors_per_passage']} vectors per passage, "
         f"{c['bytes_per_passage']:.0f} bytes per passage → {out_dir}"
     )
 

@@ -14,7 +14,9 @@ class Question:
     ``answer_starts`` are character offsets of each answer in its gold passage
     (SQuAD-style data, used for span training); ``gold`` lists relevant unit ids
     (passage ids, or document ids/titles for KILT); ``qrels`` maps unit ids to
-    graded relevance.
+    graded relevance. ``context`` is the gold passage's text where the source carries
+    it (SQuAD-style), so a gold-passage lookup can check that an index holds the same
+    text under that id.
     """
 
     id: str
@@ -25,6 +27,7 @@ class Question:
     gold: list[str] = field(default_factory=list)
     qrels: dict[str, int] = field(default_factory=dict)
     meta: dict[str, object] = field(default_factory=dict)
+    context: str | None = None
 
     @property
     def answerable(self) -> bool:

@@ -60,6 +60,7 @@ class EvalReport:
     n_evaluated: dict[str, int] = field(default_factory=dict)
     per_question: dict[str, dict[str, float]] = field(default_factory=dict)
     n_unanswerable_skipped: int = 0
+    n_skipped_records: int = 0  # malformed question records dropped under --on-error skip
     n_empty: int = 0
     drop_empty: bool = False
     k: int | None = None
@@ -73,6 +74,7 @@ class EvalReport:
             "metrics": dict(self.metrics),
             "n_evaluated": dict(self.n_evaluated),
             "n_unanswerable_skipped": self.n_unanswerable_skipped,
+            "n_skipped_records": self.n_skipped_records,
             "n_empty": self.n_empty,
             "drop_empty": self.drop_empty,
             "k": self.k,

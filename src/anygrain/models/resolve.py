@@ -108,6 +108,9 @@ def resolve_model(
         if not (p / "config.json").exists():
             raise ModelNotFoundError(f"{p}: not a model directory (no config.json)")
         return p, ModelDefaults()
+    if p.is_absolute() or s.startswith((".", "~")) or s.count("/") > 1:
+        # a hub id is NAME or OWNER/NAME: this can only have meant a local directory
+        raise ModelNotFoundError(f"{s}: no such model directory")
     for alias in ALIASES.values():
         if alias.hub_name == s:
             try:

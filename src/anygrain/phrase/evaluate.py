@@ -16,7 +16,7 @@ from anygrain.errors import AnygrainError
 from anygrain.eval import EvalReport, evaluate, parse_metrics
 from anygrain.search.hit import Hit, Unit
 from anygrain.search.index import Index, IndexKind
-from anygrain.search.scope import Scope
+from anygrain.search.scope import Scope, gold_rows
 
 
 def default_metrics(k: int, unit: Unit) -> list[str]:
@@ -57,6 +57,8 @@ def evaluate_phrase(
     scope: Scope | str | None = None,
     metrics: Sequence[str] | None = None,
     batch_size: int = 64,
+    run_out: str | Path | None = None,
+    drop_empty: bool = False,
     progress: bool = True,
     search_options: dict[str, Any] | None = None,
 ) -> EvalReport:
@@ -70,33 +72,24 @@ def evaluate_phrase(
         raise AnygrainError("evaluate_phrase needs a phrase index")
     u = Unit(unit)
     qs = list(questions)
+    if k < 1:
+        raise AnygrainError(f"k must be at least 1, got {k}")
     ms = list(metrics) if metrics is not None else default_metrics(k, u)
     opts = {"unit": u, **(search_options or {})}
+    common: dict[str, Any] = dict(
+        batch_size=batch_size, run_out=run_out, drop_empty=drop_empty, progress=progress
+    )
     try:
         where = Scope(scope or Scope.CORPUS)
     except ValueError:
         known = ", ".join(s.value for s in Scope)
         raise AnygrainError(f"unknown scope {scope!r}: use one of {known}") from None
     if where is Scope.CORPUS:
-        return evaluate(
-            idx, qs, ms, k=k, batch_size=batch_size, progress=progress, search_options=opts
-        )
+        return evaluate(idx, qs, ms, k=k, search_options=opts, **common)
     parsed = parse_metrics(ms)
-    searched = [q for q in qs if any(m.applies(q) for m in parsed)]
-    rows: list[list[int]] = []
-    for q in searched:
-        if not q.gold:
-            raise AnygrainError(
-                f"question {q.id!r} has no gold passage; --scope gold-passage needs one"
-            )
-        try:
-            rows.append([idx.corpus.row_of(q.gold[0])])
-        except KeyError:
-            raise AnygrainError(
-                f"question {q.id!r}: gold passage {q.gold[0]!r} is not in the index's corpus; "
-                "--scope gold-passage needs the index built on the questions' own passages"
-            ) from None
+    # the same questions, in the same order, as ``evaluate`` will search
+    searched = [q for q in qs if run_out is not None or any(m.applies(q) for m in parsed)]
+    source = getattr(questions, "source", "")
+    rows = [gold_rows(idx.corpus, q, source=source)[:1] for q in searched]
     scoped = _Scoped(idx, searched, rows)
-    return evaluate(
-        scoped, qs, ms, k=k, batch_size=batch_size, progress=progress, search_options=opts
-    )
+    return evaluate(scoped, qs, ms, k=k, search_options=opts, **common)

@@ -52,6 +52,8 @@ def as_phrase_model(model: str | Path | PhraseEncoder) -> PhraseEncoder:
     if isinstance(model, PhraseEncoder):
         return model
     p = Path(str(model)).expanduser()
+    if not p.exists():
+        raise AnygrainError(f"{model}: no such phrase model directory")
     if not (p / "anygrain_phrase.json").exists():
         raise AnygrainError(
             f"{model}: not a phrase model; train one with `anygrain train phrase` and pass its "
@@ -278,7 +280,9 @@ class PhraseIndex(Index):
         base = path / SUBDIR
         want = manifest.get("model", {}).get("fingerprint")
         if model is None:
-            enc = PhraseEncoder.load(path / manifest["model"]["path"], verify=False)
+            # re-hashing the weights (a fraction of a second) catches a model swapped or
+            # damaged inside the index directory, which the recorded fingerprint alone cannot
+            enc = PhraseEncoder.load(path / manifest["model"]["path"])
             got = enc.config.phrase_fingerprint
         else:
             enc = as_phrase_model(model)
@@ -301,12 +305,25 @@ class PhraseIndex(Index):
             if not (base / name).exists():
                 raise AnygrainError(f"{path}: incomplete phrase index (missing {SUBDIR}/{name})")
         mode: Literal["r"] | None = "r" if mmap else None
-        table = PhraseTable(
-            np.load(base / "start.npy", mmap_mode=mode),
-            np.load(base / "end.npy", mmap_mode=mode),
-            np.load(base / "tokens.npy"),
-            np.load(base / "passage_ptr.npy"),
-        )
+        start = _load_array(base / "start.npy", mode)
+        end = _load_array(base / "end.npy", mode)
+        tokens = _load_array(base / "tokens.npy", None)
+        ptr = _load_array(base / "passage_ptr.npy", None)
+        n = len(tokens)
+        if (
+            tokens.ndim != 2
+            or tokens.shape[1] < 6
+            or len(start) != n
+            or len(end) != n
+            or len(ptr) == 0
+            or int(ptr[-1]) != n
+        ):
+            raise AnygrainError(
+                f"{path}: phrase arrays disagree (tokens {tokens.shape}, start {start.shape}, "
+                f"end {end.shape}, passage_ptr ending at {int(ptr[-1]) if len(ptr) else None}); "
+                "rebuild the index"
+            )
+        table = PhraseTable(start, end, tokens, ptr)
         if len(table.passage_ptr) != len(store) + 1:
             raise IndexMismatchError(
                 f"{path}: phrase dump covers {len(table.passage_ptr) - 1} passages, "
@@ -315,8 +332,8 @@ class PhraseIndex(Index):
         factory = manifest["settings"].get("factory", "")
         fs = FaissIndex.load(base / "start.faiss", factory=factory, mmap=mmap)
         fe = FaissIndex.load(base / "end.faiss", factory=factory, mmap=mmap)
-        start_ids = np.load(base / "start_ids.npy")
-        end_ids = np.load(base / "end_ids.npy")
+        start_ids = _load_array(base / "start_ids.npy", None)
+        end_ids = _load_array(base / "end_ids.npy", None)
         if fs.ntotal != len(start_ids) or fe.ntotal != len(end_ids):
             raise IndexMismatchError(f"{path}: FAISS indexes do not match the stored tokens")
         return cls(path, manifest, store, enc, table, fs, fe, start_ids, end_ids)
@@ -484,3 +501,13 @@ def finish_index(
         },
     )
     return {"settings": settings, "counts": counts}
+
+
+def _load_array(path: Path, mode: Literal["r"] | None) -> np.ndarray:
+    """``np.load`` with an error naming the file when it is truncated or not an array."""
+    if not path.exists():
+        raise AnygrainError(f"{path}: missing; the phrase index is incomplete")
+    try:
+        return np.load(path, mmap_mode=mode)  # type: ignore[no-any-return]
+    except (ValueError, OSError, EOFError) as e:
+        raise AnygrainError(f"{path}: unreadable ({e}); rebuild the index") from None

@@ -40,8 +40,16 @@ def refiltered_flags(flags: np.ndarray, logits: np.ndarray, threshold: float) ->
     return (s.astype(np.int32) * START_OK + e.astype(np.int32) * END_OK).astype(np.int32)
 
 
-def threshold_for_fraction(index: PhraseIndex, fraction: float) -> float:
+def _phrase_index(source: str | Path | PhraseIndex) -> PhraseIndex:
+    idx = source if isinstance(source, PhraseIndex) else Index.load(Path(source))
+    if not isinstance(idx, PhraseIndex):
+        raise AnygrainError(f"{source}: not a phrase index (it is {idx.kind.value})")
+    return idx
+
+
+def threshold_for_fraction(index: str | Path | PhraseIndex, fraction: float) -> float:
     """The tau keeping about ``fraction`` of the index's start and end vectors together."""
+    index = _phrase_index(index)
     if not 0 < fraction <= 1:
         raise AnygrainError(f"keep fraction must be in (0, 1], not {fraction}")
     base = Path(index.path) / SUBDIR
@@ -56,18 +64,23 @@ def threshold_for_fraction(index: PhraseIndex, fraction: float) -> float:
 def refilter(
     source: str | Path | PhraseIndex,
     out: str | Path,
-    threshold: float,
+    threshold: float | None = None,
     *,
+    keep: float | None = None,
     factory: str | None = None,
     progress: bool = True,
 ) -> PhraseIndex:
-    """Write a phrase index at filter threshold ``threshold`` from ``source``'s stored tokens.
+    """Write a phrase index at filter threshold ``threshold`` from ``source``'s stored tokens,
+    or, given ``keep`` instead, at the threshold keeping about that fraction of the vectors.
 
     ``factory`` is the FAISS factory of the new index (default: chosen by its size).
     """
-    src = source if isinstance(source, PhraseIndex) else Index.load(Path(source))
-    if not isinstance(src, PhraseIndex):
-        raise AnygrainError(f"{source}: not a phrase index")
+    src = _phrase_index(source)
+    if (threshold is None) == (keep is None):
+        raise AnygrainError("give one of --threshold or --keep (threshold= or keep=)")
+    if threshold is None:
+        assert keep is not None
+        threshold = threshold_for_fraction(src, keep)
     out = Path(out)
     if out.resolve() == Path(src.path).resolve():
         raise AnygrainError(f"{out}: refilter writes a new index; give another --out")
@@ -82,7 +95,7 @@ def refilter(
     tokens = np.load(sbase / "tokens.npy", mmap_mode="r")
     logits = np.load(sbase / "filter.npy", mmap_mode="r")
     flags = refiltered_flags(tokens[:, 3], logits, threshold)
-    keep = np.flatnonzero(flags > 0)
+    kept = np.flatnonzero(flags > 0)
     n_passages = len(src.table.passage_ptr) - 1
     with atomic_dir(out) as tmp:
         base = tmp / SUBDIR
@@ -91,26 +104,26 @@ def refilter(
         for name in ("start", "end", "tokens", "filter"):
             arr = np.load(sbase / f"{name}.npy", mmap_mode="r")
             dst = np.lib.format.open_memmap(
-                base / f"{name}.npy", mode="w+", dtype=arr.dtype, shape=(len(keep), *arr.shape[1:])
+                base / f"{name}.npy", mode="w+", dtype=arr.dtype, shape=(len(kept), *arr.shape[1:])
             )
-            chunks = range(0, len(keep), _CHUNK)
+            chunks = range(0, len(kept), _CHUNK)
             for i in progress_bar(chunks, desc=f"copying {name}", disable=not progress):
-                part = np.asarray(arr[keep[i : i + _CHUNK]])
+                part = np.asarray(arr[kept[i : i + _CHUNK]])
                 if name == "tokens":
                     part = part.copy()
-                    part[:, 3] = flags[keep[i : i + _CHUNK]]
+                    part[:, 3] = flags[kept[i : i + _CHUNK]]
                 dst[i : i + len(part)] = part
             dst.flush()
             del dst
-        rows = np.asarray(tokens[keep, 0], dtype=np.int64)
+        rows = np.asarray(tokens[kept, 0], dtype=np.int64)
         ptr = np.zeros(n_passages + 1, dtype=np.int64)
         np.cumsum(np.bincount(rows, minlength=n_passages), out=ptr[1:])
         np.save(base / "passage_ptr.npy", ptr)
-        kept_flags = flags[keep]
+        kept_flags = flags[kept]
         stats = DumpStats(
             n_passages=n_passages,
             n_tokens_seen=int(src.manifest["counts"]["tokens_seen"]),
-            n_kept=len(keep),
+            n_kept=len(kept),
             n_start=int(np.count_nonzero(kept_flags & START_OK)),
             n_end=int(np.count_nonzero(kept_flags & END_OK)),
             shards_done_before=0,

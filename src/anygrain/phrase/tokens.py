@@ -249,9 +249,11 @@ class AlignStats:
     offset_fixed: int = 0  # answer_start did not point at the text; found nearby
     failed: dict[str, int] = field(default_factory=dict)
     examples: list[str] = field(default_factory=list)
+    last_failure: str | None = None  # the reason of the latest failure, for per-question reports
 
     def fail(self, reason: str, example: str) -> None:
         self.failed[reason] = self.failed.get(reason, 0) + 1
+        self.last_failure = reason
         if len(self.examples) < 10:
             self.examples.append(f"{reason}: {example}")
 

@@ -52,6 +52,7 @@ from anygrain.train.phrase_losses import (
 from anygrain.train.run_dir import RunDir
 from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.train.saved_config import SavedConfig
+from anygrain.utils.atomic import atomic_write_text
 from anygrain.utils.precision import cpu_autocast
 
 CONFIG_FILE = "train_config.json"
@@ -69,6 +70,7 @@ _BOOKKEEPING = frozenset(
         "threads",
     }
 )
+NOT_USED_FILE = "questions_not_used.jsonl"  # each training question left out, and why
 _PROBE = 20  # steps timed before the schedule is first fitted to max_minutes
 _REFIT = 200  # steps between later fits (contention on a shared CPU changes)
 _SAVE_SECONDS = 60.0  # kept for the final save and filter calibration
@@ -551,9 +553,15 @@ def train_phrase(
             data_seconds=round(time.time() - t0, 2),
         )
         a = data.align
+        atomic_write_text(
+            out / NOT_USED_FILE,
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in data.not_used),
+        )
         log.say(
             f"{len(data.examples)} training questions on {len(data.windows)} windows; "
-            f"{a.n_failed} answers not aligned ({a.failed}), {data.questions_dropped} questions dropped",
+            f"{a.n_failed} answers not aligned ({a.failed}); {len(data.not_used)} questions "
+            f"not used ({data.questions_dropped} with no aligned answer, skipped: "
+            f"{data.questions_skipped or 'none'}), each listed in {out / NOT_USED_FILE}",
             0,
         )
     stats, stopped = _run(trainer, config, log, progress, on_step, t0)

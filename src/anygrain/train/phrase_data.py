@@ -48,6 +48,8 @@ class PhraseTrainData:
     questions_seen: int = 0
     questions_dropped: int = 0  # no answer could be aligned
     questions_skipped: dict[str, int] = field(default_factory=dict)  # unanswerable, no passage
+    # every question not trained on: {"source", "id", "reason"}, so none is lost unnamed
+    not_used: list[dict[str, str]] = field(default_factory=list)
 
     def fingerprint(self) -> str:
         """Identifies the examples and their windows, so a checkpoint never resumes other data."""
@@ -85,6 +87,13 @@ def load_phrase_data(
         tuple[str, str, int, list[str], list[int]]
     ] = []  # qid, text, passage, answers, starts
     skipped: dict[str, int] = {}
+    not_used: list[dict[str, str]] = []
+    origin: dict[str, tuple[str, str]] = {}  # training qid -> (source, question id)
+
+    def skip(spec: str, qid: str, reason: str) -> None:
+        skipped[reason] = skipped.get(reason, 0) + 1
+        not_used.append({"source": spec, "id": qid, "reason": reason})
+
     for fi, spec in enumerate(specs):
         src = parse_source(spec)
         for doc in src.documents(errors):
@@ -100,12 +109,13 @@ def load_phrase_data(
         qsrc = parse_source(spec, want="questions")
         for q in qsrc.questions(errors):
             if not q.answers or not q.answer_starts:
-                skipped["no_answer_offsets"] = skipped.get("no_answer_offsets", 0) + 1
+                skip(spec, q.id, "no_answer_offsets")
                 continue
             key = f"{fi}:{q.gold[0]}" if q.gold else ""
             if key not in pindex:
-                skipped["passage_not_found"] = skipped.get("passage_not_found", 0) + 1
+                skip(spec, q.id, "passage_not_found")
                 continue
+            origin[f"{fi}:{q.id}"] = (spec, q.id)
             raw.append(
                 (f"{fi}:{q.id}", q.text, pindex[key], list(q.answers), list(q.answer_starts))
             )
@@ -141,6 +151,10 @@ def load_phrase_data(
                 first = SpanExample(qid, text, al.window, al.start, al.end)
         if first is None:
             dropped += 1
+            spec, orig = origin[qid]
+            not_used.append(
+                {"source": spec, "id": orig, "reason": f"unaligned: {stats.last_failure}"}
+            )
         else:
             examples.append(first)
     if not examples:
@@ -155,6 +169,7 @@ def load_phrase_data(
         questions_seen=len(raw),
         questions_dropped=dropped,
         questions_skipped=skipped,
+        not_used=not_used,
     )
 
 

@@ -46,6 +46,7 @@ from anygrain.phrase.index import PhraseIndex
 from anygrain.phrase.model import MODEL_CONFIG, PhraseEncoder
 from anygrain.phrase.search import Phrases
 from anygrain.search.index import Index
+from anygrain.search.scope import gold_rows
 from anygrain.train.checkpoint import (
     check_compatible,
     checkpoint_format,
@@ -166,17 +167,7 @@ def load_query_side_data(
             if not q.answers or q.answers_are_regex:
                 skipped["no_answer"] += 1
                 continue
-            found = []
-            for g in q.gold:
-                try:
-                    found.append(index.corpus.row_of(g))
-                except KeyError:
-                    continue
-            if q.gold and not found:
-                raise AnygrainError(
-                    f"{src}: question {q.id!r}: gold passage {q.gold[0]!r} is not in the index's "
-                    "corpus; query-side training needs an index built on the questions' passages"
-                )
+            found = gold_rows(index.corpus, q, source=src) if q.gold else []
             qs.append(q)
             rows.append(np.asarray(sorted(found), dtype=np.int64))
     if not qs:

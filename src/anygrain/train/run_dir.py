@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from anygrain.errors import AnygrainError
 from anygrain.train.checkpoint import latest_checkpoint, remove_checkpoints
 from anygrain.train.runlog import TrainLog
 from anygrain.train.saved_config import SavedConfig
@@ -32,15 +33,36 @@ class RunDir:
     def already_trained(self, model_file: str, data_fingerprint: str, *, resume: bool) -> bool:
         """True (and says so) when this very run finished here and its model file exists.
 
-        The message is not logged: a rerun with nothing to do leaves the log as it was.
+        A finished model from other settings or data is never trained over silently: with
+        ``resume`` that is an error (the user meant another ``--out``, or ``--no-resume``
+        to replace it). The message is not logged: a rerun with nothing to do leaves the
+        log as it was.
         """
-        if not resume or not self.log.finished(
-            self.out / model_file, self.config.trajectory(), data_fingerprint
-        ):
+        if not resume:
             return False
-        if self.log.echo:
-            print(f"{self.out}: already trained with these settings and data", file=sys.stderr)
-        return True
+        trajectory = self.config.trajectory()
+        if self.log.finished(self.out / model_file, trajectory, data_fingerprint):
+            if self.log.echo:
+                print(f"{self.out}: already trained with these settings and data", file=sys.stderr)
+            return True
+        done = self.log.done()
+        if done is not None and (self.out / model_file).exists():
+            old = done.get("trajectory") or {}
+            changed = sorted(
+                k for k in old.keys() | trajectory.keys() if old.get(k) != trajectory.get(k)
+            )
+            what = (
+                "settings (" + ", ".join(changed) + ")"
+                if changed
+                else "training data"
+                if done.get("data_fingerprint") != data_fingerprint
+                else "settings"
+            )
+            raise AnygrainError(
+                f"{self.out}: holds a model already trained with other {what}; give another "
+                "--out, or --no-resume to train over it"
+            )
+        return False
 
     def open(self, *, resume: bool) -> Path | None:
         """Save the config and return the checkpoint to resume from (None: start afresh).

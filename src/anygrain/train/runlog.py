@@ -47,15 +47,19 @@ class TrainLog:
         if self.echo:
             print(message, file=sys.stderr, flush=True)
 
+    def done(self) -> dict[str, Any] | None:
+        """The ``done`` event when it is the log's last record (messages written after it,
+        such as a rerun's "already trained", do not count); None while a run is unfinished."""
+        last = next((r for r in reversed(self.records()) if r.get("event") != "info"), None)
+        return last if last is not None and last.get("event") == "done" else None
+
     def finished(self, model_file: Path, trajectory: dict[str, Any], data_fingerprint: str) -> bool:
         """True when the run in this log finished with these settings and data and its model
-        file exists, so a rerun of the same command has nothing to do.  Messages written
-        after the ``done`` event (such as a rerun's "already trained") do not count."""
-        last = next((r for r in reversed(self.records()) if r.get("event") != "info"), None)
+        file exists, so a rerun of the same command has nothing to do."""
+        last = self.done()
         return (
             model_file.exists()
             and last is not None
-            and last.get("event") == "done"
             and last.get("trajectory") == trajectory
             and last.get("data_fingerprint") == data_fingerprint
         )

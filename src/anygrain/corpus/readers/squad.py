@@ -192,9 +192,16 @@ def _question(qa: Any, pid: str, ctx: str, where: str, path: Path) -> Question:
         raise InputError("empty text", path=str(path), line=line, field=f"{where}.question")
     answers: list[str] = []
     starts: list[int] = []
+    impossible = bool(qa.get("is_impossible", False))
     raw_answers = qa.get("answers", [])
     if not isinstance(raw_answers, list):
         raise InputError("expected a list", path=str(path), line=line, field=f"{where}.answers")
+    if not raw_answers and not impossible:
+        # only SQuAD 2.0 marks a question unanswerable; anything else lost its answers
+        problem = (
+            "no answers (and not marked is_impossible)" if "answers" in qa else "missing field"
+        )
+        raise InputError(problem, path=str(path), line=line, field=f"{where}.answers")
     for k, ans in enumerate(raw_answers):
         a_where = f"{where}.answers[{k}]"
         a_text = require(ans, "text", str, path=path, line=line, where=a_where)
@@ -207,7 +214,6 @@ def _question(qa: Any, pid: str, ctx: str, where: str, path: Path) -> Question:
             continue
         answers.append(a_text)
         starts.append(start)
-    impossible = bool(qa.get("is_impossible", False))
     return Question(
         id=str(qid),
         text=text.strip(),
@@ -215,6 +221,8 @@ def _question(qa: Any, pid: str, ctx: str, where: str, path: Path) -> Question:
         answer_starts=starts,
         gold=[pid],
         meta={"is_impossible": impossible} if impossible else {},
+        context=ctx
+        or None,  # shared by the paragraph's questions, so it costs no memory per question
     )
 
 
