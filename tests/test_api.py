@@ -37,6 +37,12 @@ def test_passage_index_defaults_and_refuses_phrase_options(bm25: Index, squad_fi
         evaluate_index(bm25, f"squad:{squad_file}", unit="sentence", progress=False)
     with pytest.raises(AnygrainError, match="gold-passage needs a phrase index"):
         evaluate_index(bm25, f"squad:{squad_file}", scope="gold-passage", progress=False)
+    with pytest.raises(AnygrainError, match="unknown scope 'nowhere': use one of corpus"):
+        evaluate_index(bm25, f"squad:{squad_file}", scope="nowhere", progress=False)
+    with pytest.raises(AnygrainError, match="unknown unit 'word'"):
+        evaluate_index(bm25, f"squad:{squad_file}", unit="word", progress=False)
+    qs = load_questions(f"squad:{squad_file}")
+    assert evaluate_index(bm25, qs, limit=3, progress=False).n_questions == 3
     with pytest.raises(AnygrainError, match="limit must be at least 1"):
         evaluate_index(bm25, f"squad:{squad_file}", limit=0, progress=False)
     with pytest.raises(AnygrainError, match="k must be at least 1"):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from anygrain.corpus.formats import parse_source
 from anygrain.corpus.questions import Question, Questions
@@ -14,6 +15,8 @@ from anygrain.eval.evaluate import EvalReport
 from anygrain.search.hit import Hit, Unit
 from anygrain.search.index import Index, IndexKind
 from anygrain.search.scope import Scope
+
+E = TypeVar("E", bound=Enum)
 
 # the passage-index metrics ``evaluate_index`` and ``anygrain eval`` report by default
 PASSAGE_METRICS = ("top@1", "top@5", "top@20", "mrr@20", "p@20")
@@ -48,7 +51,7 @@ def search_index(
         if not isinstance(q, str) or not q.strip():
             raise AnygrainError(f"query {i + 1} is empty")
     if idx.kind is IndexKind.PHRASE:
-        return idx.search(list(queries), k, unit=Unit(unit or Unit.PHRASE), **options)
+        return idx.search(list(queries), k, unit=_enum(Unit, unit or Unit.PHRASE), **options)
     _check_passage_unit(idx, unit)
     return idx.search(list(queries), k, **options)
 
@@ -80,11 +83,10 @@ def evaluate_index(
 
     idx = index if isinstance(index, Index) else Index.load(index)
     errors = errors if errors is not None else ErrorLog()
-    qs = (
-        questions
-        if isinstance(questions, Questions)
-        else load_questions(questions, errors=errors, limit=limit)
-    )
+    if isinstance(questions, Questions):
+        qs = questions if limit is None else Questions(questions.items[:limit], questions.source)
+    else:
+        qs = load_questions(questions, errors=errors, limit=limit)
     ms = list(metrics) if metrics is not None else None
     report: EvalReport
     if idx.kind is IndexKind.PHRASE:
@@ -94,8 +96,8 @@ def evaluate_index(
             idx,
             qs,
             k=10 if k is None else k,
-            unit=unit or Unit.PHRASE,
-            scope=scope,
+            unit=_enum(Unit, unit or Unit.PHRASE),
+            scope=_enum(Scope, scope or Scope.CORPUS),
             metrics=ms,
             run_out=run_out,
             drop_empty=drop_empty,
@@ -104,9 +106,9 @@ def evaluate_index(
         )
     else:
         _check_passage_unit(idx, unit)
-        if scope is not None and Scope(scope) is not Scope.CORPUS:
+        if scope is not None and _enum(Scope, scope) is not Scope.CORPUS:
             raise AnygrainError(
-                f"{idx.path}: scope {Scope(scope).value} needs a phrase index "
+                f"{idx.path}: scope {_enum(Scope, scope).value} needs a phrase index "
                 f"(this one is {idx.kind.value})"
             )
         report = evaluate(
@@ -123,8 +125,19 @@ def evaluate_index(
     return report
 
 
+def _enum(kind: type[E], value: E | str) -> E:
+    """``kind(value)``, or an error listing the values there are."""
+    try:
+        return kind(value)
+    except ValueError:
+        known = ", ".join(str(v.value) for v in kind)
+        raise AnygrainError(
+            f"unknown {kind.__name__.lower()} {value!r}: use one of {known}"
+        ) from None
+
+
 def _check_passage_unit(idx: Index, unit: Unit | str | None) -> None:
-    if unit is not None and Unit(unit) is not Unit.PASSAGE:
+    if unit is not None and _enum(Unit, unit) is not Unit.PASSAGE:
         raise AnygrainError(
             f"{idx.path}: a {idx.kind.value} index returns passages; "
             "unit phrase, sentence or document needs a phrase index"
