@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import TYPE_CHECKING
 
 from anygrain.corpus.questions import Question
 from anygrain.errors import AnygrainError
+
+if TYPE_CHECKING:
+    from anygrain.corpus.store import CorpusStore
 
 
 class Scope(str, enum.Enum):
@@ -16,7 +19,7 @@ class Scope(str, enum.Enum):
     GOLD_PASSAGE = "gold-passage"  # D = {p}: only the question's gold passage (phrase indexes)
 
 
-def gold_rows(corpus: Any, question: Question, *, source: str = "") -> list[int]:
+def gold_rows(corpus: CorpusStore, question: Question, *, source: str = "") -> list[int]:
     """Rows of ``question``'s gold passages in ``corpus`` (those present), for D = {p}.
 
     An error names the question file when none of its gold passages is stored, or when

@@ -151,9 +151,9 @@ def load_phrase_data(
                 first = SpanExample(qid, text, al.window, al.start, al.end)
         if first is None:
             dropped += 1
-            spec, orig = origin[qid]
+            source, orig = origin[qid]
             not_used.append(
-                {"source": spec, "id": orig, "reason": f"unaligned: {stats.last_failure}"}
+                {"source": source, "id": orig, "reason": f"unaligned: {stats.last_failure}"}
             )
         else:
             examples.append(first)
