@@ -4,19 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from anygrain.corpus.formats import parse_source
 from anygrain.corpus.questions import Question, Questions
-from anygrain.errors import AnygrainError, ErrorLog
+from anygrain.errors import AnygrainError, ErrorLog, parse_enum
 from anygrain.eval.evaluate import EvalReport
 from anygrain.search.hit import Hit, Unit
 from anygrain.search.index import Index, IndexKind
 from anygrain.search.scope import Scope
-
-E = TypeVar("E", bound=Enum)
 
 # the passage-index metrics ``evaluate_index`` and ``anygrain eval`` report by default
 PASSAGE_METRICS = ("top@1", "top@5", "top@20", "mrr@20", "p@20")
@@ -26,12 +23,15 @@ def load_questions(
     spec: str | Path, *, errors: ErrorLog | None = None, limit: int | None = None
 ) -> Questions:
     """Read a question set from ``FORMAT:PATH`` or ``PATH`` (format detected)."""
-    if limit is not None and limit < 1:
+    return _first(parse_source(str(spec), want="questions").questions(errors), limit)
+
+
+def _first(qs: Questions, limit: int | None) -> Questions:
+    if limit is None:
+        return qs
+    if limit < 1:
         raise AnygrainError(f"limit must be at least 1, got {limit}")
-    qs = parse_source(str(spec), want="questions").questions(errors)
-    if limit is not None:
-        qs = Questions(qs.items[:limit], source=qs.source, format=qs.format)
-    return qs
+    return Questions(qs.items[:limit], source=qs.source, format=qs.format)
 
 
 def search_index(
@@ -51,7 +51,7 @@ def search_index(
         if not isinstance(q, str) or not q.strip():
             raise AnygrainError(f"query {i + 1} is empty")
     if idx.kind is IndexKind.PHRASE:
-        return idx.search(list(queries), k, unit=_enum(Unit, unit or Unit.PHRASE), **options)
+        return idx.search(list(queries), k, unit=parse_enum(Unit, unit or Unit.PHRASE), **options)
     _check_passage_unit(idx, unit)
     return idx.search(list(queries), k, **options)
 
@@ -84,7 +84,7 @@ def evaluate_index(
     idx = index if isinstance(index, Index) else Index.load(index)
     errors = errors if errors is not None else ErrorLog()
     if isinstance(questions, Questions):
-        qs = questions if limit is None else Questions(questions.items[:limit], questions.source)
+        qs = _first(questions, limit)
     else:
         qs = load_questions(questions, errors=errors, limit=limit)
     ms = list(metrics) if metrics is not None else None
@@ -96,8 +96,8 @@ def evaluate_index(
             idx,
             qs,
             k=10 if k is None else k,
-            unit=_enum(Unit, unit or Unit.PHRASE),
-            scope=_enum(Scope, scope or Scope.CORPUS),
+            unit=parse_enum(Unit, unit or Unit.PHRASE),
+            scope=parse_enum(Scope, scope or Scope.CORPUS),
             metrics=ms,
             run_out=run_out,
             drop_empty=drop_empty,
@@ -106,9 +106,9 @@ def evaluate_index(
         )
     else:
         _check_passage_unit(idx, unit)
-        if scope is not None and _enum(Scope, scope) is not Scope.CORPUS:
+        if scope is not None and parse_enum(Scope, scope) is not Scope.CORPUS:
             raise AnygrainError(
-                f"{idx.path}: scope {_enum(Scope, scope).value} needs a phrase index "
+                f"{idx.path}: scope {parse_enum(Scope, scope).value} needs a phrase index "
                 f"(this one is {idx.kind.value})"
             )
         report = evaluate(
@@ -125,19 +125,8 @@ def evaluate_index(
     return report
 
 
-def _enum(kind: type[E], value: E | str) -> E:
-    """``kind(value)``, or an error listing the values there are."""
-    try:
-        return kind(value)
-    except ValueError:
-        known = ", ".join(str(v.value) for v in kind)
-        raise AnygrainError(
-            f"unknown {kind.__name__.lower()} {value!r}: use one of {known}"
-        ) from None
-
-
 def _check_passage_unit(idx: Index, unit: Unit | str | None) -> None:
-    if unit is not None and _enum(Unit, unit) is not Unit.PASSAGE:
+    if unit is not None and parse_enum(Unit, unit) is not Unit.PASSAGE:
         raise AnygrainError(
             f"{idx.path}: a {idx.kind.value} index returns passages; "
             "unit phrase, sentence or document needs a phrase index"

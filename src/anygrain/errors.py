@@ -9,10 +9,24 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+E = TypeVar("E", bound=enum.Enum)
 
 
 class AnygrainError(Exception):
     """Base class for every error anygrain raises on purpose."""
+
+
+def parse_enum(kind: type[E], value: E | str) -> E:
+    """``kind(value)``, or an error naming the value and the choices there are."""
+    try:
+        return kind(value)
+    except ValueError:
+        known = ", ".join(str(v.value) for v in kind)
+        raise AnygrainError(
+            f"unknown {kind.__name__.lower()} {value!r}: use one of {known}"
+        ) from None
 
 
 class InputError(AnygrainError):

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from anygrain.corpus.questions import Question
-from anygrain.errors import AnygrainError
+from anygrain.errors import AnygrainError, parse_enum
 from anygrain.eval import EvalReport, evaluate, parse_metrics
 from anygrain.search.hit import Hit, Unit
 from anygrain.search.index import Index, IndexKind
@@ -70,7 +70,7 @@ def evaluate_phrase(
     idx = index if not isinstance(index, str | Path) else Index.load(index)
     if getattr(idx, "kind", None) is not IndexKind.PHRASE:
         raise AnygrainError("evaluate_phrase needs a phrase index")
-    u = Unit(unit)
+    u = parse_enum(Unit, unit)
     qs = list(questions)
     if k < 1:
         raise AnygrainError(f"k must be at least 1, got {k}")
@@ -79,11 +79,7 @@ def evaluate_phrase(
     common: dict[str, Any] = dict(
         batch_size=batch_size, run_out=run_out, drop_empty=drop_empty, progress=progress
     )
-    try:
-        where = Scope(scope or Scope.CORPUS)
-    except ValueError:
-        known = ", ".join(s.value for s in Scope)
-        raise AnygrainError(f"unknown scope {scope!r}: use one of {known}") from None
+    where = parse_enum(Scope, scope or Scope.CORPUS)
     if where is Scope.CORPUS:
         return evaluate(idx, qs, ms, k=k, search_options=opts, **common)
     parsed = parse_metrics(ms)

@@ -301,6 +301,8 @@ class PhraseIndex(Index):
             "passage_ptr.npy",
             "start.faiss",
             "end.faiss",
+            "start_ids.npy",
+            "end_ids.npy",
         ):
             if not (base / name).exists():
                 raise AnygrainError(f"{path}: incomplete phrase index (missing {SUBDIR}/{name})")
@@ -505,8 +507,6 @@ def finish_index(
 
 def _load_array(path: Path, mode: Literal["r"] | None) -> np.ndarray:
     """``np.load`` with an error naming the file when it is truncated or not an array."""
-    if not path.exists():
-        raise AnygrainError(f"{path}: missing; the phrase index is incomplete")
     try:
         return np.load(path, mmap_mode=mode)  # type: ignore[no-any-return]
     except (ValueError, OSError, EOFError) as e:

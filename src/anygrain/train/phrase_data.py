@@ -88,7 +88,6 @@ def load_phrase_data(
     ] = []  # qid, text, passage, answers, starts
     skipped: dict[str, int] = {}
     not_used: list[dict[str, str]] = []
-    origin: dict[str, tuple[str, str]] = {}  # training qid -> (source, question id)
 
     def skip(spec: str, qid: str, reason: str) -> None:
         skipped[reason] = skipped.get(reason, 0) + 1
@@ -115,7 +114,6 @@ def load_phrase_data(
             if key not in pindex:
                 skip(spec, q.id, "passage_not_found")
                 continue
-            origin[f"{fi}:{q.id}"] = (spec, q.id)
             raw.append(
                 (f"{fi}:{q.id}", q.text, pindex[key], list(q.answers), list(q.answer_starts))
             )
@@ -151,9 +149,13 @@ def load_phrase_data(
                 first = SpanExample(qid, text, al.window, al.start, al.end)
         if first is None:
             dropped += 1
-            source, orig = origin[qid]
+            file_no, orig = qid.split(":", 1)  # training ids are "FILE_INDEX:QUESTION_ID"
             not_used.append(
-                {"source": source, "id": orig, "reason": f"unaligned: {stats.last_failure}"}
+                {
+                    "source": specs[int(file_no)],
+                    "id": orig,
+                    "reason": f"unaligned: {stats.last_failure}",
+                }
             )
         else:
             examples.append(first)

@@ -40,29 +40,26 @@ class RunDir:
         """
         if not resume:
             return False
+        done = self.log.done()
+        if done is None or not (self.out / model_file).exists():
+            return False
         trajectory = self.config.trajectory()
-        if self.log.finished(self.out / model_file, trajectory, data_fingerprint):
+        old = done.get("trajectory") or {}
+        changed = sorted(
+            k for k in old.keys() | trajectory.keys() if old.get(k) != trajectory.get(k)
+        )
+        if changed:
+            what = "settings (" + ", ".join(changed) + ")"
+        elif done.get("data_fingerprint") != data_fingerprint:
+            what = "training data"
+        else:
             if self.log.echo:
                 print(f"{self.out}: already trained with these settings and data", file=sys.stderr)
             return True
-        done = self.log.done()
-        if done is not None and (self.out / model_file).exists():
-            old = done.get("trajectory") or {}
-            changed = sorted(
-                k for k in old.keys() | trajectory.keys() if old.get(k) != trajectory.get(k)
-            )
-            what = (
-                "settings (" + ", ".join(changed) + ")"
-                if changed
-                else "training data"
-                if done.get("data_fingerprint") != data_fingerprint
-                else "settings"
-            )
-            raise AnygrainError(
-                f"{self.out}: holds a model already trained with other {what}; give another "
-                "--out, or --no-resume to train over it"
-            )
-        return False
+        raise AnygrainError(
+            f"{self.out}: holds a model already trained with other {what}; give another "
+            "--out, or --no-resume to train over it"
+        )
 
     def open(self, *, resume: bool) -> Path | None:
         """Save the config and return the checkpoint to resume from (None: start afresh).

@@ -53,17 +53,6 @@ class TrainLog:
         last = next((r for r in reversed(self.records()) if r.get("event") != "info"), None)
         return last if last is not None and last.get("event") == "done" else None
 
-    def finished(self, model_file: Path, trajectory: dict[str, Any], data_fingerprint: str) -> bool:
-        """True when the run in this log finished with these settings and data and its model
-        file exists, so a rerun of the same command has nothing to do."""
-        last = self.done()
-        return (
-            model_file.exists()
-            and last is not None
-            and last.get("trajectory") == trajectory
-            and last.get("data_fingerprint") == data_fingerprint
-        )
-
 
 @contextmanager
 def defer_sigint() -> Iterator[None]:
