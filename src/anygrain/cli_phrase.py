@@ -95,6 +95,13 @@ def train_phrase_cmd(
             help="global: one gradient norm; per-side: phrase and question encoders apart",
         ),
     ] = GradClip.GLOBAL,
+    freeze_embeddings: Annotated[
+        bool,
+        typer.Option(
+            "--freeze-embeddings",
+            help="Keep the backbone's embedding layers fixed (the model can then be packed small)",
+        ),
+    ] = False,
     bf16: BF16Opt = False,
     max_passage_length: Annotated[
         int, typer.Option("--max-passage-length", help="Tokens per window")
@@ -135,6 +142,7 @@ def train_phrase_cmd(
             teacher=teacher,
             in_batch_negatives=inbatch_negatives.value,
             grad_clip=grad_clip.value,
+            freeze_embeddings=freeze_embeddings,
             bf16=bf16,
             max_passage_length=max_passage_length,
             doc_stride=doc_stride,

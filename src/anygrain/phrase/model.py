@@ -302,6 +302,17 @@ class PhraseEncoder(nn.Module):
             "question": [p for m in question for p in m.parameters()],
         }
 
+    def encoders(self) -> list[nn.Module]:
+        """The transformer encoders: phrase first, then the question encoder(s)."""
+        return [self.phrase, *self.questions]
+
+    def freeze_embeddings(self) -> None:
+        """Stop training every encoder's embedding layer (token, position, type, norm)."""
+        for enc in self.encoders():
+            emb = getattr(enc, "embeddings", None) or enc.get_input_embeddings()  # type: ignore[operator]
+            for p in emb.parameters():
+                p.requires_grad_(False)
+
     def head_modules(self) -> nn.ModuleDict:
         return nn.ModuleDict(
             {

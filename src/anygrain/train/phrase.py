@@ -83,7 +83,7 @@ class PhraseTrainConfig(SavedConfig):
     FILE = CONFIG_FILE
     WHAT = "phrase training config"
     BOOKKEEPING = _BOOKKEEPING
-    ADDED = {"grad_clip": "global", "in_batch_negatives": "gold"}
+    ADDED = {"grad_clip": "global", "in_batch_negatives": "gold", "freeze_embeddings": False}
 
     train: list[str]
     out: str
@@ -111,6 +111,9 @@ class PhraseTrainConfig(SavedConfig):
     pre_batch: int = 2  # C preceding batches as negatives; 0 = off
     pre_batch_from: float = 0.5  # fraction of all steps before pre-batch negatives start
     teacher: str | None = None
+    # Frozen token embeddings keep the model a small delta over its backbone (the shipped
+    # default model stores only the transformer layers: anygrain.phrase.packed).
+    freeze_embeddings: bool = False
     bf16: bool = False
     seed: int = 12345
     max_examples: int | None = None
@@ -235,6 +238,8 @@ class PhraseTrainer(EpochPosition):
         self.planned_steps = sum(len(p) for p in self.plans)
         self.fitted = False  # total_steps shrunk to a time budget (see fit_to_budget)
         self.set_total_steps(self.planned_steps)
+        if config.freeze_embeddings:
+            model.freeze_embeddings()
         self.optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr)
 
         def schedule(step: int) -> float:
