@@ -107,8 +107,31 @@ def test_unknown_format_and_metric(squad_file: Path, tmp_path: Path) -> None:
 
 
 def test_demo_offline(tmp_path: Path) -> None:
-    r = runner.invoke(app, ["demo", "--out", str(tmp_path / "demo")])
+    r = runner.invoke(app, ["demo", "--kind", "bm25", "--out", str(tmp_path / "demo")])
     assert r.exit_code == 0, r.output
     last = json.loads(r.stdout.strip().splitlines()[-1])
-    assert last["n_questions"] == 10
+    assert last["n_questions"] == 10 and last["kind"] == "bm25"
     assert last["metrics"]["top@5"] >= 0.5  # BM25 on the Python reference finds most answers
+
+
+def test_phrase_demo_answers_at_three_grains_and_reuses_its_index(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    args = ["demo", "--out", str(out), "--max-documents", "4", "-q"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    last = json.loads(r.stdout.strip().splitlines()[-1])
+    assert last["kind"] == "phrase" and not last["reused_index"]
+    assert {"em", "f1", "top@1"} <= set(last["metrics"])
+    for unit in ("phrase", "sentence", "passage"):
+        assert f"   {unit}" in r.stdout
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0 and json.loads(again.stdout.strip().splitlines()[-1])["reused_index"]
+    # a directory the demo did not write is refused and left as it was
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep me")
+    r = runner.invoke(app, ["demo", "--out", str(other), "--max-documents", "2", "-q"])
+    assert r.exit_code != 0 and "not this demo" in r.output
+    assert (other / "notes.txt").read_text() == "keep me"
+
+

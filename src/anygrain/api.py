@@ -134,27 +134,112 @@ def _check_passage_unit(idx: Index, unit: Unit | str | None) -> None:
 
 
 @dataclass
+class DemoAnswer:
+    """One demo question with its hits at each unit the index returns."""
+
+    question: Question
+    hits: dict[Unit, list[Hit]]
+
+
+@dataclass
 class DemoResult:
     index: Index
-    answers: list[tuple[Question, list[Hit]]]
-    report: Any
+    answers: list[DemoAnswer]
+    metrics: dict[str, float]
+    reused: bool
+    seconds: dict[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.index.kind.value,
+            "index": str(self.index.path),
+            "n_questions": len(self.answers),
+            "n_passages": len(self.index.corpus),
+            "metrics": self.metrics,
+            "reused_index": self.reused,
+            "seconds": self.seconds,
+        }
+
+
+def _reusable_demo_index(out: Path, kind: IndexKind, corpus_checksum: str) -> Index | None:
+    """The demo index already at ``out`` when it holds the same corpus, kind and (phrase)
+    model, so a second ``anygrain demo`` answers at once; None when there is none."""
+    from anygrain.search.index import read_manifest
+
+    if not (out / "index.json").exists():
+        return None
+    m = read_manifest(out)
+    if m.get("kind") != kind.value or m.get("corpus", {}).get("checksum") != corpus_checksum:
+        return None
+    if kind is IndexKind.PHRASE:
+        from anygrain.models.shipped import default_phrase_model, shipped_model_dir
+
+        cfg = shipped_model_dir(default_phrase_model("en")) / "anygrain_phrase.json"
+        import json
+
+        want = json.loads(cfg.read_text(encoding="utf-8")).get("phrase_fingerprint")
+        if m.get("model", {}).get("fingerprint") != want:
+            return None
+    return Index.load(out)
 
 
 def run_demo(
-    out: str | Path, *, kind: str = "bm25", progress: bool = True, **settings: Any
+    out: str | Path,
+    *,
+    kind: IndexKind | str = IndexKind.PHRASE,
+    progress: bool = True,
+    max_documents: int | None = None,
+    k: int = 5,
+    **settings: Any,
 ) -> DemoResult:
-    """Index CPython's reference topics and answer the demo questions, all offline."""
+    """Index CPython's reference topics and answer the demo questions, all offline.
+
+    A phrase index (the default, with the shipped phrase model) answers with phrases,
+    sentences and passages; other kinds with passages.  An index already at ``out`` with
+    the same corpus and model is reused; anything else there is refused, never replaced.
+    """
+    import tempfile
+    import time
+
     from anygrain.corpus.builtin import demo_questions, pydoc_topics
+    from anygrain.corpus.store import CorpusStore
     from anygrain.eval import evaluate_run
 
     out = Path(out)
-    idx = Index.build(
-        list(pydoc_topics()), kind=kind, out=out, split="paragraph", progress=progress, **settings
-    )
+    k_ = parse_enum(IndexKind, kind)
+    docs = list(pydoc_topics())[:max_documents]
+    t0 = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        store = CorpusStore.build(docs, Path(tmp) / "corpus", split="paragraph", progress=False)
+        checksum = store.manifest["checksum"]
+    idx = _reusable_demo_index(out, k_, checksum)
+    reused = idx is not None
+    if idx is None:
+        if out.exists() and any(out.iterdir()):
+            raise AnygrainError(
+                f"{out}: exists and is not this demo's index; pass another --out "
+                "(the demo never replaces a directory it did not write)"
+            )
+        idx = Index.build(docs, kind=k_, out=out, split="paragraph", progress=progress, **settings)
+    t_index = time.time() - t0
     qs = demo_questions()
-    hits = idx.search(qs.texts, 5)
+    units = [Unit.PHRASE, Unit.SENTENCE, Unit.PASSAGE] if k_ is IndexKind.PHRASE else [Unit.PASSAGE]
+    t1 = time.time()
+    by_unit = {u: search_index(idx, qs.texts, k, unit=u) for u in units}
+    t_search = time.time() - t1
+    answers = [DemoAnswer(q, {u: by_unit[u][i] for u in units}) for i, q in enumerate(qs.items)]
+
     # Score the hits already in hand rather than searching again.
-    report = evaluate_run(
-        {q.id: h for q, h in zip(qs, hits, strict=True)}, qs, ["top@1", "top@5", "mrr@5"]
+    def run_of(u: Unit) -> dict[str, list[Hit]]:
+        return {q.id: h for q, h in zip(qs, by_unit[u], strict=True)}
+
+    metrics = dict(
+        evaluate_run(run_of(Unit.PASSAGE), qs, ["top@1", f"top@{k}", f"mrr@{k}"]).metrics
     )
-    return DemoResult(idx, list(zip(qs.items, hits, strict=True)), report)
+    if k_ is IndexKind.PHRASE:
+        metrics.update(evaluate_run(run_of(Unit.PHRASE), qs, ["em", "f1"]).metrics)
+    seconds = {
+        "index": round(t_index, 2),
+        "search_per_question": round(t_search / max(1, len(qs) * len(units)), 4),
+    }
+    return DemoResult(idx, answers, metrics, reused, seconds)

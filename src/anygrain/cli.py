@@ -241,29 +241,52 @@ def demo_cmd(
     out_dir: Annotated[Path, typer.Option("--out", help="Where to write the demo index")] = Path(
         "anygrain-demo"
     ),
-    kind: Annotated[str, typer.Option(help="Index kind for the demo")] = "bm25",
+    kind: Annotated[
+        str, typer.Option(help="Index kind: phrase (shipped phrase model), bm25, dense, hybrid")
+    ] = "phrase",
+    max_documents: Annotated[
+        int | None,
+        typer.Option("--max-documents", help="Index only the first N reference topics (quicker)"),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars")] = False,
 ) -> None:
-    """Index CPython's bundled reference topics (offline) and answer a few questions."""
+    """Index CPython's bundled reference topics (offline) and answer ten questions: the answer
+    phrase, its sentence and its passage (phrase index), or passages (other kinds)."""
     from anygrain.api import run_demo
+    from anygrain.cli_phrase import phrase_context
 
     try:
-        result = run_demo(out_dir, kind=kind, progress=True)
+        result = run_demo(out_dir, kind=kind, progress=not quiet, max_documents=max_documents)
     except AnygrainError as e:
         fail(e)
         return
-    for q, hits in result.answers:
-        top = hits[0] if hits else None
-        snippet = (top.text[:160].replace("\n", " ") + "…") if top else "(no hit)"
-        out.print(
-            f"[bold]Q:[/] {q.text}\n   [green]{top.title if top else ''}[/] {snippet}",
-            highlight=False,
-        )
-    print(json.dumps(result.report.to_dict()))
+    if result.reused:
+        console.print(f"reusing the demo index at {out_dir} (same corpus and model)")
+    for a in result.answers:
+        out.print(f"[bold]Q:[/] {escape(a.question.text)}", highlight=False)
+        for unit, hits in a.hits.items():
+            if not hits:
+                out.print(f"   {unit.value:8} (no hit)", highlight=False)
+                continue
+            h = hits[0]
+            if unit is Unit.PHRASE:
+                before, phrase, after = phrase_context(h, width=50)
+                line = (
+                    f"[bold yellow]{escape(phrase)}[/]   "
+                    f"[dim]{escape((before + phrase + after).replace(chr(10), ' '))}[/]"
+                )
+            else:
+                line = escape(h.text[:140].replace("\n", " ") + ("…" if len(h.text) > 140 else ""))
+            out.print(
+                f"   {unit.value:8} [green]{escape(h.title)}[/] {h.score:.2f}  {line}",
+                highlight=False,
+            )
+    print(json.dumps(result.to_dict()))
 
 
 def _register_groups() -> None:
     # Command groups live beside their API; each module is thin like this one.
-    from anygrain.cli_phrase import refilter_cmd, train_phrase_cmd, train_query_side_cmd
+    from anygrain.cli_phrase import pack_cmd, refilter_cmd, train_phrase_cmd, train_query_side_cmd
     from anygrain.cli_reader import ask_cmd, eval_reader_cmd, train_reader_cmd
     from anygrain.cli_train import train_app
 
@@ -271,6 +294,7 @@ def _register_groups() -> None:
     train_app.command("reader")(train_reader_cmd)
     train_app.command("phrase-query-side")(train_query_side_cmd)
     app.command("refilter")(refilter_cmd)
+    app.command("pack")(pack_cmd)
     app.command("ask")(ask_cmd)
     app.command("eval-reader")(eval_reader_cmd)
     app.add_typer(train_app, name="train")

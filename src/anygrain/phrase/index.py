@@ -47,13 +47,24 @@ from anygrain.utils.corpus_source import corpus_ref, open_corpus_of, open_or_bui
 SUBDIR = "phrase"
 
 
-def as_phrase_model(model: str | Path | PhraseEncoder) -> PhraseEncoder:
-    """A phrase model from an instance or a saved directory (an untrained encoder is refused)."""
+def as_phrase_model(
+    model: str | Path | PhraseEncoder | None, *, lang: str | None = None
+) -> PhraseEncoder:
+    """A phrase model from an instance, a shipped model's name (``phrase-minilm``) or a saved
+    directory; ``None`` is the shipped default for ``lang``.  An untrained encoder is refused."""
+    from anygrain.models.shipped import SHIPPED, default_phrase_model, shipped_model_dir
+
     if isinstance(model, PhraseEncoder):
         return model
+    if model is None:
+        model = default_phrase_model(lang)
+    if str(model) in SHIPPED:
+        return PhraseEncoder.load(shipped_model_dir(str(model)))
     p = Path(str(model)).expanduser()
     if not p.exists():
-        raise AnygrainError(f"{model}: no such phrase model directory")
+        raise AnygrainError(
+            f"{model}: no such phrase model directory (shipped models: {', '.join(SHIPPED)})"
+        )
     if not (p / "anygrain_phrase.json").exists():
         raise AnygrainError(
             f"{model}: not a phrase model; train one with `anygrain train phrase` and pass its "
@@ -166,6 +177,7 @@ class PhraseIndex(Index):
         shard_size: int = 2000,
         max_phrase_words: int | None = None,
         corpus_dir: Path | None = None,
+        lang: str | None = None,
         **unused: Any,
     ) -> PhraseIndex:
         """Encode ``source`` with a trained phrase model and write a phrase index to ``out``.
@@ -174,15 +186,18 @@ class PhraseIndex(Index):
         one, None keeps every word-boundary token).  The dump is resumable: an
         interrupted build picks up at its last finished shard.
         """
-        if model is None:
-            raise AnygrainError("a phrase index needs --model: a phrase model directory")
         out = Path(out)
-        enc = as_phrase_model(model)
+        # a named model is checked before any work; the default follows the corpus language
+        enc = as_phrase_model(model) if model is not None else None
         partial = out.with_name(f".{out.name}.phrase.partial")
         with atomic_dir(out) as tmp:
             store = open_or_build_corpus(
                 source, corpus_dir or tmp / "corpus", split=split, errors=errors, progress=progress
             )
+            if enc is None:
+                from anygrain.sparse.bm25 import detect_lang
+
+                enc = as_phrase_model(None, lang=lang or detect_lang(store).value)
             cls.write(
                 tmp,
                 store,

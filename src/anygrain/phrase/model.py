@@ -182,6 +182,9 @@ class PhraseEncoder(nn.Module):
         super().__init__()
         d = config.hidden_size
         self.config = config
+        # set when unpacked from a packed model (anygrain.phrase.packed): saving unchanged
+        # weights then writes the small packed form again
+        self.packed: Any = None
         self.tokenizer = tokenizer
         self.phrase = phrase
         self.start_head = identity_linear(d)
@@ -248,7 +251,11 @@ class PhraseEncoder(nn.Module):
     @classmethod
     def load(cls, path: str | Path, *, verify: bool = True) -> PhraseEncoder:
         """Load a saved model; ``verify`` re-hashes the phrase weights against the config."""
+        from anygrain.phrase import packed
+
         path = Path(path)
+        if packed.is_packed(path):
+            return packed.load_packed(path, verify=verify)  # type: ignore[no-any-return]
         f = path / MODEL_CONFIG
         if not f.exists():
             raise AnygrainError(f"{path}: not an anygrain phrase model (no {MODEL_CONFIG})")
@@ -331,7 +338,15 @@ class PhraseEncoder(nn.Module):
         """
         from safetensors.torch import save_file
 
+        from anygrain.phrase import packed
+
         path = Path(path)
+        if (
+            self.packed is not None
+            and packed.full_fingerprint(self) == self.packed.full_fingerprint
+        ):
+            packed.copy_packed(self.packed, path)
+            return path
         path.mkdir(parents=True, exist_ok=True)
         staging = path / f".model.{os.getpid()}.tmp"
         shutil.rmtree(staging, ignore_errors=True)
@@ -349,7 +364,14 @@ class PhraseEncoder(nn.Module):
                 }
                 save_file(state, str(staging / HEADS_FILE))
                 (path / MODEL_CONFIG).unlink(missing_ok=True)
-                for name in ("phrase", "question", "question_start", "question_end", HEADS_FILE):
+                for name in (
+                    "phrase",
+                    "question",
+                    "question_start",
+                    "question_end",
+                    HEADS_FILE,
+                    *packed.PACKED_NAMES,
+                ):
                     target = path / name
                     if target.is_dir():
                         shutil.rmtree(target)

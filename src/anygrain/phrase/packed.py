@@ -1,0 +1,318 @@
+"""Packed phrase models: a trained model stored as a small difference from its backbone.
+
+A phrase model trained with frozen embeddings (``--freeze-embeddings``) differs from
+its pre-trained backbone only in the transformer layers and the heads.  Packing
+stores, for every weight matrix, the *difference* from the backbone quantised to
+``bits`` (4 by default) in groups of ``group`` values with one float16 scale each;
+vectors (biases, norms) are kept in float32 and the heads in float16.  Quantising the
+difference rather than the weight keeps the error small: fine-tuning moves a weight by
+a few percent, so a 4-bit code of the move is far finer than a 4-bit code of the weight.
+
+A packed model directory holds::
+
+    anygrain_packed.json   format, version, settings, backbone and weight fingerprints
+    anygrain_phrase.json   the phrase model config (as a full model's)
+    packed.safetensors     codes, scales and kept tensors
+
+Loading resolves the backbone (an offline alias such as ``minilm``), refuses one whose
+weights differ from those packed against, rebuilds the weights, and checks the result
+against the recorded fingerprints, so a packed model either loads exactly or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from anygrain.errors import AnygrainError, IndexMismatchError
+
+PACKED_CONFIG = "anygrain_packed.json"
+PACKED_FILE = "packed.safetensors"
+FORMAT = "anygrain.packed-phrase-model"
+FORMAT_VERSION = 1
+CARD_FILE = "MODEL_CARD.md"
+PACKED_NAMES = (PACKED_CONFIG, PACKED_FILE)  # a full save over a packed model removes these
+
+
+@dataclass(frozen=True)
+class PackSettings:
+    """How differences are quantised: ``bits`` per value, one scale per ``group`` values."""
+
+    bits: int = 4
+    group: int = 64
+
+    def __post_init__(self) -> None:
+        if self.bits not in (4, 8):
+            raise AnygrainError(f"packing supports 4 or 8 bits, not {self.bits}")
+        if self.group < 2 or self.group % 2:
+            raise AnygrainError(f"pack group must be an even number >= 2, not {self.group}")
+
+    @property
+    def qmax(self) -> int:
+        return 2 ** (self.bits - 1) - 1  # symmetric codes: -qmax..qmax
+
+
+def quantize(delta: torch.Tensor, s: PackSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(codes, scales)`` of a float tensor whose size is a multiple of ``s.group``:
+    uint8 codes (two 4-bit codes per byte at 4 bits) and one float16 scale per group."""
+    g = delta.detach().to(torch.float32).reshape(-1, s.group)
+    scale = (g.abs().amax(dim=1) / s.qmax).to(torch.float16)
+    safe = scale.to(torch.float32).clamp_min(torch.finfo(torch.float16).tiny)
+    q = torch.clamp(torch.round(g / safe[:, None]), -s.qmax, s.qmax).to(torch.int16) + s.qmax + 1
+    codes = q.to(torch.uint8)
+    if s.bits == 4:
+        codes = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    return codes.contiguous(), scale.contiguous()
+
+
+def dequantize(
+    codes: torch.Tensor, scale: torch.Tensor, shape: torch.Size | tuple[int, ...], s: PackSettings
+) -> torch.Tensor:
+    """The float32 tensor ``quantize`` encoded (exactly reproducible on any machine)."""
+    c = codes.to(torch.int16)
+    if s.bits == 4:
+        c = torch.stack([c & 0xF, c >> 4], dim=2).reshape(c.shape[0], -1)
+    q = (c - (s.qmax + 1)).to(torch.float32)
+    return (q * scale.to(torch.float32)[:, None]).reshape(shape)
+
+
+@dataclass
+class PackedInfo:
+    """``anygrain_packed.json``: what a packed model needs besides its tensors."""
+
+    base_model: str
+    base_fingerprint: str  # the backbone's weights, so another backbone version is refused
+    full_fingerprint: str  # every weight of the unpacked model (phrase and question sides)
+    encoders: list[str]
+    bits: int
+    group: int
+    size_bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "format_version": FORMAT_VERSION, **asdict(self)}
+
+    @classmethod
+    def read(cls, path: Path) -> PackedInfo:
+        f = path / PACKED_CONFIG
+        try:
+            d = json.loads(f.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise AnygrainError(f"{path}: not a packed phrase model (no {PACKED_CONFIG})") from None
+        except json.JSONDecodeError as e:
+            raise AnygrainError(f"{f}: corrupt packed model config ({e.msg})") from None
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise AnygrainError(f"{f}: not a packed phrase model config")
+        if d.get("format_version") != FORMAT_VERSION:
+            raise AnygrainError(
+                f"{f}: packed model format version {d.get('format_version')}, "
+                f"this anygrain reads {FORMAT_VERSION}"
+            )
+        try:
+            return cls(**{k: v for k, v in d.items() if k not in ("format", "format_version")})
+        except TypeError as e:
+            raise AnygrainError(f"{f}: invalid packed model config ({e})") from None
+
+
+def is_packed(path: str | Path) -> bool:
+    return (Path(path) / PACKED_CONFIG).exists()
+
+
+def full_fingerprint(model: Any) -> str:
+    """Fingerprint of every weight of a phrase model, both sides and heads."""
+    from anygrain.phrase.model import fingerprint_modules
+
+    return fingerprint_modules([*model.encoders(), model.head_modules()])
+
+
+def _backbone(name: str, cache_dir: Path | None) -> tuple[Any, Any, str]:
+    """``(model, tokenizer, fingerprint)`` of the backbone a phrase model started from."""
+    from anygrain.models.resolve import resolve_model
+    from anygrain.phrase.model import _load_hf, fingerprint_modules
+
+    path, _ = resolve_model(name, cache_dir=cache_dir)
+    base, tok = _load_hf(path)
+    return base, tok, fingerprint_modules([base])
+
+
+def pack_phrase_model(
+    model: Any,
+    out: str | Path,
+    *,
+    settings: PackSettings | None = None,
+    cache_dir: Path | None = None,
+    card: str | None = None,
+) -> Path:
+    """Write ``model`` (a :class:`~anygrain.phrase.model.PhraseEncoder`) packed into ``out``.
+
+    Tensors equal to the backbone's (frozen embeddings, buffers) are not stored at all.
+    The written model is what :func:`load_packed` rebuilds: its fingerprints are those of
+    the rebuilt weights, not of ``model``'s (they differ by the quantisation)."""
+    from safetensors.torch import save_file
+
+    from anygrain.phrase.model import MODEL_CONFIG
+
+    s = settings or PackSettings()
+    out = Path(out)
+    base, tok, base_fp = _backbone(model.config.base_model, cache_dir)
+    base_state = base.state_dict()
+    names = model._question_dirs()
+    tensors: dict[str, torch.Tensor] = {}
+    for enc_name, enc in zip(["phrase", *names], model.encoders(), strict=True):
+        for k, t in enc.state_dict().items():
+            b = base_state.get(k)
+            if b is None or b.shape != t.shape:
+                raise AnygrainError(
+                    f"cannot pack: {enc_name}.{k} has no counterpart in the backbone "
+                    f"{model.config.base_model}"
+                )
+            if torch.equal(t, b):
+                continue
+            key = f"{enc_name}/{k}"
+            if t.is_floating_point() and t.ndim == 2 and t.numel() % s.group == 0:
+                codes, scale = quantize(t - b, s)
+                tensors[key + ":codes"] = codes
+                tensors[key + ":scale"] = scale
+            else:
+                tensors[key + ":value"] = t.detach().to(torch.float32).contiguous()
+    for k, t in model.head_modules().state_dict().items():
+        tensors[f"heads/{k}"] = t.detach().to(torch.float16).contiguous()
+    staging = out.with_name(f".{out.name}.pack.{os.getpid()}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        save_file(tensors, str(staging / PACKED_FILE))
+        rebuilt = _rebuild(model.config, tensors, s, names, base, tok)
+        cfg = rebuilt.config.to_dict()
+        (staging / MODEL_CONFIG).write_text(json.dumps(cfg, indent=2, ensure_ascii=False))
+        info = PackedInfo(
+            base_model=model.config.base_model,
+            base_fingerprint=base_fp,
+            full_fingerprint=full_fingerprint(rebuilt),
+            encoders=["phrase", *names],
+            bits=s.bits,
+            group=s.group,
+            size_bytes=(staging / PACKED_FILE).stat().st_size,
+        )
+        if card is not None:
+            (staging / CARD_FILE).write_text(card, encoding="utf-8")
+        (staging / PACKED_CONFIG).write_text(json.dumps(info.to_dict(), indent=2))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out
+
+
+def _rebuild(
+    config: Any,
+    tensors: dict[str, torch.Tensor],
+    s: PackSettings,
+    question_dirs: list[str],
+    base: Any,
+    tokenizer: Any,
+) -> Any:
+    """A PhraseEncoder from the backbone plus the packed tensors."""
+    import copy
+
+    from anygrain.phrase.model import PhraseConfig, PhraseEncoder
+
+    cfg = PhraseConfig.from_dict(config.to_dict())
+    encoders = [copy.deepcopy(base) for _ in range(1 + len(question_dirs))]
+    for enc_name, enc in zip(["phrase", *question_dirs], encoders, strict=True):
+        state = enc.state_dict()
+        prefix = f"{enc_name}/"
+        for key in sorted({k.split(":")[0] for k in tensors if k.startswith(prefix)}):
+            name = key[len(prefix) :]
+            if name not in state:
+                raise AnygrainError(f"packed tensor {key} has no place in the backbone")
+            if key + ":value" in tensors:
+                new = tensors[key + ":value"]
+            else:
+                new = state[name].to(torch.float32) + dequantize(
+                    tensors[key + ":codes"], tensors[key + ":scale"], state[name].shape, s
+                )
+            state[name] = new.to(state[name].dtype)
+        enc.load_state_dict(state, strict=True)
+    model = PhraseEncoder(cfg, encoders[0], tokenizer, encoders[1:])
+    heads = {
+        k[len("heads/") :]: v.to(torch.float32)
+        for k, v in tensors.items()
+        if k.startswith("heads/")
+    }
+    model.head_modules().load_state_dict(heads, strict=True)
+    model.config.phrase_fingerprint = model.phrase_fingerprint()
+    model.eval()
+    return model
+
+
+def load_packed(path: str | Path, *, cache_dir: Path | None = None, verify: bool = True) -> Any:
+    """Rebuild a packed phrase model; refuses a different backbone or damaged tensors."""
+    from safetensors.torch import load_file
+
+    from anygrain.phrase.model import MODEL_CONFIG, PhraseConfig
+
+    path = Path(path)
+    info = PackedInfo.read(path)
+    s = PackSettings(info.bits, info.group)
+    f = path / MODEL_CONFIG
+    try:
+        cfg = PhraseConfig.from_dict(json.loads(f.read_text(encoding="utf-8")), str(f))
+    except FileNotFoundError:
+        raise AnygrainError(f"{path}: packed model without {MODEL_CONFIG}") from None
+    except json.JSONDecodeError as e:
+        raise AnygrainError(f"{f}: corrupt config ({e.msg})") from None
+    base, tok, base_fp = _backbone(info.base_model, cache_dir)
+    if base_fp != info.base_fingerprint:
+        raise IndexMismatchError(
+            f"{path}: packed against backbone {info.base_model} with weights {info.base_fingerprint}, "
+            f"but the installed one has {base_fp}; install the backbone it was packed against"
+        )
+    try:
+        tensors = load_file(str(path / PACKED_FILE))
+    except Exception as e:  # safetensors raises its own error types for damaged headers
+        raise AnygrainError(f"{path / PACKED_FILE}: unreadable packed tensors ({e})") from None
+    try:
+        model = _rebuild(cfg, tensors, s, info.encoders[1:], base, tok)
+    except (RuntimeError, KeyError) as e:
+        raise AnygrainError(
+            f"{path / PACKED_FILE}: tensors do not fit the backbone ({e})"
+        ) from None
+    if verify and (
+        model.config.phrase_fingerprint != cfg.phrase_fingerprint
+        or full_fingerprint(model) != info.full_fingerprint
+    ):
+        raise IndexMismatchError(
+            f"{path}: rebuilt weights do not match the fingerprints recorded in {PACKED_CONFIG} "
+            "(files changed or corrupt)"
+        )
+    model.packed = PackedSource(path, info.full_fingerprint)
+    return model
+
+
+@dataclass(frozen=True)
+class PackedSource:
+    """Where a loaded model was unpacked from, so saving it unchanged writes the small form."""
+
+    path: Path
+    full_fingerprint: str
+
+
+def copy_packed(source: PackedSource, out: Path) -> None:
+    """Copy a packed model's files into ``out`` (other files there are kept)."""
+    if out.exists() and out.resolve() == source.path.resolve():
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    # the packed config last: until it exists the directory is not taken for a packed model
+    for name in (PACKED_FILE, "anygrain_phrase.json", CARD_FILE, PACKED_CONFIG):
+        src = source.path / name
+        if src.exists():
+            tmp = out / f".{name}.{os.getpid()}.tmp"
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, out / name)
