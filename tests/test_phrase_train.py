@@ -340,3 +340,23 @@ def test_token_negatives_add_every_other_passage_token(
     assert float(t["single"]) == pytest.approx(float(g["single"]))
     with pytest.raises(AnygrainError, match="in_batch_negatives must be gold or tokens"):
         PhraseTrainConfig(train=["x"], out="o", in_batch_negatives="all").validate()
+
+
+def test_frozen_embeddings_stay_the_backbones(tiny: Path, squad: Path, tmp_path: Path) -> None:
+    cfg = _config(tiny, squad, tmp_path / "m", epochs=1, pre_batch=0, freeze_embeddings=True)
+    out = train_phrase(cfg, progress=False)
+    trained = PhraseEncoder.load(out)
+    base = PhraseEncoder.from_pretrained(tiny)
+    moved = False
+    for enc in trained.encoders():
+        for k, v in enc.state_dict().items():
+            b = base.phrase.state_dict()[k]
+            if k.startswith("embeddings."):
+                assert torch.equal(v, b), k
+            else:
+                moved |= not torch.equal(v, b)
+    assert moved  # the layers did train
+    # the setting is part of the run: a rerun without it is a different model
+    cfg2 = _config(tiny, squad, tmp_path / "m", epochs=1, pre_batch=0)
+    with pytest.raises(AnygrainError, match="freeze_embeddings"):
+        train_phrase(cfg2, progress=False)
