@@ -72,6 +72,9 @@ def test_streaming_index_equals_bm25s(tmp_path: Path, method: str, zh: bool) -> 
     got = index_streaming(store, analyzer, method=method, batch_size=8)  # 8 batches
     assert got.scores["num_docs"] == ref.scores["num_docs"] == len(store)
     assert set(got.vocab_dict) == set(ref.vocab_dict)
+    for key in ("data", "indices", "indptr"):
+        assert got.scores[key].dtype == ref.scores[key].dtype, key
+    assert len(got.scores["data"]) == len(ref.scores["data"])
     want, have = _dense(ref, len(store)), _dense(got, len(store))
     assert set(want) == set(have)
     for term in want:

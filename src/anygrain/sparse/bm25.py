@@ -71,7 +71,6 @@ def index_streaming(
     is built from those with bm25s's own idf and tf formulas, so the saved index is the
     one ``bm25s`` would write (same scores; term ids may be numbered differently).
     """
-    import scipy.sparse as sp
     from bm25s.scoring import (
         _build_idf_array,
         _build_nonoccurrence_array,
@@ -142,24 +141,36 @@ def index_streaming(
             delta=retriever.delta,
             dtype=retriever.dtype,
         )
-    tfc = _select_tfc_scorer(method)(
-        tf_array=tf_all, l_d=lengths[doc], l_avg=avg_len, k1=k1, b=b, delta=retriever.delta
-    )
+    # Scores a slice at a time (bm25s computes in float64 and stores float32; so do we).
+    tfc_fn = _select_tfc_scorer(method)
+    scores = np.empty(len(term), dtype=retriever.dtype)
+    step = 1 << 20
+    for s in range(0, len(term), step):
+        t = term[s : s + step]
+        part = idf[t] * tfc_fn(
+            tf_array=tf_all[s : s + step],
+            l_d=lengths[doc[s : s + step]],
+            l_avg=avg_len,
+            k1=k1,
+            b=b,
+            delta=retriever.delta,
+        )
+        if nonoccurrence is not None:
+            part -= nonoccurrence[t]
+        scores[s : s + step] = part
     del tf_all
-    scores = idf[term] * tfc
-    if nonoccurrence is not None:
-        scores -= nonoccurrence[term]
-    del tfc
-    matrix = sp.csc_matrix(
-        (scores.astype(retriever.dtype), (doc, term)), shape=(n, n_vocab), dtype=retriever.dtype
-    )
-    del scores, doc, term
-    retriever.scores = {
-        "data": matrix.data,
-        "indices": matrix.indices,
-        "indptr": matrix.indptr,
-        "num_docs": n,
-    }
+    # Column-major (CSC) by a stable sort on the term: passages stay in order in a column,
+    # as scipy's conversion leaves them for bm25s.
+    idx_dtype = np.int32 if len(term) < 2**31 else np.int64
+    order = np.argsort(term, kind="stable")
+    indices = doc[order].astype(idx_dtype, copy=False)
+    del doc
+    data = scores[order]
+    del scores, order
+    indptr = np.zeros(n_vocab + 1, dtype=np.int64)
+    np.cumsum(df, out=indptr[1:])
+    del term
+    retriever.scores = {"data": data, "indices": indices, "indptr": indptr, "num_docs": n}
     retriever.nonoccurrence_array = nonoccurrence
     vocab[""] = n_vocab  # bm25s's empty token, outside the matrix
     retriever.vocab_dict = vocab

@@ -402,7 +402,8 @@ def train_dpr(
             f"{len(data.examples)} examples ({by[Supervision.QRELS]} with judged positives, "
             f"{by[Supervision.ANSWERS]} with answer positives); batch {config.batch_size}: "
             f"{config.batch_size - 1} in-batch negatives and up to {config.hard_negatives} "
-            "BM25 hard negative(s) per question",
+            "BM25 hard negative(s) per question (each question's softmax also sees the "
+            "batch's other hard negatives)",
             0,
         )
     trainer.prepare()
