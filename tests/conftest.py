@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+# ANYGRAIN_SHARED_DATA points elsewhere (a git worktree has no ../shared beside it).
+SHARED = Path(
+    os.environ.get("ANYGRAIN_SHARED_DATA")
+    or Path(__file__).resolve().parents[1].parent / "shared" / "data"
+)
 
 
 def shared_file(rel: str) -> Path:

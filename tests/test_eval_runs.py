@@ -6,12 +6,11 @@ from pathlib import Path
 
 import pytest
 import pytrec_eval
+from conftest import SHARED  # noqa: E402
 
 from anygrain.errors import AnygrainError, InputError
 from anygrain.eval.runs import RunWriter, read_qrels, read_run, write_run
 from anygrain.search.hit import Hit, Unit
-
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def hit(pid: str, score: float) -> Hit:

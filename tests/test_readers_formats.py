@@ -438,7 +438,9 @@ def test_multicpr_questions(tmp_path: Path) -> None:
     same = parse_source(root / "dev.query.txt", want="questions").questions()
     assert [q.id for q in same] == [q.id for q in qs]
     pref = read_multicpr_questions(root, ErrorLog(), prefix="ecom-")
-    assert pref[0].id == "ecom-200000" and pref[0].qrels == {"260": 1}
+    # The prefix goes on the judged passage ids too, to match a corpus read with it.
+    assert pref[0].id == "ecom-200000" and pref[0].qrels == {"ecom-260": 1}
+    assert pref[1].qrels == {"ecom-779": 1, "ecom-5": 0} and pref[1].gold == ["ecom-779"]
 
 
 def test_kilt(tmp_path: Path) -> None:

@@ -6,13 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import SHARED
 
 from anygrain.corpus.formats import parse_source
 from anygrain.corpus.readers.dpr_train import read_dpr_training
 from anygrain.corpus.readers.multicpr import read_multicpr_questions
 from anygrain.errors import ErrorLog, InputError
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = SHARED
 
 
 def data(rel: str) -> Path:

@@ -286,6 +286,7 @@ def demo_cmd(
 
 def _register_groups() -> None:
     # Command groups live beside their API; each module is thin like this one.
+    from anygrain.cli_eval_domains import eval_domains_cmd
     from anygrain.cli_phrase import pack_cmd, refilter_cmd, train_phrase_cmd, train_query_side_cmd
     from anygrain.cli_reader import ask_cmd, eval_reader_cmd, train_reader_cmd
     from anygrain.cli_train import train_app
@@ -297,6 +298,7 @@ def _register_groups() -> None:
     app.command("pack")(pack_cmd)
     app.command("ask")(ask_cmd)
     app.command("eval-reader")(eval_reader_cmd)
+    app.command("eval-domains")(eval_domains_cmd)
     app.add_typer(train_app, name="train")
 
 

@@ -15,7 +15,7 @@ from anygrain.cli_common import (
     ResumeOpt,
     run_trainer,
 )
-from anygrain.errors import ErrorLog, ErrorPolicy
+from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 
 train_app = typer.Typer(
     no_args_is_help=True,
@@ -25,19 +25,45 @@ train_app = typer.Typer(
 
 @train_app.command("dpr")
 def dpr_cmd(
+    ctx: typer.Context,
     train: Annotated[
-        list[str],
+        list[str] | None,
         typer.Option(
             "--train",
-            help="Training data, FORMAT:PATH or PATH (dpr-train JSON/JSONL, or SQuAD-format JSON); repeatable",
+            help="Training data, FORMAT:PATH or PATH (dpr-train JSON/JSONL, SQuAD-format JSON, or qrels-based questions: multicpr, beir); repeatable",
         ),
-    ],
+    ] = None,
     out: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             "--out", help="Model directory to write (also holds checkpoints, cache and log)"
         ),
-    ],
+    ] = None,
+    corpus: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--corpus",
+            help="Passages for the --train source at the same position (e.g. multicpr:DIR/corpus.tsv); '' for the source's own; repeatable",
+        ),
+    ] = None,
+    id_prefix: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--id-prefix",
+            help="Prefix for the question and passage ids of the --train source at the same position (e.g. ecom-); repeatable",
+        ),
+    ] = None,
+    recipe: Annotated[
+        str | None,
+        typer.Option(
+            "--recipe",
+            help="A saved recipe (name or JSON file: see 'anygrain train recipes'); options given here override it",
+        ),
+    ] = None,
+    var: Annotated[
+        list[str] | None,
+        typer.Option("--var", help="NAME=VALUE for a recipe's ${NAME} slots; repeatable"),
+    ] = None,
     model: Annotated[
         str,
         typer.Option(
@@ -85,23 +111,52 @@ def dpr_cmd(
     """Train a DPR bi-encoder (in-batch + BM25 hard negatives) and save it to --out."""
     from anygrain.train import DprTrainConfig, train_dpr
 
+    settings = {
+        "train": train or [],
+        "out": str(out) if out is not None else None,
+        "corpus": corpus or [],
+        "id_prefix": id_prefix or [],
+        "model": model,
+        "mode": mode,
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "lr": lr,
+        "hard_negatives": hard_negatives,
+        "bf16": bf16,
+        "grad_cache": grad_cache,
+        "max_examples": max_examples,
+        "seed": seed,
+        "temperature": temperature,
+        "checkpoint_every": checkpoint_every,
+    }
+
     def run(errors: ErrorLog) -> Path:
-        config = DprTrainConfig(
-            train=train,
-            out=str(out),
-            model=model,
-            mode=mode,  # type: ignore[arg-type]
-            epochs=epochs,
-            batch_size=batch_size,
-            lr=lr,
-            hard_negatives=hard_negatives,
-            bf16=bf16,
-            grad_cache=grad_cache,
-            max_examples=max_examples,
-            seed=seed,
-            temperature=temperature,
-            checkpoint_every=checkpoint_every,
-        )
+        if recipe is not None:
+            from anygrain.train.recipe import load_recipe, parse_vars, recipe_config
+
+            # Typer may vendor click: compare the source by name, not by class.
+            given = {
+                k: v
+                for k, v in settings.items()
+                if getattr(ctx.get_parameter_source(k), "name", None) == "COMMANDLINE"
+            }
+            config = recipe_config(load_recipe(recipe), parse_vars(var or []), overrides=given)
+        else:
+            if not train or out is None:
+                raise AnygrainError("give --train and --out, or a --recipe")
+            config = DprTrainConfig(**settings)  # type: ignore[arg-type]
         return train_dpr(config, progress=not quiet, resume=resume, errors=errors)
 
     run_trainer(run, on_error, "trained model")
+
+
+@train_app.command("recipes")
+def recipes_cmd() -> None:
+    """List the saved training recipes and the variables each needs."""
+    from anygrain.train.recipe import builtin_recipes, load_recipe
+
+    for name in builtin_recipes():
+        r = load_recipe(name)
+        typer.echo(f"{name}: {r.description}")
+        for key, what in r.variables.items():
+            typer.echo(f"    --var {key}=...  {what}")

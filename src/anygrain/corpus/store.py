@@ -105,7 +105,10 @@ class _Writer:
         self.p_rows: list[dict[str, Any]] = []
         self.d_rows: list[dict[str, Any]] = []
         self.sha = hashlib.sha256()
-        self.ids: list[str] = []
+        # Passage ids are hashed a batch at a time: a 1M-passage corpus never sits in
+        # Python strings, only in 8 bytes a passage.
+        self.hash_chunks: list[np.ndarray] = []
+        self.n_passages = 0
         self.n_docs = 0
 
     def add(self, doc: SourceDocument, passages: list[Passage]) -> None:
@@ -120,7 +123,7 @@ class _Writer:
         self.n_docs += 1
         for p in passages:
             self.sha.update(f"{p.id}\x00{p.title}\x00{p.text}\x01".encode())
-            self.ids.append(p.id)
+            self.n_passages += 1
             self.p_rows.append(
                 {
                     "id": p.id,
@@ -141,10 +144,16 @@ class _Writer:
 
     def flush(self) -> None:
         if self.p_rows:
+            self.hash_chunks.append(hash_ids(r["id"] for r in self.p_rows))
             self.p_writer.write_batch(
                 pa.RecordBatch.from_pylist(self.p_rows, schema=PASSAGE_SCHEMA)
             )
             self.p_rows = []
+
+    def hashes(self) -> np.ndarray:
+        if not self.hash_chunks:
+            return np.zeros(0, dtype=np.uint64)
+        return np.concatenate(self.hash_chunks)
 
     def _flush_docs(self) -> None:
         if self.d_rows:
@@ -242,16 +251,17 @@ class CorpusStore:
                     w.add(doc, passages)
             finally:
                 w.close()
-            if not w.ids:
+            if not w.n_passages:
                 raise InputError("empty corpus: no passages were read", path=src_desc)
-            hashes = hash_ids(w.ids)
-            cls._check_duplicates(w.ids, hashes, src_desc)
+            hashes = w.hashes()
+            w.hash_chunks = []
+            cls._check_duplicates(tmp / "passages.arrow", hashes, src_desc)
             np.save(tmp / "id_hash.npy", hashes)
             np.save(tmp / "id_table.npy", build_id_table(hashes))
             manifest = {
                 "format": FORMAT,
                 "format_version": FORMAT_VERSION,
-                "n_passages": len(w.ids),
+                "n_passages": w.n_passages,
                 "n_documents": w.n_docs,
                 "source": src_desc,
                 "source_format": fmt_name,
@@ -265,11 +275,18 @@ class CorpusStore:
         return cls(out)
 
     @staticmethod
-    def _check_duplicates(ids: list[str], hashes: np.ndarray, src: str) -> None:
+    def _check_duplicates(passages: Path, hashes: np.ndarray, src: str) -> None:
+        """Equal hashes are rare: only their ids are read back (from the written file)."""
         order = np.argsort(hashes, kind="stable")
         sh = hashes[order]
-        for k in np.nonzero(sh[1:] == sh[:-1])[0]:
+        same = np.nonzero(sh[1:] == sh[:-1])[0]
+        if not same.size:
+            return
+        table = pa.ipc.open_file(pa.memory_map(str(passages), "r")).read_all()
+        col = table.column("id")
+        for k in same:
             a, b = int(order[k]), int(order[k + 1])
+            ids = {a: col[a].as_py(), b: col[b].as_py()}
             if ids[a] == ids[b]:
                 raise InputError(
                     f"duplicate passage id {ids[a]!r} (rows {a} and {b})", path=src, field="id"

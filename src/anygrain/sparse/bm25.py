@@ -24,6 +24,7 @@ from anygrain.search.results import hits_from_rows
 from anygrain.sparse.analyzers import Analyzer, analyzer_from_config, make_analyzer
 from anygrain.utils.atomic import atomic_dir
 from anygrain.utils.corpus_source import corpus_ref, open_corpus_of, open_or_build_corpus
+from anygrain.utils.progress import progress_bar
 
 # bm25s's scoring variants; "lucene" is Lucene's (and Pyserini's) BM25.
 BM25_METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
@@ -49,6 +50,132 @@ def detect_lang(store: CorpusStore, sample: int = 200) -> Lang:
     rows = np.linspace(0, n - 1, num=min(sample, n), dtype=np.int64)
     text = "".join(store.texts(rows))
     return Lang.ZH if is_cjk(text) else Lang.EN
+
+
+def index_streaming(
+    store: CorpusStore,
+    analyzer: Analyzer,
+    *,
+    k1: float = 0.9,
+    b: float = 0.4,
+    method: str = "lucene",
+    include_title: bool = True,
+    batch_size: int = 8192,
+    progress: bool = False,
+) -> bm25s.BM25:
+    """A bm25s index of ``store``, read and tokenised a batch at a time.
+
+    ``bm25s.BM25.index`` wants every document's token list at once (a 1M-passage
+    corpus as tens of millions of Python strings); here each batch is turned into
+    ``(passage, term, tf)`` triples in numpy arrays and dropped, and the score matrix
+    is built from those with bm25s's own idf and tf formulas, so the saved index is the
+    one ``bm25s`` would write (same scores; term ids may be numbered differently).
+    """
+    from bm25s.scoring import (
+        _build_idf_array,
+        _build_nonoccurrence_array,
+        _select_idf_scorer,
+        _select_tfc_scorer,
+    )
+
+    retriever = bm25s.BM25(k1=k1, b=b, method=method)
+    vocab: dict[str, int] = {}
+    docs: list[np.ndarray] = []
+    terms: list[np.ndarray] = []
+    tfs: list[np.ndarray] = []
+    n = len(store)
+    lengths = np.zeros(n, dtype=np.int64)
+    batches = progress_bar(
+        store.iter_batches(batch_size),
+        desc="BM25 indexing",
+        unit="batch",
+        total=(n + batch_size - 1) // batch_size,
+        disable=not progress,
+    )
+    for start, table in batches:
+        texts = [
+            passage_field(t or "", x, include_title)
+            for t, x in zip(
+                table.column("title").to_pylist(), table.column("text").to_pylist(), strict=True
+            )
+        ]
+        ids: list[int] = []
+        counts = np.zeros(len(texts), dtype=np.int64)
+        for j, toks in enumerate(analyzer.tokenize(texts)):
+            ids.extend(vocab.setdefault(w, len(vocab)) for w in toks)
+            counts[j] = len(toks)
+        lengths[start : start + len(texts)] = counts
+        if not ids:
+            continue
+        local = np.repeat(np.arange(len(texts), dtype=np.int64), counts)
+        width = max(len(vocab), 1)
+        keys, tf = np.unique(local * width + np.asarray(ids, dtype=np.int64), return_counts=True)
+        docs.append((keys // width + start).astype(np.int32))
+        terms.append((keys % width).astype(np.int32))
+        tfs.append(tf.astype(np.float32))
+    doc = np.concatenate(docs) if docs else np.zeros(0, dtype=np.int32)
+    term = np.concatenate(terms) if terms else np.zeros(0, dtype=np.int32)
+    tf_all = np.concatenate(tfs) if tfs else np.zeros(0, dtype=np.float32)
+    del docs, terms, tfs
+    n_vocab = len(vocab)
+    avg_len = float(lengths.mean()) if n else 0.0
+    df = np.bincount(term, minlength=n_vocab)
+    doc_freqs = dict(enumerate(df.tolist()))
+    idf = _build_idf_array(
+        doc_frequencies=doc_freqs,
+        n_docs=n,
+        compute_idf_fn=_select_idf_scorer(retriever.idf_method),
+        dtype=retriever.dtype,
+    )
+    nonoccurrence = None
+    if method in retriever.methods_requiring_nonoccurrence:
+        nonoccurrence = _build_nonoccurrence_array(
+            doc_frequencies=doc_freqs,
+            n_docs=n,
+            compute_idf_fn=_select_idf_scorer(retriever.idf_method),
+            calculate_tfc_fn=_select_tfc_scorer(method),
+            l_d=avg_len,
+            l_avg=avg_len,
+            k1=k1,
+            b=b,
+            delta=retriever.delta,
+            dtype=retriever.dtype,
+        )
+    # Scores a slice at a time (bm25s computes in float64 and stores float32; so do we).
+    tfc_fn = _select_tfc_scorer(method)
+    scores = np.empty(len(term), dtype=retriever.dtype)
+    step = 1 << 20
+    for s in range(0, len(term), step):
+        t = term[s : s + step]
+        part = idf[t] * tfc_fn(
+            tf_array=tf_all[s : s + step],
+            l_d=lengths[doc[s : s + step]],
+            l_avg=avg_len,
+            k1=k1,
+            b=b,
+            delta=retriever.delta,
+        )
+        if nonoccurrence is not None:
+            part -= nonoccurrence[t]
+        scores[s : s + step] = part
+    del tf_all
+    # Column-major (CSC) by a stable sort on the term: passages stay in order in a column,
+    # as scipy's conversion leaves them for bm25s.
+    idx_dtype = np.int32 if len(term) < 2**31 else np.int64
+    order = np.argsort(term, kind="stable")
+    indices = doc[order].astype(idx_dtype, copy=False)
+    del doc
+    data = scores[order]
+    del scores, order
+    indptr = np.zeros(n_vocab + 1, dtype=np.int64)
+    np.cumsum(df, out=indptr[1:])
+    del term
+    retriever.scores = {"data": data, "indices": indices, "indptr": indptr, "num_docs": n}
+    retriever.nonoccurrence_array = nonoccurrence
+    vocab[""] = n_vocab  # bm25s's empty token, outside the matrix
+    retriever.vocab_dict = vocab
+    retriever.unique_token_ids_set = set(vocab.values())
+    return retriever
 
 
 @register_index(IndexKind.BM25)
@@ -143,13 +270,15 @@ class BM25Index(Index):
         analyzer = (
             make_analyzer(lang_v) if lang_v is Lang.ZH else make_analyzer(lang_v, stemming=stemming)
         )
-        texts = [
-            passage_field(t, x, include_title)
-            for t, x in zip(store.titles(), store.texts(), strict=True)
-        ]
-        tokens = analyzer.tokenize(texts, progress=progress)
-        retriever = bm25s.BM25(k1=k1, b=b, method=cfg.method)
-        retriever.index(tokens, show_progress=progress)
+        retriever = index_streaming(
+            store,
+            analyzer,
+            k1=k1,
+            b=b,
+            method=cfg.method,
+            include_title=include_title,
+            progress=progress,
+        )
         retriever.save(str(out / subdir), show_progress=False)
         settings = {
             "bm25": asdict(cfg),

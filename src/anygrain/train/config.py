@@ -34,9 +34,14 @@ class DprTrainConfig(SavedConfig):
     FILE = CONFIG_FILE
     WHAT = "training config"
     BOOKKEEPING = _BOOKKEEPING
+    ADDED = {"corpus": [], "id_prefix": []}
 
     train: list[str]
     out: str
+    # One per --train (or none): the passages of a question-only source (Multi-CPR's
+    # corpus.tsv), "" for the source's own; and a prefix for its question and passage ids.
+    corpus: list[str] = field(default_factory=list)
+    id_prefix: list[str] = field(default_factory=list)
     model: str = "minilm"
     mode: TrainMode = TrainMode.FULL
     shared: bool = True  # FULL mode: one encoder for both sides (QUERY_SIDE always unties them)
@@ -75,6 +80,9 @@ class DprTrainConfig(SavedConfig):
         if isinstance(self.train, str):
             self.train = [self.train]
         self.train = [str(t) for t in self.train]
+        for name in ("corpus", "id_prefix"):
+            value = getattr(self, name)
+            setattr(self, name, [str(v) for v in ([value] if isinstance(value, str) else value)])
         self.out = str(self.out)
 
     def validate(self) -> None:
@@ -82,6 +90,10 @@ class DprTrainConfig(SavedConfig):
         problems = []
         if not self.train:
             problems.append("no training data (--train)")
+        for name in ("corpus", "id_prefix"):
+            n = len(getattr(self, name))
+            if n and n != len(self.train):
+                problems.append(f"{n} {name} value(s) for {len(self.train)} --train source(s)")
         for name in (
             "epochs",
             "batch_size",

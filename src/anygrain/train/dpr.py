@@ -42,6 +42,7 @@ from anygrain.train.checkpoint import (
 from anygrain.train.config import DprTrainConfig, TrainMode
 from anygrain.train.dpr_data import (
     Ctx,
+    Supervision,
     TrainExample,
     TrainingData,
     load_training_data,
@@ -296,7 +297,9 @@ class _Trainer(EpochPosition):
             [c[2] for c in ctxs],
             [c[1] for c in ctxs] if self.cfg.include_title else None,
         )
-        exclude = false_negative_mask([ex.positive[0] for ex in exs], [c[0] for c in ctxs])
+        exclude = false_negative_mask(
+            [ex.positive[0] for ex in exs], [c[0] for c in ctxs], [ex.relevant for ex in exs]
+        )
         b = len(exs)
         return self._backward(
             [Side(self.model.question, q_tok), Side(self.model.passage, p_tok)],
@@ -361,7 +364,12 @@ def train_dpr(
     run = RunDir(config.out, config, progress=progress)
     log, out = run.log, run.out
     data = load_training_data(
-        config.train, errors=errors, max_examples=config.max_examples, seed=config.seed
+        config.train,
+        errors=errors,
+        max_examples=config.max_examples,
+        seed=config.seed,
+        corpora=config.corpus,
+        id_prefixes=config.id_prefix,
     )
     fingerprint = data.fingerprint()
     if run.already_trained(MODEL_CONFIG, fingerprint, resume=resume):
@@ -378,9 +386,25 @@ def train_dpr(
             examples=len(data.examples),
             passages=len(data.pool),
             dropped=data.dropped,
+            supervision={
+                how.value: sum(1 for ex in data.examples if ex.supervision is how)
+                for how in Supervision
+            },
+            batch_size=config.batch_size,
+            in_batch_negatives=config.batch_size - 1,
+            hard_negatives_per_question=config.hard_negatives,
             steps_per_epoch=trainer.steps_per_epoch,
             total_steps=trainer.total_steps,
             temperature=1.0 / trainer.scale,
+        )
+        by = {how: sum(1 for ex in data.examples if ex.supervision is how) for how in Supervision}
+        log.say(
+            f"{len(data.examples)} examples ({by[Supervision.QRELS]} with judged positives, "
+            f"{by[Supervision.ANSWERS]} with answer positives); batch {config.batch_size}: "
+            f"{config.batch_size - 1} in-batch negatives and up to {config.hard_negatives} "
+            "BM25 hard negative(s) per question (each question's softmax also sees the "
+            "batch's other hard negatives)",
+            0,
         )
     trainer.prepare()
     if ckpt is not None:

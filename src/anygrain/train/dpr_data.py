@@ -4,17 +4,27 @@ Two sources:
 
 * DPR retriever JSON / JSONL (``dpr-train``): ``positive_ctxs[0]`` is the positive and
   ``hard_negative_ctxs`` the hard negatives, as DPR trains.
-* Any format with documents *and* questions whose ``gold`` names a passage
-  (SQuAD-format JSON and its relatives): the question's source paragraph is the positive.
+* Any format with documents *and* questions.  What a question carries picks its
+  :class:`Supervision`: judged passages (qrels with a grade > 0: Multi-CPR, BEIR, any
+  qrels-based set) make ``QRELS`` examples, whose positive is the best-graded judged
+  passage found in the corpus; answer strings without qrels (SQuAD-format JSON and its
+  relatives) make ``ANSWERS`` examples, whose positive is the question's source paragraph.
+  The corpus is the source's own documents, or a separate ``corpus`` spec (Multi-CPR's
+  ``corpus.tsv`` is downloaded apart from its queries).
 
 Every passage seen goes into one pool keyed by id (the training corpus), which the
 trainer indexes with BM25 to mine hard negatives where the data brings none, and
 which query-side training encodes once.  :func:`mine_bm25_hard_negatives` is DPR's
-recipe: the top BM25 passages that do not contain an answer and are not the positive.
+recipe: the top BM25 passages that are not a positive and, for ``ANSWERS`` examples,
+do not contain an answer; for ``QRELS`` examples, that are not judged relevant.
+
+An ``id_prefix`` (``"ecom-"``) is put in front of a source's question and passage ids,
+so the domains of a merged-domain run keep apart ids that clash.
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 from collections.abc import Iterator, Sequence
@@ -23,6 +33,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from anygrain.corpus.formats import Source, parse_source
+from anygrain.corpus.questions import Question
 from anygrain.corpus.records import SourceDocument, Span
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, ErrorLog
@@ -34,9 +45,35 @@ Ctx = tuple[str, str, str]  # (passage id, title, text)
 DPR_TRAIN_FORMAT = "dpr-train"
 
 
+class Supervision(str, enum.Enum):
+    """What makes a passage a positive (and keeps it from being a negative) for a question.
+
+    ANSWERS: the passage the data names (DPR's positive_ctxs, SQuAD's paragraph); a
+    passage that contains an answer string is never a negative.  QRELS: the passages
+    judged relevant (grade > 0); only those are excluded from the negatives, since
+    qrels-based sets (Multi-CPR, BEIR) carry no answer strings to match.
+    """
+
+    ANSWERS = "answers"
+    QRELS = "qrels"
+
+
+def supervision_of(q: Question) -> Supervision | None:
+    """The strategy a question's own data supports: qrels first, else answers, else None."""
+    if any(r > 0 for r in q.qrels.values()):
+        return Supervision.QRELS
+    if q.answers:
+        return Supervision.ANSWERS
+    return None
+
+
 @dataclass
 class TrainExample:
-    """One question with its positive passage and (possibly no) hard negatives."""
+    """One question with its positive passage and (possibly no) hard negatives.
+
+    ``relevant`` holds the pool ids of every passage judged relevant (QRELS
+    examples); none of them may be a negative, in mining or in the batch.
+    """
 
     qid: str
     question: str
@@ -44,6 +81,12 @@ class TrainExample:
     positive: Ctx
     hard_negatives: list[Ctx] = field(default_factory=list)
     answers_are_regex: bool = False
+    supervision: Supervision = Supervision.ANSWERS
+    relevant: tuple[str, ...] = ()
+
+    def excluded_ids(self) -> set[str]:
+        """Pool ids that must never be a negative for this question."""
+        return {self.positive[0], *self.relevant}
 
 
 @dataclass
@@ -113,64 +156,127 @@ class TrainingData:
         """Identifies the examples (and their order), so a checkpoint only resumes on the same data."""
         h = hashlib.sha256(self.pool.fingerprint().encode())
         for ex in self.examples:
-            h.update(
-                json.dumps(
-                    [ex.qid, ex.question, ex.positive[0], [c[0] for c in ex.hard_negatives]]
-                ).encode()
-            )
+            record: list[object] = [
+                ex.qid,
+                ex.question,
+                ex.positive[0],
+                [c[0] for c in ex.hard_negatives],
+            ]
+            if ex.supervision is Supervision.QRELS:  # older runs' fingerprints stay as they were
+                record += [ex.supervision.value, sorted(ex.relevant)]
+            h.update(json.dumps(record).encode())
         return h.hexdigest()[:16]
 
 
 def _source(spec: str) -> Source:
     src = parse_source(spec, want="questions")
     fmt = src.format
-    if fmt.name != DPR_TRAIN_FORMAT and (fmt.read_documents is None or fmt.read_questions is None):
+    if fmt.name != DPR_TRAIN_FORMAT and fmt.read_questions is None:
         raise AnygrainError(
-            f"{src.path}: format '{fmt.name}' cannot train a retriever: it needs positive passages "
-            f"(use {DPR_TRAIN_FORMAT} JSON/JSONL, or SQuAD-format JSON with paragraphs and questions)"
+            f"{src.path}: format '{fmt.name}' cannot train a retriever: it holds no questions "
+            f"(use {DPR_TRAIN_FORMAT} JSON/JSONL, SQuAD-format JSON, or a qrels-based set "
+            "such as multicpr or beir)"
         )
     return src
 
 
-def _add_dpr(src: Source, data: TrainingData, errors: ErrorLog) -> None:
+def _documents_source(src: Source, corpus: str | None) -> Source:
+    if corpus is not None:
+        return parse_source(corpus, want="documents")
+    if src.format.read_documents is None:
+        raise AnygrainError(
+            f"{src.path}: format '{src.format.name}' holds no passages: give the corpus "
+            "(--corpus FORMAT:PATH)"
+        )
+    return src
+
+
+def _count(data: TrainingData, reason: str) -> None:
+    data.dropped[reason] = data.dropped.get(reason, 0) + 1
+
+
+def _add_dpr(src: Source, data: TrainingData, errors: ErrorLog, prefix: str = "") -> None:
     from anygrain.corpus.readers.dpr_train import read_dpr_training
 
     for ex in read_dpr_training(src.path, errors):
         if not ex.positives:
-            data.dropped["no positive passage"] = data.dropped.get("no positive passage", 0) + 1
+            _count(data, "no positive passage")
             continue
-        pos = data.pool.add(*ex.positives[0])
-        hard = [data.pool.add(*c) for c in ex.hard_negatives]
+        pid, title, text = ex.positives[0]
+        pos = data.pool.add(prefix + pid if pid else pid, title, text)
+        hard = [
+            data.pool.add(prefix + c[0] if c[0] else c[0], c[1], c[2]) for c in ex.hard_negatives
+        ]
         data.examples.append(
-            TrainExample(f"{src.path.name}:{ex.line}", ex.question, list(ex.answers), pos, hard)
+            TrainExample(
+                f"{prefix}{src.path.name}:{ex.line}", ex.question, list(ex.answers), pos, hard
+            )
         )
 
 
-def _add_documents_and_questions(src: Source, data: TrainingData, errors: ErrorLog) -> None:
+def _add_documents_and_questions(
+    src: Source,
+    data: TrainingData,
+    errors: ErrorLog,
+    *,
+    corpus: str | None = None,
+    prefix: str = "",
+) -> None:
+    questions = src.questions(errors)
+    # Read the questions first: a wrong corpus is not worth a 1M-passage read to find out.
+    docs = _documents_source(src, corpus)
     local: dict[str, Ctx] = {}
-    for doc in src.documents(errors):
+    for doc in docs.documents(errors):
         for sp in doc.passages or []:
             if sp.id is None:
                 continue
             local[sp.id] = data.pool.add(
-                sp.id, sp.title if sp.title is not None else doc.title, doc.text[sp.start : sp.end]
+                prefix + sp.id,
+                sp.title if sp.title is not None else doc.title,
+                doc.text[sp.start : sp.end],
             )
-    for q in src.questions(errors):
-        if not q.answers:
-            # SQuAD 2.0 unanswerable questions: the paragraph is not a positive for them.
-            data.dropped["no answers"] = data.dropped.get("no answers", 0) + 1
+    for q in questions:
+        how = supervision_of(q)
+        if how is None:
+            # SQuAD 2.0 unanswerable questions, or queries without a relevant judgement.
+            _count(data, "no answers or relevant passages")
             continue
-        gold = next((local[g] for g in q.gold if g in local), None)
-        if gold is None:
-            data.dropped["gold passage not found"] = (
-                data.dropped.get("gold passage not found", 0) + 1
-            )
-            continue
+        if how is Supervision.QRELS:
+            judged = sorted((pid for pid, r in q.qrels.items() if r > 0), key=lambda p: -q.qrels[p])
+            relevant = [local[p] for p in judged if p in local]
+            if not relevant:
+                _count(data, "judged passages not in the corpus")
+                continue
+            gold, rel_ids = relevant[0], tuple(c[0] for c in relevant)
+        else:
+            found = next((local[g] for g in q.gold if g in local), None)
+            if found is None:
+                _count(data, "gold passage not found")
+                continue
+            gold, rel_ids = found, ()
         data.examples.append(
             TrainExample(
-                f"{src.path.name}:{q.id}", q.text, list(q.answers), gold, [], q.answers_are_regex
+                f"{prefix}{src.path.name}:{q.id}",
+                q.text,
+                list(q.answers),
+                gold,
+                [],
+                q.answers_are_regex,
+                supervision=how,
+                relevant=rel_ids,
             )
         )
+
+
+def _paired(name: str, values: Sequence[str] | None, n: int) -> list[str | None]:
+    if not values:
+        return [None] * n
+    if len(values) != n:
+        raise AnygrainError(
+            f"{len(values)} {name} value(s) for {n} training source(s): give one per --train, "
+            "in the same order"
+        )
+    return [v or None for v in values]
 
 
 def load_training_data(
@@ -179,26 +285,44 @@ def load_training_data(
     errors: ErrorLog | None = None,
     max_examples: int | None = None,
     seed: int = 0,
+    corpora: Sequence[str] | None = None,
+    id_prefixes: Sequence[str] | None = None,
 ) -> TrainingData:
     """Examples from every ``FORMAT:PATH`` (or ``PATH``) in ``specs``, in file order.
 
-    ``max_examples`` keeps a seeded random subset (in file order), so a quick run
-    still sees every source, and only the passages those examples name.  Raises when nothing is left to train on.
+    ``corpora`` (one per spec, or none; an empty string means "the source's own") names
+    the passages of question-only sources; ``id_prefixes`` (one per spec, or none) is
+    put in front of each source's question and passage ids.  ``max_examples`` keeps a
+    seeded random subset (in file order), so a quick run still sees every source.  The
+    pool keeps every passage of the corpora, as the BM25 hard negatives come from all of
+    them.  Raises when nothing is left to train on.
     """
     errors = errors or ErrorLog()
     data = TrainingData([], PassagePool())
-    for spec in specs:
+    paired = zip(
+        specs,
+        _paired("corpus", corpora, len(specs)),
+        _paired("id prefix", id_prefixes, len(specs)),
+        strict=True,
+    )
+    for spec, corpus, prefix in paired:
         src = _source(spec)
         if src.format.name == DPR_TRAIN_FORMAT:
-            _add_dpr(src, data, errors)
+            if corpus is not None:
+                raise AnygrainError(
+                    f"{src.path}: {DPR_TRAIN_FORMAT} data carries its passages; drop its corpus"
+                )
+            _add_dpr(src, data, errors, prefix or "")
         else:
-            _add_documents_and_questions(src, data, errors)
+            _add_documents_and_questions(src, data, errors, corpus=corpus, prefix=prefix or "")
     if max_examples is not None and len(data.examples) > max_examples:
         keep = np.sort(np.random.default_rng(seed).permutation(len(data.examples))[:max_examples])
         data.examples = [data.examples[i] for i in keep]
-        # A quick run should not pay for indexing or encoding passages it never uses.
-        used = {c[0] for ex in data.examples for c in (ex.positive, *ex.hard_negatives)}
-        data.pool = data.pool.subset(used)
+        if not any(ex.supervision is Supervision.QRELS for ex in data.examples):
+            # A quick run should not pay for indexing or encoding passages it never uses.
+            # (Qrels-based examples keep the corpus: their negatives are mined from all of it.)
+            used = {c[0] for ex in data.examples for c in (ex.positive, *ex.hard_negatives)}
+            data.pool = data.pool.subset(used)
     if not data.examples:
         raise AnygrainError(
             f"no training examples in {', '.join(specs)}"
@@ -237,8 +361,9 @@ def mine_bm25_hard_negatives(
     """Examples with up to ``n`` BM25 hard negatives each (DPR's recipe).
 
     For each question, walk the top ``depth`` BM25 passages and keep those that are
-    not the positive (by id or identical text) and do not contain an answer
-    (DPR's ``has_answer``).  ``only_missing`` leaves examples that already carry hard
+    not the positive (by id or identical text) and, by the example's
+    :class:`Supervision`, do not contain an answer (DPR's ``has_answer``) or are not
+    judged relevant.  ``only_missing`` leaves examples that already carry hard
     negatives (from DPR files) as they are.  ``bm25_index`` needs ``search_rows``.
     """
     out = list(examples)
@@ -258,16 +383,18 @@ def mine_bm25_hard_negatives(
         texts = dict(zip(needed.tolist(), store.texts(needed), strict=True))
         for i, hits in zip(batch, rows, strict=True):
             ex = out[i]
-            matcher = AnswerMatcher(ex.answers, regex=ex.answers_are_regex)
+            by_answer = ex.supervision is Supervision.ANSWERS
+            matcher = AnswerMatcher(ex.answers, regex=ex.answers_are_regex) if by_answer else None
+            excluded = ex.excluded_ids()
             pos_text = ex.positive[2].strip()
             found: list[Ctx] = []
             for r in hits.tolist():
                 if r < 0:
                     break
                 if (
-                    ids[r] == ex.positive[0]
+                    ids[r] in excluded
                     or texts[r].strip() == pos_text
-                    or matcher.in_text(texts[r])
+                    or (matcher is not None and matcher.in_text(texts[r]))
                 ):
                     continue
                 found.append((ids[r], titles[r], texts[r]))

@@ -9,6 +9,8 @@ corpus is a negative -- affordable when only the question side is trained.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
+
 import torch
 import torch.nn.functional as F
 
@@ -58,11 +60,17 @@ def full_softmax_nll(
     return _masked_ce(scores, target_rows.to(torch.long), exclude)
 
 
-def false_negative_mask(positive_ids: list[str], column_ids: list[str]) -> torch.Tensor | None:
+def false_negative_mask(
+    positive_ids: list[str],
+    column_ids: list[str],
+    relevant: Sequence[Collection[str]] | None = None,
+) -> torch.Tensor | None:
     """``(B, C)`` mask of columns holding question ``i``'s positive passage other than column ``i``.
 
     SQuAD-style data has several questions per paragraph, so a batch can hold the same
     passage twice; without the mask the model would be pushed away from a right answer.
+    ``relevant[i]`` adds the other passages judged relevant to question ``i`` (qrels):
+    another question's positive that question ``i`` also has in its qrels is masked too.
     Returns None when nothing needs masking.
     """
     b, c = len(positive_ids), len(column_ids)
@@ -71,7 +79,9 @@ def false_negative_mask(positive_ids: list[str], column_ids: list[str]) -> torch
     for j, pid in enumerate(column_ids):
         where.setdefault(pid, []).append(j)
     for i, pid in enumerate(positive_ids):
-        for j in where.get(pid, ()):
-            if j != i:
-                mask[i, j] = True
+        ids = {pid, *(relevant[i] if relevant is not None else ())}
+        for one in ids:
+            for j in where.get(one, ()):
+                if j != i:
+                    mask[i, j] = True
     return mask if bool(mask.any()) else None

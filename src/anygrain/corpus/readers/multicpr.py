@@ -3,14 +3,21 @@
 Questions: ``multicpr:FILE.query.txt`` reads ``qid<TAB>query`` lines and the
 qrels beside it (``dev.query.txt`` -> ``qrels.dev.tsv``, lines
 ``qid<TAB>0<TAB>pid<TAB>relevance``); ``multicpr:DOMAIN_DIR`` reads the dev
-split.  Ids stay strings as in the files; :func:`read_multicpr_questions` takes
-a ``prefix`` (``"ecom-"`` gives ``ecom-200000``) so several domains can be
-merged without id clashes; passage ids in ``qrels`` are not prefixed.  Queries
-without judgements are kept (not answerable).
+split.  Ids stay strings as in the files.  Queries without judgements are kept
+(not answerable).
 
 Documents: the corpus ``corpus.tsv`` (``pid<TAB>passage``, also MS MARCO's
 ``collection.tsv``), each row a document and passage with ``doc_id`` = pid;
-a domain directory reads its ``corpus.tsv``.
+a domain directory reads its ``corpus.tsv``.  The corpus is streamed.
+
+Merging domains: every domain numbers its queries and passages on its own (pid 260
+of ecom is not pid 260 of video), so a merged set puts the domain in front of every
+id, the same way in the corpus, the queries and the qrels: ``prefix="ecom-"`` gives
+query ``ecom-200000`` judged against passage ``ecom-260``.
+:func:`read_multicpr_questions` and :func:`read_multicpr_documents` take that
+``prefix``; ``multicpr:ROOT``, a directory whose subdirectories are domains (``ecom/``,
+``video/``, ``medical/``), reads them all merged, each prefixed with its name and a
+dash (dev split; the corpora from each domain's ``corpus.tsv``).
 """
 
 from __future__ import annotations
@@ -34,10 +41,27 @@ def _is_domain_dir(path: Path) -> bool:
     return path.is_dir() and (any(path.glob(f"*{QUERY_SUFFIX}")) or any(path.glob("qrels.*.tsv")))
 
 
+def domain_dirs(root: Path) -> list[Path]:
+    """The domain subdirectories of a Multi-CPR root, by name."""
+    if not root.is_dir():
+        return []
+    return sorted(d for d in root.iterdir() if _is_domain_dir(d))
+
+
+def _is_root(path: Path) -> bool:
+    return path.is_dir() and not _is_domain_dir(path) and bool(domain_dirs(path))
+
+
+def domain_prefix(domain_dir: Path) -> str:
+    """The id prefix of a domain in a merged set: its directory name and a dash."""
+    return f"{domain_dir.name}-"
+
+
 def sniff(path: Path) -> bool:
-    """A domain directory, a ``*.query.txt`` file, or a two-column ``pid<TAB>passage`` file."""
+    """A domain directory (or a root of them), a ``*.query.txt`` file, or a two-column
+    ``pid<TAB>passage`` file."""
     if path.is_dir():
-        return _is_domain_dir(path)
+        return _is_domain_dir(path) or _is_root(path)
     return path.name.endswith(QUERY_SUFFIX) or sniff_pairs(path)
 
 
@@ -62,7 +86,8 @@ def locate(path: Path) -> tuple[Path, Path]:
 
 
 def read_multicpr_questions(path: Path, errors: ErrorLog, prefix: str = "") -> Questions:
-    """Queries and their qrels; question ids are ``prefix + qid``."""
+    """Queries and their qrels; question ids are ``prefix + qid`` and judged passage ids
+    ``prefix + pid`` (to match a corpus read with the same prefix)."""
     query_path, qrels_path = locate(path)
     found: dict[str, Question] = {}
     for line, text in iter_text_lines(query_path, errors):
@@ -122,7 +147,7 @@ def read_multicpr_questions(path: Path, errors: ErrorLog, prefix: str = "") -> Q
                 line=line,
                 field="relevance",
             )
-        elif fields[2] in found[fields[0]].qrels:
+        elif prefix + fields[2] in found[fields[0]].qrels:
             problem = InputError(
                 f"duplicate judgement for ({fields[0]!r}, {fields[2]!r})",
                 path=str(qrels_path),
@@ -134,21 +159,56 @@ def read_multicpr_questions(path: Path, errors: ErrorLog, prefix: str = "") -> Q
             continue
         q = found[fields[0]]
         rel = int(fields[3])
-        q.qrels[fields[2]] = rel
+        q.qrels[prefix + fields[2]] = rel
         if rel > 0:
-            q.gold.append(fields[2])
+            q.gold.append(prefix + fields[2])
     if not found:
         raise no_records(query_path, "queries")
     return Questions(list(found.values()), source=str(query_path), format="multicpr")
 
 
 def read_questions(path: Path, errors: ErrorLog) -> Questions:
-    """Registered reader: no id prefix."""
+    """Registered reader: no id prefix; a root of domains is merged with prefixes."""
+    if _is_root(path):
+        items = []
+        for d in domain_dirs(path):
+            items.extend(read_multicpr_questions(d, errors, prefix=domain_prefix(d)).items)
+        return Questions(items, source=str(path), format="multicpr")
     return read_multicpr_questions(path, errors)
 
 
 def read_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
-    """The corpus file, or ``corpus.tsv`` in a domain directory."""
+    """The corpus file, ``corpus.tsv`` in a domain directory, or every domain's
+    ``corpus.tsv`` of a root, merged with prefixes."""
+    if _is_root(path):
+        return _merged_documents(path, errors)
+    return read_multicpr_documents(path, errors)
+
+
+def _merged_documents(root: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
+    for d in domain_dirs(root):
+        yield from read_multicpr_documents(d, errors, prefix=domain_prefix(d))
+
+
+def read_multicpr_documents(
+    path: Path, errors: ErrorLog, prefix: str = ""
+) -> Iterator[SourceDocument]:
+    """The corpus file, or ``corpus.tsv`` in a domain directory; ids are ``prefix + pid``."""
+    docs = _corpus_documents(path, errors)
+    if not prefix:
+        return docs
+    return (_prefixed(doc, prefix) for doc in docs)
+
+
+def _prefixed(doc: SourceDocument, prefix: str) -> SourceDocument:
+    doc.doc_id = prefix + doc.doc_id
+    for sp in doc.passages or []:
+        if sp.id is not None:
+            sp.id = prefix + sp.id
+    return doc
+
+
+def _corpus_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
     if path.is_dir():
         corpus = path / CORPUS_NAME
         if not corpus.is_file():
