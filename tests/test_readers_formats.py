@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from anygrain.corpus.formats import FORMATS, parse_source
-from anygrain.corpus.readers._io import IdSet, split_tsv
+from anygrain.corpus.readers._io import IdSet, split_qrels, split_tsv
 from anygrain.corpus.readers.dpr_qas import unquote_twice_quoted
 from anygrain.corpus.readers.dpr_train import read_dpr_training
 from anygrain.corpus.readers.multicpr import read_multicpr_questions
@@ -439,6 +439,34 @@ def test_multicpr_questions(tmp_path: Path) -> None:
     assert [q.id for q in same] == [q.id for q in qs]
     pref = read_multicpr_questions(root, ErrorLog(), prefix="ecom-")
     assert pref[0].id == "ecom-200000" and pref[0].qrels == {"260": 1}
+
+
+def test_qrels_whitespace_separated_trec_layout(tmp_path: Path) -> None:
+    """Anserini/Pyserini qrels (``qid 0 docid rel`` with spaces, named .txt) read like tabs."""
+    root = tmp_path / "msmarco"
+    _lines(root / "dev.query.txt", ["1048585\twhat is paula deen's brother", "2\tAndrogen receptor"])
+    _lines(root / "qrels.dev.txt", ["1048585 0 7187158 1", "2  0   1234 1", "2 0 99 0"])
+    qs = parse_source(f"multicpr:{root}", want="questions").questions()
+    assert qs[0].qrels == {"7187158": 1} and qs[0].gold == ["7187158"]
+    assert qs[1].qrels == {"1234": 1, "99": 0} and qs[1].gold == ["1234"]
+    # the tab layout keeps reading as before
+    _lines(root / "qrels.dev.tsv", ["1048585\t0\t7187158\t1"])
+    (root / "qrels.dev.txt").unlink()
+    assert parse_source(f"multicpr:{root}", want="questions").questions()[0].qrels == {
+        "7187158": 1
+    }
+    beir = tmp_path / "beir"
+    _jsonl(beir / "corpus.jsonl", [{"_id": "c1", "text": "one"}, {"_id": "c2", "text": "two"}])
+    _jsonl(beir / "queries.jsonl", [{"_id": "q1", "text": "first"}, {"_id": "q2", "text": "x"}])
+    _lines(beir / "qrels" / "test.tsv", ["q1 0 c1 2", "q2 c2 1"])
+    bq = parse_source(beir, want="questions").questions()
+    assert bq[0].qrels == {"c1": 2} and bq[1].qrels == {"c2": 1}
+
+
+def test_split_qrels() -> None:
+    assert split_qrels("q1 0  d1\t1") == ["q1 0  d1", "1"]  # a tab line splits on tabs only
+    assert split_qrels("q1 0  d1 1") == ["q1", "0", "d1", "1"]
+    assert split_qrels("q1\t0\td 1\t1") == ["q1", "0", "d 1", "1"]
 
 
 def test_kilt(tmp_path: Path) -> None:
