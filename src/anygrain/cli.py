@@ -180,7 +180,9 @@ def eval_cmd(
     scope: Annotated[
         Scope,
         typer.Option(
-            help="corpus, or gold-passage (D={p}, phrase indexes: each question in its own passage)"
+            help="corpus, or gold-passage: phrase indexes search each question in its own "
+            "passage (D={p}); passage indexes judge a hit by the question's gold passage id "
+            "instead of answer containment"
         ),
     ] = Scope.CORPUS,
 ) -> None:
@@ -209,9 +211,16 @@ def eval_cmd(
         return
     if errors.n_skipped:
         console.print(f"[yellow]{escape(errors.summary())}[/]", soft_wrap=True)
+    if report.n_qrels_ids_missing:
+        console.print(
+            f"[yellow]warning: {report.n_qrels_ids_missing} of {report.n_qrels_ids} qrels ids are "
+            "not in the index's corpus; those units can never be retrieved[/]",
+            soft_wrap=True,
+        )
     d = report.to_dict()
+    d["scope"] = scope.value
     if idx.kind is IndexKind.PHRASE:
-        d["scope"], d["unit"] = scope.value, Unit(unit or Unit.PHRASE).value
+        d["unit"] = Unit(unit or Unit.PHRASE).value
     if as_json:
         print(json.dumps(d, ensure_ascii=False))
         return
