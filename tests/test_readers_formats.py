@@ -392,6 +392,28 @@ def test_text_directory_and_file(tmp_path: Path) -> None:
     assert (doc.doc_id, doc.title, doc.text) == ("essay.txt", "essay", "Line one.\nLine two.\n")
 
 
+def test_text_directory_reports_every_file_read_or_skipped(tmp_path: Path) -> None:
+    """A directory mixing .jsonl and .txt: the .jsonl file is not read as text, and says so."""
+    root = text_dir(tmp_path)
+    _jsonl(root / "more.jsonl", [{"id": "d1", "text": "A JSONL document."}])
+    errors = ErrorLog()
+    docs = list(parse_source(root).documents(errors))
+    assert [d.doc_id for d in docs] == ["a.txt", "sub/b.txt"]
+    notes = {Path(n.path).relative_to(root).as_posix(): n for n in errors.files}
+    assert sorted(notes) == [".hidden/c.txt", "a.txt", "more.jsonl", "readme.md", "sub/b.txt"]
+    assert notes["a.txt"].read and notes["sub/b.txt"].read
+    assert not notes["more.jsonl"].read
+    assert "not a .txt file" in notes["more.jsonl"].reason
+    assert f"jsonl:{root / 'more.jsonl'}" in notes["more.jsonl"].reason
+    assert notes[".hidden/c.txt"].reason == "hidden file or directory"
+    assert str(notes["more.jsonl"]).startswith("skipped ")
+    assert [n.path for n in errors.files_skipped] == [
+        str(root / ".hidden" / "c.txt"),
+        str(root / "more.jsonl"),
+        str(root / "readme.md"),
+    ]
+
+
 def test_nq_open(tmp_path: Path) -> None:
     qs = parse_source(nq_open(tmp_path), want="questions").questions()
     assert [q.id for q in qs] == ["1", "2"]
