@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from anygrain.corpus.records import SourceDocument
-from anygrain.errors import AnygrainError, IndexMismatchError
 from anygrain.dense.testing import single_threaded, tiny_biencoder
+from anygrain.errors import AnygrainError, IndexMismatchError
 from anygrain.search.fusion import FusionConfig, FusionMethod, fuse_scores, union_candidates
 from anygrain.search.hybrid import HybridIndex
 from anygrain.search.index import Index
@@ -109,5 +109,7 @@ def test_combine_refuses_other_corpora_and_wrong_kinds(tmp_path: Path) -> None:
         with pytest.raises(AnygrainError, match="must be a dense index"):
             HybridIndex.combine(tmp_path / "bm25", tmp_path / "bm25", tmp_path / "x")
         with pytest.raises(AnygrainError, match="unknown fusionmethod 'sum'"):
-            HybridIndex.combine(tmp_path / "bm25", tmp_path / "dense4", tmp_path / "x", fusion="sum")
+            HybridIndex.combine(
+                tmp_path / "bm25", tmp_path / "dense4", tmp_path / "x", fusion="sum"
+            )
         assert not (tmp_path / "x").exists()

@@ -466,7 +466,9 @@ def test_multicpr_questions(tmp_path: Path) -> None:
 def test_qrels_whitespace_separated_trec_layout(tmp_path: Path) -> None:
     """Anserini/Pyserini qrels (``qid 0 docid rel`` with spaces, named .txt) read like tabs."""
     root = tmp_path / "msmarco"
-    _lines(root / "dev.query.txt", ["1048585\twhat is paula deen's brother", "2\tAndrogen receptor"])
+    _lines(
+        root / "dev.query.txt", ["1048585\twhat is paula deen's brother", "2\tAndrogen receptor"]
+    )
     _lines(root / "qrels.dev.txt", ["1048585 0 7187158 1", "2  0   1234 1", "2 0 99 0"])
     qs = parse_source(f"multicpr:{root}", want="questions").questions()
     assert qs[0].qrels == {"7187158": 1} and qs[0].gold == ["7187158"]
@@ -474,9 +476,7 @@ def test_qrels_whitespace_separated_trec_layout(tmp_path: Path) -> None:
     # the tab layout keeps reading as before
     _lines(root / "qrels.dev.tsv", ["1048585\t0\t7187158\t1"])
     (root / "qrels.dev.txt").unlink()
-    assert parse_source(f"multicpr:{root}", want="questions").questions()[0].qrels == {
-        "7187158": 1
-    }
+    assert parse_source(f"multicpr:{root}", want="questions").questions()[0].qrels == {"7187158": 1}
     beir = tmp_path / "beir"
     _jsonl(beir / "corpus.jsonl", [{"_id": "c1", "text": "one"}, {"_id": "c2", "text": "two"}])
     _jsonl(beir / "queries.jsonl", [{"_id": "q1", "text": "first"}, {"_id": "q2", "text": "x"}])

@@ -12,9 +12,11 @@ from anygrain.corpus.questions import Question, Questions
 from anygrain.errors import AnygrainError, ErrorLog, parse_enum
 from anygrain.eval.coverage import check_qrels_coverage, judge_by_gold
 from anygrain.eval.evaluate import EvalReport
+from anygrain.search.fusion import FusionMethod
 from anygrain.search.hit import Hit, Unit
-from anygrain.search.index import Index, IndexKind
+from anygrain.search.index import Index, IndexKind, read_manifest
 from anygrain.search.scope import Scope, gold_rows
+from anygrain.utils.threads import set_threads
 
 # the passage-index metrics ``evaluate_index`` and ``anygrain eval`` report by default
 PASSAGE_METRICS = ("top@1", "top@5", "top@20", "mrr@20", "p@20")
@@ -41,10 +43,13 @@ def search_index(
     k: int = 10,
     *,
     unit: Unit | str | None = None,
+    threads: int | None = None,
     **options: Any,
 ) -> list[list[Hit]]:
     """Top-``k`` hits per query. ``unit`` (phrase, sentence, passage, document) needs a
-    phrase index unless it is ``passage``; phrase indexes default to phrases."""
+    phrase index unless it is ``passage``; phrase indexes default to phrases. ``threads``
+    sets torch's and FAISS's thread count (default: theirs)."""
+    set_threads(threads)
     idx = index if isinstance(index, Index) else Index.load(index)
     if k < 1:
         raise AnygrainError(f"k must be at least 1, got {k}")
@@ -71,6 +76,7 @@ def evaluate_index(
     search_options: dict[str, Any] | None = None,
     unit: Unit | str | None = None,
     scope: Scope | str | None = None,
+    threads: int | None = None,
 ) -> EvalReport:
     """Score an index on a question set; index and questions may be given as paths.
 
@@ -85,6 +91,7 @@ def evaluate_index(
     """
     from anygrain.eval import evaluate
 
+    set_threads(threads)
     idx = index if isinstance(index, Index) else Index.load(index)
     errors = errors if errors is not None else ErrorLog()
     if isinstance(questions, Questions):
@@ -137,6 +144,52 @@ def evaluate_index(
     report.n_qrels_ids_missing = coverage.n_missing
     report.n_skipped_records = errors.n_skipped
     return report
+
+
+def build_index(
+    source: Any,
+    *,
+    kind: IndexKind | str,
+    out: str | Path,
+    threads: int | None = None,
+    **settings: Any,
+) -> Index:
+    """Build an index of ``kind`` from ``source`` (``FORMAT:PATH``, a path, a corpus
+    directory or store); ``settings`` go to the kind's builder (model, split, lang,
+    fusion, ...). ``threads`` sets torch's and FAISS's thread count (default: theirs)."""
+    set_threads(threads)
+    return Index.build(source, kind=parse_enum(IndexKind, kind), out=out, **settings)
+
+
+def combine_hybrid(
+    first: str | Path,
+    second: str | Path,
+    out: str | Path,
+    *,
+    fusion: FusionMethod | str = FusionMethod.ZSCORE,
+    weight: float | None = None,
+    depth: int = 100,
+) -> Index:
+    """A hybrid index reusing an existing BM25 index and dense index over the same corpus,
+    given in either order; see :meth:`HybridIndex.combine`."""
+    from anygrain.search.hybrid import HybridIndex
+
+    dirs = [Path(first), Path(second)]
+    kinds = [str(read_manifest(d).get("kind")) for d in dirs]
+    if sorted(kinds) != [IndexKind.BM25.value, IndexKind.DENSE.value]:
+        raise AnygrainError(
+            "a hybrid index combines one bm25 and one dense index, not "
+            f"{kinds[0]} ({dirs[0]}) and {kinds[1]} ({dirs[1]})"
+        )
+    parts = dict(zip(kinds, dirs, strict=True))
+    return HybridIndex.combine(
+        parts[IndexKind.BM25.value],
+        parts[IndexKind.DENSE.value],
+        out,
+        fusion=fusion,
+        weight=weight,
+        depth=depth,
+    )
 
 
 def _unit_ids(idx: Index, unit: Unit) -> Callable[[str], bool]:

@@ -196,6 +196,7 @@ class DenseIndex(Index):
             batch_size=batch_size,
             progress=progress,
             bf16=bf16,
+            label=model_name,
         )
         t_encode = time.time()
         fx = FaissIndex.build(shards, factory, train_size=train_size, progress=progress)

@@ -76,7 +76,12 @@ class ChineseAnalyzer(Analyzer):
 
     def config(self) -> dict[str, object]:
         # what is applied, in the same terms as the English analyzer's record
-        return {"kind": self.kind.value, "segmenter": "jieba", "stemming": False, "stopwords": False}
+        return {
+            "kind": self.kind.value,
+            "segmenter": "jieba",
+            "stemming": False,
+            "stopwords": False,
+        }
 
 
 def make_analyzer(lang: Lang | str, **options: object) -> Analyzer:

@@ -103,8 +103,7 @@ def _read_qrels(path: Path, errors: ErrorLog) -> dict[str, tuple[int, dict[str, 
         if len(fields) != 3:
             errors.handle(
                 InputError(
-                    f"expected 3 columns (query-id, corpus-id, score), "
-                    f"got {len(fields)}",
+                    f"expected 3 columns (query-id, corpus-id, score), got {len(fields)}",
                     path=str(path),
                     line=line,
                 )
