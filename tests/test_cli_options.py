@@ -166,6 +166,15 @@ def test_hybrid_from_existing_indexes(
          "--metrics", "top@5", "--json", "-q"],
     )  # fmt: skip
     assert r.exit_code == 0, r.output
+    # built in one go, the fusion options are recorded the same way
+    r = runner.invoke(
+        app,
+        ["index", str(squad_file), "--kind", "hybrid", "--model", str(tiny_model_dir),
+         "--out", str(tmp_path / "built"), "--fusion", "minmax", "--fusion-weight", "0.3",
+         "--json", "-q"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["fusion"] == {"method": "minmax", "weight": 0.3, "depth": 100}
     # refused: fusion options on another kind, --from without hybrid or with one index
     r = runner.invoke(app, ["search", str(bm25), "Who?", "--fusion", "rrf"])
     assert r.exit_code == 2 and "need a hybrid index, not bm25" in r.output

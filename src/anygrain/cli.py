@@ -104,7 +104,7 @@ def _index_summary(idx: Any, out_dir: Path, errors: ErrorLog) -> dict[str, Any]:
 
 def _report_files(errors: ErrorLog, *, quiet: bool) -> None:
     """Each file a directory source was read from or skipped, on stderr (skipped always)."""
-    for f in errors.files:
+    for f in sorted(errors.files, key=lambda f: f.path):
         if f.read and quiet:
             continue
         style = "" if f.read else "yellow"
