@@ -157,6 +157,15 @@ def test_hybrid_from_existing_indexes(
     assert d["components"]["dense"]["path"] == "../dense"
     assert d["model"] == str(tiny_model_dir)
     r = runner.invoke(
+        app,
+        ["index", "--kind", "hybrid", "--from", str(bm25), "--from", str(dense),
+         "--out", str(tmp_path / "hyb2")],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert f"combined {bm25} and {dense} (6 passages) as hybrid with model {tiny_model_dir}" in (
+        r.stdout
+    )
+    r = runner.invoke(
         app, ["search", str(hyb), "Who created Python?", "--fusion", "zscore", "--json"]
     )
     assert r.exit_code == 0, r.output

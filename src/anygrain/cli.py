@@ -107,9 +107,8 @@ def _report_files(errors: ErrorLog, *, quiet: bool) -> None:
     for f in sorted(errors.files, key=lambda f: f.path):
         if f.read and quiet:
             continue
-        style = "" if f.read else "yellow"
         line = escape(str(f))
-        console.print(f"[{style}]{line}[/]" if style else line, highlight=False, soft_wrap=True)
+        console.print(line if f.read else f"[yellow]{line}[/]", highlight=False, soft_wrap=True)
 
 
 @app.command("index")
@@ -233,8 +232,7 @@ def index_cmd(
         print(json.dumps(d, ensure_ascii=False))
         return
     if from_dirs:
-        parts = d["components"]
-        what = f"combined {parts['sparse']['path']} and {parts['dense']['path']} ({d['n_passages']} passages)"
+        what = f"combined {from_dirs[0]} and {from_dirs[1]} ({d['n_passages']} passages)"
     else:
         what = (
             f"indexed {d['n_passages']} passages from {d['n_documents']} documents "
