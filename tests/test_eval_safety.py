@@ -149,3 +149,13 @@ def test_judge_by_gold_keeps_qrels_and_unanswerable_questions() -> None:
     assert b is qs[1] and c is qs[2] and not c.answerable
     with pytest.raises(AnygrainError, match="'d' has no gold passage"):
         judge_by_gold([Question("d", "x", answers=["y"])])
+
+
+def test_qrels_are_checked_at_the_grain_they_judge(bm25: Index) -> None:
+    """Document-grain hits are judged by doc id, so their qrels are looked up among doc ids."""
+    from anygrain.api import _unit_ids
+    from anygrain.search.hit import Unit
+
+    passages, documents = _unit_ids(bm25, Unit.PASSAGE), _unit_ids(bm25, Unit.DOCUMENT)
+    assert passages("Python_(language)_0") and not passages("Python_(language)")
+    assert documents("Python_(language)") and not documents("Python_(language)_0")

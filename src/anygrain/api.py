@@ -195,10 +195,17 @@ def combine_hybrid(
 def _unit_ids(idx: Index, unit: Unit) -> Callable[[str], bool]:
     """Whether the index holds a unit id at ``unit``'s grain (what qrels name)."""
     store = idx.corpus
-    if unit is Unit.DOCUMENT:
-        doc_ids = set(store.column("doc_id"))
-        return doc_ids.__contains__
-    return store.__contains__  # type: ignore[no-any-return]
+    if unit is not Unit.DOCUMENT:
+        return store.__contains__  # type: ignore[no-any-return]
+    doc_ids: set[str] = set()
+
+    def has_document(uid: str) -> bool:
+        # the id column is read only when some question has qrels to check
+        if not doc_ids:
+            doc_ids.update(store.column("doc_id"))
+        return uid in doc_ids
+
+    return has_document
 
 
 def _check_passage_unit(idx: Index, unit: Unit | str | None) -> None:
