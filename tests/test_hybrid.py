@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -97,6 +98,11 @@ def test_combine_reuses_existing_bm25_and_dense_indexes(tmp_path: Path) -> None:
             got = [[h.passage_id for h in hs] for hs in again.search(q, k=3, fusion=method.value)]
             want = [[h.passage_id for h in hs] for hs in built.search(q, k=3, fusion=method.value)]
             assert got == want, method
+        # a part rebuilt over other documents no longer fits the rows the hybrid index fuses
+        shutil.rmtree(tmp_path / "dense")
+        Index.build(DOCS[:4], kind="dense", out=tmp_path / "dense", model=model, progress=False)
+        with pytest.raises(IndexMismatchError, match="now built over another corpus"):
+            Index.load(tmp_path / "hc")
 
 
 def test_combine_refuses_other_corpora_and_wrong_kinds(tmp_path: Path) -> None:
