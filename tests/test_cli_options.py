@@ -247,3 +247,27 @@ def test_dense_index_on_chinese_says_which_model(
     assert chosen == ["me5-small"]
     assert "as dense with model me5-small →" in r.stdout
     assert "encoding passages with me5-small" in r.stderr
+
+
+def test_library_threads_parameter(squad_file: Path, tmp_path: Path) -> None:
+    """The library takes ``threads=`` (it reads no environment variable itself)."""
+    from anygrain.api import build_index, evaluate_index, search_index
+    from anygrain.errors import AnygrainError
+    from anygrain.utils.threads import set_threads
+
+    torch.set_num_threads(2)
+    faiss.omp_set_num_threads(2)
+    set_threads(None)  # leaves the defaults alone
+    assert torch.get_num_threads() == 2 and faiss.omp_get_max_threads() == 2
+    idx = build_index(
+        f"squad:{squad_file}", kind="bm25", out=tmp_path / "i", progress=False, threads=1
+    )
+    assert torch.get_num_threads() == 1 and faiss.omp_get_max_threads() == 1
+    torch.set_num_threads(2)
+    search_index(idx, ["Who created Python?"], threads=1)
+    assert torch.get_num_threads() == 1
+    torch.set_num_threads(2)
+    evaluate_index(idx, f"squad:{squad_file}", progress=False, threads=1)
+    assert torch.get_num_threads() == 1
+    with pytest.raises(AnygrainError, match="threads must be at least 1"):
+        set_threads(0)
