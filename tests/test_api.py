@@ -35,8 +35,6 @@ def test_passage_index_defaults_and_refuses_phrase_options(bm25: Index, squad_fi
     assert tuple(rep.metrics) == PASSAGE_METRICS and rep.n_questions == 8
     with pytest.raises(AnygrainError, match="needs a phrase index"):
         evaluate_index(bm25, f"squad:{squad_file}", unit="sentence", progress=False)
-    with pytest.raises(AnygrainError, match="gold-passage needs a phrase index"):
-        evaluate_index(bm25, f"squad:{squad_file}", scope="gold-passage", progress=False)
     with pytest.raises(AnygrainError, match="unknown scope 'nowhere': use one of corpus"):
         evaluate_index(bm25, f"squad:{squad_file}", scope="nowhere", progress=False)
     with pytest.raises(AnygrainError, match="unknown unit 'word'"):

@@ -136,3 +136,23 @@ def test_chinese_uses_jieba_not_whitespace(tmp_path: Path) -> None:
     assert idx.manifest["settings"]["bm25"]["lang"] == "zh"  # detected
     assert idx.search_one("中国的首都是哪里？")[0].doc_id == "a"
     assert idx.search_one("熊猫生活在哪里")[0].doc_id == "c"
+
+
+def test_chinese_manifest_records_what_is_applied(tmp_path: Path) -> None:
+    """jieba segmentation, no stemming, no stopword list: the manifest must not claim the
+    English pipeline's stemming and stopwords."""
+    docs = [
+        SourceDocument("a", "城市", "北京是中国的首都。"),
+        SourceDocument("b", "城市", "上海是中国最大的城市。"),
+    ]
+    zh = Index.build(docs, kind="bm25", out=tmp_path / "zh", progress=False).manifest["settings"]
+    assert zh["bm25"]["lang"] == "zh"
+    assert zh["bm25"]["stemming"] is False and zh["bm25"]["stopwords"] is False
+    assert zh["analyzer"] == {
+        "kind": "zh", "segmenter": "jieba", "stemming": False, "stopwords": False
+    }  # fmt: skip
+    en_docs = [SourceDocument("a", "Cats", "The cat sat on the mat.")]
+    en = Index.build(en_docs, kind="bm25", out=tmp_path / "en", progress=False).manifest
+    assert en["settings"]["bm25"]["stemming"] is True
+    assert en["settings"]["bm25"]["stopwords"] is True
+    assert Index.load(tmp_path / "zh").search_one("中国的首都")[0].doc_id == "a"

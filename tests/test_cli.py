@@ -50,10 +50,6 @@ def test_index_search_eval(squad_file: Path, tmp_path: Path) -> None:
     assert r.exit_code == 2 and "needs a phrase index" in r.output
     r = runner.invoke(app, ["search", str(out), "Who created Python?", "--model", "minilm"])
     assert r.exit_code == 2 and "--model needs a dense or phrase index" in r.output
-    r = runner.invoke(
-        app, ["eval", str(out), "--questions", str(squad_file), "--scope", "gold-passage"]
-    )
-    assert r.exit_code == 2 and "needs a phrase index" in r.output
 
 
 def test_bad_input_is_one_clear_line(tmp_path: Path) -> None:

@@ -205,3 +205,40 @@ def test_nested_write_for_hybrid(tmp_path: Path, model: BiEncoder) -> None:
     assert json.loads((moved / "dense" / "part" / "dense.json").read_text())["subdir"] == "part"
     with pytest.raises(AnygrainError, match="no dense index under 'dense/'"):
         DenseIndex.open(moved / "dense", read_manifest(moved / "dense"))
+
+
+ZH_DOCS = [
+    SourceDocument("a", "城市", "北京是中国的首都。"),
+    SourceDocument("b", "城市", "上海是中国最大的城市。"),
+    SourceDocument("c", "动物", "熊猫生活在四川的山林里。"),
+]
+
+
+@pytest.mark.parametrize("kind", ["dense", "hybrid"])
+def test_default_model_follows_the_corpus_language(
+    tmp_path: Path, model: BiEncoder, monkeypatch, kind: str
+) -> None:  # type: ignore[no-untyped-def]
+    """No --model: Chinese gets the multilingual me5-small, English minilm; the name is
+    recorded so the CLI can say which model encoded the corpus."""
+    asked: list[str] = []
+
+    def fake(name):  # type: ignore[no-untyped-def]
+        if isinstance(name, BiEncoder):
+            return name
+        asked.append(str(name))
+        return model  # stands in for the real encoder: only the choice is under test
+
+    monkeypatch.setattr(dense_mod, "as_biencoder", fake)
+
+    def name_of(idx: Index) -> str:
+        dense = idx.dense if kind == "hybrid" else idx  # type: ignore[attr-defined]
+        return str(dense.settings["model"]["name"])
+
+    zh = Index.build(ZH_DOCS, kind=kind, out=tmp_path / "zh", progress=False)
+    assert asked == ["me5-small"] and name_of(zh) == "me5-small"
+    en = Index.build(_docs(), kind=kind, out=tmp_path / "en", progress=False)
+    assert asked[-1] == "minilm" and name_of(en) == "minilm"
+    forced = Index.build(_docs(), kind=kind, out=tmp_path / "f", lang="zh", progress=False)
+    assert asked[-1] == "me5-small" and name_of(forced) == "me5-small"
+    named = Index.build(ZH_DOCS, kind=kind, out=tmp_path / "n", model="minilm", progress=False)
+    assert asked[-1] == "minilm" and name_of(named) == "minilm"  # a named model is kept

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from anygrain.corpus.records import SourceDocument
 from anygrain.dense.testing import single_threaded, tiny_biencoder
+from anygrain.errors import AnygrainError, IndexMismatchError
 from anygrain.search.fusion import FusionConfig, FusionMethod, fuse_scores, union_candidates
 from anygrain.search.hybrid import HybridIndex
 from anygrain.search.index import Index
@@ -67,3 +70,52 @@ def test_dense_scores_are_exact_inner_products(tmp_path: Path) -> None:
         got = idx.dense.score_rows(qv, rows)
         pv = idx.dense.vectors.rows([0, 2, 4])
         np.testing.assert_allclose(got[0, :3], pv @ qv[0], rtol=1e-5)
+
+
+def test_combine_reuses_existing_bm25_and_dense_indexes(tmp_path: Path) -> None:
+    with single_threaded():
+        model = tiny_biencoder(seed=3)
+        built = Index.build(DOCS, kind="hybrid", out=tmp_path / "h", model=model, progress=False)
+        bm25 = Index.build(DOCS, kind="bm25", out=tmp_path / "bm25", progress=False)
+        # built separately from the same documents: its own corpus copy, the same checksum
+        Index.build(DOCS, kind="dense", out=tmp_path / "dense", model=model, progress=False)
+        vectors = sorted((tmp_path / "dense" / "dense" / "vectors").iterdir())
+        mtimes = [p.stat().st_mtime_ns for p in vectors]
+        idx = HybridIndex.combine(
+            tmp_path / "bm25", tmp_path / "dense", tmp_path / "hc", fusion="rrf", depth=50
+        )
+        assert isinstance(idx, HybridIndex)
+        assert sorted(p.name for p in (tmp_path / "hc").iterdir()) == ["index.json"]
+        assert [p.stat().st_mtime_ns for p in vectors] == mtimes  # nothing re-encoded
+        m = idx.manifest
+        assert m["components"]["sparse"]["path"] == "../bm25"
+        assert m["components"]["dense"]["path"] == "../dense"
+        assert m["corpus"]["checksum"] == bm25.corpus.checksum
+        assert m["settings"]["fusion"] == {"method": "rrf", "weight": None, "depth": 50}
+        q = ["cat on the mat", "river sea mill"]
+        again = Index.load(tmp_path / "hc")
+        for method in FusionMethod:
+            got = [[h.passage_id for h in hs] for hs in again.search(q, k=3, fusion=method.value)]
+            want = [[h.passage_id for h in hs] for hs in built.search(q, k=3, fusion=method.value)]
+            assert got == want, method
+        # a part rebuilt over other documents no longer fits the rows the hybrid index fuses
+        shutil.rmtree(tmp_path / "dense")
+        Index.build(DOCS[:4], kind="dense", out=tmp_path / "dense", model=model, progress=False)
+        with pytest.raises(IndexMismatchError, match="now built over another corpus"):
+            Index.load(tmp_path / "hc")
+
+
+def test_combine_refuses_other_corpora_and_wrong_kinds(tmp_path: Path) -> None:
+    with single_threaded():
+        model = tiny_biencoder(seed=3)
+        Index.build(DOCS, kind="bm25", out=tmp_path / "bm25", progress=False)
+        Index.build(DOCS[:4], kind="dense", out=tmp_path / "dense4", model=model, progress=False)
+        with pytest.raises(IndexMismatchError, match="built over different corpora"):
+            HybridIndex.combine(tmp_path / "bm25", tmp_path / "dense4", tmp_path / "x")
+        with pytest.raises(AnygrainError, match="must be a dense index"):
+            HybridIndex.combine(tmp_path / "bm25", tmp_path / "bm25", tmp_path / "x")
+        with pytest.raises(AnygrainError, match="unknown fusionmethod 'sum'"):
+            HybridIndex.combine(
+                tmp_path / "bm25", tmp_path / "dense4", tmp_path / "x", fusion="sum"
+            )
+        assert not (tmp_path / "x").exists()

@@ -615,7 +615,7 @@ def test_missing_companion_files(tmp_path: Path) -> None:
         {"m/dev.query.txt": MCPR_Q, "b/corpus.jsonl": BEIR_CORPUS, "b/queries.jsonl": BEIR_QUERIES},
     )
     (tmp_path / "b" / "qrels").mkdir()
-    with pytest.raises(InputError, match="no qrels file qrels.dev.tsv"):
+    with pytest.raises(InputError, match="no qrels file qrels.dev.tsv or qrels.dev.txt"):
         parse_source(tmp_path / "m", want="questions").questions()
     with pytest.raises(InputError, match="no corpus.tsv"):
         list(parse_source(f"multicpr:{tmp_path / 'm'}").documents())

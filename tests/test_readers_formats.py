@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from anygrain.corpus.formats import FORMATS, parse_source
-from anygrain.corpus.readers._io import IdSet, split_tsv
+from anygrain.corpus.readers._io import IdSet, split_qrels, split_tsv
 from anygrain.corpus.readers.dpr_qas import unquote_twice_quoted
 from anygrain.corpus.readers.dpr_train import read_dpr_training
 from anygrain.corpus.readers.multicpr import read_multicpr_questions
@@ -392,6 +392,28 @@ def test_text_directory_and_file(tmp_path: Path) -> None:
     assert (doc.doc_id, doc.title, doc.text) == ("essay.txt", "essay", "Line one.\nLine two.\n")
 
 
+def test_text_directory_reports_every_file_read_or_skipped(tmp_path: Path) -> None:
+    """A directory mixing .jsonl and .txt: the .jsonl file is not read as text, and says so."""
+    root = text_dir(tmp_path)
+    _jsonl(root / "more.jsonl", [{"id": "d1", "text": "A JSONL document."}])
+    errors = ErrorLog()
+    docs = list(parse_source(root).documents(errors))
+    assert [d.doc_id for d in docs] == ["a.txt", "sub/b.txt"]
+    notes = {Path(n.path).relative_to(root).as_posix(): n for n in errors.files}
+    assert sorted(notes) == [".hidden/c.txt", "a.txt", "more.jsonl", "readme.md", "sub/b.txt"]
+    assert notes["a.txt"].read and notes["sub/b.txt"].read
+    assert not notes["more.jsonl"].read
+    assert "not a .txt file" in notes["more.jsonl"].reason
+    assert f"jsonl:{root / 'more.jsonl'}" in notes["more.jsonl"].reason
+    assert notes[".hidden/c.txt"].reason == "hidden file or directory"
+    assert str(notes["more.jsonl"]).startswith("skipped ")
+    assert [n.path for n in errors.files_skipped] == [
+        str(root / ".hidden" / "c.txt"),
+        str(root / "more.jsonl"),
+        str(root / "readme.md"),
+    ]
+
+
 def test_nq_open(tmp_path: Path) -> None:
     qs = parse_source(nq_open(tmp_path), want="questions").questions()
     assert [q.id for q in qs] == ["1", "2"]
@@ -441,6 +463,34 @@ def test_multicpr_questions(tmp_path: Path) -> None:
     # The prefix goes on the judged passage ids too, to match a corpus read with it.
     assert pref[0].id == "ecom-200000" and pref[0].qrels == {"ecom-260": 1}
     assert pref[1].qrels == {"ecom-779": 1, "ecom-5": 0} and pref[1].gold == ["ecom-779"]
+
+
+def test_qrels_whitespace_separated_trec_layout(tmp_path: Path) -> None:
+    """Anserini/Pyserini qrels (``qid 0 docid rel`` with spaces, named .txt) read like tabs."""
+    root = tmp_path / "msmarco"
+    _lines(
+        root / "dev.query.txt", ["1048585\twhat is paula deen's brother", "2\tAndrogen receptor"]
+    )
+    _lines(root / "qrels.dev.txt", ["1048585 0 7187158 1", "2  0   1234 1", "2 0 99 0"])
+    qs = parse_source(f"multicpr:{root}", want="questions").questions()
+    assert qs[0].qrels == {"7187158": 1} and qs[0].gold == ["7187158"]
+    assert qs[1].qrels == {"1234": 1, "99": 0} and qs[1].gold == ["1234"]
+    # the tab layout keeps reading as before
+    _lines(root / "qrels.dev.tsv", ["1048585\t0\t7187158\t1"])
+    (root / "qrels.dev.txt").unlink()
+    assert parse_source(f"multicpr:{root}", want="questions").questions()[0].qrels == {"7187158": 1}
+    beir = tmp_path / "beir"
+    _jsonl(beir / "corpus.jsonl", [{"_id": "c1", "text": "one"}, {"_id": "c2", "text": "two"}])
+    _jsonl(beir / "queries.jsonl", [{"_id": "q1", "text": "first"}, {"_id": "q2", "text": "x"}])
+    _lines(beir / "qrels" / "test.tsv", ["q1 0 c1 2", "q2 c2 1"])
+    bq = parse_source(beir, want="questions").questions()
+    assert bq[0].qrels == {"c1": 2} and bq[1].qrels == {"c2": 1}
+
+
+def test_split_qrels() -> None:
+    assert split_qrels("q1 0  d1\t1") == ["q1 0  d1", "1"]  # a tab line splits on tabs only
+    assert split_qrels("q1 0  d1 1") == ["q1", "0", "d1", "1"]
+    assert split_qrels("q1\t0\td 1\t1") == ["q1", "0", "d 1", "1"]
 
 
 def test_kilt(tmp_path: Path) -> None:

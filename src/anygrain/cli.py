@@ -7,17 +7,22 @@ result; errors anygrain raises on purpose are printed without a traceback.
 from __future__ import annotations
 
 import json
+import logging
 import signal
+import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from anygrain.cli_common import console, fail, out
+from anygrain.corpus.splitters import split_help
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
+from anygrain.search.fusion import FusionMethod
 from anygrain.search.hit import Unit
+from anygrain.search.index import IndexKind
 from anygrain.search.scope import Scope
 
 app = typer.Typer(
@@ -27,12 +32,32 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from anygrain import __version__
+
+        out.print(f"anygrain {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit"
+        ),
+    ] = False,
+) -> None:
+    """Dense retrieval at any grain: phrases, sentences, passages, documents."""
+
+
 def model_option(index_dir: Path, model: str | None) -> dict[str, Any]:
     """``Index.load`` options for ``--model``: a question-side model replacing the index's own
     (the index checks that it makes the same passage or phrase vectors)."""
     if model is None:
         return {}
-    from anygrain.search.index import IndexKind, read_manifest
+    from anygrain.search.index import read_manifest
 
     kind = read_manifest(index_dir).get("kind")
     if kind not in (IndexKind.DENSE.value, IndexKind.PHRASE.value):
@@ -40,18 +65,70 @@ def model_option(index_dir: Path, model: str | None) -> dict[str, Any]:
     return {"model": model}
 
 
+SPLIT_HELP = split_help()
+
+ThreadsOpt = Annotated[
+    Optional[int],  # noqa: UP045  (typer reads the annotation at run time)
+    typer.Option(
+        "--threads",
+        help="CPU threads for torch and FAISS (default: theirs, which follow "
+        "OMP_NUM_THREADS); 1 on a CPU shared with other jobs",
+    ),
+]
+
+
+def _index_summary(idx: Any, out_dir: Path, errors: ErrorLog) -> dict[str, Any]:
+    """What ``index`` reports: counts, kind, where, the model used, the files read."""
+    c = idx.corpus
+    d: dict[str, Any] = {
+        "kind": idx.kind.value,
+        "out": str(out_dir),
+        "n_passages": len(c),
+        "n_documents": c.n_documents,
+        "source_format": c.manifest["source_format"],
+    }
+    dense = getattr(idx, "dense", idx)
+    if getattr(dense, "kind", None) is IndexKind.DENSE:
+        d["model"] = dense.settings["model"].get("name") or dense.settings["model"]["base_model"]
+    if idx.kind is IndexKind.HYBRID:
+        d["fusion"] = idx.manifest["settings"]["fusion"]
+        d["components"] = idx.manifest.get("components", {})
+    if errors.files:
+        d["files"] = {
+            "read": [f.path for f in errors.files if f.read],
+            "skipped": [{"path": f.path, "reason": f.reason} for f in errors.files_skipped],
+        }
+    d["n_skipped_records"] = errors.n_skipped
+    return d
+
+
+def _report_files(errors: ErrorLog, *, quiet: bool) -> None:
+    """Each file a directory source was read from or skipped, on stderr (skipped always)."""
+    for f in sorted(errors.files, key=lambda f: f.path):
+        if f.read and quiet:
+            continue
+        line = escape(str(f))
+        console.print(line if f.read else f"[yellow]{line}[/]", highlight=False, soft_wrap=True)
+
+
 @app.command("index")
 def index_cmd(
-    source: Annotated[
-        str, typer.Argument(help="Corpus: PATH, FORMAT:PATH, or an existing corpus directory")
-    ],
     out_dir: Annotated[Path, typer.Option("--out", help="Index directory to write")],
-    kind: Annotated[str, typer.Option(help="bm25 | dense | hybrid | phrase")] = "bm25",
-    split: Annotated[str, typer.Option(help="auto | paragraph | w100 | chars:N")] = "auto",
+    source: Annotated[
+        str | None,
+        typer.Argument(
+            help="Corpus: PATH, FORMAT:PATH, or an existing corpus directory (none with --from)"
+        ),
+    ] = None,
+    kind: Annotated[IndexKind, typer.Option(help="Index kind")] = IndexKind.BM25,
+    split: Annotated[str, typer.Option(help=SPLIT_HELP)] = "auto",
     lang: Annotated[str | None, typer.Option(help="en | zh (detected when omitted)")] = None,
     model: Annotated[
         str | None,
-        typer.Option(help="Encoder: alias (minilm, me5-small), hub name or directory"),
+        typer.Option(
+            help="Encoder: alias (minilm, me5-small), hub name or directory "
+            "(default: minilm, or me5-small for a Chinese corpus)"
+        ),
     ] = None,
     faiss: Annotated[
         str | None,
@@ -60,45 +137,190 @@ def index_cmd(
     threshold: Annotated[
         float | None, typer.Option(help="Phrase filter threshold tau (phrase indexes)")
     ] = None,
+    from_dirs: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--from",
+            help="Hybrid from existing indexes: --from BM25_DIR --from DENSE_DIR (same corpus); "
+            "nothing is re-encoded",
+        ),
+    ] = None,
+    fusion: Annotated[
+        FusionMethod | None, typer.Option(help="Hybrid fusion method (default zscore)")
+    ] = None,
+    fusion_weight: Annotated[
+        float | None,
+        typer.Option(
+            "--fusion-weight", help="Hybrid: weight of the dense side (default: the method's)"
+        ),
+    ] = None,
+    fusion_depth: Annotated[
+        int | None,
+        typer.Option(
+            "--fusion-depth", help="Hybrid: candidates taken from each system (default 100)"
+        ),
+    ] = None,
+    threads: ThreadsOpt = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the summary as one JSON object on stdout")
+    ] = False,
     on_error: Annotated[
         ErrorPolicy,
         typer.Option("--on-error", help="stop at a malformed record, or skip and count it"),
     ] = ErrorPolicy.STOP,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars")] = False,
 ) -> None:
-    """Build an index from a corpus."""
-    from anygrain.search.index import Index
+    """Build an index from a corpus (or a hybrid index from a BM25 and a dense index)."""
+    from anygrain.api import build_index, combine_hybrid
 
     errors = ErrorLog(on_error)
-    settings: dict[str, Any] = {
-        "split": split,
-        "lang": lang,
-        "errors": errors,
-        "progress": not quiet,
-    }
-    if model:
-        settings["model"] = model
-    if faiss:
-        settings["factory"] = faiss
-    if threshold is not None:
-        settings["threshold"] = threshold
+    fuse: dict[str, Any] = {}
+    if fusion is not None:
+        fuse["fusion"] = fusion
+    if fusion_weight is not None:
+        fuse["weight"] = fusion_weight
+    if fusion_depth is not None:
+        fuse["depth"] = fusion_depth
     try:
-        idx = Index.build(source, kind=kind, out=out_dir, **settings)
+        if fuse and kind is not IndexKind.HYBRID:
+            raise AnygrainError("--fusion, --fusion-weight and --fusion-depth need --kind hybrid")
+        if from_dirs:
+            if kind is not IndexKind.HYBRID:
+                raise AnygrainError("--from needs --kind hybrid")
+            if len(from_dirs) != 2 or source is not None:
+                raise AnygrainError(
+                    "--kind hybrid --from takes exactly two index directories "
+                    "(--from BM25_DIR --from DENSE_DIR) and no SOURCE"
+                )
+            if model or faiss or lang or split != "auto":
+                raise AnygrainError(
+                    "--model, --faiss, --lang and --split apply when encoding; "
+                    "--from reuses the indexes as they were built"
+                )
+            from anygrain.utils.threads import set_threads
+
+            set_threads(threads)
+            idx = combine_hybrid(from_dirs[0], from_dirs[1], out_dir, **fuse)
+        else:
+            if source is None:
+                raise AnygrainError("give a SOURCE to index (or --kind hybrid --from two indexes)")
+            settings: dict[str, Any] = {
+                "split": split,
+                "lang": lang,
+                "errors": errors,
+                "progress": not quiet,
+                **fuse,
+            }
+            if model:
+                settings["model"] = model
+            if faiss:
+                settings["factory"] = faiss
+            if threshold is not None:
+                settings["threshold"] = threshold
+            idx = build_index(source, kind=kind, out=out_dir, threads=threads, **settings)
     except (AnygrainError, ValueError) as e:
+        _report_files(errors, quiet=True)
         fail(e)
         return
+    _report_files(errors, quiet=quiet)
     if errors.n_skipped:
-        console.print(f"[yellow]{errors.summary()}[/]", soft_wrap=True)
-    c = idx.corpus
-    console.print(
-        f"indexed {len(c)} passages from {c.n_documents} documents ({c.manifest['source_format']}) as {idx.kind.value} → {out_dir}"
-    )
+        console.print(f"[yellow]{escape(errors.summary())}[/]", soft_wrap=True)
+    d = _index_summary(idx, out_dir, errors)
+    if "model" not in d and model:
+        d["model"] = model  # a phrase index: the phrase model it was encoded with
+    if as_json:
+        print(json.dumps(d, ensure_ascii=False))
+        return
+    if from_dirs:
+        what = f"combined {from_dirs[0]} and {from_dirs[1]} ({d['n_passages']} passages)"
+    else:
+        what = (
+            f"indexed {d['n_passages']} passages from {d['n_documents']} documents "
+            f"({d['source_format']})"
+        )
+    with_model = f" with model {d['model']}" if "model" in d else ""
+    out.print(f"{what} as {d['kind']}{with_model} → {out_dir}", highlight=False, soft_wrap=True)
+
+
+def _read_question(query: str | None, question_file: str | None) -> str:
+    """The question from the argument, a file, or stdin (``-``): a long question cannot be
+    an argument (the OS limits their length)."""
+    if query is not None and question_file is not None:
+        raise AnygrainError("give the question as an argument or with --question-file, not both")
+    if query is None and question_file is None:
+        raise AnygrainError(
+            "give the question as an argument, or --question-file PATH (- for stdin)"
+        )
+    if query is not None:
+        return query
+    assert question_file is not None
+    if question_file == "-":
+        text = sys.stdin.read()
+    else:
+        p = Path(question_file)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise AnygrainError(f"{p}: no such file") from None
+        except UnicodeDecodeError as e:
+            raise AnygrainError(f"{p}: not UTF-8 text (byte {e.start})") from None
+    text = text.strip()
+    if not text:
+        raise AnygrainError(
+            f"{'stdin' if question_file == '-' else question_file}: the question is empty"
+        )
+    return text
+
+
+def _fusion_options(
+    index_dir: Path, fusion: FusionMethod | None, weight: float | None, depth: int | None
+) -> dict[str, Any]:
+    """Search-time fusion overrides, for hybrid indexes only."""
+    opts: dict[str, Any] = {}
+    if fusion is not None:
+        opts["fusion"] = fusion.value
+    if weight is not None:
+        opts["weight"] = weight
+    if depth is not None:
+        if depth < 1:
+            raise AnygrainError(f"--fusion-depth must be at least 1, got {depth}")
+        opts["depth"] = depth
+    if opts:
+        from anygrain.search.index import read_manifest
+
+        kind = read_manifest(index_dir).get("kind")
+        if kind != IndexKind.HYBRID.value:
+            raise AnygrainError(
+                f"{index_dir}: --fusion, --fusion-weight and --fusion-depth need a hybrid "
+                f"index, not {kind}"
+            )
+    return opts
+
+
+FusionOpt = Annotated[
+    Optional[FusionMethod],  # noqa: UP045  (typer reads the annotation at run time)
+    typer.Option("--fusion", help="Hybrid indexes: fusion method (default: the index's)"),
+]
+FusionWeightOpt = Annotated[
+    Optional[float],  # noqa: UP045
+    typer.Option("--fusion-weight", help="Hybrid indexes: weight of the dense side"),
+]
+FusionDepthOpt = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option("--fusion-depth", help="Hybrid indexes: candidates from each system"),
+]
 
 
 @app.command("search")
 def search_cmd(
     index_dir: Annotated[Path, typer.Argument(help="Index directory")],
-    query: Annotated[str, typer.Argument(help="The question")],
+    query: Annotated[
+        str | None, typer.Argument(help="The question (or use --question-file)")
+    ] = None,
+    question_file: Annotated[
+        str | None,
+        typer.Option("--question-file", help="Read the question from this file, or stdin with -"),
+    ] = None,
     k: Annotated[int, typer.Option("-k", help="How many hits")] = 10,
     unit: Annotated[
         Unit | None,
@@ -111,15 +333,21 @@ def search_cmd(
         str | None,
         typer.Option(help="Question-side model to search with (query-side fine-tuned)"),
     ] = None,
+    fusion: FusionOpt = None,
+    fusion_weight: FusionWeightOpt = None,
+    fusion_depth: FusionDepthOpt = None,
+    threads: ThreadsOpt = None,
 ) -> None:
     """Search an index with one question (phrase indexes: answer phrases in their context)."""
     from anygrain.api import search_index
     from anygrain.cli_phrase import print_phrase_hits
-    from anygrain.search.index import Index, IndexKind
+    from anygrain.search.index import Index
 
     try:
+        question = _read_question(query, question_file)
+        opts = _fusion_options(index_dir, fusion, fusion_weight, fusion_depth)
         idx = Index.load(index_dir, **model_option(index_dir, model))
-        hits = search_index(idx, [query], k, unit=unit)[0]
+        hits = search_index(idx, [question], k, unit=unit, threads=threads, **opts)[0]
     except AnygrainError as e:
         fail(e)
         return
@@ -180,16 +408,23 @@ def eval_cmd(
     scope: Annotated[
         Scope,
         typer.Option(
-            help="corpus, or gold-passage (D={p}, phrase indexes: each question in its own passage)"
+            help="corpus, or gold-passage: phrase indexes search each question in its own "
+            "passage (D={p}); passage indexes judge a hit by the question's gold passage id "
+            "instead of answer containment"
         ),
     ] = Scope.CORPUS,
+    fusion: FusionOpt = None,
+    fusion_weight: FusionWeightOpt = None,
+    fusion_depth: FusionDepthOpt = None,
+    threads: ThreadsOpt = None,
 ) -> None:
     """Evaluate an index on a question set."""
     from anygrain.api import evaluate_index
-    from anygrain.search.index import Index, IndexKind
+    from anygrain.search.index import Index
 
     errors = ErrorLog(on_error)
     try:
+        opts = _fusion_options(index_dir, fusion, fusion_weight, fusion_depth)
         idx = Index.load(index_dir, **model_option(index_dir, model))
         report = evaluate_index(
             idx,
@@ -200,9 +435,12 @@ def eval_cmd(
             drop_empty=drop_empty,
             limit=limit,
             errors=errors,
-            progress=not quiet and not as_json,
+            # the bar is on stderr, so it stays with --json (a long eval is not silent)
+            progress=not quiet,
             unit=unit,
             scope=scope,
+            search_options=opts or None,
+            threads=threads,
         )
     except AnygrainError as e:
         fail(e)
@@ -210,8 +448,9 @@ def eval_cmd(
     if errors.n_skipped:
         console.print(f"[yellow]{escape(errors.summary())}[/]", soft_wrap=True)
     d = report.to_dict()
+    d["scope"] = scope.value
     if idx.kind is IndexKind.PHRASE:
-        d["scope"], d["unit"] = scope.value, Unit(unit or Unit.PHRASE).value
+        d["unit"] = Unit(unit or Unit.PHRASE).value
     if as_json:
         print(json.dumps(d, ensure_ascii=False))
         return
@@ -318,6 +557,13 @@ def stop_on_sigterm() -> None:
 
 def main() -> None:
     stop_on_sigterm()
+    # The library warns through logging (e.g. qrels ids missing from the corpus); show those
+    # warnings on stderr as one line each, apart from stdout's results.  Only anygrain's:
+    # other libraries keep Python's default handling (bm25s logs at DEBUG, for one).
+    handler = logging.StreamHandler()
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    logging.getLogger("anygrain").addHandler(handler)
     app()
 
 

@@ -73,12 +73,36 @@ class ErrorPolicy(str, enum.Enum):
     SKIP = "skip"
 
 
+@dataclass(frozen=True)
+class FileNote:
+    """A file a directory reader met: read, or skipped with the reason."""
+
+    path: str
+    read: bool
+    reason: str = ""
+
+    def __str__(self) -> str:
+        return f"read {self.path}" if self.read else f"skipped {self.path}: {self.reason}"
+
+
 @dataclass
 class ErrorLog:
-    """Collects skipped records so callers can report how many were dropped and why."""
+    """Collects skipped records so callers can report how many were dropped and why, and
+    the files a directory source was read from or skipped (so none is ignored silently)."""
 
     policy: ErrorPolicy = ErrorPolicy.STOP
     skipped: list[InputError] = field(default_factory=list)
+    files: list[FileNote] = field(default_factory=list)
+
+    def file_read(self, path: object) -> None:
+        self.files.append(FileNote(str(path), True))
+
+    def file_skipped(self, path: object, reason: str) -> None:
+        self.files.append(FileNote(str(path), False, reason))
+
+    @property
+    def files_skipped(self) -> list[FileNote]:
+        return [f for f in self.files if not f.read]
 
     def handle(self, error: InputError) -> None:
         """Raise under STOP; record and continue under SKIP."""

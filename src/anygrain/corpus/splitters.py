@@ -25,6 +25,20 @@ class SplitKind(str, enum.Enum):
     CHARS = "chars"
 
 
+# How each kind is written on the command line and what it does (``index --help``).
+SPLIT_FORMS: dict[SplitKind, tuple[str, str]] = {
+    SplitKind.AUTO: ("auto", "the source's own units: SQuAD paragraphs, TSV rows; else paragraphs"),
+    SplitKind.PARAGRAPH: ("paragraph", "blank-line separated blocks"),
+    SplitKind.WORDS: ("wN", "disjoint windows of N words; w100 is DPR's"),
+    SplitKind.CHARS: ("chars:N", "windows of about N characters, CJK-aware"),
+}
+
+
+def split_help() -> str:
+    """Every split form with its meaning, for help texts."""
+    return " | ".join(f"{form} ({what})" for form, what in SPLIT_FORMS.values())
+
+
 @dataclass(frozen=True)
 class SplitSpec:
     kind: SplitKind = SplitKind.AUTO

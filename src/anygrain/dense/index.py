@@ -27,11 +27,13 @@ from typing import Any
 
 import numpy as np
 
+from anygrain.corpus.lang import Lang, detect_lang
 from anygrain.corpus.store import CorpusStore
 from anygrain.dense.faiss_index import FaissIndex, plan_training
 from anygrain.dense.shards import ShardSet, encode_corpus
 from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError
 from anygrain.models.biencoder import BiEncoder
+from anygrain.models.resolve import default_model
 from anygrain.search.hit import Hit
 from anygrain.search.index import Index, IndexKind, register_index, write_manifest
 from anygrain.search.results import hits_from_rows
@@ -44,6 +46,16 @@ SETTINGS_FILE = "dense.json"
 def as_biencoder(model: str | Path | BiEncoder) -> BiEncoder:
     """A BiEncoder from an instance, an anygrain model dir, or an alias / hub name / HF dir."""
     return model if isinstance(model, BiEncoder) else BiEncoder.from_pretrained(model)
+
+
+def encoder_name(
+    model: str | Path | BiEncoder | None, store: CorpusStore, lang: str | None = None
+) -> str:
+    """The name to record for ``model``; without one, the default encoder for the corpus
+    language (``lang``, or detected from the passages)."""
+    if model is None:
+        return default_model(Lang(lang) if lang else detect_lang(store))
+    return "" if isinstance(model, BiEncoder) else str(model)
 
 
 def _partial_vectors_dir(out: Path) -> Path:
@@ -95,9 +107,10 @@ class DenseIndex(Index):
         source: Any,
         out: Path,
         *,
-        model: str | Path | BiEncoder = "minilm",
+        model: str | Path | BiEncoder | None = None,
         factory: str | None = None,
         split: str | None = None,
+        lang: str | None = None,
         errors: ErrorLog | None = None,
         progress: bool = True,
         corpus_dir: Path | None = None,
@@ -107,18 +120,25 @@ class DenseIndex(Index):
         shard_size: int = 50_000,
         **unused: Any,
     ) -> DenseIndex:
-        """Encode ``source`` and write a dense index to ``out`` (atomically; resumable encoding)."""
+        """Encode ``source`` and write a dense index to ``out`` (atomically; resumable encoding).
+
+        Without ``model`` the encoder is the default for the corpus language (``lang``, or
+        detected): ``minilm`` for English, the multilingual ``me5-small`` for Chinese.
+        """
         out = Path(out)
-        enc = as_biencoder(model)
+        # a named model is loaded first, so a wrong name fails before the corpus is read
+        enc = as_biencoder(model) if model is not None else None
         partial = _partial_vectors_dir(out)
         with atomic_dir(out) as tmp:
             store = open_or_build_corpus(
                 source, corpus_dir or tmp / "corpus", split=split, errors=errors, progress=progress
             )
+            name = encoder_name(model, store, lang)
             cls.write(
                 tmp,
                 store,
-                enc,
+                enc or as_biencoder(name),
+                model_name=name,
                 factory=factory,
                 dtype=dtype,
                 batch_size=batch_size,
@@ -146,14 +166,18 @@ class DenseIndex(Index):
         subdir: str = "dense",
         vectors_dir: Path | None = None,
         manifest: bool = True,
+        model_name: str = "",
     ) -> dict[str, Any]:
         """Write model, vectors and FAISS index for ``store`` under ``out/subdir``; returns the settings.
 
         ``vectors_dir`` is where shards are encoded before being moved under ``out``:
         point it outside a temporary build directory to make the encoding resumable.
         ``manifest=False`` leaves ``out/index.json`` to the caller (a hybrid index).
+        ``model_name`` is recorded as the model's name (default: ``model`` when it is a name).
         """
         out = Path(out)
+        if not model_name and not isinstance(model, BiEncoder):
+            model_name = str(model)
         enc = as_biencoder(model)
         base = out / subdir
         base.mkdir(parents=True, exist_ok=True)
@@ -172,6 +196,7 @@ class DenseIndex(Index):
             batch_size=batch_size,
             progress=progress,
             bf16=bf16,
+            label=model_name,
         )
         t_encode = time.time()
         fx = FaissIndex.build(shards, factory, train_size=train_size, progress=progress)
@@ -186,6 +211,7 @@ class DenseIndex(Index):
             "subdir": subdir,
             "model": {
                 "path": "model",
+                "name": model_name or enc.config.base_model,
                 "base_model": enc.config.base_model,
                 "fingerprint": fingerprint,
                 "passage": enc.config.passage.to_dict(),

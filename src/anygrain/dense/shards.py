@@ -252,8 +252,11 @@ def encode_corpus(
     progress: bool = True,
     bf16: bool = False,
     on_shard: Callable[[int, int], None] | None = None,
+    label: str = "",
 ) -> ShardSet:
     """Encode every passage of ``store`` into shards under ``out_dir``; resumes an interrupted run.
+
+    ``label`` names the model in the progress bar, so a long encoding says what it encodes with.
 
     ``on_shard(i, n_shards)`` is called after shard ``i`` is safely on disk (progress
     reporting, or tests simulating an interrupt).  Raises :class:`IndexMismatchError`
@@ -289,7 +292,8 @@ def encode_corpus(
             batch_size=batch_size,
             progress=progress,
             bf16=bf16,
-            desc=f"encoding passages (shard {i + 1}/{len(shards)})",
+            desc=f"encoding passages{' with ' + label if label else ''} "
+            f"(shard {i + 1}/{len(shards)})",
         )
         s.nbytes = _save_npy_atomic(f, vecs.astype(dtype, copy=False))
         manifest["shards"] = [asdict(x) for x in shards]

@@ -62,6 +62,9 @@ class EvalReport:
     n_unanswerable_skipped: int = 0
     n_skipped_records: int = 0  # malformed question records dropped under --on-error skip
     n_empty: int = 0
+    # distinct unit ids named in the qrels, and how many of them the index does not hold
+    n_qrels_ids: int = 0
+    n_qrels_ids_missing: int = 0
     drop_empty: bool = False
     k: int | None = None
     seconds: float | None = None
@@ -76,6 +79,8 @@ class EvalReport:
             "n_unanswerable_skipped": self.n_unanswerable_skipped,
             "n_skipped_records": self.n_skipped_records,
             "n_empty": self.n_empty,
+            "n_qrels_ids": self.n_qrels_ids,
+            "n_qrels_ids_missing": self.n_qrels_ids_missing,
             "drop_empty": self.drop_empty,
             "k": self.k,
             "seconds": self.seconds,

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from anygrain.corpus.lang import Lang
 from anygrain.errors import ModelNotFoundError
 
 
@@ -87,6 +88,16 @@ ALIASES: dict[str, Alias] = {
         hub_name="intfloat/multilingual-e5-small",
     ),
 }
+
+
+# The encoder a dense index gets when no model is named, by corpus language: minilm is
+# English-only (uncased WordPiece), so Chinese text would be encoded as [UNK]s.
+DEFAULT_MODELS: dict[Lang, str] = {Lang.EN: "minilm", Lang.ZH: "me5-small"}
+
+
+def default_model(lang: Lang | str) -> str:
+    """The alias of the default encoder for corpora in ``lang``."""
+    return DEFAULT_MODELS[Lang(lang)]
 
 
 def default_cache_dir() -> Path:

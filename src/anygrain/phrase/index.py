@@ -195,7 +195,7 @@ class PhraseIndex(Index):
                 source, corpus_dir or tmp / "corpus", split=split, errors=errors, progress=progress
             )
             if enc is None:
-                from anygrain.sparse.bm25 import detect_lang
+                from anygrain.corpus.lang import detect_lang
 
                 enc = as_phrase_model(None, lang=lang or detect_lang(store).value)
             cls.write(

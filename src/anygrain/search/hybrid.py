@@ -6,10 +6,16 @@ Layout::
     corpus/      the passage store both sub-indexes share
     sparse/      a complete BM25 index (its corpus path is ../corpus)
     dense/       a complete dense index (its corpus path is ../corpus)
+
+:meth:`HybridIndex.combine` instead makes a hybrid index of an existing BM25 index
+and an existing dense index over the same corpus (same checksum): its ``index.json``
+points at them (``components``) and at the BM25 index's corpus, so nothing is
+re-encoded or copied, and the two must stay where they are.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -17,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from anygrain.errors import AnygrainError, IndexMismatchError, parse_enum
 from anygrain.search.fusion import FusionConfig, FusionMethod, fuse_scores, rrf, union_candidates
 from anygrain.search.hit import Hit
 from anygrain.search.index import Index, IndexKind, read_manifest, register_index, write_manifest
@@ -24,6 +31,24 @@ from anygrain.search.results import hits_from_rows
 from anygrain.sparse.bm25 import BM25Index
 from anygrain.utils.atomic import atomic_dir
 from anygrain.utils.corpus_source import open_corpus_of, open_or_build_corpus
+
+
+def fusion_config(
+    fusion: FusionMethod | str, weight: float | None = None, depth: int = 100
+) -> FusionConfig:
+    """A checked :class:`FusionConfig`: a known method, a depth of at least 1."""
+    if depth < 1:
+        raise AnygrainError(f"fusion depth must be at least 1, got {depth}")
+    return FusionConfig(parse_enum(FusionMethod, fusion), weight, depth)
+
+
+def _ref(out: Path, target: Path) -> str:
+    """``target`` as the hybrid index at ``out`` records it: relative when they sit side by
+    side (so the set can be moved together), else absolute."""
+    t, o = target.resolve(), out.resolve()
+    if t.is_relative_to(o.parent):
+        return os.path.relpath(t, o)
+    return str(t)
 
 
 @register_index(IndexKind.HYBRID)
@@ -51,26 +76,35 @@ class HybridIndex(Index):
         source: Any,
         out: Path,
         *,
-        model: Any = "minilm",
+        model: Any = None,
         split: str | None = None,
         lang: str | None = None,
-        fusion: str = "zscore",
+        fusion: FusionMethod | str = FusionMethod.ZSCORE,
         weight: float | None = None,
         depth: int = 100,
         errors: Any = None,
         progress: bool = True,
         **dense_settings: Any,
     ) -> HybridIndex:
-        from anygrain.dense.index import DenseIndex
+        from anygrain.dense.index import DenseIndex, as_biencoder, encoder_name
 
-        cfg = FusionConfig(FusionMethod(fusion), weight, depth)
+        cfg = fusion_config(fusion, weight, depth)
+        # a named model is loaded first, so a wrong name fails before the corpus is read
+        enc = as_biencoder(model) if model is not None else None
         with atomic_dir(out) as tmp:
             store = open_or_build_corpus(
                 source, tmp / "corpus", split=split, errors=errors, progress=progress
             )
             BM25Index.write(tmp / "sparse", store, lang=lang, progress=progress)
+            name = encoder_name(model, store, lang)  # without a model: the corpus language's
             DenseIndex.write(
-                tmp / "dense", store, model=model, progress=progress, subdir="", **dense_settings
+                tmp / "dense",
+                store,
+                model=enc or as_biencoder(name),
+                model_name=name,
+                progress=progress,
+                subdir="",
+                **dense_settings,
             )
             sub = {name: read_manifest(tmp / name) for name in ("sparse", "dense")}
             write_manifest(
@@ -84,17 +118,82 @@ class HybridIndex(Index):
         return Index.load(out)  # type: ignore[return-value]
 
     @classmethod
+    def combine(
+        cls,
+        sparse_dir: str | Path,
+        dense_dir: str | Path,
+        out: str | Path,
+        *,
+        fusion: FusionMethod | str = FusionMethod.ZSCORE,
+        weight: float | None = None,
+        depth: int = 100,
+    ) -> HybridIndex:
+        """A hybrid index over an existing BM25 index and dense index, reused in place.
+
+        Both must be built over the same corpus (the checksum they recorded): fused
+        scores add up per passage row, so rows must mean the same passages in both.
+        """
+        sparse_dir, dense_dir, out = Path(sparse_dir), Path(dense_dir), Path(out)
+        cfg = fusion_config(fusion, weight, depth)
+        sub = {"sparse": read_manifest(sparse_dir), "dense": read_manifest(dense_dir)}
+        for (name, m), want, d in zip(
+            sub.items(), (IndexKind.BM25, IndexKind.DENSE), (sparse_dir, dense_dir), strict=True
+        ):
+            if m.get("kind") != want.value:
+                raise AnygrainError(
+                    f"{d}: a {m.get('kind')} index, but the {name} part of a hybrid index "
+                    f"must be a {want.value} index"
+                )
+        sums = {name: (m.get("corpus") or {}).get("checksum") for name, m in sub.items()}
+        if not sums["sparse"] or sums["sparse"] != sums["dense"]:
+            raise IndexMismatchError(
+                f"{sparse_dir} and {dense_dir} were built over different corpora (checksums "
+                f"{sums['sparse']} and {sums['dense']}); build both from the same corpus, "
+                "e.g. index the dense one from the BM25 index's corpus/ directory"
+            )
+        store = open_corpus_of(sparse_dir, sub["sparse"])  # checks it is still that corpus
+        with atomic_dir(out) as tmp:
+            write_manifest(
+                tmp,
+                IndexKind.HYBRID,
+                cls.format_version,
+                corpus={
+                    "path": _ref(out, Path(store.path)),
+                    "checksum": store.checksum,
+                    "n_passages": len(store),
+                },
+                settings={"fusion": {**asdict(cfg), "method": cfg.method.value}},
+                components={
+                    name: {"kind": m["kind"], "path": _ref(out, d), "reused": True}
+                    for (name, m), d in zip(sub.items(), (sparse_dir, dense_dir), strict=True)
+                },
+            )
+        return Index.load(out)  # type: ignore[return-value]
+
+    @classmethod
     def open(cls, path: Path, manifest: dict[str, Any], **options: Any) -> HybridIndex:
         from anygrain.dense.index import DenseIndex
 
         store = open_corpus_of(path, manifest)
-        sparse_dir, dense_dir = path / "sparse", path / "dense"
-        sparse = BM25Index.open(sparse_dir, read_manifest(sparse_dir), store=store)
+        parts = manifest.get("components") or {}
+        # a built hybrid index nests its parts; a combined one names where they are
+        sparse_dir, dense_dir = (
+            path / (parts.get(name) or {}).get("path", name) for name in ("sparse", "dense")
+        )
+        sm, dm = read_manifest(sparse_dir), read_manifest(dense_dir)
+        for d, m in ((sparse_dir, sm), (dense_dir, dm)):
+            if (m.get("corpus") or {}).get("checksum") != store.checksum:
+                raise IndexMismatchError(
+                    f"{path}: its part {d} is now built over another corpus than the hybrid "
+                    "index was; combine or build the hybrid index again"
+                )
+        sparse = BM25Index.open(sparse_dir, sm, store=store)
         dense = DenseIndex.open(
             dense_dir,
-            read_manifest(dense_dir),
+            dm,
             store=store,
-            subdir="",
+            # "" when nested in a built hybrid index, "dense" for a standalone dense index
+            subdir=dm["settings"]["dense"].get("subdir", ""),
             **{k: v for k, v in options.items() if k == "model"},
         )
         f = manifest["settings"]["fusion"]

@@ -16,7 +16,10 @@ class Scope(str, enum.Enum):
     """Search scope of an evaluation."""
 
     CORPUS = "corpus"  # open retrieval over the whole index
-    GOLD_PASSAGE = "gold-passage"  # D = {p}: only the question's gold passage (phrase indexes)
+    # Phrase indexes: D = {p}, each question searched in its own gold passage only.
+    # Passage indexes: the whole corpus is searched, and a hit is relevant when it *is* the
+    # question's gold passage (by id), not when it merely contains an answer string.
+    GOLD_PASSAGE = "gold-passage"
 
 
 def gold_rows(corpus: CorpusStore, question: Question, *, source: str = "") -> list[int]:

@@ -74,11 +74,20 @@ class ChineseAnalyzer(Analyzer):
         cut = self._jieba.lcut
         return [[t.lower() for t in cut(text) if _ZH_KEEP.search(t)] for text in texts]
 
+    def config(self) -> dict[str, object]:
+        # what is applied, in the same terms as the English analyzer's record
+        return {
+            "kind": self.kind.value,
+            "segmenter": "jieba",
+            "stemming": False,
+            "stopwords": False,
+        }
+
 
 def make_analyzer(lang: Lang | str, **options: object) -> Analyzer:
     kind = AnalyzerKind(Lang(lang).value)
     if kind is AnalyzerKind.ZH:
-        return ChineseAnalyzer()
+        return ChineseAnalyzer()  # its recorded options describe it; nothing to set
     return EnglishAnalyzer(**options)  # type: ignore[arg-type]
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import bm25s
 import numpy as np
 
-from anygrain.corpus.lang import Lang, is_cjk
+from anygrain.corpus.lang import Lang, detect_lang
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, ErrorLog
 from anygrain.search.hit import Hit
@@ -43,13 +43,6 @@ class BM25Config:
 
 def passage_field(title: str, text: str, include_title: bool) -> str:
     return f"{title.replace('_', ' ')}\n{text}" if include_title and title else text
-
-
-def detect_lang(store: CorpusStore, sample: int = 200) -> Lang:
-    n = len(store)
-    rows = np.linspace(0, n - 1, num=min(sample, n), dtype=np.int64)
-    text = "".join(store.texts(rows))
-    return Lang.ZH if is_cjk(text) else Lang.EN
 
 
 def index_streaming(
@@ -259,13 +252,17 @@ class BM25Index(Index):
             raise AnygrainError(
                 f"unknown BM25 method {method!r}: use one of {', '.join(BM25_METHODS)}"
             )
+        zh = lang_v is Lang.ZH
         cfg = BM25Config(
             k1=k1,
             b=b,
             method=method,
             include_title=include_title,
             lang=lang_v.value,
-            stemming=stemming,
+            # the Chinese analyzer segments words and neither stems nor drops stopwords:
+            # record what is applied, not the English defaults
+            stemming=stemming and not zh,
+            stopwords=not zh,
         )
         analyzer = (
             make_analyzer(lang_v) if lang_v is Lang.ZH else make_analyzer(lang_v, stemming=stemming)

@@ -256,6 +256,18 @@ def dedupe(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
+def split_qrels(line: str) -> list[str]:
+    """The fields of one qrels line, tab- or whitespace-separated.
+
+    Multi-CPR and BEIR write tabs; TREC, Anserini and Pyserini write ``qid 0 docid rel``
+    with single spaces.  A line holding a tab is split on tabs only (so an id may contain
+    a space there); any other line on runs of whitespace, as trec_eval reads it.
+    """
+    if "\t" in line:
+        return [f.strip() for f in line.split("\t")]
+    return line.split()
+
+
 def split_tsv(line: str, ncols: int | None = None) -> list[str]:
     """Split one TSV line, undoing CSV quoting where the line uses it.
 

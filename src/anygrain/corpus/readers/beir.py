@@ -7,7 +7,8 @@ id is ``_id``.  Questions are the queries named in one qrels split, in
 > 0).  ``beir:DIR`` takes ``qrels/test.tsv``, else ``dev.tsv``, else
 ``train.tsv``; to choose a split, pass the qrels file itself
 (``beir:DIR/qrels/dev.tsv``).  Qrels lines are ``query-id corpus-id score``
-(a TREC ``qid 0 docid score`` line is accepted too); the header is optional.
+(a TREC ``qid 0 docid score`` line is accepted too), tab- or whitespace-separated; the
+header is optional.
 Compressed files are not read.
 """
 
@@ -24,7 +25,7 @@ from anygrain.corpus.readers._io import (
     no_records,
     require_id,
     require_text,
-    split_tsv,
+    split_qrels,
 )
 from anygrain.corpus.readers.jsonl import iter_documents
 from anygrain.corpus.records import SourceDocument
@@ -92,7 +93,7 @@ def _read_qrels(path: Path, errors: ErrorLog) -> dict[str, tuple[int, dict[str, 
     for line, text in iter_text_lines(path, errors):
         if not text.strip():
             continue
-        fields = [f.strip() for f in split_tsv(text)]
+        fields = split_qrels(text)
         if first:
             first = False
             if fields and fields[0].lower() in ("query-id", "query_id", "qid"):
@@ -102,8 +103,7 @@ def _read_qrels(path: Path, errors: ErrorLog) -> dict[str, tuple[int, dict[str, 
         if len(fields) != 3:
             errors.handle(
                 InputError(
-                    f"expected 3 tab-separated columns (query-id, corpus-id, score), "
-                    f"got {len(fields)}",
+                    f"expected 3 columns (query-id, corpus-id, score), got {len(fields)}",
                     path=str(path),
                     line=line,
                 )

@@ -1,8 +1,9 @@
 """Multi-CPR (Chinese passage retrieval: ecom, video, medical).
 
 Questions: ``multicpr:FILE.query.txt`` reads ``qid<TAB>query`` lines and the
-qrels beside it (``dev.query.txt`` -> ``qrels.dev.tsv``, lines
-``qid<TAB>0<TAB>pid<TAB>relevance``); ``multicpr:DOMAIN_DIR`` reads the dev
+qrels beside it (``dev.query.txt`` -> ``qrels.dev.tsv`` or ``qrels.dev.txt``, lines
+``qid<TAB>0<TAB>pid<TAB>relevance``, or TREC's whitespace-separated ``qid 0 pid rel`` as
+Anserini and Pyserini distribute them); ``multicpr:DOMAIN_DIR`` reads the dev
 split.  Ids stay strings as in the files.  Queries without judgements are kept
 (not answerable).
 
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from anygrain.corpus.formats import Format, register
 from anygrain.corpus.questions import Question, Questions
-from anygrain.corpus.readers._io import iter_text_lines, no_records, split_tsv
+from anygrain.corpus.readers._io import iter_text_lines, no_records, split_qrels, split_tsv
 from anygrain.corpus.readers.dpr_tsv import read_pair_documents, sniff_pairs
 from anygrain.corpus.records import SourceDocument
 from anygrain.errors import ErrorLog, InputError
@@ -35,6 +36,8 @@ from anygrain.errors import ErrorLog, InputError
 QUERY_SUFFIX = ".query.txt"
 DEFAULT_SPLIT = "dev"
 CORPUS_NAME = "corpus.tsv"
+# Multi-CPR names its qrels .tsv; Anserini and Pyserini distribute them as .txt
+QRELS_SUFFIXES = (".tsv", ".txt")
 
 
 def _is_domain_dir(path: Path) -> bool:
@@ -79,10 +82,11 @@ def locate(path: Path) -> tuple[Path, Path]:
             path=str(path),
         )
     split = query.name[: -len(QUERY_SUFFIX)]
-    qrels = query.parent / f"qrels.{split}.tsv"
-    if not qrels.is_file():
-        raise InputError(f"no qrels file {qrels.name} beside the queries", path=str(query))
-    return query, qrels
+    names = [f"qrels.{split}{suffix}" for suffix in QRELS_SUFFIXES]
+    for name in names:
+        if (query.parent / name).is_file():
+            return query, query.parent / name
+    raise InputError(f"no qrels file {' or '.join(names)} beside the queries", path=str(query))
 
 
 def read_multicpr_questions(path: Path, errors: ErrorLog, prefix: str = "") -> Questions:
@@ -121,13 +125,13 @@ def read_multicpr_questions(path: Path, errors: ErrorLog, prefix: str = "") -> Q
     for line, text in iter_text_lines(qrels_path, errors):
         if not text.strip():
             continue
-        fields = [f.strip() for f in split_tsv(text)]
+        fields = split_qrels(text)
         if len(fields) == 3:  # qid pid relevance, without TREC's iteration column
             fields = [fields[0], "0", fields[1], fields[2]]
         problem = None
         if len(fields) != 4:
             problem = InputError(
-                f"expected 4 tab-separated columns (qid, 0, pid, relevance), got {len(fields)}",
+                f"expected 4 columns (qid, 0, pid, relevance), got {len(fields)}",
                 path=str(qrels_path),
                 line=line,
             )

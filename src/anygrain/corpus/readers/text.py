@@ -58,10 +58,32 @@ def sniff(path: Path) -> bool:
     return False
 
 
+def _not_read(path: Path) -> list[tuple[Path, str]]:
+    """Files under a directory source that the text format leaves out, with the reason."""
+    if path.is_file():
+        return []
+    out = []
+    for p in sorted(path.rglob("*")):
+        if not p.is_file():
+            continue
+        rel = p.relative_to(path).parts
+        if any(part.startswith(".") for part in rel):
+            out.append((p, "hidden file or directory"))
+        elif p.suffix.lower() not in SUFFIXES:
+            fmt = p.suffix.lstrip(".").lower() or "other"
+            hint = f"; index it on its own ({fmt}:{p})" if fmt in FORMATS else ""
+            out.append((p, f"not a .txt file: the text format reads only .txt{hint}"))
+    return out
+
+
 def read_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
-    """One document per file; unreadable or empty files go to ``errors``."""
+    """One document per file; unreadable or empty files go to ``errors``.  Every file of a
+    directory is noted in ``errors.files``, read or skipped with the reason (a directory
+    mixing .jsonl and .txt files would otherwise lose the .jsonl ones without a word)."""
     base = path.parent if path.is_file() else path
     n_docs = 0
+    for file, reason in _not_read(path):
+        errors.file_skipped(file, reason)
     for file in text_files(path):
         rel = file.relative_to(base).as_posix()
         try:
@@ -70,8 +92,10 @@ def read_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
                 raise InputError("empty text", path=str(file), line=1, field="text")
         except InputError as e:
             errors.handle(e)
+            errors.file_skipped(file, e.message)
             continue
         n_docs += 1
+        errors.file_read(file)
         yield SourceDocument(doc_id=rel, title=file.stem, text=text, origin=f"{file}:1")
     if not n_docs:
         raise no_records(path, "text documents (.txt files)")
