@@ -19,6 +19,7 @@ from anygrain.cli_common import console, fail, out
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.search.hit import Unit
 from anygrain.search.scope import Scope
+from anygrain.utils.checksums import Verify
 
 app = typer.Typer(
     add_completion=False,
@@ -65,6 +66,9 @@ def index_cmd(
         typer.Option("--on-error", help="stop at a malformed record, or skip and count it"),
     ] = ErrorPolicy.STOP,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars")] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace the anygrain index already in --out")
+    ] = False,
 ) -> None:
     """Build an index from a corpus."""
     from anygrain.search.index import Index
@@ -83,10 +87,11 @@ def index_cmd(
     if threshold is not None:
         settings["threshold"] = threshold
     try:
-        idx = Index.build(source, kind=kind, out=out_dir, **settings)
+        idx = Index.build(source, kind=kind, out=out_dir, overwrite=overwrite, **settings)
     except (AnygrainError, ValueError) as e:
         fail(e)
-        return
+    except OSError as e:  # e.g. permission denied: the path and reason, not a traceback
+        fail(AnygrainError(f"{e.filename or out_dir}: {e.strerror or e}"))
     if errors.n_skipped:
         console.print(f"[yellow]{errors.summary()}[/]", soft_wrap=True)
     c = idx.corpus
@@ -111,6 +116,10 @@ def search_cmd(
         str | None,
         typer.Option(help="Question-side model to search with (query-side fine-tuned)"),
     ] = None,
+    verify: Annotated[
+        Verify,
+        typer.Option(help="Check the index files on open: sizes | small (files <= 64 MB) | full"),
+    ] = Verify.SMALL,
 ) -> None:
     """Search an index with one question (phrase indexes: answer phrases in their context)."""
     from anygrain.api import search_index
@@ -118,7 +127,7 @@ def search_cmd(
     from anygrain.search.index import Index, IndexKind
 
     try:
-        idx = Index.load(index_dir, **model_option(index_dir, model))
+        idx = Index.load(index_dir, verify=verify, **model_option(index_dir, model))
         hits = search_index(idx, [query], k, unit=unit)[0]
     except AnygrainError as e:
         fail(e)
@@ -183,6 +192,10 @@ def eval_cmd(
             help="corpus, or gold-passage (D={p}, phrase indexes: each question in its own passage)"
         ),
     ] = Scope.CORPUS,
+    verify: Annotated[
+        Verify,
+        typer.Option(help="Check the index files on open: sizes | small (files <= 64 MB) | full"),
+    ] = Verify.SMALL,
 ) -> None:
     """Evaluate an index on a question set."""
     from anygrain.api import evaluate_index
@@ -190,7 +203,7 @@ def eval_cmd(
 
     errors = ErrorLog(on_error)
     try:
-        idx = Index.load(index_dir, **model_option(index_dir, model))
+        idx = Index.load(index_dir, verify=verify, **model_option(index_dir, model))
         report = evaluate_index(
             idx,
             questions,
@@ -221,6 +234,32 @@ def eval_cmd(
     for name, v in d["metrics"].items():
         table.add_row(name, f"{v:.4f}")
     out.print(table)
+
+
+@app.command("verify")
+def verify_cmd(
+    index_dir: Annotated[Path, typer.Argument(help="Index directory")],
+) -> None:
+    """Check every file of an index against the checksums recorded when it was built.
+
+    Lists each damaged, missing or unexpected file; exits 1 when there is any."""
+    from anygrain.search.index import check_index_files, read_manifest
+
+    try:
+        m = read_manifest(index_dir)
+        problems = check_index_files(index_dir, m, extra=True)
+    except AnygrainError as e:
+        fail(e)
+    for p in problems:
+        out.print(escape(str(p)), highlight=False, soft_wrap=True)
+    n = len(m["files"]) + len(m.get("corpus_files") or {})
+    if problems:
+        console.print(
+            f"[bold red]{len(problems)} problem(s)[/] in {escape(str(index_dir))}; rebuild the index",
+            highlight=False,
+        )
+        raise typer.Exit(1)
+    out.print(f"ok: {n} files match their checksums", highlight=False)
 
 
 @app.command("formats")

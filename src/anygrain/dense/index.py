@@ -33,7 +33,13 @@ from anygrain.dense.shards import ShardSet, encode_corpus
 from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError
 from anygrain.models.biencoder import BiEncoder
 from anygrain.search.hit import Hit
-from anygrain.search.index import Index, IndexKind, register_index, write_manifest
+from anygrain.search.index import (
+    Index,
+    IndexKind,
+    check_build_target,
+    register_index,
+    write_manifest,
+)
 from anygrain.search.results import hits_from_rows
 from anygrain.utils.atomic import atomic_dir, atomic_write_text
 from anygrain.utils.corpus_source import corpus_ref, open_corpus_of, open_or_build_corpus
@@ -105,9 +111,11 @@ class DenseIndex(Index):
         batch_size: int = 64,
         bf16: bool = False,
         shard_size: int = 50_000,
+        overwrite: bool = False,
         **unused: Any,
     ) -> DenseIndex:
         """Encode ``source`` and write a dense index to ``out`` (atomically; resumable encoding)."""
+        check_build_target(source, out, overwrite=overwrite)
         out = Path(out)
         enc = as_biencoder(model)
         partial = _partial_vectors_dir(out)

@@ -19,7 +19,14 @@ import numpy as np
 
 from anygrain.search.fusion import FusionConfig, FusionMethod, fuse_scores, rrf, union_candidates
 from anygrain.search.hit import Hit
-from anygrain.search.index import Index, IndexKind, read_manifest, register_index, write_manifest
+from anygrain.search.index import (
+    Index,
+    IndexKind,
+    check_build_target,
+    read_manifest,
+    register_index,
+    write_manifest,
+)
 from anygrain.search.results import hits_from_rows
 from anygrain.sparse.bm25 import BM25Index
 from anygrain.utils.atomic import atomic_dir
@@ -59,10 +66,12 @@ class HybridIndex(Index):
         depth: int = 100,
         errors: Any = None,
         progress: bool = True,
+        overwrite: bool = False,
         **dense_settings: Any,
     ) -> HybridIndex:
         from anygrain.dense.index import DenseIndex
 
+        check_build_target(source, out, overwrite=overwrite)
         cfg = FusionConfig(FusionMethod(fusion), weight, depth)
         with atomic_dir(out) as tmp:
             store = open_or_build_corpus(

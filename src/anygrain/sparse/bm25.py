@@ -19,7 +19,13 @@ from anygrain.corpus.lang import Lang, is_cjk
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, ErrorLog
 from anygrain.search.hit import Hit
-from anygrain.search.index import Index, IndexKind, register_index, write_manifest
+from anygrain.search.index import (
+    Index,
+    IndexKind,
+    check_build_target,
+    register_index,
+    write_manifest,
+)
 from anygrain.search.results import hits_from_rows
 from anygrain.sparse.analyzers import Analyzer, analyzer_from_config, make_analyzer
 from anygrain.utils.atomic import atomic_dir
@@ -90,8 +96,10 @@ class BM25Index(Index):
         errors: ErrorLog | None = None,
         progress: bool = True,
         corpus_dir: Path | None = None,
+        overwrite: bool = False,
         **unused: Any,
     ) -> BM25Index:
+        check_build_target(source, out, overwrite=overwrite)
         with atomic_dir(out) as tmp:
             store = open_or_build_corpus(
                 source, corpus_dir or tmp / "corpus", split=split, errors=errors, progress=progress
