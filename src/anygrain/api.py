@@ -80,7 +80,10 @@ def evaluate_index(
     ``ErrorPolicy.SKIP``; the report counts them.
     """
     from anygrain.eval import evaluate
+    from anygrain.eval.runs import check_run_path
 
+    if run_out is not None:
+        check_run_path(run_out)  # before loading anything, not after the whole evaluation
     idx = index if isinstance(index, Index) else Index.load(index)
     errors = errors if errors is not None else ErrorLog()
     if isinstance(questions, Questions):

@@ -92,6 +92,8 @@ class BiEncoder(nn.Module):
         self.question = question
         self.passage = passage
         self.config = config
+        for side in (question, passage):
+            side.name = side.name or config.base_model
 
     @property
     def dim(self) -> int:

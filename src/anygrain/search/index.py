@@ -290,7 +290,15 @@ class Index(ABC):
                 f"version {cls.format_version}; rebuild the index"
             )
         _check_on_open(p, m, parse_enum(Verify, verify), small_limit)
-        return cls.open(p, m, **options)
+        try:
+            return cls.open(p, m, **options)
+        except (OSError, ValueError, EOFError, KeyError, RuntimeError) as e:
+            # what the checksums cannot catch (an index from before them, a large file
+            # checked by size only) still gets one line naming the index, not a traceback
+            raise AnygrainError(
+                f"{p}: cannot open the index ({type(e).__name__}: {e}); "
+                f"`anygrain verify {p}` checks its files"
+            ) from e
 
     @classmethod
     @abstractmethod

@@ -188,6 +188,8 @@ class BM25Index(Index):
         subdir: str = "bm25",
         **options: Any,
     ) -> BM25Index:
+        if not (path / subdir).is_dir():
+            raise AnygrainError(f"{path}: incomplete BM25 index (missing {subdir}/); rebuild it")
         store = store or open_corpus_of(path, manifest)
         settings = manifest["settings"]
         cfg = BM25Config(**settings["bm25"])
