@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_phrase_helpers import write_squad
+from test_phrase_helpers import make_tiny_model, write_squad
 from typer.testing import CliRunner, Result
 
 from anygrain.cli import app
@@ -93,6 +93,28 @@ def dense(squad: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dense") / "idx"
     model = tiny_biencoder(0)
     Index.build(f"squad:{squad}", kind="dense", out=out, model=model, progress=False, shard_size=4)
+    return out
+
+
+@pytest.fixture(scope="module")
+def hybrid(squad: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("hybrid") / "idx"
+    model = tiny_biencoder(0)
+    Index.build(f"squad:{squad}", kind="hybrid", out=out, model=model, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def phrase(squad: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from anygrain.phrase import PhraseEncoder
+
+    tiny = make_tiny_model(tmp_path_factory.mktemp("tiny-bert"))
+    torch.manual_seed(0)
+    model = PhraseEncoder.from_pretrained(
+        tiny, max_passage_length=40, doc_stride=10, max_phrase_words=4
+    ).save(tmp_path_factory.mktemp("phrase-model") / "m")
+    out = tmp_path_factory.mktemp("phrase") / "idx"
+    Index.build(f"squad:{squad}", kind="phrase", out=out, model=str(model), progress=False)
     return out
 
 
@@ -199,6 +221,18 @@ def test_overwrite_replaces_an_index_but_never_its_own_source(
     assert cli("index", squad, "--out", empty, "-q").exit_code == 0
 
 
+def test_refilter_refuses_out_too(tmp_path: Path, phrase: Path) -> None:
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "keep.txt").write_text("precious")
+    r = cli("refilter", phrase, "--out", out, "--keep", "0.5", "-q")
+    one_line_error(r, "not an anygrain index")
+    assert (out / "keep.txt").read_text() == "precious"
+    one_line_error(
+        cli("refilter", phrase, "--out", phrase / "sub", "--keep", "0.5", "-q"), "inside"
+    )
+
+
 # --- 2. leftovers of killed runs are cleaned --------------------------------------------------
 
 
@@ -283,6 +317,16 @@ def remove(f: Path) -> None:
     f.unlink()
 
 
+PHRASE_FILES = [
+    "phrase/start.npy",
+    "phrase/tokens.npy",
+    "phrase/passage_ptr.npy",
+    "phrase/end.faiss",
+    "phrase/start_ids.npy",
+    "phrase/model/heads.safetensors",
+]
+HYBRID_FILES = ["sparse/bm25/data.csc.index.npy", "dense/faiss.index", "sparse/index.json"]
+
 DAMAGE = {
     "flip": (flip, "damaged"),
     "truncate": (truncate, "truncated"),
@@ -290,7 +334,12 @@ DAMAGE = {
 }
 DAMAGE_CASES = [
     (kind, rel, how)
-    for kind, files in (("bm25", BM25_FILES), ("dense", DENSE_FILES))
+    for kind, files in (
+        ("bm25", BM25_FILES),
+        ("dense", DENSE_FILES),
+        ("phrase", PHRASE_FILES),
+        ("hybrid", HYBRID_FILES),
+    )
     for rel in files
     for how in ("flip", "truncate")
 ] + [("bm25", "bm25/vocab.index.json", "remove"), ("dense", "dense/faiss.index", "remove")]
@@ -448,6 +497,15 @@ def test_nan_passage_vectors_stop_the_build(tmp_path: Path, squad: Path) -> None
             f"squad:{squad}", kind="dense", out=tmp_path / "idx", model=model, progress=False
         )
     assert not (tmp_path / "idx").exists()
+
+
+def test_nan_phrase_model_is_an_error_naming_the_model(phrase: Path) -> None:
+    idx = Index.load(phrase)
+    with torch.no_grad():
+        for p in idx.model.parameters():  # type: ignore[attr-defined]
+            p.fill_(float("nan"))
+    with pytest.raises(AnygrainError, match=r"model .*tiny-bert.*question start vectors are NaN"):
+        idx.search(["Who created Python?"])
 
 
 def test_check_finite_counts_bad_rows() -> None:

@@ -151,6 +151,8 @@ def run_demo(
     from anygrain.eval import evaluate_run
 
     out = Path(out)
+    # rerunning the demo replaces its own index (never a directory that is not an index)
+    settings.setdefault("overwrite", True)
     idx = Index.build(
         list(pydoc_topics()), kind=kind, out=out, split="paragraph", progress=progress, **settings
     )
