@@ -256,7 +256,10 @@ class Index(ABC):
         k = IndexKind(kind)
         if k not in _REGISTRY:
             raise AnygrainError(f"index kind '{k.value}' is not available")
-        return _REGISTRY[k].build_from(source, Path(out), overwrite=overwrite, **settings)
+        o = Path(out)
+        if o.name in ("", ".."):  # "." or "..": temporary siblings need a real name
+            o = o.resolve()
+        return _REGISTRY[k].build_from(source, o, overwrite=overwrite, **settings)
 
     @classmethod
     @abstractmethod
