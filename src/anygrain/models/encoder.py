@@ -76,8 +76,9 @@ class TextEncoder(nn.Module):
         self.model = model
         self.tokenizer = tokenizer
         self.config = config
-        # what errors call this model: its hub name or directory
+        # what errors call this model (its hub name or directory) and its vectors
         self.name = name or str(getattr(getattr(model, "config", None), "_name_or_path", ""))
+        self.side = "text"
 
     @property
     def dim(self) -> int:
@@ -156,4 +157,4 @@ class TextEncoder(nn.Module):
             with cpu_autocast(bf16):
                 emb = self.forward(input_ids, mask, **extra)
             out[b] = emb.float().numpy()
-        return check_finite(out, self.name, "passage" if titles is not None else "text")
+        return check_finite(out, self.name, self.side)
