@@ -121,7 +121,9 @@ def test_phrase_demo_answers_at_three_grains_and_reuses_its_index(tmp_path: Path
     for unit in ("phrase", "sentence", "passage"):
         assert f"   {unit}" in r.stdout
     again = runner.invoke(app, args)
-    assert again.exit_code == 0 and json.loads(again.stdout.strip().splitlines()[-1])["reused_index"]
+    assert (
+        again.exit_code == 0 and json.loads(again.stdout.strip().splitlines()[-1])["reused_index"]
+    )
     # a directory the demo did not write is refused and left as it was
     other = tmp_path / "mine"
     other.mkdir()
@@ -129,5 +131,3 @@ def test_phrase_demo_answers_at_three_grains_and_reuses_its_index(tmp_path: Path
     r = runner.invoke(app, ["demo", "--out", str(other), "--max-documents", "2", "-q"])
     assert r.exit_code != 0 and "not this demo" in r.output
     assert (other / "notes.txt").read_text() == "keep me"
-
-

@@ -90,8 +90,11 @@ def evaluate_index(
     raise an error; some missing ones are logged and counted (``n_qrels_ids_missing``).
     """
     from anygrain.eval import evaluate
+    from anygrain.eval.runs import check_run_path
 
     set_threads(threads)
+    if run_out is not None:
+        check_run_path(run_out)  # before loading anything, not after the whole evaluation
     idx = index if isinstance(index, Index) else Index.load(index)
     errors = errors if errors is not None else ErrorLog()
     if isinstance(questions, Questions):
@@ -169,6 +172,7 @@ def combine_hybrid(
     fusion: FusionMethod | str = FusionMethod.ZSCORE,
     weight: float | None = None,
     depth: int = 100,
+    overwrite: bool = False,
 ) -> Index:
     """A hybrid index reusing an existing BM25 index and dense index over the same corpus,
     given in either order; see :meth:`HybridIndex.combine`."""
@@ -189,6 +193,7 @@ def combine_hybrid(
         fusion=fusion,
         weight=weight,
         depth=depth,
+        overwrite=overwrite,
     )
 
 
@@ -298,11 +303,13 @@ def run_demo(
     idx = _reusable_demo_index(out, k_, checksum)
     reused = idx is not None
     if idx is None:
-        if out.exists() and any(out.iterdir()):
+        if out.exists() and any(out.iterdir()) and not (out / "index.json").exists():
             raise AnygrainError(
                 f"{out}: exists and is not this demo's index; pass another --out "
-                "(the demo never replaces a directory it did not write)"
+                "(the demo never replaces a directory that is not an anygrain index)"
             )
+        # another demo index there (another kind or model) is replaced
+        settings.setdefault("overwrite", True)
         idx = Index.build(docs, kind=k_, out=out, split="paragraph", progress=progress, **settings)
     t_index = time.time() - t0
     qs = demo_questions()

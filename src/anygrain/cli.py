@@ -24,6 +24,7 @@ from anygrain.search.fusion import FusionMethod
 from anygrain.search.hit import Unit
 from anygrain.search.index import IndexKind
 from anygrain.search.scope import Scope
+from anygrain.utils.checksums import Verify
 
 app = typer.Typer(
     add_completion=False,
@@ -169,6 +170,9 @@ def index_cmd(
         typer.Option("--on-error", help="stop at a malformed record, or skip and count it"),
     ] = ErrorPolicy.STOP,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars")] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace the anygrain index already in --out")
+    ] = False,
 ) -> None:
     """Build an index from a corpus (or a hybrid index from a BM25 and a dense index)."""
     from anygrain.api import build_index, combine_hybrid
@@ -200,7 +204,7 @@ def index_cmd(
             from anygrain.utils.threads import set_threads
 
             set_threads(threads)
-            idx = combine_hybrid(from_dirs[0], from_dirs[1], out_dir, **fuse)
+            idx = combine_hybrid(from_dirs[0], from_dirs[1], out_dir, overwrite=overwrite, **fuse)
         else:
             if source is None:
                 raise AnygrainError("give a SOURCE to index (or --kind hybrid --from two indexes)")
@@ -217,10 +221,15 @@ def index_cmd(
                 settings["factory"] = faiss
             if threshold is not None:
                 settings["threshold"] = threshold
-            idx = build_index(source, kind=kind, out=out_dir, threads=threads, **settings)
+            idx = build_index(
+                source, kind=kind, out=out_dir, threads=threads, overwrite=overwrite, **settings
+            )
     except (AnygrainError, ValueError) as e:
         _report_files(errors, quiet=True)
         fail(e)
+        return
+    except OSError as e:  # e.g. permission denied: the path and reason, not a traceback
+        fail(AnygrainError(f"{e.filename or out_dir}: {e.strerror or e}"))
         return
     _report_files(errors, quiet=quiet)
     if errors.n_skipped:
@@ -337,6 +346,10 @@ def search_cmd(
     fusion_weight: FusionWeightOpt = None,
     fusion_depth: FusionDepthOpt = None,
     threads: ThreadsOpt = None,
+    verify: Annotated[
+        Verify,
+        typer.Option(help="Check the index files on open: sizes | small (files <= 64 MB) | full"),
+    ] = Verify.SMALL,
 ) -> None:
     """Search an index with one question (phrase indexes: answer phrases in their context)."""
     from anygrain.api import search_index
@@ -346,7 +359,7 @@ def search_cmd(
     try:
         question = _read_question(query, question_file)
         opts = _fusion_options(index_dir, fusion, fusion_weight, fusion_depth)
-        idx = Index.load(index_dir, **model_option(index_dir, model))
+        idx = Index.load(index_dir, verify=verify, **model_option(index_dir, model))
         hits = search_index(idx, [question], k, unit=unit, threads=threads, **opts)[0]
     except AnygrainError as e:
         fail(e)
@@ -417,6 +430,10 @@ def eval_cmd(
     fusion_weight: FusionWeightOpt = None,
     fusion_depth: FusionDepthOpt = None,
     threads: ThreadsOpt = None,
+    verify: Annotated[
+        Verify,
+        typer.Option(help="Check the index files on open: sizes | small (files <= 64 MB) | full"),
+    ] = Verify.SMALL,
 ) -> None:
     """Evaluate an index on a question set."""
     from anygrain.api import evaluate_index
@@ -425,7 +442,7 @@ def eval_cmd(
     errors = ErrorLog(on_error)
     try:
         opts = _fusion_options(index_dir, fusion, fusion_weight, fusion_depth)
-        idx = Index.load(index_dir, **model_option(index_dir, model))
+        idx = Index.load(index_dir, verify=verify, **model_option(index_dir, model))
         report = evaluate_index(
             idx,
             questions,
@@ -460,6 +477,32 @@ def eval_cmd(
     for name, v in d["metrics"].items():
         table.add_row(name, f"{v:.4f}")
     out.print(table)
+
+
+@app.command("verify")
+def verify_cmd(
+    index_dir: Annotated[Path, typer.Argument(help="Index directory")],
+) -> None:
+    """Check every file of an index against the checksums recorded when it was built.
+
+    Lists each damaged, missing or unexpected file; exits 1 when there is any."""
+    from anygrain.search.index import check_index_files, read_manifest
+
+    try:
+        m = read_manifest(index_dir)
+        problems = check_index_files(index_dir, m, extra=True)
+    except AnygrainError as e:
+        fail(e)
+    for p in problems:
+        out.print(escape(str(p)), highlight=False, soft_wrap=True)
+    n = len(m["files"]) + len(m.get("corpus_files") or {})
+    if problems:
+        console.print(
+            f"[bold red]{len(problems)} problem(s)[/] in {escape(str(index_dir))}; rebuild the index",
+            highlight=False,
+        )
+        raise typer.Exit(1)
+    out.print(f"ok: {n} files match their checksums", highlight=False)
 
 
 @app.command("formats")

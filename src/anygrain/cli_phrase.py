@@ -206,12 +206,23 @@ def refilter_cmd(
         typer.Option("--faiss", help="FAISS factory (default: chosen from the new size)"),
     ] = None,
     quiet: QuietOpt = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace the anygrain index already in --out")
+    ] = False,
 ) -> None:
     """A smaller phrase index at a higher filter threshold, from stored vectors (no re-encoding)."""
     from anygrain.phrase.refilter import refilter
 
     try:
-        idx = refilter(index_dir, out_dir, threshold, keep=keep, factory=faiss, progress=not quiet)
+        idx = refilter(
+            index_dir,
+            out_dir,
+            threshold,
+            keep=keep,
+            factory=faiss,
+            progress=not quiet,
+            overwrite=overwrite,
+        )
     except AnygrainError as e:
         fail(e)
         return

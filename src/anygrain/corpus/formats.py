@@ -54,7 +54,18 @@ class Source:
     def documents(self, errors: ErrorLog | None = None) -> Iterator[SourceDocument]:
         if self.format.read_documents is None:
             raise AnygrainError(f"format '{self.format.name}' holds no documents: {self.path}")
-        return self.format.read_documents(self.path, errors or ErrorLog())
+        return self._file_or_dir(self.format.read_documents(self.path, errors or ErrorLog()))
+
+    def _file_or_dir(self, docs: Iterator[SourceDocument]) -> Iterator[SourceDocument]:
+        """A file where a directory is wanted (or the reverse) as one line, not a traceback."""
+        try:
+            yield from docs
+        except (IsADirectoryError, NotADirectoryError) as e:
+            kind = "a directory" if isinstance(e, IsADirectoryError) else "not a directory"
+            raise AnygrainError(
+                f"{e.filename or self.path}: is {kind}, which format '{self.format.name}' "
+                "does not read here"
+            ) from None
 
     def questions(self, errors: ErrorLog | None = None) -> Questions:
         if self.format.read_questions is None:

@@ -35,7 +35,13 @@ from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError
 from anygrain.models.biencoder import BiEncoder
 from anygrain.models.resolve import default_model
 from anygrain.search.hit import Hit
-from anygrain.search.index import Index, IndexKind, register_index, write_manifest
+from anygrain.search.index import (
+    Index,
+    IndexKind,
+    check_build_target,
+    register_index,
+    write_manifest,
+)
 from anygrain.search.results import hits_from_rows
 from anygrain.utils.atomic import atomic_dir, atomic_write_text
 from anygrain.utils.corpus_source import corpus_ref, open_corpus_of, open_or_build_corpus
@@ -118,6 +124,7 @@ class DenseIndex(Index):
         batch_size: int = 64,
         bf16: bool = False,
         shard_size: int = 50_000,
+        overwrite: bool = False,
         **unused: Any,
     ) -> DenseIndex:
         """Encode ``source`` and write a dense index to ``out`` (atomically; resumable encoding).
@@ -125,6 +132,7 @@ class DenseIndex(Index):
         Without ``model`` the encoder is the default for the corpus language (``lang``, or
         detected): ``minilm`` for English, the multilingual ``me5-small`` for Chinese.
         """
+        check_build_target(source, out, overwrite=overwrite)
         out = Path(out)
         # a named model is loaded first, so a wrong name fails before the corpus is read
         enc = as_biencoder(model) if model is not None else None

@@ -28,7 +28,7 @@ import numpy as np
 
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, IndexMismatchError
-from anygrain.utils.atomic import atomic_write_text
+from anygrain.utils.atomic import atomic_write_text, remove_stale_files
 
 if TYPE_CHECKING:
     from anygrain.models.biencoder import BiEncoder
@@ -265,6 +265,7 @@ def encode_corpus(
     expect = _expected(store, model, shard_size, dtype, bf16)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    remove_stale_files(out)  # half-written shards of a killed run
     mf = out / SHARDS_MANIFEST
     if mf.exists():
         manifest = json.loads(mf.read_text(encoding="utf-8"))

@@ -53,6 +53,23 @@ def _check_id(kind: str, value: str) -> str:
     return value
 
 
+def check_run_path(path: str | os.PathLike[str]) -> Path:
+    """Fail now, not after a whole evaluation, when a run file cannot be written at ``path``."""
+    p = Path(path)
+    if p.is_dir():
+        raise AnygrainError(
+            f"{p}: is a directory; give the run file's path (e.g. {p / 'run.trec'})"
+        )
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent  # the directories RunWriter would create go here
+    if not parent.is_dir():
+        raise AnygrainError(f"{parent}: not a directory, so {p} cannot be written")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise AnygrainError(f"{parent}: not writable, so {p} cannot be written")
+    return p
+
+
 class RunWriter:
     """Streams a TREC run to a temporary file and renames it into place on close.
 
@@ -61,7 +78,7 @@ class RunWriter:
     """
 
     def __init__(self, path: str | os.PathLike[str], tag: str = "anygrain") -> None:
-        self.path = Path(path)
+        self.path = check_run_path(path)
         self.tag = _check_id("tag", tag)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(

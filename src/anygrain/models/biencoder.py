@@ -92,6 +92,8 @@ class BiEncoder(nn.Module):
         self.question = question
         self.passage = passage
         self.config = config
+        for enc, side in ((question, "question"), (passage, "passage")):
+            enc.name, enc.side = enc.name or config.base_model, side
 
     @property
     def dim(self) -> int:

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from anygrain.errors import AnygrainError
 from anygrain.utils.precision import cpu_autocast
 from anygrain.utils.progress import progress_bar
 
@@ -44,6 +45,20 @@ class EncoderConfig:
         )
 
 
+def check_finite(vectors: np.ndarray, model: str, what: str) -> np.ndarray:
+    """``vectors``, or an error naming ``model`` when any is NaN or infinite.
+
+    Damaged weights give NaN vectors, and FAISS then returns no hits at all: every
+    search would come back empty and every metric 0 without a word."""
+    if not np.isfinite(vectors).all():
+        bad = int((~np.isfinite(vectors.reshape(len(vectors), -1))).any(axis=1).sum())
+        raise AnygrainError(
+            f"model {model or '(unnamed)'}: {bad} of {len(vectors)} {what} vectors are NaN or "
+            "infinite; its weights are probably damaged (reinstall or retrain it)"
+        )
+    return vectors
+
+
 def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Tensor:
     if pooling is Pooling.CLS:
         return hidden[:, 0]
@@ -54,11 +69,16 @@ def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Te
 class TextEncoder(nn.Module):
     """Transformer + pooling; ``forward`` is differentiable, ``encode`` is batched inference."""
 
-    def __init__(self, model: nn.Module, tokenizer: Any, config: EncoderConfig) -> None:
+    def __init__(
+        self, model: nn.Module, tokenizer: Any, config: EncoderConfig, name: str = ""
+    ) -> None:
         super().__init__()
         self.model = model
         self.tokenizer = tokenizer
         self.config = config
+        # what errors call this model (its hub name or directory) and its vectors
+        self.name = name or str(getattr(getattr(model, "config", None), "_name_or_path", ""))
+        self.side = "text"
 
     @property
     def dim(self) -> int:
@@ -137,4 +157,4 @@ class TextEncoder(nn.Module):
             with cpu_autocast(bf16):
                 emb = self.forward(input_ids, mask, **extra)
             out[b] = emb.float().numpy()
-        return out
+        return check_finite(out, self.name, self.side)

@@ -34,7 +34,7 @@ import numpy as np
 
 from anygrain.corpus.store import CorpusStore
 from anygrain.phrase.model import EncodedPassage, PhraseEncoder
-from anygrain.utils.atomic import atomic_write_text
+from anygrain.utils.atomic import atomic_write_text, remove_stale_files
 from anygrain.utils.progress import progress_bar
 
 DUMP_MANIFEST = "dump.json"
@@ -161,6 +161,7 @@ def dump_phrases(
     work, out = Path(work), Path(out)
     work.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
+    remove_stale_files(work)  # half-written shards of a killed run
     ident = _identity(store, model, threshold, shard_size)
     mf = work / DUMP_MANIFEST
     manifest: dict[str, Any] | None = None

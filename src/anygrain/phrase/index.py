@@ -40,7 +40,13 @@ from anygrain.phrase.search import (
     unit_hits,
 )
 from anygrain.search.hit import Hit, Unit
-from anygrain.search.index import Index, IndexKind, register_index, write_manifest
+from anygrain.search.index import (
+    Index,
+    IndexKind,
+    check_build_target,
+    register_index,
+    write_manifest,
+)
 from anygrain.utils.atomic import atomic_dir
 from anygrain.utils.corpus_source import corpus_ref, open_corpus_of, open_or_build_corpus
 
@@ -178,6 +184,7 @@ class PhraseIndex(Index):
         max_phrase_words: int | None = None,
         corpus_dir: Path | None = None,
         lang: str | None = None,
+        overwrite: bool = False,
         **unused: Any,
     ) -> PhraseIndex:
         """Encode ``source`` with a trained phrase model and write a phrase index to ``out``.
@@ -186,6 +193,7 @@ class PhraseIndex(Index):
         one, None keeps every word-boundary token).  The dump is resumable: an
         interrupted build picks up at its last finished shard.
         """
+        check_build_target(source, out, overwrite=overwrite)
         out = Path(out)
         # a named model is checked before any work; the default follows the corpus language
         enc = as_phrase_model(model) if model is not None else None

@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from anygrain.errors import AnygrainError, IndexMismatchError
-from anygrain.models.encoder import Pooling, pool
+from anygrain.models.encoder import Pooling, check_finite, pool
 from anygrain.models.resolve import resolve_model
 from anygrain.phrase.tokens import Window, best_windows, tokenize_windows
 from anygrain.utils.atomic import atomic_write_text
@@ -488,7 +488,8 @@ class PhraseEncoder(nn.Module):
             with cpu_autocast(bf16):
                 s, e = self.question_forward(**enc)
             qs[b], qe[b] = s.float().numpy(), e.float().numpy()
-        return qs, qe
+        name = self.config.base_model
+        return check_finite(qs, name, "question start"), check_finite(qe, name, "question end")
 
     @torch.inference_mode()
     def encode_passages(
@@ -525,6 +526,8 @@ class PhraseEncoder(nn.Module):
             with cpu_autocast(bf16):
                 ts, te, tf = self.phrase_forward(**batch)
             s, e, f = ts.float().numpy(), te.float().numpy(), tf.float().numpy()
+            for arr, what in ((s, "phrase start"), (e, "phrase end"), (f, "filter logit")):
+                check_finite(arr, self.config.base_model, what)
             for r, wi in enumerate(b):
                 pos = owned[wi]
                 vec_s[wi], vec_e[wi], logit[wi] = s[r, pos], e[r, pos], f[r, pos]

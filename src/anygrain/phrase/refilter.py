@@ -24,7 +24,7 @@ import numpy as np
 from anygrain.errors import AnygrainError
 from anygrain.phrase.dump import END_OK, START_OK, DumpStats
 from anygrain.phrase.index import SUBDIR, PhraseIndex, finish_index
-from anygrain.search.index import Index
+from anygrain.search.index import Index, check_build_target
 from anygrain.utils.atomic import atomic_dir
 from anygrain.utils.progress import progress_bar
 
@@ -69,11 +69,13 @@ def refilter(
     keep: float | None = None,
     factory: str | None = None,
     progress: bool = True,
+    overwrite: bool = False,
 ) -> PhraseIndex:
     """Write a phrase index at filter threshold ``threshold`` from ``source``'s stored tokens,
     or, given ``keep`` instead, at the threshold keeping about that fraction of the vectors.
 
     ``factory`` is the FAISS factory of the new index (default: chosen by its size).
+    ``out`` must be new or empty, or an index to replace with ``overwrite``.
     """
     src = _phrase_index(source)
     if (threshold is None) == (keep is None):
@@ -84,6 +86,7 @@ def refilter(
     out = Path(out)
     if out.resolve() == Path(src.path).resolve():
         raise AnygrainError(f"{out}: refilter writes a new index; give another --out")
+    check_build_target(src.path, out, overwrite=overwrite)
     old = src.manifest["settings"].get("threshold")
     if old is not None and threshold < old:
         raise AnygrainError(

@@ -26,10 +26,19 @@ import numpy as np
 from anygrain.errors import AnygrainError, IndexMismatchError, parse_enum
 from anygrain.search.fusion import FusionConfig, FusionMethod, fuse_scores, rrf, union_candidates
 from anygrain.search.hit import Hit
-from anygrain.search.index import Index, IndexKind, read_manifest, register_index, write_manifest
+from anygrain.search.index import (
+    Index,
+    IndexKind,
+    _check_on_open,
+    check_build_target,
+    read_manifest,
+    register_index,
+    write_manifest,
+)
 from anygrain.search.results import hits_from_rows
 from anygrain.sparse.bm25 import BM25Index
 from anygrain.utils.atomic import atomic_dir
+from anygrain.utils.checksums import SMALL_LIMIT, Verify
 from anygrain.utils.corpus_source import open_corpus_of, open_or_build_corpus
 
 
@@ -84,10 +93,12 @@ class HybridIndex(Index):
         depth: int = 100,
         errors: Any = None,
         progress: bool = True,
+        overwrite: bool = False,
         **dense_settings: Any,
     ) -> HybridIndex:
         from anygrain.dense.index import DenseIndex, as_biencoder, encoder_name
 
+        check_build_target(source, out, overwrite=overwrite)
         cfg = fusion_config(fusion, weight, depth)
         # a named model is loaded first, so a wrong name fails before the corpus is read
         enc = as_biencoder(model) if model is not None else None
@@ -127,6 +138,7 @@ class HybridIndex(Index):
         fusion: FusionMethod | str = FusionMethod.ZSCORE,
         weight: float | None = None,
         depth: int = 100,
+        overwrite: bool = False,
     ) -> HybridIndex:
         """A hybrid index over an existing BM25 index and dense index, reused in place.
 
@@ -134,6 +146,8 @@ class HybridIndex(Index):
         scores add up per passage row, so rows must mean the same passages in both.
         """
         sparse_dir, dense_dir, out = Path(sparse_dir), Path(dense_dir), Path(out)
+        for part in (sparse_dir, dense_dir):
+            check_build_target(part, out, overwrite=overwrite)
         cfg = fusion_config(fusion, weight, depth)
         sub = {"sparse": read_manifest(sparse_dir), "dense": read_manifest(dense_dir)}
         for (name, m), want, d in zip(
@@ -182,6 +196,9 @@ class HybridIndex(Index):
         )
         sm, dm = read_manifest(sparse_dir), read_manifest(dense_dir)
         for d, m in ((sparse_dir, sm), (dense_dir, dm)):
+            if not d.resolve().is_relative_to(path.resolve()):
+                # a combined index's parts live elsewhere: Index.load checked only its own files
+                _check_on_open(d, m, Verify.SMALL, SMALL_LIMIT)
             if (m.get("corpus") or {}).get("checksum") != store.checksum:
                 raise IndexMismatchError(
                     f"{path}: its part {d} is now built over another corpus than the hybrid "

@@ -1,24 +1,41 @@
 """The Index base class, its on-disk manifest and the registry of index kinds.
 
 Every index is a directory with ``index.json`` naming its kind, format version,
-the corpus checksum and model fingerprint it was built with, and its settings.
-``Index.load(dir)`` reads the kind from ``index.json`` (never from the file name)
-and dispatches to the registered class.
+the corpus checksum and model fingerprint it was built with, its settings, and the
+size and checksum of every other file in the directory (``files``; see
+:mod:`anygrain.utils.checksums`).  ``Index.load(dir)`` checks those files, reads the
+kind from ``index.json`` (never from the file name) and dispatches to the
+registered class.  ``Index.build`` refuses, before anything is written, an output
+directory that holds anything but an index (or an index, unless ``overwrite``),
+and one that overlaps the source.
+
+Indexes written before checksums were recorded still open, with a warning that
+their files cannot be checked; rebuilding one records them.
 """
 
 from __future__ import annotations
 
 import enum
 import json
+import os
 import time
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from anygrain.errors import AnygrainError, IndexMismatchError
+from anygrain.errors import AnygrainError, IndexMismatchError, parse_enum
 from anygrain.search.hit import Hit, Unit
 from anygrain.utils.atomic import atomic_write_text
+from anygrain.utils.checksums import (
+    ALGORITHM,
+    SMALL_LIMIT,
+    Problem,
+    Verify,
+    check_files,
+    file_table,
+)
 
 MANIFEST = "index.json"
 FORMAT = "anygrain.index"
@@ -50,6 +67,10 @@ def _ensure_loaded() -> None:
     import anygrain.search.kinds  # noqa: F401
 
 
+class UncheckedIndexWarning(UserWarning):
+    """An index from before checksums were recorded: its files cannot be checked."""
+
+
 def read_manifest(path: Path) -> dict[str, Any]:
     f = Path(path) / MANIFEST
     if not f.exists():
@@ -58,21 +79,152 @@ def read_manifest(path: Path) -> dict[str, Any]:
         m = json.loads(f.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise AnygrainError(f"{f}: corrupt manifest ({e.msg}, line {e.lineno})") from None
-    if m.get("format") != FORMAT:
+    except UnicodeDecodeError:
+        raise AnygrainError(f"{f}: corrupt manifest (not UTF-8 text)") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
         raise AnygrainError(f"{f}: not an anygrain index manifest")
+    for key in ("files", "corpus_files"):
+        if key in m and not isinstance(m[key], dict):
+            raise AnygrainError(f"{f}: corrupt manifest ('{key}' is not an object)")
     return m
 
 
 def write_manifest(path: Path, kind: IndexKind, version: int, **fields: Any) -> dict[str, Any]:
+    """Write ``index.json`` last, with the checksum of every other file under ``path``
+    (and of the corpus files when the corpus lives outside it)."""
+    path = Path(path)
     m = {
         "format": FORMAT,
         "kind": kind.value,
         "format_version": version,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
         **fields,
+        "checksum_algorithm": ALGORITHM,
+        "files": file_table(path, exclude=[MANIFEST]),
     }
-    atomic_write_text(Path(path) / MANIFEST, json.dumps(m, indent=2, ensure_ascii=False))
+    corpus = _external_corpus(path, m)
+    if corpus is not None:
+        m["corpus_files"] = file_table(corpus)
+    atomic_write_text(path / MANIFEST, json.dumps(m, indent=2, ensure_ascii=False))
     return m
+
+
+def _external_corpus(path: Path, manifest: dict[str, Any]) -> Path | None:
+    """The corpus directory when it is not inside the index directory (its files are not in
+    ``files`` then, so they are checked separately)."""
+    ref = (manifest.get("corpus") or {}).get("path")
+    if not isinstance(ref, str):
+        return None
+    c = Path(ref) if Path(ref).is_absolute() else path / ref
+    c, root = c.resolve(), path.resolve()
+    return None if c.is_relative_to(root) else c
+
+
+def check_index_files(
+    path: str | Path,
+    manifest: dict[str, Any] | None = None,
+    *,
+    verify: Verify | str = Verify.FULL,
+    small_limit: int = SMALL_LIMIT,
+    extra: bool = False,
+) -> list[Problem]:
+    """Files of the index at ``path`` (and its outside corpus) that differ from what its
+    manifest recorded; ``extra`` also reports files the build did not write.  Raises when
+    the manifest recorded no checksums."""
+    p = Path(path)
+    m = manifest if manifest is not None else read_manifest(p)
+    if "files" not in m:
+        raise AnygrainError(
+            f"{p}: built by an older anygrain that recorded no checksums; rebuild it to check it"
+        )
+    v = Verify(verify)
+    problems = check_files(
+        p, m["files"], verify=v, small_limit=small_limit, extra=extra, exclude=[MANIFEST]
+    )
+    corpus = _external_corpus(p, m)
+    if corpus is not None and "corpus_files" in m:
+        problems += check_files(
+            corpus, m["corpus_files"], verify=v, small_limit=small_limit, extra=extra
+        )
+    return problems
+
+
+def check_build_target(source: Any, out: str | Path, *, overwrite: bool = False) -> None:
+    """Refuse, before anything is written, an ``out`` whose replacement would lose data.
+
+    ``out`` may be missing, an empty directory, or (with ``overwrite``) an anygrain
+    index.  Anything else it holds (user files, a corpus, a regular file) is refused,
+    and so is an ``out`` that is, contains or lies inside the source.
+    """
+    o = Path(out)
+    src = _source_path(source)
+    if src is not None:
+        s, r = src.resolve(), o.resolve()
+        if s == r or s.is_relative_to(r):
+            where = "is" if s == r else "contains"
+            raise AnygrainError(
+                f"{o}: the output directory {where} the source {src}; writing the index there "
+                "would destroy it. Give another --out"
+            )
+        if r.is_relative_to(s):
+            raise AnygrainError(
+                f"{o}: the output directory lies inside the source {src}; give an --out outside it"
+            )
+    if not o.exists() and not o.is_symlink():
+        return
+    if not o.is_dir():
+        raise AnygrainError(f"{o}: exists and is not a directory; refusing to replace it")
+    if not any(o.iterdir()):
+        return
+    try:
+        read_manifest(o)
+        is_index = True
+    except AnygrainError:
+        is_index = False
+    if not is_index:
+        raise AnygrainError(
+            f"{o}: not empty and not an anygrain index; refusing to replace what it holds "
+            "(give a new or empty directory)"
+        )
+    if not overwrite:
+        raise AnygrainError(
+            f"{o}: already holds an anygrain index; pass --overwrite (overwrite=True) to replace it"
+        )
+
+
+def _source_path(source: Any) -> Path | None:
+    """The file or directory a source reads from, when it names one."""
+    from anygrain.corpus.store import CorpusStore
+
+    if isinstance(source, CorpusStore):
+        return source.path
+    if not isinstance(source, str | os.PathLike):
+        return None
+    text = os.fspath(source)
+    if Path(text).exists():
+        return Path(text)
+    _, sep, rest = text.partition(":")  # FORMAT:PATH
+    return Path(rest) if sep and rest else None
+
+
+def _check_on_open(
+    path: Path, manifest: dict[str, Any], verify: Verify | str, small_limit: int
+) -> None:
+    if "files" not in manifest:
+        warnings.warn(
+            f"{path}: built by an older anygrain that recorded no checksums, so damaged files "
+            "cannot be detected; rebuild the index to record them",
+            UncheckedIndexWarning,
+            stacklevel=3,
+        )
+        return
+    problems = check_index_files(path, manifest, verify=verify, small_limit=small_limit)
+    if problems:
+        more = f" and {len(problems) - 1} more file(s)" if len(problems) > 1 else ""
+        raise AnygrainError(
+            f"{problems[0]}{more}; the index is damaged: rebuild it "
+            f"(`anygrain verify {path}` lists every bad file)"
+        )
 
 
 class Index(ABC):
@@ -88,21 +240,45 @@ class Index(ABC):
 
     # --- construction -------------------------------------------------
     @staticmethod
-    def build(source: Any, *, kind: IndexKind | str, out: str | Path, **settings: Any) -> Index:
-        """Build an index of ``kind`` from a source (``FORMAT:PATH``, path, or corpus store)."""
+    def build(
+        source: Any,
+        *,
+        kind: IndexKind | str,
+        out: str | Path,
+        overwrite: bool = False,
+        **settings: Any,
+    ) -> Index:
+        """Build an index of ``kind`` from a source (``FORMAT:PATH``, path, or corpus store).
+
+        ``out`` must be new or empty, or an index to replace with ``overwrite``; see
+        :func:`check_build_target`."""
         _ensure_loaded()
         k = IndexKind(kind)
         if k not in _REGISTRY:
             raise AnygrainError(f"index kind '{k.value}' is not available")
-        return _REGISTRY[k].build_from(source, Path(out), **settings)
+        o = Path(out)
+        if o.name in ("", ".."):  # "." or "..": temporary siblings need a real name
+            o = o.resolve()
+        return _REGISTRY[k].build_from(source, o, overwrite=overwrite, **settings)
 
     @classmethod
     @abstractmethod
-    def build_from(cls, source: Any, out: Path, **settings: Any) -> Index: ...
+    def build_from(
+        cls, source: Any, out: Path, *, overwrite: bool = False, **settings: Any
+    ) -> Index: ...
 
     @staticmethod
-    def load(path: str | Path, **options: Any) -> Index:
-        """Open an index directory, whatever its kind."""
+    def load(
+        path: str | Path,
+        *,
+        verify: Verify | str = Verify.SMALL,
+        small_limit: int = SMALL_LIMIT,
+        **options: Any,
+    ) -> Index:
+        """Open an index directory, whatever its kind, after checking its files.
+
+        ``verify``: ``sizes`` (every file's size), ``small`` (sizes, and the checksum of
+        files up to ``small_limit`` bytes; the default) or ``full`` (every checksum)."""
         _ensure_loaded()
         p = Path(path)
         m = read_manifest(p)
@@ -116,7 +292,16 @@ class Index(ABC):
                 f"{p}: index format version {m.get('format_version')} but this anygrain reads "
                 f"version {cls.format_version}; rebuild the index"
             )
-        return cls.open(p, m, **options)
+        _check_on_open(p, m, parse_enum(Verify, verify), small_limit)
+        try:
+            return cls.open(p, m, **options)
+        except (OSError, ValueError, EOFError, KeyError, RuntimeError) as e:
+            # what the checksums cannot catch (an index from before them, a large file
+            # checked by size only) still gets one line naming the index, not a traceback
+            raise AnygrainError(
+                f"{p}: cannot open the index ({type(e).__name__}: {e}); "
+                f"`anygrain verify {p}` checks its files"
+            ) from e
 
     @classmethod
     @abstractmethod

@@ -19,7 +19,13 @@ from anygrain.corpus.lang import Lang, detect_lang
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, ErrorLog
 from anygrain.search.hit import Hit
-from anygrain.search.index import Index, IndexKind, register_index, write_manifest
+from anygrain.search.index import (
+    Index,
+    IndexKind,
+    check_build_target,
+    register_index,
+    write_manifest,
+)
 from anygrain.search.results import hits_from_rows
 from anygrain.sparse.analyzers import Analyzer, analyzer_from_config, make_analyzer
 from anygrain.utils.atomic import atomic_dir
@@ -210,8 +216,10 @@ class BM25Index(Index):
         errors: ErrorLog | None = None,
         progress: bool = True,
         corpus_dir: Path | None = None,
+        overwrite: bool = False,
         **unused: Any,
     ) -> BM25Index:
+        check_build_target(source, out, overwrite=overwrite)
         with atomic_dir(out) as tmp:
             store = open_or_build_corpus(
                 source, corpus_dir or tmp / "corpus", split=split, errors=errors, progress=progress
@@ -306,6 +314,8 @@ class BM25Index(Index):
         subdir: str = "bm25",
         **options: Any,
     ) -> BM25Index:
+        if not (path / subdir).is_dir():
+            raise AnygrainError(f"{path}: incomplete BM25 index (missing {subdir}/); rebuild it")
         store = store or open_corpus_of(path, manifest)
         settings = manifest["settings"]
         cfg = BM25Config(**settings["bm25"])

@@ -183,7 +183,8 @@ class _Trainer(EpochPosition):
         try:
             index = Index.load(bm25_dir, store=store)
         except AnygrainError:
-            index = BM25Index.build_from(store, bm25_dir, progress=self.progress)
+            # our own cache: one that does not open (damaged, half-written) is rebuilt
+            index = BM25Index.build_from(store, bm25_dir, progress=self.progress, overwrite=True)
         self.examples, report = mine_bm25_hard_negatives(
             self.examples,
             store,

@@ -1,5 +1,7 @@
 """A JSONL corpus: one document per line, ``{"id", "title"?, "text", ...}``.
 
+``jsonl:DIR`` reads every ``*.jsonl`` file of a directory, in name order (a directory
+is never detected as JSONL: a BEIR directory holds ``.jsonl`` files too).
 ``title`` may be absent or null.  Each record is a whole document left for a splitter to cut (``passages=None``).
 Other fields are kept in ``meta``.  For convenience the id may be spelled
 ``_id`` (a BEIR ``corpus.jsonl``) and the text ``contents`` (Pyserini's
@@ -68,33 +70,40 @@ def document_from_record(
 
 
 def iter_documents(path: Path, errors: ErrorLog, *, passages: bool) -> Iterator[SourceDocument]:
-    """Documents from a JSONL file with unique ids; shared with the BEIR reader."""
+    """Documents from a JSONL file, or from every ``*.jsonl`` file of a directory (in name
+    order), with ids unique across them all; shared with the BEIR reader."""
+    files = [path]
+    if path.is_dir():
+        files = sorted(f for f in path.glob("*.jsonl") if f.is_file())
+        if not files:
+            raise InputError("a directory without .jsonl files", path=str(path))
     seen = IdSet()
     n_docs = 0
-    for line, obj in iter_jsonl(path, errors):
-        try:
-            doc = document_from_record(obj, path=path, line=line, passages=passages)
-        except InputError as e:
-            errors.handle(e)
-            continue
-        if not seen.add(doc.doc_id):
-            errors.handle(
-                InputError(
-                    f"duplicate document id {doc.doc_id!r}",
-                    path=str(path),
-                    line=line,
-                    field=_pick(obj, ID_KEYS),
+    for f in files:
+        for line, obj in iter_jsonl(f, errors):
+            try:
+                doc = document_from_record(obj, path=f, line=line, passages=passages)
+            except InputError as e:
+                errors.handle(e)
+                continue
+            if not seen.add(doc.doc_id):
+                errors.handle(
+                    InputError(
+                        f"duplicate document id {doc.doc_id!r}",
+                        path=str(f),
+                        line=line,
+                        field=_pick(obj, ID_KEYS),
+                    )
                 )
-            )
-            continue
-        n_docs += 1
-        yield doc
+                continue
+            n_docs += 1
+            yield doc
     if not n_docs:
         raise no_records(path, "documents")
 
 
 def read_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
-    """Whole documents, left for the splitter."""
+    """Whole documents, left for the splitter (``jsonl:DIR`` reads each ``DIR/*.jsonl``)."""
     return iter_documents(path, errors, passages=False)
 
 
