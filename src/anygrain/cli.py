@@ -17,6 +17,7 @@ from rich.table import Table
 
 from anygrain.cli_common import console, fail, out
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
+from anygrain.phrase.compress import Compress
 from anygrain.search.hit import Unit
 from anygrain.search.scope import Scope
 
@@ -60,6 +61,20 @@ def index_cmd(
     threshold: Annotated[
         float | None, typer.Option(help="Phrase filter threshold tau (phrase indexes)")
     ] = None,
+    compress: Annotated[
+        Compress,
+        typer.Option(help="Phrase indexes: quantize the FAISS vectors (spans scored decoded)"),
+    ] = Compress.NONE,
+    pq_m: Annotated[
+        int | None, typer.Option("--pq-m", help="opq-pq: bytes per vector (default dim/8)")
+    ] = None,
+    keep_dump: Annotated[
+        bool | None,
+        typer.Option(
+            "--keep-dump/--no-keep-dump",
+            help="Phrase indexes: keep the float16 vectors (default: only with --compress none)",
+        ),
+    ] = None,
     on_error: Annotated[
         ErrorPolicy,
         typer.Option("--on-error", help="stop at a malformed record, or skip and count it"),
@@ -82,6 +97,10 @@ def index_cmd(
         settings["factory"] = faiss
     if threshold is not None:
         settings["threshold"] = threshold
+    if compress is not Compress.NONE or pq_m is not None or keep_dump is not None:
+        if kind != "phrase":
+            fail(AnygrainError("--compress, --pq-m and --keep-dump apply to --kind phrase"))
+        settings.update(compress=compress, pq_m=pq_m, keep_dump=keep_dump)
     try:
         idx = Index.build(source, kind=kind, out=out_dir, **settings)
     except (AnygrainError, ValueError) as e:
@@ -111,18 +130,29 @@ def search_cmd(
         str | None,
         typer.Option(help="Question-side model to search with (query-side fine-tuned)"),
     ] = None,
+    stats: Annotated[
+        bool,
+        typer.Option("--stats", help="Phrase indexes: print the unit search's rounds (stderr)"),
+    ] = False,
 ) -> None:
     """Search an index with one question (phrase indexes: answer phrases in their context)."""
     from anygrain.api import search_index
     from anygrain.cli_phrase import print_phrase_hits
     from anygrain.search.index import Index, IndexKind
 
+    collected: list[Any] = []
     try:
         idx = Index.load(index_dir, **model_option(index_dir, model))
-        hits = search_index(idx, [query], k, unit=unit)[0]
+        opts = {"stats": collected} if stats and idx.kind is IndexKind.PHRASE else {}
+        hits = search_index(idx, [query], k, unit=unit, **opts)[0]
     except AnygrainError as e:
         fail(e)
         return
+    for st in collected:
+        console.print(
+            f"unit search: {st.rounds} round(s), depth {st.depth}, {st.units} units, "
+            f"exhausted {st.exhausted}, exact {st.exact}"
+        )
     if idx.kind is IndexKind.PHRASE:
         print_phrase_hits(hits, as_json=as_json)
         return
@@ -221,6 +251,8 @@ def eval_cmd(
     for name, v in d["metrics"].items():
         table.add_row(name, f"{v:.4f}")
     out.print(table)
+    if "unit_search" in d:
+        console.print(f"unit search: {json.dumps(d['unit_search'])}", soft_wrap=True)
 
 
 @app.command("formats")
