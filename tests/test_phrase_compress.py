@@ -272,3 +272,62 @@ def test_cli_index_search_eval_compressed(model_dir: Path, squad: Path, tmp_path
         ["index", f"squad:{squad}", "--out", str(tmp_path / "b"), "--compress", "sq8", "-q"],
     )
     assert res.exit_code == 2 and "--kind phrase" in res.output
+
+
+# --- quantization-aware query-side training ---------------------------------------------------
+
+
+def test_query_side_training_targets_the_decoded_vectors(
+    model_dir: Path, squad: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import anygrain.train.phrase_query_side as qsmod
+    from anygrain.train.phrase_query_side import PhraseQuerySideConfig, train_phrase_query_side
+
+    idx = PhraseIndex.build_from(
+        f"squad:{squad}",
+        tmp_path / "sq8",
+        model=model_dir,
+        compress="sq8",
+        keep_dump=True,  # kept only to show the targets are not the float16 vectors
+        progress=False,
+    )
+    seen: list[Any] = []
+    real_positives, real_loss = qsmod.positives, qsmod.candidate_loss
+
+    def positives(index: Any, phrases: Any, *a: Any) -> Any:
+        seen.append([phrases])
+        return real_positives(index, phrases, *a)
+
+    def candidate_loss(q_s: Any, q_e: Any, sv: Any, ev: Any, pos: Any) -> Any:
+        seen[-1].extend([sv.numpy().copy(), ev.numpy().copy()])
+        return real_loss(q_s, q_e, sv, ev, pos)
+
+    monkeypatch.setattr(qsmod, "positives", positives)
+    monkeypatch.setattr(qsmod, "candidate_loss", candidate_loss)
+    cfg = PhraseQuerySideConfig(
+        index=str(idx.path),
+        train=[f"squad:{squad}"],
+        out=str(tmp_path / "qs"),
+        loss="both",
+        epochs=1,
+        batch_size=4,
+        top_k=20,
+        checkpoint_every=0,
+    )
+    out = train_phrase_query_side(cfg, progress=False)
+    assert (out / "anygrain_phrase.json").exists()
+    used = [s for s in seen if len(s) == 3]
+    assert used, "no question had a positive among its candidates"
+    fs, fe = idx.start_index.index, idx.end_index.index
+    pos_s = {int(t): i for i, t in enumerate(idx.start_ids)}
+    pos_e = {int(t): i for i, t in enumerate(idx.end_ids)}
+    dump = np.load(idx.path / "phrase" / "start.npy")
+    for ph, sv, ev in used:
+        want_s = fs.reconstruct_batch(np.array([pos_s[int(t)] for t in ph.start], np.int64))
+        want_e = fe.reconstruct_batch(np.array([pos_e[int(t)] for t in ph.end], np.int64))
+        np.testing.assert_array_equal(sv, want_s)
+        np.testing.assert_array_equal(ev, want_e)
+        assert not np.array_equal(sv, dump[ph.start].astype(np.float32))
+    # the fine-tuned question side searches the compressed index
+    again = Index.load(idx.path, model=out)
+    assert again.search(QUESTIONS[:1], 1)[0]
