@@ -230,6 +230,15 @@ def test_keep_dump_and_refilter(built: dict[str, PhraseIndex], tmp_path: Path) -
     assert kept.manifest["settings"]["span_vectors"] == "codes"
     assert isinstance(kept.table.start, DecodedVectors)
     assert sub.search(QUESTIONS[:1], 2)[0]
+    res = CliRunner().invoke(
+        app,
+        ["refilter", str(built["none"].path), "--out", str(tmp_path / "r3")]
+        + ["--keep", "1", "--compress", "sq4", "-q"],
+    )
+    assert res.exit_code == 0, res.output
+    m = json.loads((tmp_path / "r3" / "index.json").read_text())
+    assert m["settings"]["compress"] == "sq4" and m["settings"]["dump"] is False
+    assert m["counts"]["start_vectors"] == built["none"].manifest["counts"]["start_vectors"]
 
 
 def test_cli_index_search_eval_compressed(model_dir: Path, squad: Path, tmp_path: Path) -> None:
