@@ -138,6 +138,24 @@ def test_unit_search_retries_deeper_until_k_units(built: dict[str, PhraseIndex])
     assert all(st.depth == max(len(idx.start_ids), len(idx.end_ids)) for st in stats)
 
 
+def test_exact_falls_back_to_covering_k_units_over_ivf(
+    model_dir: Path, squad: Path, tmp_path: Path
+) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # FAISS: two cells trained on a hundred vectors
+        idx = PhraseIndex.build_from(
+            f"squad:{squad}", tmp_path / "ivf", model=model_dir, factory="IVF2,Flat", progress=False
+        )
+    assert not idx.exact_mips  # IVF scans only some cells: nothing can be proven
+    qs, qe = idx.encode_queries(QUESTIONS[:2])
+    found, stats = idx.search_units(qs, qe, 3, Unit.PASSAGE, depth=1, exact=True)
+    assert all(
+        len(f) == 3 and not st.exact and not st.exhausted
+        for f, st in zip(found, stats, strict=True)
+    )
+    assert all(st.depth <= 64 * 3 for st in stats)
+
+
 def test_search_reports_stats_and_eval_summarises_them(
     built: dict[str, PhraseIndex], squad: Path
 ) -> None:

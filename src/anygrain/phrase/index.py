@@ -528,8 +528,8 @@ class PhraseIndex(Index):
         phrase scores at most ``s_last + e_last`` (the lowest start and end scores
         retrieved).  A sentence holds a phrase by its start, so for sentences the bound is
         ``s_last + e_first``.  It holds when MIPS is an exhaustive scan of the vectors span
-        scoring reads (:attr:`exact_mips`); with IVF it does not, and ``exact`` only stops
-        at exhaustion.
+        scoring reads (:attr:`exact_mips`); with IVF it does not, and ``exact`` changes
+        nothing (no round can be proven, so the usual ``max_depth`` bound applies).
         """
         if unit is Unit.PHRASE:
             raise AnygrainError("search_units ranks sentences, passages or documents")
@@ -537,9 +537,10 @@ class PhraseIndex(Index):
         n = len(q_start)
         n_s, n_e = len(self.start_ids), len(self.end_ids)
         n_max = max(n_s, n_e, 1)
-        bound = n_max if exact else min(max(max_depth or 64 * k, depth), n_max)
-        d = min(depth, bound)
         certify = self.exact_mips
+        # no proof is possible past an approximate MIPS: ``exact`` then keeps the usual bound
+        bound = n_max if exact and certify else min(max(max_depth or 64 * k, depth), n_max)
+        d = min(depth, bound)
         found: list[list[UnitHit]] = [[] for _ in range(n)]
         stats: list[UnitSearchStats | None] = [None] * n
         pending = np.arange(n)
@@ -557,7 +558,7 @@ class PhraseIndex(Index):
                     ph = search_candidates(self.table, q_start[qi], q_end[qi], ts[j], te[j], L)
                     hits = aggregate(self.table, self.store, ph, k, unit)
                     proven = certify and (all_s or _certified(hits, k, unit, ss[j], se[j], all_e))
-                    done = proven if exact else len(hits) >= k
+                    done = proven if exact and certify else len(hits) >= k
                     if done or d >= bound:
                         found[qi] = hits
                         stats[qi] = UnitSearchStats(rounds, d, len(hits), not done, proven)
