@@ -144,8 +144,17 @@ def test_exact_falls_back_to_covering_k_units_over_ivf(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # FAISS: two cells trained on a hundred vectors
         idx = PhraseIndex.build_from(
-            f"squad:{squad}", tmp_path / "ivf", model=model_dir, factory="IVF2,Flat", progress=False
+            f"squad:{squad}",
+            tmp_path / "ivf",
+            model=model_dir,
+            factory="IVF2,SQ8",
+            compress="sq8",
+            progress=False,
         )
+    idx = Index.load(idx.path)  # memory-mapped inverted lists, decoded through a direct map
+    assert isinstance(idx, PhraseIndex) and isinstance(idx.table.start, DecodedVectors)
+    want = idx.end_index.index.reconstruct_batch(np.arange(5, dtype=np.int64))
+    np.testing.assert_array_equal(idx.table.end[idx.end_ids[:5]], want)
     assert not idx.exact_mips  # IVF scans only some cells: nothing can be proven
     qs, qe = idx.encode_queries(QUESTIONS[:2])
     found, stats = idx.search_units(qs, qe, 3, Unit.PASSAGE, depth=1, exact=True)
