@@ -20,6 +20,7 @@ from rich.table import Table
 from anygrain.cli_common import console, fail, out
 from anygrain.corpus.splitters import split_help
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
+from anygrain.phrase.compress import Compress
 from anygrain.search.fusion import FusionMethod
 from anygrain.search.hit import Unit
 from anygrain.search.index import IndexKind
@@ -165,6 +166,20 @@ def index_cmd(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the summary as one JSON object on stdout")
     ] = False,
+    compress: Annotated[
+        Compress,
+        typer.Option(help="Phrase indexes: quantize the FAISS vectors (spans scored decoded)"),
+    ] = Compress.NONE,
+    pq_m: Annotated[
+        int | None, typer.Option("--pq-m", help="opq-pq: bytes per vector (default dim/8)")
+    ] = None,
+    keep_dump: Annotated[
+        bool | None,
+        typer.Option(
+            "--keep-dump/--no-keep-dump",
+            help="Phrase indexes: keep the float16 vectors (default: only with --compress none)",
+        ),
+    ] = None,
     on_error: Annotated[
         ErrorPolicy,
         typer.Option("--on-error", help="stop at a malformed record, or skip and count it"),
@@ -221,6 +236,10 @@ def index_cmd(
                 settings["factory"] = faiss
             if threshold is not None:
                 settings["threshold"] = threshold
+            if compress is not Compress.NONE or pq_m is not None or keep_dump is not None:
+                if kind is not IndexKind.PHRASE:
+                    raise AnygrainError("--compress, --pq-m and --keep-dump apply to --kind phrase")
+                settings.update(compress=compress, pq_m=pq_m, keep_dump=keep_dump)
             idx = build_index(
                 source, kind=kind, out=out_dir, threads=threads, overwrite=overwrite, **settings
             )
@@ -350,20 +369,32 @@ def search_cmd(
         Verify,
         typer.Option(help="Check the index files on open: sizes | small (files <= 64 MB) | full"),
     ] = Verify.SMALL,
+    stats: Annotated[
+        bool,
+        typer.Option("--stats", help="Phrase indexes: print the unit search's rounds (stderr)"),
+    ] = False,
 ) -> None:
     """Search an index with one question (phrase indexes: answer phrases in their context)."""
     from anygrain.api import search_index
     from anygrain.cli_phrase import print_phrase_hits
     from anygrain.search.index import Index
 
+    collected: list[Any] = []
     try:
         question = _read_question(query, question_file)
         opts = _fusion_options(index_dir, fusion, fusion_weight, fusion_depth)
         idx = Index.load(index_dir, verify=verify, **model_option(index_dir, model))
+        if stats and idx.kind is IndexKind.PHRASE:
+            opts["stats"] = collected
         hits = search_index(idx, [question], k, unit=unit, threads=threads, **opts)[0]
     except AnygrainError as e:
         fail(e)
         return
+    for st in collected:
+        console.print(
+            f"unit search: {st.rounds} round(s), depth {st.depth}, {st.units} units, "
+            f"exhausted {st.exhausted}, exact {st.exact}"
+        )
     if idx.kind is IndexKind.PHRASE:
         print_phrase_hits(hits, as_json=as_json)
         return
@@ -477,6 +508,8 @@ def eval_cmd(
     for name, v in d["metrics"].items():
         table.add_row(name, f"{v:.4f}")
     out.print(table)
+    if "unit_search" in d:
+        console.print(f"unit search: {json.dumps(d['unit_search'])}", soft_wrap=True)
 
 
 @app.command("verify")

@@ -33,6 +33,7 @@ from anygrain.cli_common import (
     run_trainer,
 )
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
+from anygrain.phrase.compress import Compress
 from anygrain.search.hit import Hit
 from anygrain.train.optim import GradClip
 from anygrain.train.phrase_losses import InBatchNegatives
@@ -205,6 +206,20 @@ def refilter_cmd(
         Optional[str],  # noqa: UP045
         typer.Option("--faiss", help="FAISS factory (default: chosen from the new size)"),
     ] = None,
+    compress: Annotated[
+        Compress, typer.Option(help="Quantize the new index's FAISS vectors")
+    ] = Compress.NONE,
+    pq_m: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option("--pq-m", help="opq-pq: bytes per vector (default dim/8)"),
+    ] = None,
+    keep_dump: Annotated[
+        Optional[bool],  # noqa: UP045
+        typer.Option(
+            "--keep-dump/--no-keep-dump",
+            help="Keep the float16 vectors (default: only with --compress none)",
+        ),
+    ] = None,
     quiet: QuietOpt = False,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace the anygrain index already in --out")
@@ -222,6 +237,9 @@ def refilter_cmd(
             factory=faiss,
             progress=not quiet,
             overwrite=overwrite,
+            compress=compress,
+            pq_m=pq_m,
+            keep_dump=keep_dump,
         )
     except AnygrainError as e:
         fail(e)

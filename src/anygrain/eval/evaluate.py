@@ -69,6 +69,7 @@ class EvalReport:
     k: int | None = None
     seconds: float | None = None
     queries_per_second: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # index-specific (e.g. unit_search)
 
     def to_dict(self, *, per_question: bool = False) -> dict[str, Any]:
         """JSON-ready summary (the CLI's ``--json``); per-question values on request."""
@@ -86,6 +87,7 @@ class EvalReport:
             "seconds": self.seconds,
             "queries_per_second": self.queries_per_second,
         }
+        d.update(self.extra)
         if per_question:
             d["per_question"] = {q: dict(v) for q, v in self.per_question.items()}
         return d

@@ -14,7 +14,7 @@ from typing import Any
 from anygrain.corpus.questions import Question
 from anygrain.errors import AnygrainError, parse_enum
 from anygrain.eval import EvalReport, evaluate, parse_metrics
-from anygrain.search.hit import Hit, Unit
+from anygrain.search.hit import Hit, Unit, UnitSearchStats
 from anygrain.search.index import Index, IndexKind
 from anygrain.search.scope import Scope, gold_rows
 
@@ -66,6 +66,8 @@ def evaluate_phrase(
 
     ``scope`` is ``None``/``"corpus"`` (open retrieval over the whole index) or
     ``"gold-passage"`` (D = {p}: each question searched in its gold passage only).
+    Over the corpus at a coarser ``unit`` the report's ``unit_search`` summarises the
+    search rounds (:class:`~anygrain.search.hit.UnitSearchStats`).
     """
     idx = index if not isinstance(index, str | Path) else Index.load(index)
     if getattr(idx, "kind", None) is not IndexKind.PHRASE:
@@ -75,13 +77,17 @@ def evaluate_phrase(
     if k < 1:
         raise AnygrainError(f"k must be at least 1, got {k}")
     ms = list(metrics) if metrics is not None else default_metrics(k, u)
-    opts = {"unit": u, **(search_options or {})}
+    collected: list[UnitSearchStats] = []
+    opts = {"unit": u, "stats": collected, **(search_options or {})}
     common: dict[str, Any] = dict(
         batch_size=batch_size, run_out=run_out, drop_empty=drop_empty, progress=progress
     )
     where = parse_enum(Scope, scope or Scope.CORPUS)
     if where is Scope.CORPUS:
-        return evaluate(idx, qs, ms, k=k, search_options=opts, **common)
+        report = evaluate(idx, qs, ms, k=k, search_options=opts, **common)
+        if u is not Unit.PHRASE:
+            report.extra["unit_search"] = UnitSearchStats.summary(collected)
+        return report
     parsed = parse_metrics(ms)
     # the same questions, in the same order, as ``evaluate`` will search
     searched = [q for q in qs if run_out is not None or any(m.applies(q) for m in parsed)]

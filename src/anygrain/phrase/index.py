@@ -10,6 +10,10 @@ Layout::
     phrase/end.faiss       MIPS over the end vectors of end-capable tokens
     phrase/start_ids.npy   FAISS id -> token index (and end_ids.npy)
 
+With ``compress`` (sq8, sq4, opq-pq; see :mod:`anygrain.phrase.compress`) the FAISS
+indexes hold quantized codes and span scoring uses the vectors decoded from them, so
+``start.npy``/``end.npy`` (the float16 dump) are optional and dropped by default.
+
 Opening checks that the model's phrase fingerprint is the one the vectors were made
 with: a different phrase encoder would put questions and phrases in different spaces.
 """
@@ -23,23 +27,31 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import faiss
 import numpy as np
 
 from anygrain.corpus.store import CorpusStore
-from anygrain.dense.faiss_index import MIN_POINTS_PER_CENTROID, FaissIndex, plan_training
+from anygrain.dense.faiss_index import (
+    MIN_POINTS_PER_CENTROID,
+    FaissIndex,
+    _unwrap,
+    plan_training,
+)
 from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError
+from anygrain.phrase.compress import EXACT_LIMIT, Compress, DecodedVectors, compressed_factory
 from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_phrases
 from anygrain.phrase.model import PhraseEncoder
 from anygrain.phrase.search import (
     Phrases,
     PhraseTable,
+    UnitHit,
     aggregate,
     search_candidates,
     search_scope,
     single_thread,
     unit_hits,
 )
-from anygrain.search.hit import Hit, Unit
+from anygrain.search.hit import Hit, Unit, UnitSearchStats
 from anygrain.search.index import (
     Index,
     IndexKind,
@@ -51,6 +63,8 @@ from anygrain.utils.atomic import atomic_dir
 from anygrain.utils.corpus_source import corpus_ref, open_corpus_of, open_or_build_corpus
 
 SUBDIR = "phrase"
+#: The float16 vectors; optional once the FAISS indexes hold codes to decode.
+DUMP_FILES = ("start.npy", "end.npy")
 
 
 def as_phrase_model(
@@ -79,8 +93,6 @@ def as_phrase_model(
     return PhraseEncoder.load(p)
 
 
-#: Below this many vectors a scan is fast enough; above, IVF.
-EXACT_LIMIT = 100_000
 #: Above this many vectors fp16 cells get large (~770 bytes per 384-d vector); PQ beyond.
 PQ_LIMIT = 20_000_000
 
@@ -185,13 +197,18 @@ class PhraseIndex(Index):
         corpus_dir: Path | None = None,
         lang: str | None = None,
         overwrite: bool = False,
+        compress: Compress | str = Compress.NONE,
+        pq_m: int | None = None,
+        keep_dump: bool | None = None,
         **unused: Any,
     ) -> PhraseIndex:
         """Encode ``source`` with a trained phrase model and write a phrase index to ``out``.
 
         ``threshold`` is the filter's tau (a logit; default: the model's recorded
         one, None keeps every word-boundary token).  The dump is resumable: an
-        interrupted build picks up at its last finished shard.
+        interrupted build picks up at its last finished shard.  ``compress`` quantizes
+        the FAISS indexes (``pq_m``: PQ bytes per vector); ``keep_dump`` keeps the float16
+        vectors beside them (default: only when uncompressed).
         """
         check_build_target(source, out, overwrite=overwrite)
         out = Path(out)
@@ -218,6 +235,9 @@ class PhraseIndex(Index):
                 shard_size=shard_size,
                 max_phrase_words=max_phrase_words,
                 progress=progress,
+                compress=compress,
+                pq_m=pq_m,
+                keep_dump=keep_dump,
             )
         shutil.rmtree(partial, ignore_errors=True)
         return Index.load(out)  # type: ignore[return-value]
@@ -238,6 +258,9 @@ class PhraseIndex(Index):
         max_phrase_words: int | None = None,
         progress: bool = True,
         on_shard: Any = None,
+        compress: Compress | str = Compress.NONE,
+        pq_m: int | None = None,
+        keep_dump: bool | None = None,
     ) -> dict[str, Any]:
         """Dump, build both MIPS indexes and write ``index.json`` under ``out``."""
         out = Path(out)
@@ -284,6 +307,9 @@ class PhraseIndex(Index):
             factory=factory,
             progress=progress,
             timings={"dump_seconds": round(time.time() - t0, 3)},
+            compress=compress,
+            pq_m=pq_m,
+            keep_dump=keep_dump,
         )
 
     # --- opening ----------------------------------------------------------------------
@@ -317,9 +343,9 @@ class PhraseIndex(Index):
                 "Use the index's own model or rebuild the index with this one."
             )
         store = store or open_corpus_of(path, manifest)
+        decoded = manifest["settings"].get("span_vectors") == "codes"
         for name in (
-            "start.npy",
-            "end.npy",
+            *(() if decoded else DUMP_FILES),
             "tokens.npy",
             "passage_ptr.npy",
             "start.faiss",
@@ -330,11 +356,27 @@ class PhraseIndex(Index):
             if not (base / name).exists():
                 raise AnygrainError(f"{path}: incomplete phrase index (missing {SUBDIR}/{name})")
         mode: Literal["r"] | None = "r" if mmap else None
-        start = _load_array(base / "start.npy", mode)
-        end = _load_array(base / "end.npy", mode)
         tokens = _load_array(base / "tokens.npy", None)
         ptr = _load_array(base / "passage_ptr.npy", None)
         n = len(tokens)
+        factory = manifest["settings"].get("factory", "")
+        fs = FaissIndex.load(base / "start.faiss", factory=factory, mmap=mmap)
+        fe = FaissIndex.load(base / "end.faiss", factory=factory, mmap=mmap)
+        start_ids = _load_array(base / "start_ids.npy", None)
+        end_ids = _load_array(base / "end_ids.npy", None)
+        if fs.ntotal != len(start_ids) or fe.ntotal != len(end_ids):
+            raise IndexMismatchError(f"{path}: FAISS indexes do not match the stored tokens")
+        start: Any
+        end: Any
+        if decoded:
+            if (len(start_ids) and int(start_ids.max()) >= n) or (
+                len(end_ids) and int(end_ids.max()) >= n
+            ):
+                raise IndexMismatchError(f"{path}: FAISS ids point past the stored tokens")
+            start, end = DecodedVectors(fs, start_ids, n), DecodedVectors(fe, end_ids, n)
+        else:
+            start = _load_array(base / "start.npy", mode)
+            end = _load_array(base / "end.npy", mode)
         if (
             tokens.ndim != 2
             or tokens.shape[1] < 6
@@ -354,13 +396,6 @@ class PhraseIndex(Index):
                 f"{path}: phrase dump covers {len(table.passage_ptr) - 1} passages, "
                 f"the corpus has {len(store)}; rebuild the index"
             )
-        factory = manifest["settings"].get("factory", "")
-        fs = FaissIndex.load(base / "start.faiss", factory=factory, mmap=mmap)
-        fe = FaissIndex.load(base / "end.faiss", factory=factory, mmap=mmap)
-        start_ids = _load_array(base / "start_ids.npy", None)
-        end_ids = _load_array(base / "end_ids.npy", None)
-        if fs.ntotal != len(start_ids) or fe.ntotal != len(end_ids):
-            raise IndexMismatchError(f"{path}: FAISS indexes do not match the stored tokens")
         return cls(path, manifest, store, enc, table, fs, fe, start_ids, end_ids)
 
     # --- search -----------------------------------------------------------------------
@@ -426,26 +461,135 @@ class PhraseIndex(Index):
         nprobe: int | None = None,
         batch_size: int = 64,
         bf16: bool = False,
+        max_depth: int | None = None,
+        exact: bool = False,
+        stats: list[UnitSearchStats] | None = None,
         **options: Any,
     ) -> list[list[Hit]]:
         """Top-``k`` units per query.  ``unit`` picks the grain (default: phrases); coarser
         units are scored by their best phrase.  ``scope_rows`` restricts each query to given
         passage rows (searched exhaustively).  ``top_k`` is the MIPS depth per side
-        (default ``max(100, 10·k)``)."""
+        (default ``max(100, 10·k)``).
+
+        Sentences, passages and documents are searched in rounds (:meth:`search_units`):
+        when the phrases found cover fewer than ``k`` units the depth doubles, up to
+        ``max_depth`` (default ``max(64·k, top_k)``, at most the index size).  With
+        ``exact`` a round must also prove its top ``k`` exact (or retrieve everything).
+        Each query's :class:`UnitSearchStats` is appended to ``stats`` when given.
+        """
         u = Unit(unit) if unit is not None else Unit.PHRASE
         depth = top_k or max(100, 10 * k)
+        L = int(max_words or self.max_words)
         out: list[list[Hit]] = []
         for i in range(0, len(queries), batch_size):
             qs, qe = self.encode_queries(
                 queries[i : i + batch_size], batch_size=batch_size, bf16=bf16
             )
             scope = scope_rows[i : i + batch_size] if scope_rows is not None else None
-            phrases = self.search_phrases(
-                qs, qe, top_k=depth, scope_rows=scope, max_words=max_words, nprobe=nprobe
-            )
-            found = [aggregate(self.table, self.store, p, k, u) for p in phrases]
+            if u is Unit.PHRASE or scope is not None:
+                phrases = self.search_phrases(
+                    qs, qe, top_k=depth, scope_rows=scope, max_words=L, nprobe=nprobe
+                )
+                found = [aggregate(self.table, self.store, p, k, u) for p in phrases]
+                if stats is not None:
+                    stats.extend(
+                        UnitSearchStats(1, depth, len(f), False, scope is not None) for f in found
+                    )
+            else:
+                found, st = self.search_units(
+                    qs,
+                    qe,
+                    k,
+                    u,
+                    depth=depth,
+                    max_depth=max_depth,
+                    exact=exact,
+                    max_words=L,
+                    nprobe=nprobe,
+                )
+                if stats is not None:
+                    stats.extend(st)
             out.extend(unit_hits(self.table, self.store, found, u))
         return out
+
+    @property
+    def exact_mips(self) -> bool:
+        """Whether both MIPS searches are exhaustive scans scoring the very vectors span
+        scoring reads (so a round's lowest MIPS scores bound every phrase not found)."""
+        if self.start_index.ivf is not None or self.end_index.ivf is not None:
+            return False
+        for fx in (self.start_index, self.end_index):
+            if not isinstance(_unwrap(fx.index), faiss.IndexFlatCodes):
+                return False
+        lossless = self.manifest["settings"].get("factory") in ("Flat", "SQfp16")
+        return isinstance(self.table.start, DecodedVectors) or lossless
+
+    def search_units(
+        self,
+        q_start: np.ndarray,
+        q_end: np.ndarray,
+        k: int,
+        unit: Unit,
+        *,
+        depth: int = 100,
+        max_depth: int | None = None,
+        exact: bool = False,
+        max_words: int | None = None,
+        nprobe: int | None = None,
+    ) -> tuple[list[list[UnitHit]], list[UnitSearchStats]]:
+        """Top-``k`` sentences, passages or documents per question, retrying deeper.
+
+        A round retrieves ``depth`` starts and ends per question, scores phrases and keeps
+        each unit's best.  A question is done when its phrases cover ``k`` units; with
+        ``exact``, when moreover the ``k``-th unit's score is at least the highest score a
+        phrase not found could have (below), or every vector was retrieved.  Otherwise the
+        depth doubles, up to ``max_depth`` (default ``max(64·k, depth)``; with ``exact`` the
+        index size), where the question stops as *exhausted*.
+
+        The bound: a phrase whose start was retrieved is scored with its best end, and one
+        whose end was retrieved is beaten by the end's best start (same passage); any other
+        phrase scores at most ``s_last + e_last`` (the lowest start and end scores
+        retrieved).  A sentence holds a phrase by its start, so for sentences the bound is
+        ``s_last + e_first``.  It holds when MIPS is an exhaustive scan of the vectors span
+        scoring reads (:attr:`exact_mips`); with IVF it does not, and ``exact`` changes
+        nothing (no round can be proven, so the usual ``max_depth`` bound applies).
+        """
+        if unit is Unit.PHRASE:
+            raise AnygrainError("search_units ranks sentences, passages or documents")
+        L = int(max_words or self.max_words)
+        n = len(q_start)
+        n_s, n_e = len(self.start_ids), len(self.end_ids)
+        n_max = max(n_s, n_e, 1)
+        certify = self.exact_mips
+        # no proof is possible past an approximate MIPS: ``exact`` then keeps the usual bound
+        bound = n_max if exact and certify else min(max(max_depth or 64 * k, depth), n_max)
+        d = min(depth, bound)
+        found: list[list[UnitHit]] = [[] for _ in range(n)]
+        stats: list[UnitSearchStats | None] = [None] * n
+        pending = np.arange(n)
+        rounds = 0
+        while len(pending):
+            rounds += 1
+            rs, ss = self.start_index.search(q_start[pending], d, nprobe=nprobe)
+            re_, se = self.end_index.search(q_end[pending], d, nprobe=nprobe)
+            ts = np.where(rs >= 0, self.start_ids[np.maximum(rs, 0)], -1)
+            te = np.where(re_ >= 0, self.end_ids[np.maximum(re_, 0)], -1)
+            all_s, all_e = d >= n_s, d >= n_e
+            left = []
+            with single_thread():
+                for j, qi in enumerate(pending.tolist()):
+                    ph = search_candidates(self.table, q_start[qi], q_end[qi], ts[j], te[j], L)
+                    hits = aggregate(self.table, self.store, ph, k, unit)
+                    proven = certify and (all_s or _certified(hits, k, unit, ss[j], se[j], all_e))
+                    done = proven if exact and certify else len(hits) >= k
+                    if done or d >= bound:
+                        found[qi] = hits
+                        stats[qi] = UnitSearchStats(rounds, d, len(hits), not done, proven)
+                    else:
+                        left.append(qi)
+            pending = np.asarray(left, dtype=np.int64)
+            d = min(2 * d, bound)
+        return found, [s for s in stats if s is not None]
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -464,12 +608,20 @@ def finish_index(
     factory: str | None,
     progress: bool,
     timings: dict[str, Any],
+    compress: Compress | str = Compress.NONE,
+    pq_m: int | None = None,
+    keep_dump: bool | None = None,
 ) -> dict[str, Any]:
     """Build both MIPS indexes over the token arrays in ``out/phrase`` and write ``index.json``.
 
     Shared by a fresh build (after the dump) and :func:`anygrain.phrase.refilter.refilter`
     (after subsetting an existing dump), so both write the same layout and manifest.
+    ``compress`` picks the factory when ``factory`` is not given; span scoring reads the
+    float16 dump only when the index is uncompressed and the dump is kept (``keep_dump``,
+    default: kept for ``none``), otherwise the vectors decoded from the FAISS codes.
     """
+    comp = Compress(compress)
+    keep = (comp is Compress.NONE) if keep_dump is None else bool(keep_dump)
     base = out / SUBDIR
     t0 = time.time()
     start = np.load(base / "start.npy", mmap_mode="r")
@@ -485,16 +637,35 @@ def finish_index(
     np.save(base / "start_ids.npy", start_ids)
     np.save(base / "end_ids.npy", end_ids)
     dim = int(settings["dim"])
-    # Both sides use one factory (chosen for the larger), checked for each before building.
-    spec = factory or default_phrase_factory(max(len(start_ids), len(end_ids)), dim)
+    # Both sides use one factory, checked for each before building: chosen for the larger
+    # side, or, compressed, for the smaller (its training points bound the PQ bits).
+    spec = (
+        factory
+        or compressed_factory(comp, min(len(start_ids), len(end_ids)), dim, pq_m=pq_m)
+        or default_phrase_factory(max(len(start_ids), len(end_ids)), dim)
+    )
     for n_side in (len(start_ids), len(end_ids)):
         plan_training(n_side, dim, spec)
     fx_s = FaissIndex.build(_Vectors(start, start_ids), spec, progress=progress)
     fx_s.save(base / "start.faiss")
     fx_e = FaissIndex.build(_Vectors(end, end_ids), spec, progress=progress)
     fx_e.save(base / "end.faiss")
-    n_bytes = sum(f.stat().st_size for f in base.iterdir() if f.is_file())
-    settings = {**settings, "factory": fx_s.factory, "nprobe": fx_s.nprobe}
+    del start, end
+    if not keep:
+        for name in DUMP_FILES:
+            (base / name).unlink(missing_ok=True)
+    sizes = {f.name: f.stat().st_size for f in base.iterdir() if f.is_file()}
+    n_bytes = sum(sizes.values())
+    settings = {
+        **settings,
+        "factory": fx_s.factory,
+        "nprobe": fx_s.nprobe,
+        "compress": comp.value,
+        "pq_m": pq_m,
+        "dump": keep,
+        # where span scoring reads vectors: the float16 dump, or the FAISS codes decoded
+        "span_vectors": "dump" if keep and comp is Compress.NONE else "codes",
+    }
     counts = {
         "passages": stats.n_passages,
         "tokens_seen": stats.n_tokens_seen,
@@ -506,6 +677,8 @@ def finish_index(
         "kept_fraction": round(stats.n_kept / max(stats.n_tokens_seen, 1), 4),
         "bytes": n_bytes,
         "bytes_per_passage": round(n_bytes / max(stats.n_passages, 1), 1),
+        "faiss_bytes": sizes.get("start.faiss", 0) + sizes.get("end.faiss", 0),
+        "dump_bytes": sum(sizes.get(name, 0) for name in DUMP_FILES),
     }
     write_manifest(
         out,
@@ -534,3 +707,22 @@ def _load_array(path: Path, mode: Literal["r"] | None) -> np.ndarray:
         return np.load(path, mmap_mode=mode)  # type: ignore[no-any-return]
     except (ValueError, OSError, EOFError) as e:
         raise AnygrainError(f"{path}: unreadable ({e}); rebuild the index") from None
+
+
+def _certified(
+    hits: list[UnitHit], k: int, unit: Unit, s_scores: np.ndarray, e_scores: np.ndarray, all_e: bool
+) -> bool:
+    """Whether the ``k``-th unit's score beats every phrase the round did not find
+    (see :meth:`PhraseIndex.search_units`); ``s_scores``/``e_scores`` are one question's MIPS
+    scores, best first, with every start not retrieved scoring at most the last."""
+    if len(hits) < k:
+        return False
+    s_last = float(s_scores[-1])
+    if unit is Unit.SENTENCE:
+        e_part = float(e_scores[0])
+    elif all_e:
+        return True  # every end was retrieved: each phrase is beaten by its end's best start
+    else:
+        e_part = float(e_scores[-1])
+    bound = s_last + e_part
+    return hits[k - 1].score >= bound + 1e-5 * max(1.0, abs(bound))

@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 
 from anygrain.errors import AnygrainError
+from anygrain.phrase.compress import Compress
 from anygrain.phrase.dump import END_OK, START_OK, DumpStats
-from anygrain.phrase.index import SUBDIR, PhraseIndex, finish_index
+from anygrain.phrase.index import DUMP_FILES, SUBDIR, PhraseIndex, finish_index
 from anygrain.search.index import Index, check_build_target
 from anygrain.utils.atomic import atomic_dir
 from anygrain.utils.progress import progress_bar
@@ -68,16 +69,27 @@ def refilter(
     *,
     keep: float | None = None,
     factory: str | None = None,
+    compress: Compress | str = Compress.NONE,
+    pq_m: int | None = None,
+    keep_dump: bool | None = None,
     progress: bool = True,
     overwrite: bool = False,
 ) -> PhraseIndex:
     """Write a phrase index at filter threshold ``threshold`` from ``source``'s stored tokens,
     or, given ``keep`` instead, at the threshold keeping about that fraction of the vectors.
 
-    ``factory`` is the FAISS factory of the new index (default: chosen by its size).
+    ``factory`` is the FAISS factory of the new index (default: chosen by its size and
+    ``compress``); ``compress``, ``pq_m`` and ``keep_dump`` are as for a fresh build.  The
+    source must have kept its float16 dump (vectors are copied from it, never re-decoded).
     ``out`` must be new or empty, or an index to replace with ``overwrite``.
     """
     src = _phrase_index(source)
+    missing = [n for n in DUMP_FILES if not (Path(src.path) / SUBDIR / n).exists()]
+    if missing:
+        raise AnygrainError(
+            f"{src.path}: built without its float16 dump (missing {SUBDIR}/{missing[0]}); "
+            "refilter an index built with --keep-dump"
+        )
     if (threshold is None) == (keep is None):
         raise AnygrainError("give one of --threshold or --keep (threshold= or keep=)")
     if threshold is None:
@@ -131,8 +143,9 @@ def refilter(
             n_end=int(np.count_nonzero(kept_flags & END_OK)),
             shards_done_before=0,
         )
+        derived = ("factory", "nprobe", "compress", "pq_m", "dump", "span_vectors")
         settings: dict[str, Any] = {
-            k: v for k, v in src.manifest["settings"].items() if k not in ("factory", "nprobe")
+            k: v for k, v in src.manifest["settings"].items() if k not in derived
         }
         settings["threshold"] = float(threshold)
         settings["refiltered_from"] = {"path": str(src.path), "threshold": old}
@@ -145,6 +158,9 @@ def refilter(
             factory=factory,
             progress=progress,
             timings={"refilter_seconds": round(time.time() - t0, 3)},
+            compress=compress,
+            pq_m=pq_m,
+            keep_dump=keep_dump,
         )
     idx = Index.load(out)
     assert isinstance(idx, PhraseIndex)

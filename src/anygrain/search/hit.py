@@ -16,6 +16,39 @@ class Unit(str, enum.Enum):
     DOCUMENT = "document"
 
 
+@dataclass(frozen=True, slots=True)
+class UnitSearchStats:
+    """How one query's unit search went (phrase indexes, sentence/passage/document grain).
+
+    ``rounds`` of MIPS at doubling depth, the last at ``depth`` per side; ``units`` found;
+    ``exhausted``: it stopped at the depth bound before its stopping rule held; ``exact``:
+    its top units are provably those of an exhaustive search.
+    """
+
+    rounds: int
+    depth: int
+    units: int
+    exhausted: bool
+    exact: bool
+
+    @staticmethod
+    def summary(stats: list[UnitSearchStats]) -> dict[str, Any]:
+        """Counts over queries, JSON-ready (eval reports)."""
+        rounds: dict[str, int] = {}
+        for s in stats:
+            rounds[str(s.rounds)] = rounds.get(str(s.rounds), 0) + 1
+        n = len(stats)
+        return {
+            "queries": n,
+            "mean_rounds": round(sum(s.rounds for s in stats) / n, 4) if n else 0.0,
+            "max_rounds": max((s.rounds for s in stats), default=0),
+            "rounds": dict(sorted(rounds.items(), key=lambda kv: int(kv[0]))),
+            "exhausted": sum(s.exhausted for s in stats),
+            "exact": sum(s.exact for s in stats),
+            "max_depth": max((s.depth for s in stats), default=0),
+        }
+
+
 @dataclass(slots=True)
 class Hit:
     """One retrieved unit.

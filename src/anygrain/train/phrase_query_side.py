@@ -16,7 +16,10 @@ Which retrieved phrases count as correct, by :class:`QuerySideLoss`:
 * ``both``: either.
 
 Per question, ``loss = logsumexp(all retrieved) - logsumexp(correct retrieved)``,
-scored exactly from the stored float16 vectors; questions with nothing correct in
+scored exactly from the index's span vectors -- the float16 dump, or for a compressed
+index (``--compress``) the vectors decoded from its FAISS codes, so that, as in
+DensePhrases, the question encoder learns against the quantized phrases it will
+search (:class:`~anygrain.phrase.compress.DecodedVectors`); questions with nothing correct in
 their top phrases give no gradient and are counted.  Train on an index of the
 *training* passages (never the test corpus), then search any index of the same
 phrase encoder with the result: ``Index.load(test_index, model=OUT)``.
@@ -306,6 +309,7 @@ class QuerySideTrainer:
             if not pos.any():
                 continue
             n_pos_top1 += int(pos[0])
+            # the vectors search scores: decoded from the codes when the index is compressed
             sv = torch.from_numpy(np.asarray(idx.table.start[ph.start], dtype=np.float32))
             ev = torch.from_numpy(np.asarray(idx.table.end[ph.end], dtype=np.float32))
             terms.append(candidate_loss(q_s[b], q_e[b], sv, ev, torch.from_numpy(pos)))

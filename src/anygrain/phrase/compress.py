@@ -1,0 +1,118 @@
+"""Compressed phrase indexes: the MIPS indexes hold quantized codes, span scoring decodes them.
+
+``--compress`` picks how the two FAISS indexes (start and end vectors) store their
+vectors:
+
+- ``none``: float16 (``SQfp16``; the default factory of :func:`default_phrase_factory`).
+- ``sq8``: 8-bit scalar quantization, one byte per dimension (``SQ8``).
+- ``sq4``: 4-bit scalar quantization, half a byte per dimension (``SQ4``).
+- ``opq-pq``: a learned rotation and product quantization, ``m`` bytes per vector
+  (``OPQ{m},IVF{n},PQ{m}``; ``m`` defaults to dim/8, 48 for 384-d vectors).
+
+At or above :data:`EXACT_LIMIT` vectors an IVF layer with ``sqrt(N)`` cells is added;
+below it the codes are scanned exhaustively.  For tiny indexes the factory degrades
+so FAISS can train it: PQ codes get fewer bits (``PQ{m}x{b}`` with ``2**b`` at most the
+training points) and OPQ is left out below 256 vectors (its own k-means needs 256).
+
+Span scoring then uses the vectors *reconstructed from the codes*
+(:class:`DecodedVectors`: ``faiss.Index.reconstruct_batch``), the same vectors the
+MIPS scores come from, so the float16 dump is not needed at query time and is deleted
+after building unless ``keep_dump`` (default: kept for ``none``, dropped otherwise).
+Query-side training reads the same decoded vectors (DensePhrases trains the question
+encoder against the quantized index it will search).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from typing import Any
+
+import faiss
+import numpy as np
+
+from anygrain.dense.faiss_index import MIN_POINTS_PER_CENTROID, FaissIndex, _unwrap
+from anygrain.errors import AnygrainError
+
+#: Below this many vectors the codes are scanned exhaustively (no IVF).
+EXACT_LIMIT = 100_000
+#: OPQ trains its own 256-centroid k-means per sub-space, whatever the PQ bits.
+OPQ_MIN_TRAIN = 256
+
+
+class Compress(str, enum.Enum):
+    """How a phrase index's FAISS indexes store vectors."""
+
+    NONE = "none"
+    SQ8 = "sq8"
+    SQ4 = "sq4"
+    OPQ_PQ = "opq-pq"
+
+
+def default_pq_m(dim: int) -> int:
+    """PQ sub-quantizers: about 8 dimensions each (dim/8 bytes per vector), dividing ``dim``."""
+    return next((m for m in range(max(1, dim // 8), 0, -1) if dim % m == 0), 1)
+
+
+def ivf_prefix(n_vectors: int) -> str:
+    """``IVF{sqrt(N)},`` at or above :data:`EXACT_LIMIT` vectors (phrase indexes' rule), else ``""``."""
+    if n_vectors < EXACT_LIMIT:
+        return ""
+    cells = max(1, min(int(math.sqrt(n_vectors)), n_vectors // MIN_POINTS_PER_CENTROID))
+    return f"IVF{cells},"
+
+
+def compressed_factory(
+    compress: Compress | str, n_vectors: int, dim: int, *, pq_m: int | None = None
+) -> str | None:
+    """The FAISS factory for ``compress`` over ``n_vectors`` (None: the uncompressed default)."""
+    c = Compress(compress)
+    if c is Compress.NONE:
+        return None
+    ivf = ivf_prefix(n_vectors)
+    if c is Compress.SQ8:
+        return f"{ivf}SQ8"
+    if c is Compress.SQ4:
+        return f"{ivf}SQ4"
+    m = pq_m or default_pq_m(dim)
+    if dim % m:
+        raise AnygrainError(f"--pq-m {m} must divide the vector dimension {dim}")
+    bits = max(1, min(8, int(math.floor(math.log2(max(n_vectors, 2))))))
+    pq = f"PQ{m}" if bits == 8 else f"PQ{m}x{bits}"
+    opq = f"OPQ{m}," if n_vectors >= OPQ_MIN_TRAIN else ""
+    return f"{opq}{ivf}{pq}"
+
+
+class DecodedVectors:
+    """Token vectors of one side, read by reconstructing them from a FAISS index's codes.
+
+    Indexed like the float16 dump (``vectors[token_indices]``, float32 rows); tokens
+    the index does not hold (not start-capable, say) read as zeros, which search never
+    asks for.
+    """
+
+    def __init__(self, index: FaissIndex, ids: np.ndarray, n_tokens: int) -> None:
+        self.index = index
+        base = _unwrap(index.index)
+        if isinstance(base, faiss.IndexIVF) and base.direct_map.type == 0:
+            base.make_direct_map()  # id -> (list, offset), 8 bytes per vector
+        self.pos = np.full(n_tokens, -1, dtype=np.int64)
+        self.pos[np.asarray(ids, dtype=np.int64)] = np.arange(len(ids), dtype=np.int64)
+        self.shape = (n_tokens, index.dim)
+        self.dtype = np.dtype(np.float32)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, idx: Any) -> np.ndarray:
+        tok = np.atleast_1d(np.arange(self.shape[0])[idx] if isinstance(idx, slice) else idx)
+        keys = self.pos[np.asarray(tok, dtype=np.int64)]
+        out = np.zeros((len(keys), self.shape[1]), dtype=np.float32)
+        have = keys >= 0
+        if have.any():
+            out[have] = self.index.index.reconstruct_batch(np.ascontiguousarray(keys[have]))
+        return out if np.ndim(idx) or isinstance(idx, slice) else out[0]
+
+    def astype(self, dtype: Any) -> np.ndarray:
+        """All rows (tests and small indexes only)."""
+        return self[np.arange(self.shape[0])].astype(dtype)
