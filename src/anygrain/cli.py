@@ -265,6 +265,7 @@ def _register_groups() -> None:
     # Command groups live beside their API; each module is thin like this one.
     from anygrain.cli_phrase import refilter_cmd, train_phrase_cmd, train_query_side_cmd
     from anygrain.cli_reader import ask_cmd, eval_reader_cmd, train_reader_cmd
+    from anygrain.cli_serve import serve_cmd
     from anygrain.cli_train import train_app
 
     train_app.command("phrase")(train_phrase_cmd)
@@ -273,6 +274,7 @@ def _register_groups() -> None:
     app.command("refilter")(refilter_cmd)
     app.command("ask")(ask_cmd)
     app.command("eval-reader")(eval_reader_cmd)
+    app.command("serve")(serve_cmd)
     app.add_typer(train_app, name="train")
 
 
