@@ -114,6 +114,7 @@ async function search(ev) {
   const unit = (form.querySelector("input[name=unit]:checked") || {}).value;
   const params = new URLSearchParams({ q: q, k: String(K) });
   if (unit) params.set("unit", unit);
+  history.replaceState(null, "", "?" + new URLSearchParams(unit ? { q: q, unit: unit } : { q: q }));
   setStatus("Searching…", false);
   const t0 = performance.now();
   try {
@@ -128,6 +129,12 @@ async function search(ev) {
 }
 
 form.addEventListener("submit", search);
+// A link with ?q=...&unit=... (as the address bar shows after each search) asks at once.
+const start = new URLSearchParams(location.search);
+for (const r of form.querySelectorAll("input[name=unit]")) {
+  if (r.value === start.get("unit")) r.checked = true;
+}
+if (start.get("q")) { input.value = start.get("q"); form.requestSubmit(); }
 for (const r of form.querySelectorAll("input[name=unit]")) {
   r.addEventListener("change", () => { if (input.value.trim()) form.requestSubmit(); });
 }
