@@ -43,5 +43,6 @@ def serve_cmd(
         f"serving {escape(str(index_dir))} ({info['kind']}, units: {', '.join(info['units'])}) "
         f"on http://{escape(host)}:{port}/",
         highlight=False,
+        soft_wrap=True,
     )
     uvicorn.run(app, host=host, port=port, log_level=log_level)

@@ -94,7 +94,7 @@ function render(data, roundTripMs) {
     head.append(el("span", "title", h.rank + ". " + h.title));
     head.append(el("span", "score", "score " + h.score.toFixed(3)));
     li.append(head);
-    if (h.answer) li.append(el("div", "answer", h.answer));
+    if (h.answer && h.unit === "phrase") li.append(el("div", "answer", h.answer));
     const p = el("p", "text");
     p.append(document.createTextNode(h.before));
     if (h.answer) p.append(el("mark", "", h.answer));
