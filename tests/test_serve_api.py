@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -20,11 +21,19 @@ from typer.testing import CliRunner
 
 from anygrain.cli import app as cli_app
 from anygrain.dense.testing import single_threaded, tiny_biencoder
+from anygrain.errors import AnygrainError
 from anygrain.phrase import PhraseEncoder
-from anygrain.search.index import Index
+from anygrain.search.hit import Hit, Unit
+from anygrain.search.index import Index, IndexKind
 from anygrain.serve import create_app
 from anygrain.serve.page import render
-from anygrain.serve.service import MAX_BATCH, MAX_K, MAX_QUESTION_CHARS, SearchService
+from anygrain.serve.service import (
+    MAX_BATCH,
+    MAX_K,
+    MAX_QUESTION_CHARS,
+    RequestError,
+    SearchService,
+)
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -247,7 +256,80 @@ def test_concurrent_requests_match_sequential(phrase: TestClient) -> None:
     for t in threads:
         t.join(timeout=120)
     assert not errors
-    assert got == want
+    assert set(got) == set(want)
+    for q, hits in got.items():  # batched with other requests' questions: same hits
+        assert [(h["passage_id"], h["span"]) for h in hits] == [
+            (h["passage_id"], h["span"]) for h in want[q]
+        ]
+        assert [h["score"] for h in hits] == pytest.approx([h["score"] for h in want[q]], abs=1e-4)
+
+
+class SlowIndex:
+    """Stands in for an index: the first search waits until released, so that requests
+    queue behind it; "boom" makes a search fail."""
+
+    kind = IndexKind.BM25
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+        self.release = threading.Event()
+
+    def search(self, queries: list[str], k: int, **options: Any) -> list[list[Hit]]:
+        self.calls.append(list(queries))
+        if len(self.calls) == 1:
+            self.release.wait(timeout=30)
+        if "boom" in queries:
+            raise AnygrainError("cannot search boom")
+        return [[Hit(Unit.PASSAGE, float(len(q)), 0, q, q, q, q)] * k for q in queries]
+
+
+def test_queued_requests_are_searched_as_one_batch() -> None:
+    idx = SlowIndex()
+    svc = SearchService(cast(Index, idx))
+    out: dict[str, Any] = {}
+
+    def ask(q: str, k: int = 2) -> None:
+        try:
+            out[q] = svc.search([q], k=k)
+        except Exception as e:
+            out[q] = e
+
+    first = threading.Thread(target=ask, args=("first",))
+    first.start()
+    while not idx.calls:
+        time.sleep(0.01)
+    later = [threading.Thread(target=ask, args=(q,)) for q in ("a", "bb", "boom", "ccc")]
+    later.append(threading.Thread(target=ask, args=("k3", 3)))
+    for t in later:
+        t.start()
+    while svc._queue.qsize() < len(later):
+        time.sleep(0.01)
+    idx.release.set()
+    for t in [first, *later]:
+        t.join(timeout=30)
+    # the queued k=2 requests went in one call; it failed on "boom", so each was retried
+    # alone and only "boom" failed; the k=3 request was searched apart
+    batched = [c for c in idx.calls if len(c) > 1]
+    assert len(batched) == 1 and sorted(batched[0]) == ["a", "bb", "boom", "ccc"]
+    assert ["k3"] in idx.calls
+    assert isinstance(out["boom"], RequestError) and "cannot search boom" in str(out["boom"])
+    for q in ("first", "a", "bb", "ccc", "k3"):
+        r = out[q]
+        assert r.hits[0][0].passage_id == q and r.hits[0][0].score == len(q)
+        assert len(r.hits[0]) == r.k == (3 if q == "k3" else 2) and r.latency_ms > 0
+    assert svc.n_questions == 5
+
+
+def test_without_batching_each_request_is_its_own_search() -> None:
+    idx = SlowIndex()
+    idx.release.set()
+    svc = SearchService(cast(Index, idx), batching=False)
+    threads = [threading.Thread(target=svc.search, args=([q],)) for q in "abcd"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(idx.calls) == [["a"], ["b"], ["c"], ["d"]]
 
 
 # --- refused requests -----------------------------------------------------------------

@@ -79,12 +79,16 @@ def create_app(
     index: str | Path | Index | SearchService,
     *,
     title: str | None = None,
+    batching: bool = True,
     **load_options: Any,
 ) -> FastAPI:
     """The application over one index (a directory, an open :class:`Index`, or a
-    :class:`SearchService`), loaded here, once, before the first request."""
+    :class:`SearchService`), loaded here, once, before the first request.  ``batching``:
+    search requests that queue up together as one batch (see :mod:`.service`)."""
     service = (
-        index if isinstance(index, SearchService) else SearchService.load(index, **load_options)
+        index
+        if isinstance(index, SearchService)
+        else SearchService.load(index, batching=batching, **load_options)
     )
     info = service.info()
     app = FastAPI(
@@ -154,6 +158,7 @@ def create_app(
             kind=service.index.kind.value,
             uptime_s=round(time.time() - service.started, 3),
             searches=service.n_searches,
+            questions=service.n_questions,
         )
 
     @app.get("/info", response_model=InfoResponse)

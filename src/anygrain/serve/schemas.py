@@ -89,7 +89,8 @@ class HealthResponse(BaseModel):
     status: str
     kind: str
     uptime_s: float
-    searches: int
+    searches: int = Field(description="Search calls made (queued requests are batched)")
+    questions: int = Field(description="Questions answered")
 
 
 class InfoResponse(BaseModel):

@@ -1,22 +1,29 @@
-"""The index a server answers from: loaded once, searched under a lock, inputs checked.
+"""The index a server answers from: loaded once, searched by one thread, inputs checked.
 
 No web code here: :mod:`anygrain.serve.app` turns :class:`RequestError` into a 4xx
 response and everything else into the JSON it returns.
 
-Why a lock: an index is read-only once open, but searching it is not free of shared
-state -- a Hugging Face fast tokenizer raises "Already borrowed" when two threads
-encode at once, phrase search switches torch's (process-wide) thread count around
-span scoring, and BM25's stemmer objects are not documented as thread-safe.  One
-search at a time also keeps torch's intra-op threads from fighting over the cores;
-concurrent requests queue for the lock, and the latency each response reports
-includes that wait.
+Why one search thread: an index is read-only once open, but searching it is not free of
+shared state -- a Hugging Face fast tokenizer raises "Already borrowed" when two threads
+encode at once, phrase search switches torch's (process-wide) thread count around span
+scoring, and BM25's stemmer objects are not documented as thread-safe.  One search at a
+time also keeps torch's intra-op threads from fighting over the cores.
+
+So request threads hand their questions to a single worker thread and wait.  While it
+searches, new requests queue; it then takes everything queued (up to ``MAX_BATCH_QUESTIONS``
+questions) and searches it as one batch per (unit, k): one encoder pass and one FAISS call
+for several clients, which is where concurrent load gains over a plain lock.  Each question
+gets the hits it would get alone (questions are searched independently; only the padding
+of the encoder's batch differs).  The latency a response reports includes the wait.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +39,8 @@ MAX_K = 100
 #: The most questions one batch request may carry.
 MAX_BATCH = 64
 DEFAULT_K = 10
+#: The most questions the worker searches in one call (several requests' worth).
+MAX_BATCH_QUESTIONS = 64
 
 PHRASE_UNITS = (Unit.PHRASE, Unit.SENTENCE, Unit.PASSAGE, Unit.DOCUMENT)
 
@@ -53,20 +62,37 @@ class SearchOutcome:
     latency_ms: float
 
 
-class SearchService:
-    """One open index, searched by one thread at a time."""
+@dataclass
+class _Job:
+    questions: list[str]
+    unit: Unit
+    k: int
+    future: Future[list[list[Hit]]]
 
-    def __init__(self, index: Index) -> None:
+
+class SearchService:
+    """One open index, searched by one worker thread that batches queued requests.
+
+    ``batching=False`` searches each request on its own (still one at a time)."""
+
+    def __init__(self, index: Index, *, batching: bool = True) -> None:
         self.index = index
         self.units = units_of(index.kind)
         self.default_unit = self.units[0]
-        self._lock = threading.Lock()
-        self.n_searches = 0
+        self.batching = batching
+        self.n_searches = 0  # search calls the index has made
+        self.n_questions = 0
         self.started = time.time()
+        self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._worker = threading.Thread(target=self._work, name="anygrain-search", daemon=True)
+        self._worker.start()
 
     @classmethod
-    def load(cls, index: str | Path | Index, **load_options: Any) -> SearchService:
-        return cls(index if isinstance(index, Index) else Index.load(index, **load_options))
+    def load(
+        cls, index: str | Path | Index, *, batching: bool = True, **load_options: Any
+    ) -> SearchService:
+        idx = index if isinstance(index, Index) else Index.load(index, **load_options)
+        return cls(idx, batching=batching)
 
     # --- checks -------------------------------------------------------------------------
     def check_unit(self, unit: Unit | str | None) -> Unit:
@@ -118,19 +144,52 @@ class SearchService:
     def search(
         self, questions: Sequence[str], *, unit: Unit | str | None = None, k: int = DEFAULT_K
     ) -> SearchOutcome:
-        """Check the request, then search under the lock; the latency includes the wait."""
+        """Check the request, then have the worker search it; the latency includes the wait."""
         t0 = time.perf_counter()
         qs = self.check_questions(questions)
         u = self.check_unit(unit)
         k = self.check_k(k)
-        options: dict[str, Any] = {"unit": u} if self.index.kind is IndexKind.PHRASE else {}
-        with self._lock:
-            try:
-                hits = self.index.search(qs, k, **options)
-            except AnygrainError as e:  # an index's own refusal of an input
-                raise RequestError(str(e)) from None
-            self.n_searches += 1
+        job = _Job(qs, u, k, Future())
+        self._queue.put(job)
+        hits = job.future.result()  # raises what the search raised
         return SearchOutcome(hits, u, k, (time.perf_counter() - t0) * 1000.0)
+
+    def _work(self) -> None:
+        while True:
+            jobs = [self._queue.get()]
+            n = len(jobs[0].questions)
+            while self.batching and n < MAX_BATCH_QUESTIONS:
+                try:
+                    job = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                jobs.append(job)
+                n += len(job.questions)
+            groups: dict[tuple[Unit, int], list[_Job]] = {}
+            for job in jobs:
+                groups.setdefault((job.unit, job.k), []).append(job)
+            for (unit, k), group in groups.items():
+                self._run(group, unit, k)
+
+    def _run(self, jobs: list[_Job], unit: Unit, k: int) -> None:
+        qs = [q for job in jobs for q in job.questions]
+        options: dict[str, Any] = {"unit": unit} if self.index.kind is IndexKind.PHRASE else {}
+        try:
+            hits = self.index.search(qs, k, **options)
+        except Exception as e:  # reported to the waiting requests; the worker goes on
+            if len(jobs) > 1:  # one request's questions must not fail the others
+                for job in jobs:
+                    self._run([job], unit, k)
+                return
+            err = RequestError(str(e)) if isinstance(e, AnygrainError) else e
+            jobs[0].future.set_exception(err)
+            return
+        self.n_searches += 1
+        self.n_questions += len(qs)
+        i = 0
+        for job in jobs:
+            job.future.set_result(hits[i : i + len(job.questions)])
+            i += len(job.questions)
 
     # --- description --------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
