@@ -80,16 +80,20 @@ def create_app(
     *,
     title: str | None = None,
     batching: bool = True,
+    warm_up: bool = True,
     **load_options: Any,
 ) -> FastAPI:
     """The application over one index (a directory, an open :class:`Index`, or a
     :class:`SearchService`), loaded here, once, before the first request.  ``batching``:
-    search requests that queue up together as one batch (see :mod:`.service`)."""
+    search requests that queue up together as one batch (see :mod:`.service`); ``warm_up``:
+    one search before serving, so the first request is not slowed by torch's first call."""
     service = (
         index
         if isinstance(index, SearchService)
         else SearchService.load(index, batching=batching, **load_options)
     )
+    if warm_up:
+        service.warm_up()
     info = service.info()
     app = FastAPI(
         title=title or f"anygrain: {info['index']}",

@@ -191,6 +191,11 @@ class SearchService:
             job.future.set_result(hits[i : i + len(job.questions)])
             i += len(job.questions)
 
+    def warm_up(self) -> None:
+        """One search at startup, so the first client does not pay for torch's first call."""
+        self.search(["warm up"], k=1)
+        self.n_searches = self.n_questions = 0
+
     # --- description --------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
         """What ``GET /info`` reports: kind, format, model, corpus, counts, units, limits."""
