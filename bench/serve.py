@@ -253,7 +253,15 @@ def main() -> None:
                     continue
                 for q in questions[: a.warmup]:
                     get_json(server.port, search_path(q, unit, a.k))
-                entry["units"][unit] = load(server.port, questions, unit, a.k, a.clients, a.seconds)
+                h0 = get_json(server.port, "/health")
+                r = load(server.port, questions, unit, a.k, a.clients, a.seconds)
+                h1 = get_json(server.port, "/health")
+                calls = h1["searches"] - h0["searches"]
+                # how many questions the server's worker searched per call (batching)
+                r["questions_per_search"] = round(
+                    (h1["questions"] - h0["questions"]) / max(calls, 1), 2
+                )
+                entry["units"][unit] = r
                 print(f"{d.name} {unit}: {json.dumps(entry['units'][unit])}", file=sys.stderr)
             report["indexes"].append(entry)
         finally:
