@@ -1,7 +1,8 @@
 """The FastAPI application: ``create_app(index)`` -> an ASGI app for uvicorn (or TestClient).
 
 Endpoints: ``GET /`` (the search page), ``GET /search``, ``POST /search`` (a batch),
-``GET /health``, ``GET /info``, and FastAPI's ``/openapi.json`` and ``/docs``.
+``GET /health``, ``GET /info``, and FastAPI's schema at ``/openapi.json``.  FastAPI's
+``/docs`` and ``/redoc`` pages are off: they load their scripts from a CDN.
 Every refused request gets a 4xx with ``{"error": "..."}``; nothing a client sends can
 stop the server.  Handlers are plain functions, so FastAPI runs them in its threadpool
 and a search never blocks the event loop.
@@ -97,6 +98,8 @@ def create_app(
     info = service.info()
     app = FastAPI(
         title=title or f"anygrain: {info['index']}",
+        docs_url=None,  # Swagger UI and ReDoc load scripts from a CDN: nothing external here
+        redoc_url=None,
         version=__version__,
         description=(
             f"Search a {info['kind']} index (units: {', '.join(info['units'])}). "
