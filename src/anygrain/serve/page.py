@@ -1,0 +1,166 @@
+"""The search page served at ``/``: one self-contained HTML document.
+
+Inline CSS and script, no external assets.  The few server values in it (index name,
+kind, units) are HTML-escaped here; the script builds results with ``textContent``
+and ``createElement`` only, so no question or corpus text is ever parsed as HTML.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+_TEMPLATE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>anygrain · __INDEX__</title>
+<style>
+  :root { --fg:#1d2330; --muted:#667085; --line:#e4e7ec; --accent:#2f5bd3; --mark:#ffe58a; }
+  * { box-sizing: border-box; }
+  body { margin:0; font:16px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
+         color:var(--fg); background:#f7f8fa; }
+  header { background:#fff; border-bottom:1px solid var(--line); padding:14px 24px; }
+  header h1 { margin:0; font-size:20px; }
+  header .meta { color:var(--muted); font-size:13px; }
+  main { max-width:860px; margin:0 auto; padding:20px 24px 48px; }
+  form { display:flex; gap:8px; flex-wrap:wrap; align-items:center; }
+  #q { flex:1 1 420px; font-size:17px; padding:10px 12px; border:1px solid #c9ced6;
+       border-radius:8px; }
+  #q:focus { outline:2px solid var(--accent); border-color:transparent; }
+  button { font-size:16px; padding:10px 18px; border:0; border-radius:8px;
+           background:var(--accent); color:#fff; cursor:pointer; }
+  fieldset { border:0; margin:10px 0 0; padding:0; display:flex; gap:6px; flex-wrap:wrap; }
+  fieldset label { border:1px solid #c9ced6; border-radius:999px; padding:3px 12px;
+                   font-size:14px; cursor:pointer; background:#fff; }
+  fieldset input { margin:0 5px 0 0; }
+  fieldset label:has(input:checked) { border-color:var(--accent); background:#eaf0ff; }
+  #status { color:var(--muted); font-size:14px; margin:14px 0 6px; min-height:1.5em; }
+  #status.error { color:#b42318; }
+  ol { list-style:none; margin:0; padding:0; }
+  li.hit { background:#fff; border:1px solid var(--line); border-radius:10px;
+           padding:12px 16px; margin:10px 0; }
+  .hit .head { display:flex; justify-content:space-between; gap:12px; font-size:14px; }
+  .hit .title { font-weight:600; }
+  .hit .score { color:var(--muted); font-variant-numeric:tabular-nums; }
+  .hit .answer { font-size:18px; font-weight:600; margin:4px 0; }
+  .hit .text { margin:4px 0 0; color:#344054; white-space:pre-wrap; }
+  mark { background:var(--mark); padding:0 2px; border-radius:3px; font-weight:600; }
+</style>
+</head>
+<body>
+<header>
+  <h1>anygrain</h1>
+  <div class="meta">__INDEX__ · __KIND__ index · __PASSAGES__ passages</div>
+</header>
+<main>
+  <form id="search" autocomplete="off">
+    <input id="q" name="q" type="search" placeholder="Ask a question" autofocus
+           maxlength="__MAXLEN__" aria-label="Question">
+    <button id="go" type="submit">Search</button>
+    <fieldset id="units" aria-label="Unit">__UNITS__</fieldset>
+  </form>
+  <div id="status" role="status"></div>
+  <ol id="results"></ol>
+</main>
+<script>
+"use strict";
+const form = document.getElementById("search");
+const input = document.getElementById("q");
+const statusEl = document.getElementById("status");
+const results = document.getElementById("results");
+const K = __K__;
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function setStatus(text, isError) {
+  statusEl.textContent = text;
+  statusEl.className = isError ? "error" : "";
+}
+
+function render(data, roundTripMs) {
+  results.replaceChildren();
+  for (const h of data.hits) {
+    const li = el("li", "hit");
+    li.dataset.unit = h.unit;
+    const head = el("div", "head");
+    head.append(el("span", "title", h.rank + ". " + h.title));
+    head.append(el("span", "score", "score " + h.score.toFixed(3)));
+    li.append(head);
+    if (h.answer && h.unit === "phrase") li.append(el("div", "answer", h.answer));
+    const p = el("p", "text");
+    p.append(document.createTextNode(h.before));
+    if (h.answer) p.append(el("mark", "", h.answer));
+    p.append(document.createTextNode(h.after));
+    li.append(p);
+    results.append(li);
+  }
+  const n = data.hits.length;
+  setStatus(n + (n === 1 ? " hit" : " hits") + " (" + data.unit + ") · server " +
+            data.latency_ms.toFixed(1) + " ms · round trip " + roundTripMs.toFixed(0) + " ms");
+}
+
+async function search(ev) {
+  ev.preventDefault();
+  const q = input.value.trim();
+  if (!q) { setStatus("Type a question first.", true); return; }
+  const unit = (form.querySelector("input[name=unit]:checked") || {}).value;
+  const params = new URLSearchParams({ q: q, k: String(K) });
+  if (unit) params.set("unit", unit);
+  history.replaceState(null, "", "?" + new URLSearchParams(unit ? { q: q, unit: unit } : { q: q }));
+  setStatus("Searching…", false);
+  const t0 = performance.now();
+  try {
+    const r = await fetch("search?" + params.toString(), { headers: { Accept: "application/json" } });
+    const data = await r.json();
+    if (!r.ok) { results.replaceChildren(); setStatus(data.error || ("HTTP " + r.status), true); return; }
+    render(data, performance.now() - t0);
+  } catch (e) {
+    results.replaceChildren();
+    setStatus("Request failed: " + e, true);
+  }
+}
+
+form.addEventListener("submit", search);
+// A link with ?q=...&unit=... (as the address bar shows after each search) asks at once.
+const start = new URLSearchParams(location.search);
+for (const r of form.querySelectorAll("input[name=unit]")) {
+  if (r.value === start.get("unit")) r.checked = true;
+}
+if (start.get("q")) { input.value = start.get("q"); form.requestSubmit(); }
+for (const r of form.querySelectorAll("input[name=unit]")) {
+  r.addEventListener("change", () => { if (input.value.trim()) form.requestSubmit(); });
+}
+</script>
+</body>
+</html>
+"""
+
+
+def render(info: dict[str, Any], *, k: int = 10) -> str:
+    """The page for an index described by ``SearchService.info()``."""
+    units = "".join(
+        f'<label><input type="radio" name="unit" value="{html.escape(u)}"'
+        f"{' checked' if u == info['default_unit'] else ''}>{html.escape(u)}</label>"
+        for u in info["units"]
+    )
+    n_passages = (info.get("corpus") or {}).get("n_passages", "?")
+    values = {
+        "__INDEX__": html.escape(str(info["index"])),
+        "__KIND__": html.escape(str(info["kind"])),
+        "__PASSAGES__": html.escape(f"{n_passages:,}" if isinstance(n_passages, int) else "?"),
+        "__MAXLEN__": str(int(info["limits"]["max_question_chars"])),
+        "__UNITS__": units,
+        "__K__": json.dumps(int(k)),
+    }
+    out = _TEMPLATE
+    for key, v in values.items():
+        out = out.replace(key, v)
+    return out

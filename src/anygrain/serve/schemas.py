@@ -1,0 +1,113 @@
+"""Request and response models of the HTTP API (and so of its OpenAPI schema)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from anygrain.search.highlight import highlight
+from anygrain.search.hit import Hit, Unit
+from anygrain.serve.service import DEFAULT_K, MAX_BATCH, MAX_K, MAX_QUESTION_CHARS
+
+
+class HitOut(BaseModel):
+    """One hit. ``before + answer + after`` is the passage text; ``answer`` is the phrase
+    or sentence (empty for passage and document hits, whose ``span`` is null)."""
+
+    rank: int = Field(description="1 for the best hit")
+    unit: Unit
+    score: float
+    text: str = Field(description="The passage text")
+    title: str
+    passage_id: str
+    doc_id: str
+    span: tuple[int, int] | None = Field(
+        description="Character span of the answer inside text (phrase and sentence hits)"
+    )
+    before: str
+    answer: str
+    after: str
+
+    @classmethod
+    def of(cls, hit: Hit, rank: int) -> HitOut:
+        h = highlight(hit)
+        return cls(
+            rank=rank,
+            unit=hit.unit,
+            score=float(hit.score),
+            text=hit.text,
+            title=hit.title,
+            passage_id=hit.passage_id,
+            doc_id=hit.doc_id,
+            span=hit.span,
+            before=h.before,
+            answer=h.answer,
+            after=h.after,
+        )
+
+
+def hits_out(hits: list[Hit]) -> list[HitOut]:
+    return [HitOut.of(h, i) for i, h in enumerate(hits, 1)]
+
+
+class SearchResponse(BaseModel):
+    question: str
+    unit: Unit
+    k: int
+    hits: list[HitOut]
+    latency_ms: float = Field(description="Server-side time for this request, queueing included")
+
+
+class BatchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    questions: list[str] = Field(
+        min_length=1,
+        max_length=MAX_BATCH,
+        description=f"1 to {MAX_BATCH} questions, each 1 to {MAX_QUESTION_CHARS} characters",
+    )
+    unit: Unit | None = Field(
+        default=None, description="Grain of the hits (default: the index's first unit)"
+    )
+    k: int = Field(default=DEFAULT_K, ge=1, le=MAX_K, description="Hits per question")
+
+
+class QuestionResult(BaseModel):
+    question: str
+    hits: list[HitOut]
+
+
+class BatchResponse(BaseModel):
+    unit: Unit
+    k: int
+    results: list[QuestionResult]
+    latency_ms: float = Field(description="Server-side time for the whole batch")
+
+
+class HealthResponse(BaseModel):
+    status: str
+    kind: str
+    uptime_s: float
+    searches: int = Field(description="Search calls made (queued requests are batched)")
+    questions: int = Field(description="Questions answered")
+
+
+class InfoResponse(BaseModel):
+    model_config = ConfigDict(protected_namespaces=())
+
+    index: str = Field(description="The index directory's name")
+    kind: str = Field(description="bm25, dense, hybrid or phrase")
+    format: str | None
+    format_version: int | None
+    created: str | None
+    model: dict[str, Any] | None = Field(description="Encoder base model and fingerprint")
+    corpus: dict[str, Any]
+    counts: dict[str, Any] | None = Field(description="Phrase indexes: vector counts and sizes")
+    units: list[str] = Field(description="The units this index accepts")
+    default_unit: str
+    limits: dict[str, int]
+
+
+class ErrorResponse(BaseModel):
+    error: str = Field(description="What was wrong with the request")

@@ -1,0 +1,237 @@
+"""The index a server answers from: loaded once, searched by one thread, inputs checked.
+
+No web code here: :mod:`anygrain.serve.app` turns :class:`RequestError` into a 4xx
+response and everything else into the JSON it returns.
+
+Why one search thread: an index is read-only once open, but searching it is not free of
+shared state -- a Hugging Face fast tokenizer raises "Already borrowed" when two threads
+encode at once, phrase search switches torch's (process-wide) thread count around span
+scoring, and BM25's stemmer objects are not documented as thread-safe.  One search at a
+time also keeps torch's intra-op threads from fighting over the cores.
+
+So request threads hand their questions to a single worker thread and wait.  While it
+searches, new requests queue; it then takes everything queued (up to ``MAX_BATCH_QUESTIONS``
+questions) and searches it as one batch per (unit, k): one encoder pass and one FAISS call
+for several clients, which is where concurrent load gains over a plain lock.  Each question
+gets the hits it would get alone (questions are searched independently; only the padding
+of the encoder's batch differs).  The latency a response reports includes the wait.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from anygrain.errors import AnygrainError
+from anygrain.search.hit import Hit, Unit
+from anygrain.search.index import Index, IndexKind
+
+#: A question longer than this many characters is refused (encoders truncate far earlier).
+MAX_QUESTION_CHARS = 1000
+#: The most hits one question may ask for.
+MAX_K = 100
+#: The most questions one batch request may carry.
+MAX_BATCH = 64
+DEFAULT_K = 10
+#: The most questions the worker searches in one call (several requests' worth).
+MAX_BATCH_QUESTIONS = 64
+
+PHRASE_UNITS = (Unit.PHRASE, Unit.SENTENCE, Unit.PASSAGE, Unit.DOCUMENT)
+
+
+class RequestError(ValueError):
+    """A request the index cannot answer as asked (the client's fault: a 4xx)."""
+
+
+def units_of(kind: IndexKind) -> tuple[Unit, ...]:
+    """The grains an index kind returns: all four for phrase indexes, passages otherwise."""
+    return PHRASE_UNITS if kind is IndexKind.PHRASE else (Unit.PASSAGE,)
+
+
+@dataclass
+class SearchOutcome:
+    hits: list[list[Hit]]
+    unit: Unit
+    k: int
+    latency_ms: float
+
+
+@dataclass
+class _Job:
+    questions: list[str]
+    unit: Unit
+    k: int
+    future: Future[list[list[Hit]]]
+
+
+class SearchService:
+    """One open index, searched by one worker thread that batches queued requests.
+
+    ``batching=False`` searches each request on its own (still one at a time)."""
+
+    def __init__(self, index: Index, *, batching: bool = True) -> None:
+        self.index = index
+        self.units = units_of(index.kind)
+        self.default_unit = self.units[0]
+        self.batching = batching
+        self.n_searches = 0  # search calls the index has made
+        self.n_questions = 0
+        self.started = time.time()
+        self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._worker = threading.Thread(target=self._work, name="anygrain-search", daemon=True)
+        self._worker.start()
+
+    @classmethod
+    def load(
+        cls, index: str | Path | Index, *, batching: bool = True, **load_options: Any
+    ) -> SearchService:
+        idx = index if isinstance(index, Index) else Index.load(index, **load_options)
+        return cls(idx, batching=batching)
+
+    # --- checks -------------------------------------------------------------------------
+    def check_unit(self, unit: Unit | str | None) -> Unit:
+        if unit is None:
+            return self.default_unit
+        try:
+            u = Unit(unit)
+        except ValueError:
+            raise RequestError(
+                f"unknown unit {unit!r}; choose one of: {', '.join(x.value for x in Unit)}"
+            ) from None
+        if u not in self.units:
+            raise RequestError(
+                f"unit {u.value} needs a phrase index; this {self.index.kind.value} index "
+                f"returns passages (allowed units: {', '.join(x.value for x in self.units)})"
+            )
+        return u
+
+    @staticmethod
+    def check_k(k: int) -> int:
+        if not 1 <= k <= MAX_K:
+            raise RequestError(f"k must be between 1 and {MAX_K}, got {k}")
+        return k
+
+    @staticmethod
+    def check_questions(questions: Sequence[str]) -> list[str]:
+        if not questions:
+            raise RequestError("no questions given")
+        if len(questions) > MAX_BATCH:
+            raise RequestError(
+                f"too many questions in one request: {len(questions)} (at most {MAX_BATCH})"
+            )
+        out = []
+        many = len(questions) > 1
+        for i, q in enumerate(questions):
+            where = f"question {i + 1}" if many else "the question"
+            if not isinstance(q, str):
+                raise RequestError(f"{where} is not a string")
+            if not q.strip():
+                raise RequestError(f"{where} is empty")
+            if len(q) > MAX_QUESTION_CHARS:
+                raise RequestError(
+                    f"{where} is too long: {len(q)} characters (at most {MAX_QUESTION_CHARS})"
+                )
+            out.append(q.strip())
+        return out
+
+    # --- search -------------------------------------------------------------------------
+    def search(
+        self, questions: Sequence[str], *, unit: Unit | str | None = None, k: int = DEFAULT_K
+    ) -> SearchOutcome:
+        """Check the request, then have the worker search it; the latency includes the wait."""
+        t0 = time.perf_counter()
+        qs = self.check_questions(questions)
+        u = self.check_unit(unit)
+        k = self.check_k(k)
+        job = _Job(qs, u, k, Future())
+        self._queue.put(job)
+        hits = job.future.result()  # raises what the search raised
+        return SearchOutcome(hits, u, k, (time.perf_counter() - t0) * 1000.0)
+
+    def _work(self) -> None:
+        while True:
+            jobs = [self._queue.get()]
+            n = len(jobs[0].questions)
+            while self.batching and n < MAX_BATCH_QUESTIONS:
+                try:
+                    job = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                jobs.append(job)
+                n += len(job.questions)
+            groups: dict[tuple[Unit, int], list[_Job]] = {}
+            for job in jobs:
+                groups.setdefault((job.unit, job.k), []).append(job)
+            for (unit, k), group in groups.items():
+                self._run(group, unit, k)
+
+    def _run(self, jobs: list[_Job], unit: Unit, k: int) -> None:
+        qs = [q for job in jobs for q in job.questions]
+        options: dict[str, Any] = {"unit": unit} if self.index.kind is IndexKind.PHRASE else {}
+        try:
+            hits = self.index.search(qs, k, **options)
+        except Exception as e:  # reported to the waiting requests; the worker goes on
+            if len(jobs) > 1:  # one request's questions must not fail the others
+                for job in jobs:
+                    self._run([job], unit, k)
+                return
+            err = RequestError(str(e)) if isinstance(e, AnygrainError) else e
+            jobs[0].future.set_exception(err)
+            return
+        self.n_searches += 1
+        self.n_questions += len(qs)
+        i = 0
+        for job in jobs:
+            job.future.set_result(hits[i : i + len(job.questions)])
+            i += len(job.questions)
+
+    def warm_up(self) -> None:
+        """One search at startup, so the first client does not pay for torch's first call."""
+        self.search(["warm up"], k=1)
+        self.n_searches = self.n_questions = 0
+
+    # --- description --------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        """What ``GET /info`` reports: kind, format, model, corpus, counts, units, limits."""
+        idx = self.index
+        m = idx.manifest
+        model = m.get("model")
+        dense = getattr(idx, "dense", None)  # a hybrid index keeps its encoder in its dense part
+        if model is None and isinstance(dense, Index):
+            model = dense.manifest.get("model")
+        corpus = dict(m.get("corpus") or {})
+        corpus.pop("path", None)  # a path on the server's disk is no business of a client
+        try:
+            store = idx.corpus
+            corpus["n_passages"] = len(store)
+            corpus["n_documents"] = store.n_documents
+            corpus["source_format"] = store.manifest.get("source_format")
+        except (NotImplementedError, AttributeError, KeyError):
+            pass
+        return {
+            "index": idx.path.name,
+            "kind": idx.kind.value,
+            "format": m.get("format"),
+            "format_version": m.get("format_version"),
+            "created": m.get("created"),
+            "model": (
+                {k: model[k] for k in ("base_model", "fingerprint") if k in model}
+                if isinstance(model, dict)
+                else None
+            ),
+            "corpus": corpus,
+            "counts": m.get("counts"),
+            "units": [u.value for u in self.units],
+            "default_unit": self.default_unit.value,
+            "limits": {
+                "max_k": MAX_K,
+                "max_question_chars": MAX_QUESTION_CHARS,
+                "max_batch": MAX_BATCH,
+            },
+        }

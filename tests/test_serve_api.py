@@ -1,0 +1,449 @@
+"""anygrain serve: every endpoint and every refused request, on a tiny BM25 and phrase index
+(FastAPI's TestClient, no sockets), plus dense and hybrid passage indexes."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+pytest.importorskip("fastapi", reason="anygrain serve needs fastapi (./install.sh installs it)")
+pytest.importorskip("httpx", reason="FastAPI's TestClient needs httpx (the dev extra)")
+
+import torch
+from fastapi.testclient import TestClient
+from test_phrase_helpers import PARAGRAPHS, make_tiny_model, write_squad
+from typer.testing import CliRunner
+
+from anygrain.cli import app as cli_app
+from anygrain.dense.testing import single_threaded, tiny_biencoder
+from anygrain.errors import AnygrainError
+from anygrain.phrase import PhraseEncoder
+from anygrain.search.hit import Hit, Unit
+from anygrain.search.index import Index, IndexKind
+from anygrain.serve import create_app
+from anygrain.serve.page import render
+from anygrain.serve.service import (
+    MAX_BATCH,
+    MAX_K,
+    MAX_QUESTION_CHARS,
+    RequestError,
+    SearchService,
+)
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+UNITS = ["phrase", "sentence", "passage", "document"]
+HIT_FIELDS = {
+    "rank",
+    "unit",
+    "score",
+    "text",
+    "title",
+    "passage_id",
+    "doc_id",
+    "span",
+    "before",
+    "answer",
+    "after",
+}
+
+
+@pytest.fixture(scope="module")
+def squad(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_squad(tmp_path_factory.mktemp("data") / "tiny.json")
+
+
+@pytest.fixture(scope="module")
+def bm25_index(squad: Path, tmp_path_factory: pytest.TempPathFactory) -> Index:
+    out = tmp_path_factory.mktemp("idx") / "bm25"
+    return Index.build(f"squad:{squad}", kind="bm25", out=out, progress=False)
+
+
+@pytest.fixture(scope="module")
+def phrase_index(squad: Path, tmp_path_factory: pytest.TempPathFactory) -> Index:
+    tiny = make_tiny_model(tmp_path_factory.mktemp("tiny-bert"))
+    torch.manual_seed(0)
+    m = PhraseEncoder.from_pretrained(
+        tiny, max_passage_length=40, doc_stride=10, max_phrase_words=4
+    )
+    model_dir = m.save(tmp_path_factory.mktemp("phrase-model") / "m")
+    out = tmp_path_factory.mktemp("idx") / "phrase"
+    return Index.build(
+        f"squad:{squad}", kind="phrase", out=out, model=str(model_dir), progress=False
+    )
+
+
+@pytest.fixture(scope="module")
+def bm25(bm25_index: Index) -> TestClient:
+    return TestClient(create_app(bm25_index.path))  # from the directory, as the CLI does
+
+
+@pytest.fixture(scope="module")
+def phrase(phrase_index: Index) -> TestClient:
+    return TestClient(create_app(phrase_index))
+
+
+def check_hit(h: dict[str, Any], unit: str) -> None:
+    assert set(h) == HIT_FIELDS
+    assert h["unit"] == unit
+    assert h["before"] + h["answer"] + h["after"] == h["text"]
+    if unit in ("phrase", "sentence"):
+        s, e = h["span"]
+        assert h["answer"] == h["text"][s:e] and h["answer"]
+    else:
+        assert h["span"] is None and h["answer"] == ""
+
+
+# --- health, info, page, schema ---------------------------------------------------------
+def test_health(bm25: TestClient, phrase: TestClient) -> None:
+    for c, kind in ((bm25, "bm25"), (phrase, "phrase")):
+        r = c.get("/health")
+        assert r.status_code == 200
+        d = r.json()
+        assert d["status"] == "ok" and d["kind"] == kind and d["searches"] >= 0
+
+
+def test_info_bm25(bm25: TestClient) -> None:
+    d = bm25.get("/info").json()
+    assert d["kind"] == "bm25" and d["index"] == "bm25"
+    assert d["format"] == "anygrain.index" and d["format_version"] == 1
+    assert d["units"] == ["passage"] and d["default_unit"] == "passage"
+    assert d["model"] is None
+    n = len(PARAGRAPHS)
+    assert d["corpus"]["n_passages"] == n and d["corpus"]["n_documents"] == n
+    assert d["corpus"]["source_format"] == "squad" and "path" not in d["corpus"]
+    assert d["limits"] == {
+        "max_k": MAX_K,
+        "max_question_chars": MAX_QUESTION_CHARS,
+        "max_batch": MAX_BATCH,
+    }
+
+
+def test_info_phrase(phrase: TestClient, phrase_index: Index) -> None:
+    d = phrase.get("/info").json()
+    assert d["kind"] == "phrase" and d["units"] == UNITS and d["default_unit"] == "phrase"
+    assert d["model"]["fingerprint"] == phrase_index.manifest["model"]["fingerprint"]
+    assert d["counts"]["passages"] == len(PARAGRAPHS)
+
+
+def test_openapi_lists_every_endpoint(bm25: TestClient) -> None:
+    spec = bm25.get("/openapi.json").json()
+    assert set(spec["paths"]) == {"/search", "/health", "/info"}
+    assert set(spec["paths"]["/search"]) == {"get", "post"}
+    params = {p["name"] for p in spec["paths"]["/search"]["get"]["parameters"]}
+    assert params == {"q", "unit", "k"}
+    # FastAPI's /docs and /redoc would load scripts from a CDN; they are off
+    assert bm25.get("/docs").status_code == 404 and bm25.get("/redoc").status_code == 404
+
+
+def test_page_is_self_contained_and_lists_only_allowed_units(
+    bm25: TestClient, phrase: TestClient
+) -> None:
+    for c, units in ((bm25, ["passage"]), (phrase, UNITS)):
+        r = c.get("/")
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+        assert "default-src 'none'" in r.headers["content-security-policy"]
+        page = r.text
+        assert "<script src" not in page and "<link" not in page
+        assert "http://" not in page and "https://" not in page
+        assert "innerHTML" not in page
+        for u in UNITS:
+            assert (f'name="unit" value="{u}"' in page) == (u in units)
+
+
+def test_page_escapes_server_values() -> None:
+    evil = "<img src=x onerror=alert(1)>"
+    info = {
+        "index": evil,
+        "kind": "bm25",
+        "corpus": {"n_passages": 3},
+        "units": ["passage"],
+        "default_unit": "passage",
+        "limits": {"max_question_chars": 1000},
+    }
+    page = render(info)
+    assert evil not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+# --- search -----------------------------------------------------------------------------
+def test_get_search_bm25(bm25: TestClient, bm25_index: Index) -> None:
+    r = bm25.get("/search", params={"q": "Who created Python?", "k": 2})
+    assert r.status_code == 200
+    d = r.json()
+    assert d["question"] == "Who created Python?" and d["unit"] == "passage" and d["k"] == 2
+    assert d["latency_ms"] >= 0
+    assert [h["rank"] for h in d["hits"]] == [1, 2][: len(d["hits"])]
+    assert d["hits"][0]["title"] == "Python"
+    for h in d["hits"]:
+        check_hit(h, "passage")
+    want = bm25_index.search(["Who created Python?"], 2)[0]
+    assert [h["passage_id"] for h in d["hits"]] == [h.passage_id for h in want]
+    assert [h["score"] for h in d["hits"]] == pytest.approx([h.score for h in want])
+    # unit=passage is accepted (and is the default) for a passage index
+    assert bm25.get("/search", params={"q": "Python", "unit": "passage"}).status_code == 200
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_get_search_phrase_every_unit(phrase: TestClient, phrase_index: Index, unit: str) -> None:
+    q = "Who created Python?"
+    r = phrase.get("/search", params={"q": q, "unit": unit, "k": 3})
+    assert r.status_code == 200, r.text
+    d = r.json()
+    assert d["unit"] == unit and 1 <= len(d["hits"]) <= 3
+    for h in d["hits"]:
+        check_hit(h, unit)
+    want = phrase_index.search([q], 3, unit=unit)[0]
+    assert [(h["passage_id"], h["span"] and tuple(h["span"])) for h in d["hits"]] == [
+        (h.passage_id, h.span) for h in want
+    ]
+
+
+def test_phrase_index_defaults_to_phrases(phrase: TestClient) -> None:
+    d = phrase.get("/search", params={"q": "When was Python first released?"}).json()
+    assert d["unit"] == "phrase" and d["k"] == 10
+
+
+def test_post_search_batch(bm25: TestClient, phrase: TestClient) -> None:
+    qs = ["Who created Python?", "How long is the Great Wall?"]
+    r = bm25.post("/search", json={"questions": qs, "k": 1})
+    assert r.status_code == 200
+    d = r.json()
+    assert d["unit"] == "passage" and d["k"] == 1 and d["latency_ms"] >= 0
+    assert [x["question"] for x in d["results"]] == qs
+    assert [x["hits"][0]["title"] for x in d["results"]] == ["Python", "Great Wall"]
+    r = phrase.post("/search", json={"questions": qs, "unit": "sentence", "k": 2})
+    assert r.status_code == 200
+    for x in r.json()["results"]:
+        assert 1 <= len(x["hits"]) <= 2
+        for h in x["hits"]:
+            check_hit(h, "sentence")
+    # a batch answers as the same questions asked one by one
+    one = phrase.get("/search", params={"q": qs[1], "unit": "sentence", "k": 2}).json()
+    assert [h["passage_id"] for h in r.json()["results"][1]["hits"]] == [
+        h["passage_id"] for h in one["hits"]
+    ]
+
+
+def test_unicode_questions_and_answers(phrase: TestClient) -> None:
+    r = phrase.get("/search", params={"q": "中国的首都是哪里？", "k": 5})
+    assert r.status_code == 200
+    for h in r.json()["hits"]:
+        check_hit(h, "phrase")
+
+
+def test_concurrent_requests_match_sequential(phrase: TestClient) -> None:
+    qs = [q for _, _, qas in PARAGRAPHS for q, _ in qas]
+    want = {q: phrase.get("/search", params={"q": q, "k": 3}).json()["hits"] for q in qs}
+    got: dict[str, list[Any]] = {}
+    errors: list[BaseException] = []
+
+    def worker(mine: list[str]) -> None:
+        try:
+            for q in mine:
+                r = phrase.get("/search", params={"q": q, "k": 3})
+                assert r.status_code == 200
+                got[q] = r.json()["hits"]
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(qs[i::4],)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors
+    assert set(got) == set(want)
+    for q, hits in got.items():  # batched with other requests' questions: same hits
+        assert [(h["passage_id"], h["span"]) for h in hits] == [
+            (h["passage_id"], h["span"]) for h in want[q]
+        ]
+        assert [h["score"] for h in hits] == pytest.approx([h["score"] for h in want[q]], abs=1e-4)
+
+
+class SlowIndex:
+    """Stands in for an index: the first search waits until released, so that requests
+    queue behind it; "boom" makes a search fail."""
+
+    kind = IndexKind.BM25
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+        self.release = threading.Event()
+
+    def search(self, queries: list[str], k: int, **options: Any) -> list[list[Hit]]:
+        self.calls.append(list(queries))
+        if len(self.calls) == 1:
+            self.release.wait(timeout=30)
+        if "boom" in queries:
+            raise AnygrainError("cannot search boom")
+        return [[Hit(Unit.PASSAGE, float(len(q)), 0, q, q, q, q)] * k for q in queries]
+
+
+def test_queued_requests_are_searched_as_one_batch() -> None:
+    idx = SlowIndex()
+    svc = SearchService(cast(Index, idx))
+    out: dict[str, Any] = {}
+
+    def ask(q: str, k: int = 2) -> None:
+        try:
+            out[q] = svc.search([q], k=k)
+        except Exception as e:
+            out[q] = e
+
+    first = threading.Thread(target=ask, args=("first",))
+    first.start()
+    while not idx.calls:
+        time.sleep(0.01)
+    later = [threading.Thread(target=ask, args=(q,)) for q in ("a", "bb", "boom", "ccc")]
+    later.append(threading.Thread(target=ask, args=("k3", 3)))
+    for t in later:
+        t.start()
+    while svc._queue.qsize() < len(later):
+        time.sleep(0.01)
+    idx.release.set()
+    for t in [first, *later]:
+        t.join(timeout=30)
+    # the queued k=2 requests went in one call; it failed on "boom", so each was retried
+    # alone and only "boom" failed; the k=3 request was searched apart
+    batched = [c for c in idx.calls if len(c) > 1]
+    assert len(batched) == 1 and sorted(batched[0]) == ["a", "bb", "boom", "ccc"]
+    assert ["k3"] in idx.calls
+    assert isinstance(out["boom"], RequestError) and "cannot search boom" in str(out["boom"])
+    for q in ("first", "a", "bb", "ccc", "k3"):
+        r = out[q]
+        assert r.hits[0][0].passage_id == q and r.hits[0][0].score == len(q)
+        assert len(r.hits[0]) == r.k == (3 if q == "k3" else 2) and r.latency_ms > 0
+    assert svc.n_questions == 5
+
+
+def test_without_batching_each_request_is_its_own_search() -> None:
+    idx = SlowIndex()
+    idx.release.set()
+    svc = SearchService(cast(Index, idx), batching=False)
+    threads = [threading.Thread(target=svc.search, args=([q],)) for q in "abcd"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(idx.calls) == [["a"], ["b"], ["c"], ["d"]]
+
+
+# --- refused requests -----------------------------------------------------------------
+def error_of(r: Any, status: int) -> str:
+    assert r.status_code == status, r.text
+    d = r.json()
+    assert set(d) == {"error"} and isinstance(d["error"], str) and d["error"]
+    return str(d["error"])
+
+
+@pytest.mark.parametrize(
+    "params, status, message",
+    [
+        ({}, 422, "q: Field required"),
+        ({"q": ""}, 422, "the question is empty"),
+        ({"q": "   "}, 422, "the question is empty"),
+        ({"q": "x" * (MAX_QUESTION_CHARS + 1)}, 422, "too long"),
+        ({"q": "Python", "k": 0}, 422, f"k must be between 1 and {MAX_K}, got 0"),
+        ({"q": "Python", "k": MAX_K + 1}, 422, f"k must be between 1 and {MAX_K}"),
+        ({"q": "Python", "k": "ten"}, 422, "k: Input should be a valid integer"),
+        ({"q": "Python", "unit": "word"}, 422, "unknown unit 'word'; choose one of: phrase"),
+    ],
+)
+def test_get_search_refusals(
+    bm25: TestClient, phrase: TestClient, params: dict[str, Any], status: int, message: str
+) -> None:
+    for c in (bm25, phrase):
+        assert message in error_of(c.get("/search", params=params), status)
+
+
+@pytest.mark.parametrize("unit", ["phrase", "sentence", "document"])
+def test_passage_index_refuses_finer_or_coarser_units(bm25: TestClient, unit: str) -> None:
+    msg = error_of(bm25.get("/search", params={"q": "Python", "unit": unit}), 422)
+    assert f"unit {unit} needs a phrase index" in msg and "allowed units: passage" in msg
+    msg = error_of(bm25.post("/search", json={"questions": ["Python"], "unit": unit}), 422)
+    assert "needs a phrase index" in msg
+
+
+@pytest.mark.parametrize(
+    "body, status, message",
+    [
+        ('{"questions": ["a"', 400, "malformed JSON body"),
+        ("not json", 400, "malformed JSON body"),
+        ("[1, 2]", 422, "the body must be a JSON object"),
+        ("{}", 422, "questions: Field required"),
+        ('{"questions": []}', 422, "questions: List should have at least 1 item"),
+        ('{"questions": "Who?"}', 422, "questions: Input should be a valid list"),
+        ('{"questions": [1]}', 422, "questions.0: Input should be a valid string"),
+        ('{"questions": ["ok", ""]}', 422, "question 2 is empty"),
+        ('{"questions": ["a"], "k": 0}', 422, "k: Input should be greater than or equal to 1"),
+        ('{"questions": ["a"], "k": 101}', 422, "k: Input should be less than or equal to 100"),
+        ('{"questions": ["a"], "unit": "word"}', 422, "unit: Input should be"),
+        ('{"question": ["a"]}', 422, "question: Extra inputs are not permitted"),
+        (
+            json.dumps({"questions": ["a"] * (MAX_BATCH + 1)}),
+            422,
+            f"questions: List should have at most {MAX_BATCH} items",
+        ),
+        (
+            json.dumps({"questions": ["a", "x" * (MAX_QUESTION_CHARS + 1)]}),
+            422,
+            "question 2 is too long",
+        ),
+    ],
+)
+def test_post_search_refusals(
+    bm25: TestClient, phrase: TestClient, body: str, status: int, message: str
+) -> None:
+    for c in (bm25, phrase):
+        r = c.post("/search", content=body, headers={"content-type": "application/json"})
+        assert message in error_of(r, status)
+
+
+def test_unknown_paths_and_methods(bm25: TestClient) -> None:
+    assert error_of(bm25.get("/nowhere"), 404) == "Not Found"
+    assert error_of(bm25.delete("/search"), 405) == "Method Not Allowed"
+
+
+def test_server_keeps_answering_after_refusals(phrase: TestClient) -> None:
+    before = phrase.get("/health").json()["searches"]
+    for body in ("{", "[]", '{"questions": [null]}'):
+        phrase.post("/search", content=body, headers={"content-type": "application/json"})
+    assert phrase.get("/search", params={"q": "Who created Python?"}).status_code == 200
+    assert phrase.get("/health").json()["searches"] == before + 1
+
+
+# --- other index kinds ------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["dense", "hybrid"])
+def test_dense_and_hybrid_indexes(squad: Path, tmp_path: Path, kind: str) -> None:
+    with single_threaded():
+        idx = Index.build(
+            f"squad:{squad}",
+            kind=kind,
+            out=tmp_path / kind,
+            model=tiny_biencoder(seed=1),
+            progress=False,
+        )
+        c = TestClient(create_app(SearchService(idx)))
+        info = c.get("/info").json()
+        assert info["kind"] == kind and info["units"] == ["passage"]
+        assert info["model"]["base_model"] == "tiny-bert-1" and info["model"]["fingerprint"]
+        d = c.get("/search", params={"q": "Who created Python?", "k": 3}).json()
+        assert len(d["hits"]) == 3
+        for h in d["hits"]:
+            check_hit(h, "passage")
+        msg = error_of(c.get("/search", params={"q": "x", "unit": "phrase"}), 422)
+        assert f"this {kind} index returns passages" in msg
+
+
+# --- the command ------------------------------------------------------------------------
+def test_serve_command_is_registered_and_refuses_a_non_index(tmp_path: Path) -> None:
+    runner = CliRunner()
+    r = runner.invoke(cli_app, ["serve", "--help"])
+    assert r.exit_code == 0 and "--port" in r.output and "127.0.0.1" in r.output
+    r = runner.invoke(cli_app, ["serve", str(tmp_path)])
+    assert r.exit_code == 2 and "not an anygrain index" in r.output

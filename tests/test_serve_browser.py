@@ -1,0 +1,195 @@
+"""The search page in a real browser: headless Chromium (Debian's chromium and
+chromium-driver) driven by Selenium, against uvicorn on 127.0.0.1 over a tiny phrase index.
+
+Skips when fastapi/uvicorn, selenium, chromium or chromedriver is missing.  Set
+``ANYGRAIN_SCREENSHOT=PATH`` to save a screenshot of the page with its answers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi", reason="anygrain serve needs fastapi (./install.sh installs it)")
+pytest.importorskip("uvicorn", reason="anygrain serve needs uvicorn")
+pytest.importorskip("selenium", reason="the browser test needs selenium (the dev extra)")
+
+import torch
+import uvicorn
+from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.ui import WebDriverWait
+from test_phrase_helpers import PARAGRAPHS, make_tiny_model, write_squad
+
+from anygrain.phrase import PhraseEncoder
+from anygrain.search.index import Index
+from anygrain.serve import create_app
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-dev-shm-usage",
+    "--window-size=1100,860",
+]
+MARKUP = "Tags like <b>bold</b> and <script>alert(1)</script> stay text & so do &amp; entities."
+QUESTION = "Who created Python?"
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Index:
+    paras = [*PARAGRAPHS, ("Markup <i>", MARKUP, [("What stays text?", "Tags")])]
+    squad = write_squad(tmp_path_factory.mktemp("data") / "tiny.json", paras)
+    tiny = make_tiny_model(tmp_path_factory.mktemp("tiny-bert"))
+    torch.manual_seed(0)
+    m = PhraseEncoder.from_pretrained(
+        tiny, max_passage_length=40, doc_stride=10, max_phrase_words=4
+    )
+    model_dir = m.save(tmp_path_factory.mktemp("phrase-model") / "m")
+    out = tmp_path_factory.mktemp("idx") / "tiny-squad-phrase"
+    return Index.build(
+        f"squad:{squad}", kind="phrase", out=out, model=str(model_dir), progress=False
+    )
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(index: Index) -> Iterator[str]:
+    port = free_port()
+    config = uvicorn.Config(create_app(index), host="127.0.0.1", port=port, log_level="warning")
+    srv = uvicorn.Server(config)
+    t = threading.Thread(target=srv.run, daemon=True)
+    t.start()
+    deadline = time.time() + 30
+    while not srv.started:
+        if time.time() > deadline or not t.is_alive():
+            pytest.fail("uvicorn did not start")
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}/"
+    srv.should_exit = True
+    t.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        pytest.skip("needs Debian's chromium and chromium-driver (apt-get install -y ...)")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for f in FLAGS:
+        opts.add_argument(f)
+    try:
+        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    except WebDriverException as e:
+        pytest.skip(f"chromium did not start: {e.msg}")
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+def ask(driver: Any, question: str) -> None:
+    box = driver.find_element(By.ID, "q")
+    box.clear()
+    box.send_keys(question)
+    box.send_keys(Keys.ENTER)
+
+
+def wait_for_hits(driver: Any, unit: str) -> list[Any]:
+    # the status line reports the unit once the new results are in
+    WebDriverWait(driver, 30).until(
+        EC.text_to_be_present_in_element((By.ID, "status"), f"({unit})")
+    )
+    return driver.find_elements(By.CSS_SELECTOR, "#results li.hit")
+
+
+def test_question_gets_highlighted_answers(server: str, browser: Any, index: Index) -> None:
+    browser.get(server)
+    assert "anygrain" in browser.title
+    radios = browser.find_elements(By.CSS_SELECTOR, "input[name=unit]")
+    assert [r.get_attribute("value") for r in radios] == [
+        "phrase",
+        "sentence",
+        "passage",
+        "document",
+    ]
+    ask(browser, QUESTION)
+    hits = wait_for_hits(browser, "phrase")
+    want = index.search([QUESTION], 10)[0]
+    assert len(hits) == len(want) > 0
+    marks = browser.find_elements(By.CSS_SELECTOR, "#results li.hit mark")
+    assert [m.text for m in marks] == [h.answer_text.strip() for h in want]
+    first = hits[0]
+    assert first.find_element(By.CSS_SELECTOR, "p.text").text == want[0].text.strip()
+    assert first.find_element(By.CSS_SELECTOR, ".title").text == f"1. {want[0].title}"
+    assert f"{want[0].score:.3f}" in first.find_element(By.CSS_SELECTOR, ".score").text
+    status = browser.find_element(By.ID, "status").text
+    assert "server" in status and "ms" in status
+    if os.environ.get("ANYGRAIN_SCREENSHOT"):
+        browser.save_screenshot(os.environ["ANYGRAIN_SCREENSHOT"])
+
+
+def test_unit_switch_and_corpus_markup_stays_text(server: str, browser: Any, index: Index) -> None:
+    browser.get(server)
+    ask(browser, "What stays text?")
+    wait_for_hits(browser, "phrase")
+    browser.find_element(By.CSS_SELECTOR, "input[value=passage]").click()  # searches again
+    hits = wait_for_hits(browser, "passage")
+    want = index.search(["What stays text?"], 10, unit="passage")[0]
+    assert [h.find_element(By.CSS_SELECTOR, "p.text").text for h in hits] == [h.text for h in want]
+    assert not browser.find_elements(By.CSS_SELECTOR, "#results mark")  # passages: no answer
+    assert MARKUP in [h.text for h in want], "the markup passage should be among the hits"
+    # corpus text with tags is shown as text, never parsed into elements
+    assert any(h.find_element(By.CSS_SELECTOR, "p.text").text == MARKUP for h in hits)
+    assert not browser.find_elements(By.CSS_SELECTOR, "#results b, #results script, #results i")
+    assert "Markup <i>" in browser.find_element(By.ID, "results").text
+
+
+def test_refused_question_shows_the_error(server: str, browser: Any) -> None:
+    browser.get(server)
+    browser.execute_script("document.getElementById('q').removeAttribute('maxlength')")
+    ask(browser, "x" * 1001)
+    WebDriverWait(browser, 30).until(
+        EC.text_to_be_present_in_element((By.ID, "status"), "too long")
+    )
+    assert browser.find_element(By.ID, "status").get_attribute("class") == "error"
+    assert not browser.find_elements(By.CSS_SELECTOR, "#results li")
+
+
+def test_link_with_question_and_unit_searches_at_once(
+    server: str, browser: Any, index: Index
+) -> None:
+    browser.get(server + "?q=Who+created+Python%3F&unit=sentence")
+    hits = wait_for_hits(browser, "sentence")
+    want = index.search([QUESTION], 10, unit="sentence")[0]
+    assert len(hits) == len(want)
+    marks = browser.find_elements(By.CSS_SELECTOR, "#results mark")
+    assert marks[0].text == want[0].answer_text.strip()
+    assert browser.find_element(By.ID, "q").get_attribute("value") == QUESTION
+    assert browser.find_element(By.CSS_SELECTOR, "input[value=sentence]").is_selected()
+    # each search puts its question and unit in the address, so it can be shared
+    ask(browser, "How long is the Great Wall?")
+    WebDriverWait(browser, 30).until(EC.url_contains("q=How+long+is+the+Great+Wall"))
+    assert "unit=sentence" in browser.current_url
