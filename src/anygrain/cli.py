@@ -27,6 +27,11 @@ from anygrain.search.index import IndexKind
 from anygrain.search.scope import Scope
 from anygrain.utils.checksums import Verify
 
+VerifyOpt = Annotated[
+    Verify,
+    typer.Option(help="Check the index files on open: sizes | small (files <= 64 MB) | full"),
+]
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
@@ -365,10 +370,7 @@ def search_cmd(
     fusion_weight: FusionWeightOpt = None,
     fusion_depth: FusionDepthOpt = None,
     threads: ThreadsOpt = None,
-    verify: Annotated[
-        Verify,
-        typer.Option(help="Check the index files on open: sizes | small (files <= 64 MB) | full"),
-    ] = Verify.SMALL,
+    verify: VerifyOpt = Verify.SMALL,
     stats: Annotated[
         bool,
         typer.Option("--stats", help="Phrase indexes: print the unit search's rounds (stderr)"),
@@ -461,10 +463,7 @@ def eval_cmd(
     fusion_weight: FusionWeightOpt = None,
     fusion_depth: FusionDepthOpt = None,
     threads: ThreadsOpt = None,
-    verify: Annotated[
-        Verify,
-        typer.Option(help="Check the index files on open: sizes | small (files <= 64 MB) | full"),
-    ] = Verify.SMALL,
+    verify: VerifyOpt = Verify.SMALL,
 ) -> None:
     """Evaluate an index on a question set."""
     from anygrain.api import evaluate_index
