@@ -10,13 +10,13 @@ from pathlib import Path
 import faiss
 import pytest
 import torch
+from dense_helpers import single_threaded, tiny_biencoder
 from typer.testing import CliRunner
 
 from anygrain import __version__
 from anygrain.cli import app
 from anygrain.corpus.splitters import SPLIT_FORMS, SplitKind
 from anygrain.dense import index as dense_mod
-from anygrain.dense.testing import single_threaded, tiny_biencoder
 from anygrain.models.biencoder import BiEncoder
 
 runner = CliRunner()

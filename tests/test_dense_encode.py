@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from dense_helpers import single_threaded, tiny_biencoder
 
-from anygrain.dense.testing import single_threaded, tiny_biencoder
 from anygrain.models.biencoder import BiEncoder
 
 TEXTS = [

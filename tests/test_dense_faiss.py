@@ -6,6 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
+from dense_helpers import single_threaded
 
 from anygrain.dense.faiss_index import (
     FaissIndex,
@@ -14,7 +15,6 @@ from anygrain.dense.faiss_index import (
     default_nprobe,
     parse_factory,
 )
-from anygrain.dense.testing import single_threaded
 from anygrain.errors import AnygrainError
 
 

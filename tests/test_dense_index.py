@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from dense_helpers import single_threaded, tiny_biencoder, tiny_tokenizer
 
 from anygrain.corpus.records import SourceDocument
 from anygrain.dense import index as dense_mod
 from anygrain.dense.index import DenseIndex
-from anygrain.dense.testing import single_threaded, tiny_biencoder, tiny_tokenizer
 from anygrain.errors import AnygrainError, IndexMismatchError
 from anygrain.models.biencoder import BiEncoder
 from anygrain.search.hit import Hit, Unit

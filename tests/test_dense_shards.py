@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from dense_helpers import single_threaded, tiny_biencoder, tiny_tokenizer
 
 from anygrain.corpus.records import SourceDocument
 from anygrain.corpus.store import CorpusStore
 from anygrain.dense.shards import SHARDS_MANIFEST, ShardSet, encode_corpus
-from anygrain.dense.testing import single_threaded, tiny_biencoder, tiny_tokenizer
 from anygrain.errors import AnygrainError, IndexMismatchError
 from anygrain.models.biencoder import BiEncoder
 

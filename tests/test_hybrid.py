@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from dense_helpers import single_threaded, tiny_biencoder
 
 from anygrain.corpus.records import SourceDocument
-from anygrain.dense.testing import single_threaded, tiny_biencoder
 from anygrain.errors import AnygrainError, IndexMismatchError
 from anygrain.search.fusion import FusionConfig, FusionMethod, fuse_scores, union_candidates
 from anygrain.search.hybrid import HybridIndex

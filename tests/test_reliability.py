@@ -23,12 +23,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from dense_helpers import single_threaded, tiny_biencoder
 from test_phrase_helpers import make_tiny_model, write_squad
 from typer.testing import CliRunner, Result
 
 from anygrain.cli import app
 from anygrain.corpus.store import CorpusStore
-from anygrain.dense.testing import single_threaded, tiny_biencoder
 from anygrain.errors import AnygrainError
 from anygrain.search.index import MANIFEST, Index, UncheckedIndexWarning, read_manifest
 from anygrain.utils.atomic import remove_stale

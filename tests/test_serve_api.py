@@ -15,12 +15,12 @@ pytest.importorskip("fastapi", reason="anygrain serve needs fastapi (./install.s
 pytest.importorskip("httpx", reason="FastAPI's TestClient needs httpx (the dev extra)")
 
 import torch
+from dense_helpers import single_threaded, tiny_biencoder
 from fastapi.testclient import TestClient
 from test_phrase_helpers import PARAGRAPHS, make_tiny_model, write_squad
 from typer.testing import CliRunner
 
 from anygrain.cli import app as cli_app
-from anygrain.dense.testing import single_threaded, tiny_biencoder
 from anygrain.errors import AnygrainError
 from anygrain.phrase import PhraseEncoder
 from anygrain.search.hit import Hit, Unit

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from anygrain.corpus.lang import Lang, detect_lang
+from anygrain.corpus.source import corpus_ref, open_corpus_of, open_or_build_corpus
 from anygrain.corpus.store import CorpusStore
 from anygrain.dense.faiss_index import FaissIndex, plan_training
 from anygrain.dense.shards import ShardSet, encode_corpus
@@ -44,7 +45,6 @@ from anygrain.search.index import (
 )
 from anygrain.search.results import hits_from_rows
 from anygrain.utils.atomic import atomic_dir, atomic_write_text
-from anygrain.utils.corpus_source import corpus_ref, open_corpus_of, open_or_build_corpus
 
 SETTINGS_FILE = "dense.json"
 

@@ -30,6 +30,7 @@ from typing import Any, Literal
 import faiss
 import numpy as np
 
+from anygrain.corpus.source import corpus_ref, open_corpus_of, open_or_build_corpus
 from anygrain.corpus.store import CorpusStore
 from anygrain.dense.faiss_index import (
     MIN_POINTS_PER_CENTROID,
@@ -60,7 +61,6 @@ from anygrain.search.index import (
     write_manifest,
 )
 from anygrain.utils.atomic import atomic_dir
-from anygrain.utils.corpus_source import corpus_ref, open_corpus_of, open_or_build_corpus
 
 SUBDIR = "phrase"
 #: The float16 vectors; optional once the FAISS indexes hold codes to decode.

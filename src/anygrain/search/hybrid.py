@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from anygrain.corpus.source import open_corpus_of, open_or_build_corpus
 from anygrain.errors import AnygrainError, IndexMismatchError, parse_enum
 from anygrain.search.fusion import FusionConfig, FusionMethod, fuse_scores, rrf, union_candidates
 from anygrain.search.hit import Hit
@@ -39,7 +40,6 @@ from anygrain.search.results import hits_from_rows
 from anygrain.sparse.bm25 import BM25Index
 from anygrain.utils.atomic import atomic_dir
 from anygrain.utils.checksums import SMALL_LIMIT, Verify
-from anygrain.utils.corpus_source import open_corpus_of, open_or_build_corpus
 
 
 def fusion_config(

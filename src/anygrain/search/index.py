@@ -5,7 +5,8 @@ the corpus checksum and model fingerprint it was built with, its settings, and t
 size and checksum of every other file in the directory (``files``; see
 :mod:`anygrain.utils.checksums`).  ``Index.load(dir)`` checks those files, reads the
 kind from ``index.json`` (never from the file name) and dispatches to the
-registered class.  ``Index.build`` refuses, before anything is written, an output
+registered class, importing the kind's module (:mod:`anygrain.search.registry`) on
+first use.  ``Index.build`` refuses, before anything is written, an output
 directory that holds anything but an index (or an index, unless ``overwrite``),
 and one that overlaps the source.
 
@@ -16,6 +17,7 @@ their files cannot be checked; rebuilding one records them.
 from __future__ import annotations
 
 import enum
+import importlib
 import json
 import os
 import time
@@ -27,6 +29,7 @@ from typing import Any, ClassVar
 
 from anygrain.errors import AnygrainError, IndexMismatchError, parse_enum
 from anygrain.search.hit import Hit, Unit
+from anygrain.search.registry import KIND_MODULES
 from anygrain.utils.atomic import atomic_write_text
 from anygrain.utils.checksums import (
     ALGORITHM,
@@ -62,9 +65,14 @@ def register_index(kind: IndexKind):  # type: ignore[no-untyped-def]
     return deco
 
 
-def _ensure_loaded() -> None:
-    # Index kinds register themselves on import.
-    import anygrain.search.kinds  # noqa: F401
+def _index_class(kind: IndexKind) -> type[Index] | None:
+    """The class registered for ``kind``, importing the kind's module (named in
+    :data:`anygrain.search.registry.KIND_MODULES`) on first use; None when it registers none."""
+    if kind not in _REGISTRY:
+        module = KIND_MODULES.get(kind.value)
+        if module is not None:
+            importlib.import_module(module)  # registers itself with @register_index
+    return _REGISTRY.get(kind)
 
 
 class UncheckedIndexWarning(UserWarning):
@@ -252,14 +260,14 @@ class Index(ABC):
 
         ``out`` must be new or empty, or an index to replace with ``overwrite``; see
         :func:`check_build_target`."""
-        _ensure_loaded()
         k = IndexKind(kind)
-        if k not in _REGISTRY:
+        cls = _index_class(k)
+        if cls is None:
             raise AnygrainError(f"index kind '{k.value}' is not available")
         o = Path(out)
         if o.name in ("", ".."):  # "." or "..": temporary siblings need a real name
             o = o.resolve()
-        return _REGISTRY[k].build_from(source, o, overwrite=overwrite, **settings)
+        return cls.build_from(source, o, overwrite=overwrite, **settings)
 
     @classmethod
     @abstractmethod
@@ -279,14 +287,15 @@ class Index(ABC):
 
         ``verify``: ``sizes`` (every file's size), ``small`` (sizes, and the checksum of
         files up to ``small_limit`` bytes; the default) or ``full`` (every checksum)."""
-        _ensure_loaded()
         p = Path(path)
         m = read_manifest(p)
         try:
             kind = IndexKind(m.get("kind"))
         except ValueError:
             raise AnygrainError(f"{p / MANIFEST}: unknown index kind {m.get('kind')!r}") from None
-        cls = _REGISTRY[kind]
+        cls = _index_class(kind)
+        if cls is None:
+            raise AnygrainError(f"{p}: index kind '{kind.value}' is not available")
         if m.get("format_version") != cls.format_version:
             raise IndexMismatchError(
                 f"{p}: index format version {m.get('format_version')} but this anygrain reads "

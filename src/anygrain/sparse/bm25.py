@@ -16,6 +16,7 @@ import bm25s
 import numpy as np
 
 from anygrain.corpus.lang import Lang, detect_lang
+from anygrain.corpus.source import corpus_ref, open_corpus_of, open_or_build_corpus
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, ErrorLog
 from anygrain.search.hit import Hit
@@ -29,7 +30,6 @@ from anygrain.search.index import (
 from anygrain.search.results import hits_from_rows
 from anygrain.sparse.analyzers import Analyzer, analyzer_from_config, make_analyzer
 from anygrain.utils.atomic import atomic_dir
-from anygrain.utils.corpus_source import corpus_ref, open_corpus_of, open_or_build_corpus
 from anygrain.utils.progress import progress_bar
 
 # bm25s's scoring variants; "lucene" is Lucene's (and Pyserini's) BM25.

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from anygrain.corpus.formats import parse_source
 from anygrain.corpus.questions import Question
 from anygrain.errors import AnygrainError, ErrorLog
 from anygrain.eval.squad import exact_match
@@ -160,13 +161,11 @@ def load_query_side_data(
     the index's corpus is an error when no gold of the question is found, because
     the index was then built on other passages than the questions'.
     """
-    from anygrain.api import load_questions
-
     qs: list[Question] = []
     rows: list[np.ndarray] = []
     skipped = {"no_answer": 0}
     for src in sources:
-        for q in load_questions(src, errors=errors):
+        for q in parse_source(src, want="questions").questions(errors):
             if not q.answers or q.answers_are_regex:
                 skipped["no_answer"] += 1
                 continue

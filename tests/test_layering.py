@@ -1,0 +1,187 @@
+"""The package's layers, checked from the source: who may import whom.
+
+Every module under ``src/anygrain`` is parsed with :mod:`ast`, and every import it
+makes is collected -- at the top, inside functions and under ``TYPE_CHECKING`` alike,
+``from . import x`` resolved, and ``importlib.import_module("...")`` with a literal
+name.  The rules (docs/design.md, "Layers"):
+
+(a) library modules -- everything but ``anygrain/__init__.py``, ``anygrain/api.py``,
+    ``anygrain/cli*.py`` and ``anygrain/serve/`` -- never import ``anygrain.api``,
+    ``anygrain.cli*`` or ``anygrain.serve``: those are the top layers built on them;
+(b) ``anygrain/serve/`` never imports ``anygrain.cli*``;
+(c) the index base ``anygrain/search/index.py`` imports no index kind: it finds a
+    kind's module by name in ``anygrain.search.registry``.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = SRC / "anygrain"
+
+# the top layers: built on the library, never imported by it
+TOP = ("anygrain.api", "anygrain.serve")
+_CLI = re.compile(r"anygrain\.cli(_\w+)?$")
+# the index kinds the base must not import (it knows them by name only)
+KIND_MODULES = (
+    "anygrain.sparse",
+    "anygrain.dense",
+    "anygrain.phrase",
+    "anygrain.search.hybrid",
+    "anygrain.search.kinds",
+)
+INDEX_BASE = "anygrain.search.index"
+
+
+@dataclass(frozen=True)
+class Violation:
+    module: str
+    line: int
+    imported: str
+    rule: str
+
+    def __str__(self) -> str:
+        return f"{self.module}:{self.line} imports {self.imported} ({self.rule})"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def _is_cli(name: str) -> bool:
+    # anygrain.cli, anygrain.cli_train, ... and anything inside them
+    return bool(_CLI.match(".".join(name.split(".")[:2])))
+
+
+def imports_of(source: str, module: str, *, is_package: bool = False) -> list[tuple[int, str]]:
+    """(line, module) for every import in ``source``, wherever it sits.  ``from A import b``
+    gives both ``A`` and ``A.b`` (``b`` may be a submodule)."""
+    package = module if is_package else module.rpartition(".")[0]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.append((node.lineno, target))
+            found += [(node.lineno, f"{target}.{a.name}") for a in node.names if a.name != "*"]
+        elif isinstance(node, ast.Call) and node.args:
+            f = node.func
+            fname = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+            arg = node.args[0]
+            if (
+                fname in ("import_module", "__import__")
+                and isinstance(arg, ast.Constant)
+                and isinstance(arg.value, str)
+            ):
+                found.append((node.lineno, arg.value))
+    return [(line, name) for line, name in found if _within(name, "anygrain")]
+
+
+def is_library(module: str) -> bool:
+    return not (
+        module == "anygrain"
+        or _within(module, "anygrain.api")
+        or _is_cli(module)
+        or _within(module, "anygrain.serve")
+    )
+
+
+def check_source(source: str, module: str, *, is_package: bool = False) -> list[Violation]:
+    """The layering rules broken by ``source``, the text of ``module``."""
+    out: list[Violation] = []
+    for line, name in imports_of(source, module, is_package=is_package):
+        if is_library(module) and (any(_within(name, t) for t in TOP) or _is_cli(name)):
+            out.append(Violation(module, line, name, "library imports a top layer"))
+        if _within(module, "anygrain.serve") and _is_cli(name):
+            out.append(Violation(module, line, name, "serve imports the CLI"))
+        if module == INDEX_BASE and any(_within(name, k) for k in KIND_MODULES):
+            out.append(Violation(module, line, name, "index base imports an index kind"))
+    return out
+
+
+def all_modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def test_the_package_is_found() -> None:
+    names = {module_name(p) for p in all_modules()}
+    assert {"anygrain", "anygrain.api", "anygrain.cli", INDEX_BASE, "anygrain.serve.app"} <= names
+    assert len(names) > 50
+
+
+def test_layers() -> None:
+    bad: list[Violation] = []
+    for p in all_modules():
+        bad += check_source(
+            p.read_text(encoding="utf-8"), module_name(p), is_package=p.name == "__init__.py"
+        )
+    assert not bad, "layering violations:\n" + "\n".join(map(str, bad))
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "rule"),
+    [
+        # (a) at the top, inside a function, relative, as a submodule, by importlib
+        ("anygrain.eval.x", "from anygrain.api import search_index", "top layer"),
+        ("anygrain.eval.x", "def f():\n    import anygrain.cli_train\n", "top layer"),
+        ("anygrain.train.x", "from .. import api", "top layer"),
+        ("anygrain.train.x", "from anygrain import serve", "top layer"),
+        ("anygrain.models.x", "from anygrain.serve.app import create_app", "top layer"),
+        ("anygrain.models.x", "import importlib\nimportlib.import_module('anygrain.cli')", "top"),
+        # (b)
+        ("anygrain.serve.app", "def f():\n    from anygrain.cli_common import X\n", "CLI"),
+        # (c)
+        (INDEX_BASE, "def f():\n    import anygrain.search.kinds\n", "index kind"),
+        (INDEX_BASE, "from anygrain.dense.index import DenseIndex", "index kind"),
+        (INDEX_BASE, "from anygrain.search import hybrid", "index kind"),
+    ],
+)
+def test_the_checker_flags_violations(module: str, source: str, rule: str) -> None:
+    bad = check_source(source, module)
+    assert bad and all(rule in v.rule for v in bad), bad
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("anygrain.api", "from anygrain.search.index import Index"),
+        ("anygrain.cli", "from anygrain.api import search_index\nimport anygrain.serve"),
+        ("anygrain.serve.app", "from anygrain.api import search_index"),
+        ("anygrain.eval.x", "import anygrain.client\nfrom anygrain.search.index import Index"),
+        (INDEX_BASE, "from anygrain.search.registry import KIND_MODULES"),
+        ("anygrain.search.hybrid", "from anygrain.dense.index import DenseIndex"),
+    ],
+)
+def test_the_checker_allows_the_layers(module: str, source: str) -> None:
+    assert check_source(source, module) == []
+
+
+def test_every_index_kind_has_a_home() -> None:
+    """Each IndexKind names a module in the registry, and importing it registers the kind."""
+    from anygrain.search.index import _REGISTRY, IndexKind
+    from anygrain.search.registry import KIND_MODULES as HOMES
+
+    assert set(HOMES) == {k.value for k in IndexKind}
+    for kind in IndexKind:
+        importlib.import_module(HOMES[kind.value])
+        assert _REGISTRY[kind].kind is kind
