@@ -3,7 +3,7 @@
 A phrase model trained with frozen embeddings (``--freeze-embeddings``) differs from
 its pre-trained backbone only in the transformer layers and the heads.  Packing
 stores, for every weight matrix, the *difference* from the backbone quantised to
-``bits`` (4 by default) in groups of ``group`` values with one float16 scale each;
+``bits`` (4 by default) in groups of ``group`` values with one float32 scale each;
 vectors (biases, norms) are kept in float32 and the heads in float16.  Quantising the
 difference rather than the weight keeps the error small: fine-tuning moves a weight by
 a few percent, so a 4-bit code of the move is far finer than a 4-bit code of the weight.
@@ -35,7 +35,7 @@ from anygrain.errors import AnygrainError, IndexMismatchError
 PACKED_CONFIG = "anygrain_packed.json"
 PACKED_FILE = "packed.safetensors"
 FORMAT = "anygrain.packed-phrase-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: float32 scales
 CARD_FILE = "MODEL_CARD.md"
 PACKED_NAMES = (PACKED_CONFIG, PACKED_FILE)  # a full save over a packed model removes these
 
@@ -60,10 +60,12 @@ class PackSettings:
 
 def quantize(delta: torch.Tensor, s: PackSettings) -> tuple[torch.Tensor, torch.Tensor]:
     """``(codes, scales)`` of a float tensor whose size is a multiple of ``s.group``:
-    uint8 codes (two 4-bit codes per byte at 4 bits) and one float16 scale per group."""
+    uint8 codes (two 4-bit codes per byte at 4 bits) and one float32 scale per group."""
     g = delta.detach().to(torch.float32).reshape(-1, s.group)
-    scale = (g.abs().amax(dim=1) / s.qmax).to(torch.float16)
-    safe = scale.to(torch.float32).clamp_min(torch.finfo(torch.float16).tiny)
+    # float32 scales: fine-tuning moves many weights by less than float16's normal range
+    # (6e-5), where float16 scales would lose their precision
+    scale = g.abs().amax(dim=1) / s.qmax
+    safe = scale.clamp_min(1e-30)  # an all-zero group: scale 0, codes 0
     q = torch.clamp(torch.round(g / safe[:, None]), -s.qmax, s.qmax).to(torch.int16) + s.qmax + 1
     codes = q.to(torch.uint8)
     if s.bits == 4:
