@@ -584,16 +584,20 @@ def demo_cmd(
                 continue
             h = hits[0]
             if unit is Unit.PHRASE:
-                before, phrase, after = phrase_context(h, width=50)
+                # the phrase marked inside its context: what the demo is about
+                before, phrase, after = (x.replace("\n", " ") for x in phrase_context(h, width=40))
                 line = (
-                    f"[bold yellow]{escape(phrase)}[/]   "
-                    f"[dim]{escape((before + phrase + after).replace(chr(10), ' '))}[/]"
+                    f"[bold yellow]{escape(phrase)}[/]  [green]{escape(h.title)}[/]  "
+                    f"{escape(before)}[bold yellow]{escape(phrase)}[/]{escape(after)}"
                 )
             else:
-                line = escape(h.text[:140].replace("\n", " ") + ("…" if len(h.text) > 140 else ""))
+                text = " ".join(h.text.split())
+                text = text[:100] + ("…" if len(text) > 100 else "")
+                line = f"[green]{escape(h.title)}[/]  {escape(text)}"
             out.print(
-                f"   {unit.value:8} [green]{escape(h.title)}[/] {h.score:.2f}  {line}",
+                f"   {unit.value:8} {line}",
                 highlight=False,
+                soft_wrap=True,
             )
     print(json.dumps(result.to_dict()))
 
