@@ -102,6 +102,17 @@ def test_pack_and_load_rebuild_close_weights_and_keep_embeddings(
     assert full_fingerprint(again) == full_fingerprint(loaded)
 
 
+def test_pack_refuses_a_directory_that_is_not_a_packed_model(tiny: Path, tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(AnygrainError, match="not a packed phrase model"):
+        pack_phrase_model(trained_like(tiny), mine)
+    assert (mine / "notes.txt").read_text() == "keep me"
+    out = pack_phrase_model(trained_like(tiny), tmp_path / "p")
+    assert pack_phrase_model(trained_like(tiny), out) == out  # a packed model is replaced
+
+
 def test_packed_file_is_a_fraction_of_the_full_model(tiny: Path, tmp_path: Path) -> None:
     m = trained_like(tiny)
     full = m.save(tmp_path / "full")
@@ -132,10 +143,11 @@ def test_damaged_or_foreign_packed_models_are_refused(tiny: Path, tmp_path: Path
     (out / PACKED_FILE).write_bytes(bytes(blob))
     with pytest.raises(IndexMismatchError, match="fingerprints"):
         PhraseEncoder.load(out)
-    # packed against another backbone than the one installed under that name
+    # the backbone under that name is no longer the one it was packed against
     out2 = pack_phrase_model(trained_like(tiny), tmp_path / "p2")
+    other = make_tiny_model(tmp_path / "other-bert", seed=1)
     info = json.loads((out2 / PACKED_CONFIG).read_text())
-    info["base_fingerprint"] = "0" * 16
+    info["base_model"] = str(other)
     (out2 / PACKED_CONFIG).write_text(json.dumps(info))
     with pytest.raises(IndexMismatchError, match="backbone"):
         PhraseEncoder.load(out2)

@@ -178,22 +178,8 @@ def combine_hybrid(
     given in either order; see :meth:`HybridIndex.combine`."""
     from anygrain.search.hybrid import HybridIndex
 
-    dirs = [Path(first), Path(second)]
-    kinds = [str(read_manifest(d).get("kind")) for d in dirs]
-    if sorted(kinds) != [IndexKind.BM25.value, IndexKind.DENSE.value]:
-        raise AnygrainError(
-            "a hybrid index combines one bm25 and one dense index, not "
-            f"{kinds[0]} ({dirs[0]}) and {kinds[1]} ({dirs[1]})"
-        )
-    parts = dict(zip(kinds, dirs, strict=True))
     return HybridIndex.combine(
-        parts[IndexKind.BM25.value],
-        parts[IndexKind.DENSE.value],
-        out,
-        fusion=fusion,
-        weight=weight,
-        depth=depth,
-        overwrite=overwrite,
+        first, second, out, fusion=fusion, weight=weight, depth=depth, overwrite=overwrite
     )
 
 
@@ -252,20 +238,18 @@ class DemoResult:
 def _reusable_demo_index(out: Path, kind: IndexKind, corpus_checksum: str) -> Index | None:
     """The demo index already at ``out`` when it holds the same corpus, kind and (phrase)
     model, so a second ``anygrain demo`` answers at once; None when there is none."""
-    from anygrain.search.index import read_manifest
-
     if not (out / "index.json").exists():
         return None
     m = read_manifest(out)
     if m.get("kind") != kind.value or m.get("corpus", {}).get("checksum") != corpus_checksum:
         return None
     if kind is IndexKind.PHRASE:
+        from anygrain.corpus.readers._io import load_json
         from anygrain.models.shipped import default_phrase_model, shipped_model_dir
+        from anygrain.phrase.model import MODEL_CONFIG, PhraseConfig
 
-        cfg = shipped_model_dir(default_phrase_model("en")) / "anygrain_phrase.json"
-        import json
-
-        want = json.loads(cfg.read_text(encoding="utf-8")).get("phrase_fingerprint")
+        cfg = shipped_model_dir(default_phrase_model("en")) / MODEL_CONFIG
+        want = PhraseConfig.from_dict(load_json(cfg), str(cfg)).phrase_fingerprint
         if m.get("model", {}).get("fingerprint") != want:
             return None
     return Index.load(out)

@@ -38,7 +38,7 @@ def serve_cmd(
         app = create_app(index_dir)
     except AnygrainError as e:
         fail(e)
-    info = app.state.service.info()
+    info = app.state.info
     console.print(
         f"serving {escape(str(index_dir))} ({info['kind']}, units: {', '.join(info['units'])}) "
         f"on http://{escape(host)}:{port}/",

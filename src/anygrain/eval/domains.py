@@ -17,7 +17,7 @@ both from one ranked list of 1000.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,19 +70,11 @@ class DomainTable:
     def format(self, digits: int = 4) -> str:
         """Plain text, like the paper's table: a row per domain, a column per metric."""
         heads = ["domain", "queries", *(_TITLES.get(m, m) for m in self.metrics)]
+        shown = [*self.rows, self.overall] if self.overall and len(self.rows) > 1 else self.rows
         body = [
             [r.domain, str(r.n_questions), *(f"{r.metrics[m]:.{digits}f}" for m in self.metrics)]
-            for r in self.rows
+            for r in shown
         ]
-        if self.overall is not None and len(self.rows) > 1:
-            o = self.overall
-            body.append(
-                [
-                    o.domain,
-                    str(o.n_questions),
-                    *(f"{o.metrics[m]:.{digits}f}" for m in self.metrics),
-                ]
-            )
         widths = [max(len(x) for x in col) for col in zip(heads, *body, strict=True)]
 
         def line(cells: list[str]) -> str:
@@ -96,35 +88,15 @@ class DomainTable:
 
 
 def _row(domain: str, qs: Sequence[Question], report: EvalReport, names: list[str]) -> DomainRow:
+    """One domain's means from a report holding (at least) its questions."""
     per = report.per_question
     metrics, counts = {}, {}
     for m in names:
         values = [per[q.id][m] for q in qs if q.id in per and m in per[q.id]]
         metrics[m] = sum(values) / len(values) if values else 0.0
         counts[m] = len(values)
-    return DomainRow(domain, len(qs), 0, metrics, counts)
-
-
-def group_report(
-    report: EvalReport,
-    questions: Sequence[Question],
-    domain_of: Callable[[Question], str],
-    names: Sequence[str],
-    *,
-    empty: set[str] | None = None,
-) -> DomainTable:
-    """Split one report (kept with per-question values) into rows by ``domain_of``."""
-    groups: dict[str, list[Question]] = {}
-    for q in questions:
-        groups.setdefault(domain_of(q), []).append(q)
-    names = list(names)
-    rows = []
-    for domain, qs in groups.items():
-        row = _row(domain, qs, report, names)
-        if empty is not None:
-            row.n_empty = sum(1 for q in qs if q.id in empty)
-        rows.append(row)
-    return DomainTable(names, rows, _overall(rows, names), report.drop_empty)
+    empty = set(report.empty_ids)
+    return DomainRow(domain, len(qs), sum(1 for q in qs if q.id in empty), metrics, counts)
 
 
 def _overall(rows: Sequence[DomainRow], names: Sequence[str]) -> DomainRow:
@@ -137,20 +109,6 @@ def _overall(rows: Sequence[DomainRow], names: Sequence[str]) -> DomainRow:
     return DomainRow(
         "all", sum(r.n_questions for r in rows), sum(r.n_empty for r in rows), metrics, counts
     )
-
-
-class _Recorder:
-    """Passes searches through and remembers which questions got no hits."""
-
-    def __init__(self, index: Searcher) -> None:
-        self.index = index
-        self.kind = getattr(index, "kind", None)
-        self.empty_texts: set[str] = set()
-
-    def search(self, queries: Sequence[str], k: int = 10, **options: Any) -> list[list[Any]]:
-        results = self.index.search(queries, k, **options)
-        self.empty_texts.update(q for q, hits in zip(queries, results, strict=True) if not hits)
-        return results
 
 
 def evaluate_domains(
@@ -172,33 +130,29 @@ def evaluate_domains(
         missing = sorted(set(questions) - set(index))
         if missing:
             raise AnygrainError(f"no index for domain(s) {', '.join(missing)}")
-        rows: list[DomainRow] = []
-        for domain, qs in questions.items():
-            out = None if run_out is None else Path(f"{run_out}.{domain}")
-            rep = evaluate(
+        reports = {
+            domain: evaluate(
                 index[domain],
                 qs,
                 names,
                 drop_empty=drop_empty,
                 progress=progress,
-                run_out=out,
+                run_out=None if run_out is None else Path(f"{run_out}.{domain}"),
                 batch_size=batch_size,
             )
-            row = _row(domain, qs, rep, names)
-            row.n_empty = rep.n_empty
-            rows.append(row)
-        return DomainTable(names, rows, _overall(rows, names), drop_empty)
-    owner = {q.id: d for d, qs in questions.items() for q in qs}
-    everything = [q for qs in questions.values() for q in qs]
-    recorder = _Recorder(index)
-    rep = evaluate(
-        recorder,
-        everything,
-        names,
-        drop_empty=drop_empty,
-        progress=progress,
-        run_out=run_out,
-        batch_size=batch_size,
-    )
-    empty = {q.id for q in everything if q.text in recorder.empty_texts}
-    return group_report(rep, everything, lambda q: owner[q.id], names, empty=empty)
+            for domain, qs in questions.items()
+        }
+    else:
+        # one merged index (ids prefixed by domain): every domain in one pass
+        merged = evaluate(
+            index,
+            [q for qs in questions.values() for q in qs],
+            names,
+            drop_empty=drop_empty,
+            progress=progress,
+            run_out=run_out,
+            batch_size=batch_size,
+        )
+        reports = dict.fromkeys(questions, merged)
+    rows = [_row(domain, qs, reports[domain], names) for domain, qs in questions.items()]
+    return DomainTable(names, rows, _overall(rows, names), drop_empty)

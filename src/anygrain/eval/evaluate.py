@@ -62,6 +62,7 @@ class EvalReport:
     n_unanswerable_skipped: int = 0
     n_skipped_records: int = 0  # malformed question records dropped under --on-error skip
     n_empty: int = 0
+    empty_ids: list[str] = field(default_factory=list)  # the questions with no hits
     # distinct unit ids named in the qrels, and how many of them the index does not hold
     n_qrels_ids: int = 0
     n_qrels_ids_missing: int = 0
@@ -102,14 +103,14 @@ class _Scorer:
         self.sums = {m.name: 0.0 for m in self.metrics}
         self.counts = {m.name: 0 for m in self.metrics}
         self.per_question: dict[str, dict[str, float]] = {}
-        self.n_empty = 0
+        self.empty_ids: list[str] = []
 
     def add(self, question: Question, hits: Sequence[Hit]) -> None:
         applicable = [m for m in self.metrics if m.applies(question)]
         if not applicable:
             return
         if not hits:
-            self.n_empty += 1
+            self.empty_ids.append(question.id)
             if self.drop_empty:
                 return
         judged = Judged(question, hits)
@@ -129,7 +130,8 @@ class _Scorer:
             n_evaluated=dict(self.counts),
             per_question=self.per_question,
             n_unanswerable_skipped=n_unanswerable,
-            n_empty=self.n_empty,
+            n_empty=len(self.empty_ids),
+            empty_ids=self.empty_ids,
             drop_empty=self.drop_empty,
             k=k,
         )

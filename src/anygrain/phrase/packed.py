@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from anygrain.errors import AnygrainError, IndexMismatchError
+from anygrain.utils.atomic import atomic_dir
 
 PACKED_CONFIG = "anygrain_packed.json"
 PACKED_FILE = "packed.safetensors"
@@ -132,14 +133,13 @@ def full_fingerprint(model: Any) -> str:
     return fingerprint_modules([*model.encoders(), model.head_modules()])
 
 
-def _backbone(name: str, cache_dir: Path | None) -> tuple[Any, Any, str]:
-    """``(model, tokenizer, fingerprint)`` of the backbone a phrase model started from."""
+def _backbone(name: str, cache_dir: Path | None) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of the backbone a phrase model started from."""
     from anygrain.models.resolve import resolve_model
-    from anygrain.phrase.model import _load_hf, fingerprint_modules
+    from anygrain.phrase.model import _load_hf
 
     path, _ = resolve_model(name, cache_dir=cache_dir)
-    base, tok = _load_hf(path)
-    return base, tok, fingerprint_modules([base])
+    return _load_hf(path)
 
 
 def pack_phrase_model(
@@ -161,7 +161,10 @@ def pack_phrase_model(
 
     s = settings or PackSettings()
     out = Path(out)
-    base, tok, base_fp = _backbone(model.config.base_model, cache_dir)
+    from anygrain.phrase.model import fingerprint_modules
+
+    base, tok = _backbone(model.config.base_model, cache_dir)
+    base_fp = fingerprint_modules([base])
     base_state = base.state_dict()
     names = model._question_dirs()
     tensors: dict[str, torch.Tensor] = {}
@@ -184,12 +187,14 @@ def pack_phrase_model(
                 tensors[key + ":value"] = t.detach().to(torch.float32).contiguous()
     for k, t in model.head_modules().state_dict().items():
         tensors[f"heads/{k}"] = t.detach().to(torch.float16).contiguous()
-    staging = out.with_name(f".{out.name}.pack.{os.getpid()}.tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
+    if out.is_dir() and any(out.iterdir()) and not is_packed(out):
+        raise AnygrainError(
+            f"{out}: not empty and not a packed phrase model; refusing to replace what it holds"
+        )
+    rebuilt = _rebuild(model.config, tensors, s, names, base, tok)
+    rebuilt.config.phrase_fingerprint = rebuilt.phrase_fingerprint()
+    with atomic_dir(out) as staging:
         save_file(tensors, str(staging / PACKED_FILE))
-        rebuilt = _rebuild(model.config, tensors, s, names, base, tok)
         cfg = rebuilt.config.to_dict()
         (staging / MODEL_CONFIG).write_text(json.dumps(cfg, indent=2, ensure_ascii=False))
         info = PackedInfo(
@@ -204,11 +209,6 @@ def pack_phrase_model(
         if card is not None:
             (staging / CARD_FILE).write_text(card, encoding="utf-8")
         (staging / PACKED_CONFIG).write_text(json.dumps(info.to_dict(), indent=2))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return out
 
 
@@ -220,7 +220,8 @@ def _rebuild(
     base: Any,
     tokenizer: Any,
 ) -> Any:
-    """A PhraseEncoder from the backbone plus the packed tensors."""
+    """A PhraseEncoder from the backbone plus the packed tensors, with ``config``'s phrase
+    fingerprint (the caller verifies or sets it)."""
     import copy
 
     from anygrain.phrase.model import PhraseConfig, PhraseEncoder
@@ -249,7 +250,6 @@ def _rebuild(
         if k.startswith("heads/")
     }
     model.head_modules().load_state_dict(heads, strict=True)
-    model.config.phrase_fingerprint = model.phrase_fingerprint()
     model.eval()
     return model
 
@@ -270,12 +270,7 @@ def load_packed(path: str | Path, *, cache_dir: Path | None = None, verify: bool
         raise AnygrainError(f"{path}: packed model without {MODEL_CONFIG}") from None
     except json.JSONDecodeError as e:
         raise AnygrainError(f"{f}: corrupt config ({e.msg})") from None
-    base, tok, base_fp = _backbone(info.base_model, cache_dir)
-    if base_fp != info.base_fingerprint:
-        raise IndexMismatchError(
-            f"{path}: packed against backbone {info.base_model} with weights {info.base_fingerprint}, "
-            f"but the installed one has {base_fp}; install the backbone it was packed against"
-        )
+    base, tok = _backbone(info.base_model, cache_dir)
     try:
         tensors = load_file(str(path / PACKED_FILE))
     except Exception as e:  # safetensors raises its own error types for damaged headers
@@ -286,10 +281,18 @@ def load_packed(path: str | Path, *, cache_dir: Path | None = None, verify: bool
         raise AnygrainError(
             f"{path / PACKED_FILE}: tensors do not fit the backbone ({e})"
         ) from None
-    if verify and (
-        model.config.phrase_fingerprint != cfg.phrase_fingerprint
-        or full_fingerprint(model) != info.full_fingerprint
-    ):
+    # one hash of every rebuilt weight covers the phrase side too, so the phrase fingerprint
+    # in the config can be trusted; the backbone is hashed only to explain a mismatch
+    if verify and full_fingerprint(model) != info.full_fingerprint:
+        from anygrain.phrase.model import fingerprint_modules
+
+        base_fp = fingerprint_modules([base])
+        if base_fp != info.base_fingerprint:
+            raise IndexMismatchError(
+                f"{path}: packed against backbone {info.base_model} with weights "
+                f"{info.base_fingerprint}, but the installed one has {base_fp}; install the "
+                "backbone it was packed against"
+            )
         raise IndexMismatchError(
             f"{path}: rebuilt weights do not match the fingerprints recorded in {PACKED_CONFIG} "
             "(files changed or corrupt)"

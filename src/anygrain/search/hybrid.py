@@ -131,8 +131,8 @@ class HybridIndex(Index):
     @classmethod
     def combine(
         cls,
-        sparse_dir: str | Path,
-        dense_dir: str | Path,
+        first: str | Path,
+        second: str | Path,
         out: str | Path,
         *,
         fusion: FusionMethod | str = FusionMethod.ZSCORE,
@@ -140,24 +140,27 @@ class HybridIndex(Index):
         depth: int = 100,
         overwrite: bool = False,
     ) -> HybridIndex:
-        """A hybrid index over an existing BM25 index and dense index, reused in place.
+        """A hybrid index over an existing BM25 index and dense index (either order),
+        reused in place.
 
         Both must be built over the same corpus (the checksum they recorded): fused
         scores add up per passage row, so rows must mean the same passages in both.
         """
-        sparse_dir, dense_dir, out = Path(sparse_dir), Path(dense_dir), Path(out)
-        for part in (sparse_dir, dense_dir):
+        dirs, out = [Path(first), Path(second)], Path(out)
+        for part in dirs:
             check_build_target(part, out, overwrite=overwrite)
         cfg = fusion_config(fusion, weight, depth)
+        kinds = [str(read_manifest(d).get("kind")) for d in dirs]
+        by_kind = dict(zip(kinds, dirs, strict=True))
+        wanted = (IndexKind.BM25.value, IndexKind.DENSE.value)
+        if set(by_kind) != set(wanted):
+            lacking = next(k for k in wanted if k not in by_kind)
+            raise AnygrainError(
+                "a hybrid index combines one bm25 and one dense index, not "
+                f"{kinds[0]} ({dirs[0]}) and {kinds[1]} ({dirs[1]}): one must be a {lacking} index"
+            )
+        sparse_dir, dense_dir = by_kind[IndexKind.BM25.value], by_kind[IndexKind.DENSE.value]
         sub = {"sparse": read_manifest(sparse_dir), "dense": read_manifest(dense_dir)}
-        for (name, m), want, d in zip(
-            sub.items(), (IndexKind.BM25, IndexKind.DENSE), (sparse_dir, dense_dir), strict=True
-        ):
-            if m.get("kind") != want.value:
-                raise AnygrainError(
-                    f"{d}: a {m.get('kind')} index, but the {name} part of a hybrid index "
-                    f"must be a {want.value} index"
-                )
         sums = {name: (m.get("corpus") or {}).get("checksum") for name, m in sub.items()}
         if not sums["sparse"] or sums["sparse"] != sums["dense"]:
             raise IndexMismatchError(

@@ -96,6 +96,7 @@ def create_app(
     if warm_up:
         service.warm_up()
     info = service.info()
+    html = page.render(info)  # the index never changes while served: render the page once
     app = FastAPI(
         title=title or f"anygrain: {info['index']}",
         docs_url=None,  # Swagger UI and ReDoc load scripts from a CDN: nothing external here
@@ -107,6 +108,7 @@ def create_app(
         ),
     )
     app.state.service = service
+    app.state.info = info
 
     @app.exception_handler(RequestError)
     async def on_request_error(request: Request, exc: RequestError) -> JSONResponse:
@@ -128,7 +130,7 @@ def create_app(
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def home() -> HTMLResponse:
-        return HTMLResponse(page.render(info), headers={"Content-Security-Policy": PAGE_CSP})
+        return HTMLResponse(html, headers={"Content-Security-Policy": PAGE_CSP})
 
     @app.get("/search", response_model=SearchResponse, responses=ERRORS)
     def search_get(

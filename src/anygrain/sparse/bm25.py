@@ -120,10 +120,12 @@ def index_streaming(
     avg_len = float(lengths.mean()) if n else 0.0
     df = np.bincount(term, minlength=n_vocab)
     doc_freqs = dict(enumerate(df.tolist()))
+    idf_fn = _select_idf_scorer(retriever.idf_method)
+    tfc_fn = _select_tfc_scorer(method)
     idf = _build_idf_array(
         doc_frequencies=doc_freqs,
         n_docs=n,
-        compute_idf_fn=_select_idf_scorer(retriever.idf_method),
+        compute_idf_fn=idf_fn,
         dtype=retriever.dtype,
     )
     nonoccurrence = None
@@ -131,8 +133,8 @@ def index_streaming(
         nonoccurrence = _build_nonoccurrence_array(
             doc_frequencies=doc_freqs,
             n_docs=n,
-            compute_idf_fn=_select_idf_scorer(retriever.idf_method),
-            calculate_tfc_fn=_select_tfc_scorer(method),
+            compute_idf_fn=idf_fn,
+            calculate_tfc_fn=tfc_fn,
             l_d=avg_len,
             l_avg=avg_len,
             k1=k1,
@@ -141,7 +143,6 @@ def index_streaming(
             dtype=retriever.dtype,
         )
     # Scores a slice at a time (bm25s computes in float64 and stores float32; so do we).
-    tfc_fn = _select_tfc_scorer(method)
     scores = np.empty(len(term), dtype=retriever.dtype)
     step = 1 << 20
     for s in range(0, len(term), step):
@@ -272,9 +273,7 @@ class BM25Index(Index):
             stemming=stemming and not zh,
             stopwords=not zh,
         )
-        analyzer = (
-            make_analyzer(lang_v) if lang_v is Lang.ZH else make_analyzer(lang_v, stemming=stemming)
-        )
+        analyzer = make_analyzer(lang_v) if zh else make_analyzer(lang_v, stemming=stemming)
         retriever = index_streaming(
             store,
             analyzer,
