@@ -20,7 +20,6 @@ with: a different phrase encoder would put questions and phrases in different sp
 
 from __future__ import annotations
 
-import math
 import shutil
 import time
 from collections.abc import Sequence
@@ -33,13 +32,18 @@ import numpy as np
 from anygrain.corpus.source import corpus_ref, open_corpus_of, open_or_build_corpus
 from anygrain.corpus.store import CorpusStore
 from anygrain.dense.faiss_index import (
-    MIN_POINTS_PER_CENTROID,
     FaissIndex,
     _unwrap,
     plan_training,
 )
 from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError
-from anygrain.phrase.compress import EXACT_LIMIT, Compress, DecodedVectors, compressed_factory
+from anygrain.phrase.compress import (
+    Compress,
+    DecodedVectors,
+    compressed_factory,
+    default_pq_m,
+    ivf_prefix,
+)
 from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_phrases
 from anygrain.phrase.model import PhraseEncoder
 from anygrain.phrase.search import (
@@ -109,13 +113,9 @@ def default_phrase_factory(n_vectors: int, dim: int) -> str:
       4·sqrt(N) cells is slow to train on a CPU; ``nprobe`` defaults to sqrt(cells).
     - beyond: ``IVF{sqrt(N)},PQ{dim/8}`` (8 dimensions per byte).
     """
-    if n_vectors < EXACT_LIMIT:
-        return "SQfp16"
-    cells = max(1, min(int(math.sqrt(n_vectors)), n_vectors // MIN_POINTS_PER_CENTROID))
     if n_vectors < PQ_LIMIT:
-        return f"IVF{cells},SQfp16"
-    m = next((m for m in range(max(1, dim // 8), 0, -1) if dim % m == 0), 1)
-    return f"IVF{cells},PQ{m}"
+        return f"{ivf_prefix(n_vectors)}SQfp16"
+    return f"{ivf_prefix(n_vectors)}PQ{default_pq_m(dim)}"
 
 
 class _Vectors:

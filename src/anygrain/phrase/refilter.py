@@ -96,8 +96,6 @@ def refilter(
         assert keep is not None
         threshold = threshold_for_fraction(src, keep)
     out = Path(out)
-    if out.resolve() == Path(src.path).resolve():
-        raise AnygrainError(f"{out}: refilter writes a new index; give another --out")
     check_build_target(src.path, out, overwrite=overwrite)
     old = src.manifest["settings"].get("threshold")
     if old is not None and threshold < old:
