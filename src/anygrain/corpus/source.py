@@ -26,13 +26,18 @@ def open_or_build_corpus(
     return CorpusStore.build(source, out, split=split, errors=errors, progress=progress)
 
 
+def path_ref(out: Path, target: Path) -> str:
+    """A path an index at ``out`` records: relative when ``target`` sits beside or inside
+    ``out``, so the set can be renamed or moved together, else absolute."""
+    t, o = Path(target).resolve(), Path(out).resolve()
+    if t.is_relative_to(o.parent):
+        return os.path.relpath(t, o)
+    return str(t)
+
+
 def corpus_ref(out: Path, store: CorpusStore) -> str:
-    """The corpus path an index records: relative when the corpus sits beside or inside ``out``,
-    so the pair can be renamed or moved together (a hybrid index keeps it at ``../corpus``)."""
-    sp, o = Path(store.path).resolve(), Path(out).resolve()
-    if sp.is_relative_to(o.parent):
-        return os.path.relpath(sp, o)
-    return str(sp)
+    """The corpus path an index records (a hybrid index keeps it at ``../corpus``)."""
+    return path_ref(out, Path(store.path))
 
 
 def open_corpus_of(path: Path, manifest: dict[str, Any]) -> CorpusStore:

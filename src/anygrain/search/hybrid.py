@@ -15,7 +15,6 @@ re-encoded or copied, and the two must stay where they are.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from anygrain.corpus.source import open_corpus_of, open_or_build_corpus
+from anygrain.corpus.source import corpus_ref, open_corpus_of, open_or_build_corpus, path_ref
 from anygrain.errors import AnygrainError, IndexMismatchError, parse_enum
 from anygrain.search.fusion import FusionConfig, FusionMethod, fuse_scores, rrf, union_candidates
 from anygrain.search.hit import Hit
@@ -49,15 +48,6 @@ def fusion_config(
     if depth < 1:
         raise AnygrainError(f"fusion depth must be at least 1, got {depth}")
     return FusionConfig(parse_enum(FusionMethod, fusion), weight, depth)
-
-
-def _ref(out: Path, target: Path) -> str:
-    """``target`` as the hybrid index at ``out`` records it: relative when they sit side by
-    side (so the set can be moved together), else absolute."""
-    t, o = target.resolve(), out.resolve()
-    if t.is_relative_to(o.parent):
-        return os.path.relpath(t, o)
-    return str(t)
 
 
 @register_index(IndexKind.HYBRID)
@@ -175,13 +165,13 @@ class HybridIndex(Index):
                 IndexKind.HYBRID,
                 cls.format_version,
                 corpus={
-                    "path": _ref(out, Path(store.path)),
+                    "path": corpus_ref(out, store),
                     "checksum": store.checksum,
                     "n_passages": len(store),
                 },
                 settings={"fusion": {**asdict(cfg), "method": cfg.method.value}},
                 components={
-                    name: {"kind": m["kind"], "path": _ref(out, d), "reused": True}
+                    name: {"kind": m["kind"], "path": path_ref(out, d), "reused": True}
                     for (name, m), d in zip(sub.items(), (sparse_dir, dense_dir), strict=True)
                 },
             )
