@@ -367,3 +367,21 @@ def test_query_side_training_targets_the_decoded_vectors(
     # the fine-tuned question side searches the compressed index
     again = Index.load(idx.path, model=out)
     assert again.search(QUESTIONS[:1], 1)[0]
+
+
+@pytest.mark.parametrize("compress", ["none", "sq8"])
+def test_score_rows_is_each_passages_brute_force_best_phrase(
+    built: dict[str, PhraseIndex], compress: str
+) -> None:
+    """The per-passage score hybrids fuse: the max over every span of that passage."""
+    idx = built[compress]
+    qs, qe = idx.encode_queries(QUESTIONS)
+    n = len(idx.corpus)
+    rows = np.full((len(QUESTIONS), n + 1), -1, dtype=np.int64)
+    rows[:, :n] = np.arange(n)[::-1]  # any order, with one padding column
+    got = idx.score_rows(qs, qe, rows)
+    assert got.shape == rows.shape and np.isneginf(got[:, n]).all()
+    for i in range(len(QUESTIONS)):
+        want = dict(brute_force_units(idx, qs[i], qe[i], Unit.PASSAGE, n))
+        for j in range(n):
+            np.testing.assert_allclose(got[i, j], want[int(rows[i, j])], atol=1e-4)

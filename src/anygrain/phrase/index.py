@@ -512,6 +512,37 @@ class PhraseIndex(Index):
             out.extend(unit_hits(self.table, self.store, found, u))
         return out
 
+    def score_rows(
+        self,
+        q_start: np.ndarray,
+        q_end: np.ndarray,
+        rows: np.ndarray,
+        *,
+        max_words: int | None = None,
+    ) -> np.ndarray:
+        """Each candidate passage's exact score: its best phrase for the question (the
+        paper's passage score), so phrase scores fuse with another system's over the same
+        candidates.  ``rows`` is (n, c) with -1 padding, which scores ``-inf``."""
+        rows = np.asarray(rows, dtype=np.int64)
+        L = int(max_words or self.max_words)
+        out = np.full(rows.shape, -np.inf, dtype=np.float32)
+        with single_thread():
+            for i in range(len(rows)):
+                valid = rows[i][rows[i] >= 0]
+                if not len(valid):
+                    continue
+                ph = search_scope(self.table, q_start[i], q_end[i], valid, L)
+                if not len(ph):
+                    continue
+                # phrases come best first: a row's first phrase is its max
+                prow = self.table.row[ph.start]
+                uniq, first = np.unique(prow, return_index=True)
+                best = dict(zip(uniq.tolist(), ph.score[first].tolist(), strict=True))
+                for j, r in enumerate(rows[i].tolist()):
+                    if r in best:
+                        out[i, j] = best[r]
+        return out
+
     @property
     def exact_mips(self) -> bool:
         """Whether both MIPS searches are exhaustive scans scoring the very vectors span

@@ -1,0 +1,74 @@
+"""Helpers the retrieval benchmarks share (bench/any_grain.py, bench/chinese.py)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anygrain import Index
+from anygrain.api import build_index
+from anygrain.corpus.questions import Questions
+from anygrain.corpus.store import CorpusStore
+from anygrain.eval import evaluate_run
+from anygrain.phrase.index import PhraseIndex
+from anygrain.search.fusion import FusionConfig, FusionMethod, fuse_scores
+from anygrain.search.hit import Unit
+from anygrain.search.results import hits_from_rows
+
+PASSAGE_METRICS = ["top@1", "top@5", "top@20", "mrr@20"]
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def rounded(d: dict[str, float], digits: int = 4) -> dict[str, float]:
+    return {k: round(float(v), digits) for k, v in d.items()}
+
+
+def passage_metrics(
+    store: CorpusStore,
+    qs: Questions,
+    rows: np.ndarray,
+    scores: np.ndarray,
+    metrics: list[str] = PASSAGE_METRICS,
+) -> dict[str, float]:
+    """Passage metrics of a (rows, scores) ranking; hits judged by answer strings (DPR)."""
+    hits = hits_from_rows(store, rows[:, :20], scores[:, :20])
+    rep = evaluate_run(dict(zip([q.id for q in qs], hits, strict=True)), qs, metrics)
+    return rounded(rep.metrics)
+
+
+def fuse(
+    cand: np.ndarray, a: np.ndarray, b: np.ndarray, k: int = 20
+) -> tuple[np.ndarray, np.ndarray]:
+    """z-score fusion (the project's default) of two systems' exact scores on ``cand``."""
+    return fuse_scores(cand, a, b, FusionConfig(FusionMethod.ZSCORE), k)
+
+
+def build_or_open(out: Path, source: Any, kind: str, threads: int, **settings: Any) -> Index:
+    """The index at ``out`` when one is there (benchmarks rerun cheaply), else built."""
+    if (out / "index.json").exists():
+        return Index.load(out)
+    log(f"building {kind} index {out}")
+    t = time.perf_counter()
+    idx = build_index(source, kind=kind, out=out, threads=threads, **settings)
+    log(f"built {out} in {time.perf_counter() - t:.1f} s")
+    return idx
+
+
+def phrase_passage_rows(
+    phrase: PhraseIndex, q_start: np.ndarray, q_end: np.ndarray, k: int = 20, depth: int = 200
+) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+    """Passages ranked by their best phrase, as (rows, scores) arrays, and the round stats."""
+    found, stats = phrase.search_units(q_start, q_end, k, Unit.PASSAGE, depth=depth)
+    rows = np.full((len(found), k), -1, dtype=np.int64)
+    scores = np.zeros((len(found), k), dtype=np.float32)
+    for i, hs in enumerate(found):
+        for j, h in enumerate(hs):
+            rows[i, j], scores[i, j] = int(phrase.table.row[h.start]), h.score
+    return rows, scores, stats
