@@ -6,29 +6,31 @@ Layout of a vectors directory::
     vectors-00000.npy    rows [0, shard_size) of the corpus, float32 or float16
     vectors-00001.npy    ...
 
-Encoding a large corpus takes hours, so it is resumable: each shard is written
-under a temporary name and renamed only once complete, and ``shards.json``
-records the size of every finished shard.  Rerunning :func:`encode_corpus` after
-an interrupt skips finished shards and ends with the same vectors, because a
-shard is always encoded as one unit (the same texts in the same length buckets).
-A directory started by another model or corpus is never resumed: mixing vectors
-from two encoders would silently corrupt the index.
+Encoding a large corpus takes hours, so it runs on the resumable shard engine
+(:mod:`anygrain.encode.engine`): each shard is renamed into place only once complete,
+and ``shards.json`` records the size of every finished shard.  Rerunning
+:func:`encode_corpus` after an interrupt skips finished shards and ends with the same
+vectors, because a shard is always encoded as one unit (the same texts in the same
+length buckets).  A directory started by another model or corpus is never resumed:
+mixing vectors from two encoders would silently corrupt the index.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from anygrain.corpus.store import CorpusStore
-from anygrain.errors import AnygrainError, IndexMismatchError
-from anygrain.utils.atomic import atomic_write_text, remove_stale_files
+from anygrain.encode.engine import EncodeSpec, OnMismatch, ShardedEncode
+from anygrain.encode.executor import Executor, ExecutorKind
+from anygrain.encode.jobs import ShardJob
+from anygrain.encode.manifest import ShardListManifest
+from anygrain.errors import AnygrainError
 
 if TYPE_CHECKING:
     from anygrain.models.biencoder import BiEncoder
@@ -55,31 +57,6 @@ class Shard:
     @property
     def n(self) -> int:
         return self.end - self.start
-
-
-def _plan(n: int, shard_size: int) -> list[Shard]:
-    return [
-        Shard(shard_name(i), s, min(s + shard_size, n))
-        for i, s in enumerate(range(0, n, shard_size))
-    ]
-
-
-def _write_manifest(path: Path, manifest: dict[str, Any]) -> None:
-    atomic_write_text(path / SHARDS_MANIFEST, json.dumps(manifest, indent=2))
-
-
-def _save_npy_atomic(path: Path, arr: np.ndarray) -> int:
-    """Write ``arr`` to ``path`` via a temporary name, so a crash never leaves half a shard."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:  # a file object, so np.save adds no ``.npy`` suffix
-            np.save(f, arr)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path.stat().st_size
 
 
 class ShardSet:
@@ -197,8 +174,6 @@ def _expected(
     """The manifest fields that must match for shards to belong to this corpus and model."""
     if dtype not in DTYPES:
         raise AnygrainError(f"vector dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
-    if shard_size <= 0:
-        raise AnygrainError(f"shard_size must be positive, not {shard_size}")
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -211,6 +186,63 @@ def _expected(
         "bf16": bf16,  # bf16 vectors differ slightly: never mix them with float32 ones
         "corpus_checksum": store.checksum,
     }
+
+
+def _spec(expect: dict[str, Any]) -> EncodeSpec:
+    # the bar is the encoder's, within each shard: an encode is a few large shards
+    return EncodeSpec(
+        identity=expect,
+        shard_size=int(expect["shard_size"]),
+        layout=ShardListManifest(SHARDS_MANIFEST),
+        on_mismatch=OnMismatch.REFUSE,
+        what="vectors",
+        progress=False,
+    )
+
+
+@dataclass
+class _PassageShards:
+    """Shard encoder: the passages of a shard's rows, through the passage encoder."""
+
+    store: CorpusStore
+    model: BiEncoder
+    dtype: str
+    batch_size: int
+    progress: bool
+    bf16: bool
+    label: str
+
+    def files(self, job: ShardJob) -> tuple[str, ...]:
+        return (shard_name(job.index),)
+
+    def encode(self, job: ShardJob, into: Path) -> dict[str, Any]:
+        rows = np.arange(job.start, job.end)
+        vecs = self.model.passage.encode(
+            self.store.texts(rows),
+            self.store.titles(rows),
+            batch_size=self.batch_size,
+            progress=self.progress,
+            bf16=self.bf16,
+            desc=f"encoding passages{' with ' + self.label if self.label else ''} "
+            f"(shard {job.index + 1}/{job.n_shards})",
+        )
+        np.save(into / shard_name(job.index), vecs.astype(self.dtype, copy=False))
+        return {}
+
+
+@dataclass
+class _GivenShards:
+    """Shard encoder: rows of vectors already computed."""
+
+    vectors: np.ndarray
+    dtype: str
+
+    def files(self, job: ShardJob) -> tuple[str, ...]:
+        return (shard_name(job.index),)
+
+    def encode(self, job: ShardJob, into: Path) -> dict[str, Any]:
+        np.save(into / shard_name(job.index), self.vectors[job.start : job.end].astype(self.dtype))
+        return {}
 
 
 def save_vectors(
@@ -231,13 +263,9 @@ def save_vectors(
             f"vectors have shape {vectors.shape}, expected {(len(store), model.dim)}"
         )
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     if (out / SHARDS_MANIFEST).exists():
         raise AnygrainError(f"{out}: already holds vectors; pick an empty directory")
-    shards = _plan(len(store), shard_size)
-    for s in shards:
-        s.nbytes = _save_npy_atomic(out / s.file, vectors[s.start : s.end].astype(dtype))
-    _write_manifest(out, {**expect, "complete": True, "shards": [asdict(s) for s in shards]})
+    ShardedEncode(out, len(store), _GivenShards(vectors, dtype), _spec(expect)).run()
     return ShardSet.open(out)
 
 
@@ -253,55 +281,19 @@ def encode_corpus(
     bf16: bool = False,
     on_shard: Callable[[int, int], None] | None = None,
     label: str = "",
+    executor: Executor | ExecutorKind | str | None = None,
 ) -> ShardSet:
     """Encode every passage of ``store`` into shards under ``out_dir``; resumes an interrupted run.
 
     ``label`` names the model in the progress bar, so a long encoding says what it encodes with.
 
     ``on_shard(i, n_shards)`` is called after shard ``i`` is safely on disk (progress
-    reporting, or tests simulating an interrupt).  Raises :class:`IndexMismatchError`
-    when ``out_dir`` holds shards from another model, corpus or setting.
+    reporting, or tests simulating an interrupt).  ``executor`` runs the shards (default:
+    in this process).  Raises :class:`IndexMismatchError` when ``out_dir`` holds shards
+    from another model, corpus or setting.
     """
     expect = _expected(store, model, shard_size, dtype, bf16)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    remove_stale_files(out)  # half-written shards of a killed run
-    mf = out / SHARDS_MANIFEST
-    if mf.exists():
-        manifest = json.loads(mf.read_text(encoding="utf-8"))
-        diff = [k for k, v in expect.items() if manifest.get(k) != v]
-        if diff:
-            details = ", ".join(f"{k}: {manifest.get(k)!r} there, {expect[k]!r} now" for k in diff)
-            raise IndexMismatchError(
-                f"{out}: holds vectors from a different run ({details}); refusing to mix them. "
-                "Delete the directory or pick another one to start afresh."
-            )
-        shards = [Shard(**s) for s in manifest["shards"]]
-    else:
-        shards = _plan(len(store), shard_size)
-        manifest = {**expect, "complete": False, "shards": [asdict(s) for s in shards]}
-        _write_manifest(out, manifest)
-
-    for i, s in enumerate(shards):
-        f = out / s.file
-        if s.nbytes is not None and f.exists() and f.stat().st_size == s.nbytes:
-            continue  # finished in an earlier run
-        rows = np.arange(s.start, s.end)
-        vecs = model.passage.encode(
-            store.texts(rows),
-            store.titles(rows),
-            batch_size=batch_size,
-            progress=progress,
-            bf16=bf16,
-            desc=f"encoding passages{' with ' + label if label else ''} "
-            f"(shard {i + 1}/{len(shards)})",
-        )
-        s.nbytes = _save_npy_atomic(f, vecs.astype(dtype, copy=False))
-        manifest["shards"] = [asdict(x) for x in shards]
-        _write_manifest(out, manifest)
-        if on_shard is not None:
-            on_shard(i, len(shards))
-    if not manifest.get("complete"):
-        manifest["complete"] = True
-        _write_manifest(out, manifest)
-    return ShardSet.open(out)
+    encoder = _PassageShards(store, model, dtype, batch_size, progress, bf16, label)
+    engine = ShardedEncode(out_dir, len(store), encoder, _spec(expect), executor=executor)
+    engine.run(on_shard)
+    return ShardSet.open(out_dir)

@@ -1,11 +1,12 @@
 """Dumping phrase vectors: every passage encoded once, filtered tokens kept as float16.
 
-Encoding a corpus takes hours, so it runs in shards of passages that are written
-atomically and recorded in ``dump.json`` as they finish; a rerun skips finished
-shards and, because a shard is always encoded as one unit, ends with the same
-arrays as an uninterrupted run.  A dump started by another model, corpus or
-threshold is never resumed (it is started again): mixing vectors from two
-encoders would silently corrupt the index.
+Encoding a corpus takes hours, so it runs on the resumable shard engine
+(:mod:`anygrain.encode.engine`) in shards of passages that are written atomically
+and recorded in ``dump.json`` as they finish; a rerun skips finished shards and,
+because a shard is always encoded as one unit, ends with the same arrays as an
+uninterrupted run.  A dump started by another model, corpus or threshold is never
+resumed (it is started again): mixing vectors from two encoders would silently
+corrupt the index.
 
 Once all shards exist they are concatenated into the final memory-mappable arrays:
 
@@ -22,9 +23,6 @@ when either bit is set.  Tokens are in passage order, then text order.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,9 +31,13 @@ from typing import Any
 import numpy as np
 
 from anygrain.corpus.store import CorpusStore
+from anygrain.encode.engine import EncodeSpec, OnMismatch, ShardedEncode
+from anygrain.encode.executor import Executor, ExecutorKind
+from anygrain.encode.jobs import ShardJob
+from anygrain.encode.manifest import DoneMapManifest
+from anygrain.encode.npy import concatenate_npy
 from anygrain.phrase.model import EncodedPassage, PhraseEncoder
-from anygrain.utils.atomic import atomic_write_text, remove_stale_files
-from anygrain.utils.progress import progress_bar
+from anygrain.utils.atomic import atomic_path
 
 DUMP_MANIFEST = "dump.json"
 FORMAT = "anygrain.phrase-dump"
@@ -63,18 +65,6 @@ def keep_flags(p: EncodedPassage, threshold: float | None) -> np.ndarray:
         s_ok &= p.filter_logits[:, 0] >= threshold
         e_ok &= p.filter_logits[:, 1] >= threshold
     return s_ok.astype(np.int32) * START_OK + e_ok.astype(np.int32) * END_OK
-
-
-def _save_npy(path: Path, arr: np.ndarray) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            np.save(f, arr)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _shard_file(i: int, name: str) -> str:
@@ -143,6 +133,33 @@ def _identity(
     }
 
 
+@dataclass
+class _PhraseShards:
+    """Shard encoder: the kept tokens of a shard's passages, one file per array."""
+
+    store: CorpusStore
+    model: PhraseEncoder
+    threshold: float | None
+    batch_size: int
+    bf16: bool
+
+    def files(self, job: ShardJob) -> tuple[str, ...]:
+        return tuple(_shard_file(job.index, a) for a in ARRAYS)
+
+    def encode(self, job: ShardJob, into: Path) -> dict[str, Any]:
+        arrays = encode_shard(
+            self.store,
+            self.model,
+            job.rows,
+            self.threshold,
+            batch_size=self.batch_size,
+            bf16=self.bf16,
+        )
+        for a in ARRAYS:
+            np.save(into / _shard_file(job.index, a), arrays[a])
+        return {"kept": len(arrays["tokens"]), "seen": int(arrays["seen"][0])}
+
+
 def dump_phrases(
     store: CorpusStore,
     model: PhraseEncoder,
@@ -155,86 +172,50 @@ def dump_phrases(
     bf16: bool = False,
     progress: bool = True,
     on_shard: Callable[[int], None] | None = None,
+    executor: Executor | ExecutorKind | str | None = None,
 ) -> DumpStats:
     """Encode ``store`` into shards under ``work`` (resumable), then write the final arrays
-    into ``out``.  ``on_shard(i)`` is called after shard ``i`` is saved (tests interrupt here)."""
+    into ``out``.  ``on_shard(i)`` is called after shard ``i`` is saved (tests interrupt here);
+    ``executor`` runs the shards (default: in this process)."""
     work, out = Path(work), Path(out)
-    work.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    remove_stale_files(work)  # half-written shards of a killed run
-    ident = _identity(store, model, threshold, shard_size)
-    mf = work / DUMP_MANIFEST
-    manifest: dict[str, Any] | None = None
-    if mf.exists():
-        try:
-            manifest = json.loads(mf.read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
-            manifest = None
-        if manifest is None or any(manifest.get(k) != v for k, v in ident.items()):
-            shutil.rmtree(work)  # another model, corpus or threshold: never mix
-            work.mkdir(parents=True)
-            manifest = None
-    if manifest is None:
-        manifest = {**ident, "done": {}}
-        atomic_write_text(mf, json.dumps(manifest, indent=2))
-    n = len(store)
-    shards = [range(s, min(s + shard_size, n)) for s in range(0, n, shard_size)]
-    done_before = sum(
-        1
-        for i in range(len(shards))
-        if str(i) in manifest["done"] and all((work / _shard_file(i, a)).exists() for a in ARRAYS)
+    spec = EncodeSpec(
+        identity=_identity(store, model, threshold, shard_size),
+        shard_size=shard_size,
+        layout=DoneMapManifest(DUMP_MANIFEST),
+        on_mismatch=OnMismatch.RESTART,  # the work directory is ours: start it again
+        what="phrase shards",
+        desc="dumping phrases",
+        progress=progress,
     )
-    seen_total = 0
-    for i, rows in enumerate(
-        progress_bar(shards, desc="dumping phrases", unit="shard", disable=not progress)
-    ):
-        if str(i) in manifest["done"] and all((work / _shard_file(i, a)).exists() for a in ARRAYS):
-            seen_total += int(manifest["done"][str(i)]["seen"])
-            continue
-        arrays = encode_shard(store, model, rows, threshold, batch_size=batch_size, bf16=bf16)
-        for a in ARRAYS:
-            _save_npy(work / _shard_file(i, a), arrays[a])
-        seen = int(arrays["seen"][0])
-        seen_total += seen
-        manifest["done"][str(i)] = {
-            "rows": [rows.start, rows.stop],
-            "kept": len(arrays["tokens"]),
-            "seen": seen,
-        }
-        atomic_write_text(mf, json.dumps(manifest, indent=2))
-        if on_shard is not None:
-            on_shard(i)
-    return _merge(work, out, len(shards), model.dim, n, seen_total, done_before)
+    encoder = _PhraseShards(store, model, threshold, batch_size, bf16)
+    result = ShardedEncode(work, len(store), encoder, spec, executor=executor).run(
+        None if on_shard is None else lambda i, _n: on_shard(i)
+    )
+    seen = sum(int(r.info["seen"]) for r in result.records)
+    return _merge(work, out, len(result.records), model.dim, len(store), seen, result.resumed)
 
 
 def _merge(
     work: Path, out: Path, n_shards: int, dim: int, n_passages: int, seen: int, done_before: int
 ) -> DumpStats:
     """Concatenate shard arrays into the final files, streaming (never all in memory)."""
-    sizes = [len(np.load(work / _shard_file(i, "tokens"), mmap_mode="r")) for i in range(n_shards)]
-    total = int(sum(sizes))
-    for name, shape, dtype in (
-        ("start", (total, dim), np.float16),
-        ("end", (total, dim), np.float16),
-        ("tokens", (total, 6), np.int32),
-        ("filter", (total, 2), np.float16),
+    total = 0
+    for name, row_shape, dtype in (
+        ("start", (dim,), np.float16),
+        ("end", (dim,), np.float16),
+        ("tokens", (6,), np.int32),
+        ("filter", (2,), np.float16),
     ):
-        tmp = out / f".{name}.npy.tmp"
-        mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
-        pos = 0
-        for i in range(n_shards):
-            a = np.load(work / _shard_file(i, name), mmap_mode="r")
-            mm[pos : pos + len(a)] = a
-            pos += len(a)
-        mm.flush()
-        del mm
-        os.replace(tmp, out / f"{name}.npy")
+        shards = [work / _shard_file(i, name) for i in range(n_shards)]
+        total = concatenate_npy(shards, out / f"{name}.npy", dtype=dtype, row_shape=row_shape)
     counts = np.concatenate([np.load(work / _shard_file(i, "counts")) for i in range(n_shards)])
     if len(counts) != n_passages:
         raise RuntimeError(f"dump covers {len(counts)} passages, corpus has {n_passages}")
     ptr = np.zeros(n_passages + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
-    _save_npy(out / "passage_ptr.npy", ptr)
+    with atomic_path(out / "passage_ptr.npy") as tmp, open(tmp, "wb") as f:
+        np.save(f, ptr)  # a file object: np.save adds no ``.npy`` to the temporary name
     flags = np.load(out / "tokens.npy", mmap_mode="r")[:, 3]
     return DumpStats(
         n_passages=n_passages,
