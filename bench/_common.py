@@ -14,8 +14,8 @@ from anygrain.api import build_index
 from anygrain.corpus.questions import Questions
 from anygrain.corpus.store import CorpusStore
 from anygrain.eval import evaluate_run
+from anygrain.index.fusion import FusionConfig, FusionMethod, fuse_scores
 from anygrain.phrase.index import PhraseIndex
-from anygrain.search.fusion import FusionConfig, FusionMethod, fuse_scores
 from anygrain.search.hit import Unit
 from anygrain.search.results import hits_from_rows
 

@@ -58,11 +58,11 @@ from anygrain.corpus.questions import Questions
 from anygrain.dense.index import DenseIndex
 from anygrain.eval import evaluate_run
 from anygrain.eval.answers import has_answer
+from anygrain.index.fusion import union_candidates
+from anygrain.index.scope import gold_rows
 from anygrain.phrase.index import PhraseIndex
 from anygrain.phrase.search import _sentence_of
-from anygrain.search.fusion import union_candidates
 from anygrain.search.hit import Hit, Unit
-from anygrain.search.scope import gold_rows
 from anygrain.sparse.bm25 import BM25Index
 from anygrain.utils.threads import set_threads
 

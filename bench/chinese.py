@@ -43,8 +43,8 @@ from anygrain.corpus.questions import Questions
 from anygrain.corpus.store import CorpusStore
 from anygrain.dense.index import DenseIndex
 from anygrain.errors import ErrorLog
+from anygrain.index.fusion import union_candidates
 from anygrain.phrase.index import PhraseIndex
-from anygrain.search.fusion import union_candidates
 from anygrain.sparse.bm25 import BM25Index
 from anygrain.utils.threads import set_threads
 

@@ -52,7 +52,7 @@ def _mem() -> dict[str, float]:
 def child(mode: str, index_dir: str, queries_file: str) -> None:
     """Run in a subprocess: open the index memory-mapped, search, report memory."""
     if mode == "full":
-        from anygrain.search.index import Index
+        from anygrain.index.base import Index
 
         questions = json.loads(Path(queries_file).read_text())
         idx = Index.load(index_dir)

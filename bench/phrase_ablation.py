@@ -30,8 +30,8 @@ import torch
 
 from anygrain import load_questions
 from anygrain.corpus.formats import parse_source
+from anygrain.index.base import Index
 from anygrain.phrase import PhraseIndex, evaluate_phrase
-from anygrain.search.index import Index
 from anygrain.train.phrase import PhraseTrainConfig, train_phrase
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"

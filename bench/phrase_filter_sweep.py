@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from anygrain.api import evaluate_index, load_questions
+from anygrain.index.base import Index
 from anygrain.phrase import PhraseIndex
 from anygrain.phrase.compress import Compress
 from anygrain.phrase.refilter import refilter, threshold_for_fraction
-from anygrain.search.index import Index
 
 
 def _floats(s: str | None) -> list[float]:

@@ -23,8 +23,8 @@ import torch
 
 from anygrain import load_questions
 from anygrain.corpus.formats import parse_source
+from anygrain.index.base import Index
 from anygrain.phrase import PhraseIndex, evaluate_phrase
-from anygrain.search.index import Index
 from anygrain.train.phrase_query_side import PhraseQuerySideConfig, train_phrase_query_side
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"

@@ -38,11 +38,11 @@ import torch
 
 from anygrain import load_questions
 from anygrain.corpus.formats import parse_source
+from anygrain.index.base import Index
 from anygrain.phrase import PhraseIndex, evaluate_phrase
 from anygrain.phrase.refilter import refilter, threshold_for_fraction
 from anygrain.phrase.search import aggregate, unit_hits
 from anygrain.search.hit import Unit
-from anygrain.search.index import Index
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SQUAD_DEV = SHARED / "squad-v1.1" / "dev-v1.1.json"

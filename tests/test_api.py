@@ -12,9 +12,9 @@ from anygrain.api import PASSAGE_METRICS, evaluate_index, load_questions, search
 from anygrain.cli import app
 from anygrain.corpus.formats import parse_source
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy, InputError
+from anygrain.index.base import Index
 from anygrain.models.resolve import ModelNotFoundError, resolve_model
 from anygrain.phrase.refilter import refilter, threshold_for_fraction
-from anygrain.search.index import Index
 
 
 @pytest.fixture

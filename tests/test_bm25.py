@@ -12,7 +12,7 @@ import pytest
 import Stemmer
 
 from anygrain.corpus.records import SourceDocument
-from anygrain.search.index import Index
+from anygrain.index.base import Index
 from anygrain.sparse.analyzers import ChineseAnalyzer, EnglishAnalyzer
 from anygrain.sparse.bm25 import BM25Index
 

@@ -50,7 +50,7 @@ def test_bucketed_equals_one_by_one(m: BiEncoder, titles: list[str] | None) -> N
 def test_real_minilm_index_ranks_sensibly(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The offline minilm alias end to end: the right passage wins for plain questions."""
     from anygrain.corpus.records import SourceDocument
-    from anygrain.search.index import Index
+    from anygrain.index.base import Index
 
     docs = [
         SourceDocument("paris", "Paris", "Paris is the capital and largest city of France."),

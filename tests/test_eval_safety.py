@@ -16,7 +16,7 @@ from anygrain.cli import app
 from anygrain.corpus.questions import Question
 from anygrain.errors import AnygrainError
 from anygrain.eval.coverage import judge_by_gold, qrels_coverage
-from anygrain.search.index import Index
+from anygrain.index.base import Index
 
 runner = CliRunner()
 

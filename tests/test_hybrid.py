@@ -11,9 +11,9 @@ from dense_helpers import single_threaded, tiny_biencoder
 
 from anygrain.corpus.records import SourceDocument
 from anygrain.errors import AnygrainError, IndexMismatchError
-from anygrain.search.fusion import FusionConfig, FusionMethod, fuse_scores, union_candidates
-from anygrain.search.hybrid import HybridIndex
-from anygrain.search.index import Index
+from anygrain.index.base import Index
+from anygrain.index.fusion import FusionConfig, FusionMethod, fuse_scores, union_candidates
+from anygrain.index.hybrid import HybridIndex
 
 DOCS = [
     SourceDocument("a", "Cats", "The cat sat on the mat."),

@@ -9,8 +9,8 @@ name.  The rules (docs/design.md, "Layers"):
     ``anygrain/cli*.py`` and ``anygrain/serve/`` -- never import ``anygrain.api``,
     ``anygrain.cli*`` or ``anygrain.serve``: those are the top layers built on them;
 (b) ``anygrain/serve/`` never imports ``anygrain.cli*``;
-(c) the index base ``anygrain/search/index.py`` imports no index kind: it finds a
-    kind's module by name in ``anygrain.search.registry``.
+(c) the index base ``anygrain/index/base.py`` imports no index kind: it finds a
+    kind's module by name in ``anygrain.index.registry``.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ KIND_MODULES = (
     "anygrain.sparse",
     "anygrain.dense",
     "anygrain.phrase",
-    "anygrain.search.hybrid",
-    "anygrain.search.kinds",
+    "anygrain.index.hybrid",
+    "anygrain.index.kinds",
 )
-INDEX_BASE = "anygrain.search.index"
+INDEX_BASE = "anygrain.index.base"
 
 
 @dataclass(frozen=True)
@@ -151,9 +151,9 @@ def test_layers() -> None:
         # (b)
         ("anygrain.serve.app", "def f():\n    from anygrain.cli_common import X\n", "CLI"),
         # (c)
-        (INDEX_BASE, "def f():\n    import anygrain.search.kinds\n", "index kind"),
+        (INDEX_BASE, "def f():\n    import anygrain.index.kinds\n", "index kind"),
         (INDEX_BASE, "from anygrain.dense.index import DenseIndex", "index kind"),
-        (INDEX_BASE, "from anygrain.search import hybrid", "index kind"),
+        (INDEX_BASE, "from anygrain.index import hybrid", "index kind"),
     ],
 )
 def test_the_checker_flags_violations(module: str, source: str, rule: str) -> None:
@@ -164,12 +164,12 @@ def test_the_checker_flags_violations(module: str, source: str, rule: str) -> No
 @pytest.mark.parametrize(
     ("module", "source"),
     [
-        ("anygrain.api", "from anygrain.search.index import Index"),
+        ("anygrain.api", "from anygrain.index.base import Index"),
         ("anygrain.cli", "from anygrain.api import search_index\nimport anygrain.serve"),
         ("anygrain.serve.app", "from anygrain.api import search_index"),
-        ("anygrain.eval.x", "import anygrain.client\nfrom anygrain.search.index import Index"),
-        (INDEX_BASE, "from anygrain.search.registry import KIND_MODULES"),
-        ("anygrain.search.hybrid", "from anygrain.dense.index import DenseIndex"),
+        ("anygrain.eval.x", "import anygrain.client\nfrom anygrain.index.base import Index"),
+        (INDEX_BASE, "from anygrain.index.registry import KIND_MODULES"),
+        ("anygrain.index.hybrid", "from anygrain.dense.index import DenseIndex"),
     ],
 )
 def test_the_checker_allows_the_layers(module: str, source: str) -> None:
@@ -178,8 +178,8 @@ def test_the_checker_allows_the_layers(module: str, source: str) -> None:
 
 def test_every_index_kind_has_a_home() -> None:
     """Each IndexKind names a module in the registry, and importing it registers the kind."""
-    from anygrain.search.index import _REGISTRY, IndexKind
-    from anygrain.search.registry import KIND_MODULES as HOMES
+    from anygrain.index.base import _REGISTRY, IndexKind
+    from anygrain.index.registry import KIND_MODULES as HOMES
 
     assert set(HOMES) == {k.value for k in IndexKind}
     for kind in IndexKind:

@@ -21,12 +21,12 @@ from typer.testing import CliRunner
 from anygrain.api import evaluate_index, load_questions
 from anygrain.cli import app
 from anygrain.errors import AnygrainError
+from anygrain.index.base import Index
 from anygrain.phrase import PhraseEncoder, PhraseIndex
 from anygrain.phrase.compress import Compress, DecodedVectors, compressed_factory
 from anygrain.phrase.refilter import refilter
 from anygrain.phrase.search import _sentence_of
 from anygrain.search.hit import Unit, UnitSearchStats
-from anygrain.search.index import Index
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 

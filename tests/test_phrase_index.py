@@ -16,10 +16,10 @@ from anygrain.api import load_questions
 from anygrain.cli import app
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, IndexMismatchError
+from anygrain.index.base import Index
 from anygrain.phrase import PhraseEncoder, PhraseIndex, QuestionEncoderKind, evaluate_phrase
 from anygrain.phrase.model import MODEL_CONFIG
 from anygrain.search.hit import Unit
-from anygrain.search.index import Index
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 

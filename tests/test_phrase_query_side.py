@@ -16,9 +16,9 @@ from anygrain.api import load_questions
 from anygrain.cli import app as main_app
 from anygrain.cli_phrase import train_query_side_cmd
 from anygrain.errors import AnygrainError
+from anygrain.index.base import Index
 from anygrain.phrase import PhraseEncoder, PhraseIndex
 from anygrain.phrase.search import Phrases
-from anygrain.search.index import Index
 from anygrain.train.phrase_query_side import (
     PhraseQuerySideConfig,
     QuerySideLoss,

@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 from anygrain.api import load_questions
 from anygrain.cli_phrase import refilter_cmd
 from anygrain.errors import AnygrainError
+from anygrain.index.base import Index
 from anygrain.phrase import PhraseEncoder, PhraseIndex, evaluate_phrase
 from anygrain.phrase.refilter import refilter, refiltered_flags, threshold_for_fraction
-from anygrain.search.index import Index
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 

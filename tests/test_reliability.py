@@ -30,7 +30,7 @@ from typer.testing import CliRunner, Result
 from anygrain.cli import app
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError
-from anygrain.search.index import MANIFEST, Index, UncheckedIndexWarning, read_manifest
+from anygrain.index.base import MANIFEST, Index, UncheckedIndexWarning, read_manifest
 from anygrain.utils.atomic import remove_stale
 
 runner = CliRunner()

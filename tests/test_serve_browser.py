@@ -33,8 +33,8 @@ from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 from test_phrase_helpers import PARAGRAPHS, make_tiny_model, write_squad
 
+from anygrain.index.base import Index
 from anygrain.phrase import PhraseEncoder
-from anygrain.search.index import Index
 from anygrain.serve import create_app
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")

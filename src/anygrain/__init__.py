@@ -8,8 +8,8 @@ from anygrain.api import evaluate_index, load_questions, run_demo, search_index
 from anygrain.corpus.questions import Question, Questions
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, ErrorPolicy, InputError
+from anygrain.index.base import Index, IndexKind
 from anygrain.search.hit import Hit, Unit
-from anygrain.search.index import Index, IndexKind
 
 __version__ = "0.1.0"
 

@@ -12,10 +12,10 @@ from anygrain.corpus.questions import Question, Questions
 from anygrain.errors import AnygrainError, ErrorLog, parse_enum
 from anygrain.eval.coverage import check_qrels_coverage, judge_by_gold
 from anygrain.eval.evaluate import EvalReport
-from anygrain.search.fusion import FusionMethod
+from anygrain.index.base import Index, IndexKind, read_manifest
+from anygrain.index.fusion import FusionMethod
+from anygrain.index.scope import Scope, gold_rows
 from anygrain.search.hit import Hit, Unit
-from anygrain.search.index import Index, IndexKind, read_manifest
-from anygrain.search.scope import Scope, gold_rows
 from anygrain.utils.threads import set_threads
 
 # the passage-index metrics ``evaluate_index`` and ``anygrain eval`` report by default
@@ -176,7 +176,7 @@ def combine_hybrid(
 ) -> Index:
     """A hybrid index reusing an existing BM25 index and dense index over the same corpus,
     given in either order; see :meth:`HybridIndex.combine`."""
-    from anygrain.search.hybrid import HybridIndex
+    from anygrain.index.hybrid import HybridIndex
 
     return HybridIndex.combine(
         first, second, out, fusion=fusion, weight=weight, depth=depth, overwrite=overwrite

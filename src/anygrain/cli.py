@@ -20,11 +20,11 @@ from rich.table import Table
 from anygrain.cli_common import console, fail, out
 from anygrain.corpus.splitters import split_help
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
+from anygrain.index.base import IndexKind
+from anygrain.index.fusion import FusionMethod
+from anygrain.index.scope import Scope
 from anygrain.phrase.compress import Compress
-from anygrain.search.fusion import FusionMethod
 from anygrain.search.hit import Unit
-from anygrain.search.index import IndexKind
-from anygrain.search.scope import Scope
 from anygrain.utils.checksums import Verify
 
 VerifyOpt = Annotated[
@@ -64,7 +64,7 @@ def model_option(index_dir: Path, model: str | None) -> dict[str, Any]:
     (the index checks that it makes the same passage or phrase vectors)."""
     if model is None:
         return {}
-    from anygrain.search.index import read_manifest
+    from anygrain.index.base import read_manifest
 
     kind = read_manifest(index_dir).get("kind")
     if kind not in (IndexKind.DENSE.value, IndexKind.PHRASE.value):
@@ -319,7 +319,7 @@ def _fusion_options(
             raise AnygrainError(f"--fusion-depth must be at least 1, got {depth}")
         opts["depth"] = depth
     if opts:
-        from anygrain.search.index import read_manifest
+        from anygrain.index.base import read_manifest
 
         kind = read_manifest(index_dir).get("kind")
         if kind != IndexKind.HYBRID.value:
@@ -379,7 +379,7 @@ def search_cmd(
     """Search an index with one question (phrase indexes: answer phrases in their context)."""
     from anygrain.api import search_index
     from anygrain.cli_phrase import print_phrase_hits
-    from anygrain.search.index import Index
+    from anygrain.index.base import Index
 
     collected: list[Any] = []
     try:
@@ -467,7 +467,7 @@ def eval_cmd(
 ) -> None:
     """Evaluate an index on a question set."""
     from anygrain.api import evaluate_index
-    from anygrain.search.index import Index
+    from anygrain.index.base import Index
 
     errors = ErrorLog(on_error)
     try:
@@ -518,7 +518,7 @@ def verify_cmd(
     """Check every file of an index against the checksums recorded when it was built.
 
     Lists each damaged, missing or unexpected file; exits 1 when there is any."""
-    from anygrain.search.index import check_index_files, read_manifest
+    from anygrain.index.base import check_index_files, read_manifest
 
     try:
         m = read_manifest(index_dir)

@@ -58,7 +58,7 @@ def eval_domains_cmd(
     from anygrain.corpus.readers.multicpr import read_multicpr_questions as read_qs
     from anygrain.eval.domains import evaluate_domains
     from anygrain.eval.evaluate import Searcher
-    from anygrain.search.index import Index
+    from anygrain.index.base import Index
 
     try:
         if not root.is_dir():

@@ -127,8 +127,8 @@ def ask_cmd(
     ] = False,
 ) -> None:
     """Retrieve k passages, read them, and print the answer with its evidence."""
+    from anygrain.index.base import Index
     from anygrain.reader import Reader, read
-    from anygrain.search.index import Index
 
     try:
         index = Index.load(index_dir)
@@ -193,8 +193,8 @@ def eval_reader_cmd(
 
     from anygrain.api import load_questions
     from anygrain.corpus.store import CorpusStore
+    from anygrain.index.base import Index
     from anygrain.reader import Reader
-    from anygrain.search.index import Index
 
     _threads(threads)
     try:

@@ -33,16 +33,16 @@ from anygrain.corpus.store import CorpusStore
 from anygrain.dense.faiss_index import FaissIndex, plan_training
 from anygrain.dense.shards import ShardSet, encode_corpus
 from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError
-from anygrain.models.biencoder import BiEncoder
-from anygrain.models.resolve import default_model
-from anygrain.search.hit import Hit
-from anygrain.search.index import (
+from anygrain.index.base import (
     Index,
     IndexKind,
     check_build_target,
     register_index,
     write_manifest,
 )
+from anygrain.models.biencoder import BiEncoder
+from anygrain.models.resolve import default_model
+from anygrain.search.hit import Hit
 from anygrain.search.results import hits_from_rows
 from anygrain.utils.atomic import atomic_dir, atomic_write_text
 

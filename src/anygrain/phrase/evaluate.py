@@ -14,9 +14,9 @@ from typing import Any
 from anygrain.corpus.questions import Question
 from anygrain.errors import AnygrainError, parse_enum
 from anygrain.eval import EvalReport, evaluate, parse_metrics
+from anygrain.index.base import Index, IndexKind
+from anygrain.index.scope import Scope, gold_rows
 from anygrain.search.hit import Hit, Unit, UnitSearchStats
-from anygrain.search.index import Index, IndexKind
-from anygrain.search.scope import Scope, gold_rows
 
 
 def default_metrics(k: int, unit: Unit) -> list[str]:

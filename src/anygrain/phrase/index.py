@@ -37,6 +37,13 @@ from anygrain.dense.faiss_index import (
     plan_training,
 )
 from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError
+from anygrain.index.base import (
+    Index,
+    IndexKind,
+    check_build_target,
+    register_index,
+    write_manifest,
+)
 from anygrain.phrase.compress import (
     Compress,
     DecodedVectors,
@@ -57,13 +64,6 @@ from anygrain.phrase.search import (
     unit_hits,
 )
 from anygrain.search.hit import Hit, Unit, UnitSearchStats
-from anygrain.search.index import (
-    Index,
-    IndexKind,
-    check_build_target,
-    register_index,
-    write_manifest,
-)
 from anygrain.utils.atomic import atomic_dir
 
 SUBDIR = "phrase"

@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from anygrain.errors import AnygrainError
+from anygrain.index.base import Index, check_build_target
 from anygrain.phrase.compress import Compress
 from anygrain.phrase.dump import END_OK, START_OK, DumpStats
 from anygrain.phrase.index import DUMP_FILES, SUBDIR, PhraseIndex, finish_index
-from anygrain.search.index import Index, check_build_target
 from anygrain.utils.atomic import atomic_dir
 from anygrain.utils.progress import progress_bar
 

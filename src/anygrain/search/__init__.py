@@ -1,1 +1,1 @@
-"""Search: the Hit every index returns, the Index base and registry, and fusion of runs."""
+"""Search results: the Hit every index returns, and how hits are highlighted and presented."""

@@ -19,7 +19,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from anygrain import __version__
-from anygrain.search.index import Index
+from anygrain.index.base import Index
 from anygrain.serve import page
 from anygrain.serve.schemas import (
     BatchRequest,

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from anygrain.errors import AnygrainError
+from anygrain.index.base import Index, IndexKind
 from anygrain.search.hit import Hit, Unit
-from anygrain.search.index import Index, IndexKind
 
 #: A question longer than this many characters is refused (encoders truncate far earlier).
 MAX_QUESTION_CHARS = 1000

@@ -19,14 +19,14 @@ from anygrain.corpus.lang import Lang, detect_lang
 from anygrain.corpus.source import corpus_ref, open_corpus_of, open_or_build_corpus
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, ErrorLog
-from anygrain.search.hit import Hit
-from anygrain.search.index import (
+from anygrain.index.base import (
     Index,
     IndexKind,
     check_build_target,
     register_index,
     write_manifest,
 )
+from anygrain.search.hit import Hit
 from anygrain.search.results import hits_from_rows
 from anygrain.sparse.analyzers import Analyzer, analyzer_from_config, make_analyzer
 from anygrain.utils.atomic import atomic_dir

@@ -169,7 +169,7 @@ class _Trainer(EpochPosition):
         missing = sum(1 for ex in self.examples if not ex.hard_negatives)
         if self.cfg.hard_negatives < 1 or not missing:
             return
-        from anygrain.search.index import Index
+        from anygrain.index.base import Index
         from anygrain.sparse.bm25 import BM25Index
 
         fp = self.data.pool.fingerprint()

@@ -46,11 +46,11 @@ from anygrain.corpus.formats import parse_source
 from anygrain.corpus.questions import Question
 from anygrain.errors import AnygrainError, ErrorLog
 from anygrain.eval.squad import exact_match
+from anygrain.index.base import Index
+from anygrain.index.scope import gold_rows
 from anygrain.phrase.index import PhraseIndex
 from anygrain.phrase.model import MODEL_CONFIG, PhraseEncoder
 from anygrain.phrase.search import Phrases
-from anygrain.search.index import Index
-from anygrain.search.scope import gold_rows
 from anygrain.train.checkpoint import (
     check_compatible,
     checkpoint_format,

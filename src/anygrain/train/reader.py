@@ -651,7 +651,7 @@ def train_reader(
     retrieval: dict[str, int] = {}
     if retriever_index is not None:
         if isinstance(retriever_index, str | Path):
-            from anygrain.search.index import Index
+            from anygrain.index.base import Index
 
             retriever_index = Index.load(retriever_index)
         retrieval = attach_retrieved(

@@ -24,9 +24,7 @@ import numpy as np
 
 from anygrain.corpus.source import corpus_ref, open_corpus_of, open_or_build_corpus, path_ref
 from anygrain.errors import AnygrainError, IndexMismatchError, parse_enum
-from anygrain.search.fusion import FusionConfig, FusionMethod, fuse_scores, rrf, union_candidates
-from anygrain.search.hit import Hit
-from anygrain.search.index import (
+from anygrain.index.base import (
     Index,
     IndexKind,
     _check_on_open,
@@ -35,6 +33,8 @@ from anygrain.search.index import (
     register_index,
     write_manifest,
 )
+from anygrain.index.fusion import FusionConfig, FusionMethod, fuse_scores, rrf, union_candidates
+from anygrain.search.hit import Hit
 from anygrain.search.results import hits_from_rows
 from anygrain.sparse.bm25 import BM25Index
 from anygrain.utils.atomic import atomic_dir

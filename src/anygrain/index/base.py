@@ -5,7 +5,7 @@ the corpus checksum and model fingerprint it was built with, its settings, and t
 size and checksum of every other file in the directory (``files``; see
 :mod:`anygrain.utils.checksums`).  ``Index.load(dir)`` checks those files, reads the
 kind from ``index.json`` (never from the file name) and dispatches to the
-registered class, importing the kind's module (:mod:`anygrain.search.registry`) on
+registered class, importing the kind's module (:mod:`anygrain.index.registry`) on
 first use.  ``Index.build`` refuses, before anything is written, an output
 directory that holds anything but an index (or an index, unless ``overwrite``),
 and one that overlaps the source.
@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from anygrain.errors import AnygrainError, IndexMismatchError, parse_enum
+from anygrain.index.registry import KIND_MODULES
 from anygrain.search.hit import Hit, Unit
-from anygrain.search.registry import KIND_MODULES
 from anygrain.utils.atomic import atomic_write_text
 from anygrain.utils.checksums import (
     ALGORITHM,
@@ -67,7 +67,7 @@ def register_index(kind: IndexKind):  # type: ignore[no-untyped-def]
 
 def _index_class(kind: IndexKind) -> type[Index] | None:
     """The class registered for ``kind``, importing the kind's module (named in
-    :data:`anygrain.search.registry.KIND_MODULES`) on first use; None when it registers none."""
+    :data:`anygrain.index.registry.KIND_MODULES`) on first use; None when it registers none."""
     if kind not in _REGISTRY:
         module = KIND_MODULES.get(kind.value)
         if module is not None:
