@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from anygrain.api import PASSAGE_METRICS, evaluate_index, load_questions, search_index
+from anygrain.api import evaluate_index, load_questions, search_index
 from anygrain.cli import app
 from anygrain.corpus.formats import parse_source
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy, InputError
-from anygrain.index.base import Index
+from anygrain.index.base import PASSAGE_METRICS, Index
 from anygrain.models.resolve import ModelNotFoundError, resolve_model
 from anygrain.phrase.refilter import refilter, threshold_for_fraction
 

@@ -270,6 +270,12 @@ class SlowIndex:
     queue behind it; "boom" makes a search fail."""
 
     kind = IndexKind.BM25
+    # what the service asks an index for: its units, and the options that ask for one
+    units = (Unit.PASSAGE,)
+    default_unit = Unit.PASSAGE
+
+    def unit_options(self, unit: Unit) -> dict[str, Any]:
+        return {}
 
     def __init__(self) -> None:
         self.calls: list[list[str]] = []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,16 +10,12 @@ from typing import Any
 from anygrain.corpus.formats import parse_source
 from anygrain.corpus.questions import Question, Questions
 from anygrain.errors import AnygrainError, ErrorLog, parse_enum
-from anygrain.eval.coverage import check_qrels_coverage, judge_by_gold
 from anygrain.eval.evaluate import EvalReport
-from anygrain.index.base import Index, IndexKind, read_manifest
+from anygrain.index.base import Index, IndexKind, index_class, read_manifest
 from anygrain.index.fusion import FusionMethod
-from anygrain.index.scope import Scope, gold_rows
+from anygrain.index.scope import Scope
 from anygrain.search.hit import Hit, Unit
 from anygrain.utils.threads import set_threads
-
-# the passage-index metrics ``evaluate_index`` and ``anygrain eval`` report by default
-PASSAGE_METRICS = ("top@1", "top@5", "top@20", "mrr@20", "p@20")
 
 
 def load_questions(
@@ -56,10 +52,8 @@ def search_index(
     for i, q in enumerate(queries):
         if not isinstance(q, str) or not q.strip():
             raise AnygrainError(f"query {i + 1} is empty")
-    if idx.kind is IndexKind.PHRASE:
-        return idx.search(list(queries), k, unit=parse_enum(Unit, unit or Unit.PHRASE), **options)
-    _check_passage_unit(idx, unit)
-    return idx.search(list(queries), k, **options)
+    u = idx.check_unit(unit)
+    return idx.search(list(queries), k, **idx.unit_options(u), **options)
 
 
 def evaluate_index(
@@ -80,7 +74,8 @@ def evaluate_index(
 ) -> EvalReport:
     """Score an index on a question set; index and questions may be given as paths.
 
-    Passage indexes (BM25, dense, hybrid) default to ``PASSAGE_METRICS``; with
+    Passage indexes (BM25, dense, hybrid) default to ``PASSAGE_METRICS``
+    (:mod:`anygrain.index.base`); with
     ``scope="gold-passage"`` they are judged by each question's gold passage id instead
     of by answer strings (the whole corpus is still searched). Phrase
     indexes default to EM/F1 of the top phrase plus top@1 and top@k (``k`` defaults to
@@ -89,7 +84,6 @@ def evaluate_index(
     ``ErrorPolicy.SKIP``; the report counts them. Qrels that name no unit of the index
     raise an error; some missing ones are logged and counted (``n_qrels_ids_missing``).
     """
-    from anygrain.eval import evaluate
     from anygrain.eval.runs import check_run_path
 
     set_threads(threads)
@@ -101,50 +95,18 @@ def evaluate_index(
         qs = _first(questions, limit)
     else:
         qs = load_questions(questions, errors=errors, limit=limit)
-    ms = list(metrics) if metrics is not None else None
-    where = f"{idx.path} on {qs.source or 'these questions'}"
-    report: EvalReport
-    if idx.kind is IndexKind.PHRASE:
-        from anygrain.phrase.evaluate import evaluate_phrase
-
-        u = parse_enum(Unit, unit or Unit.PHRASE)
-        coverage = check_qrels_coverage(qs, _unit_ids(idx, u), where=where)
-        report = evaluate_phrase(
-            idx,
-            qs,
-            k=10 if k is None else k,
-            unit=u,
-            scope=parse_enum(Scope, scope or Scope.CORPUS),
-            metrics=ms,
-            run_out=run_out,
-            drop_empty=drop_empty,
-            progress=progress,
-            search_options=search_options,
-        )
-    else:
-        _check_passage_unit(idx, unit)
-        items: list[Question] = list(qs)
-        if parse_enum(Scope, scope or Scope.CORPUS) is Scope.GOLD_PASSAGE:
-            # A passage index searches the whole corpus either way; the scope changes what
-            # counts as relevant: the question's own paragraph, not any passage that
-            # happens to contain the answer string.
-            for q in items:
-                if q.answerable and not q.qrels:
-                    gold_rows(idx.corpus, q, source=qs.source)  # same passage, same text
-            items = judge_by_gold(items, source=qs.source)
-        coverage = check_qrels_coverage(items, _unit_ids(idx, Unit.PASSAGE), where=where)
-        report = evaluate(
-            idx,
-            items,
-            metrics=ms if ms is not None else list(PASSAGE_METRICS),
-            k=k,
-            run_out=Path(run_out) if run_out else None,
-            drop_empty=drop_empty,
-            progress=progress,
-            search_options=search_options,
-        )
-    report.n_qrels_ids = coverage.n_ids
-    report.n_qrels_ids_missing = coverage.n_missing
+    # each kind knows its units, scopes and default metrics (IndexKind-free here)
+    report = idx.evaluate_questions(
+        qs,
+        unit=idx.check_unit(unit),
+        scope=idx.check_scope(scope),
+        k=k,
+        metrics=list(metrics) if metrics is not None else None,
+        run_out=run_out,
+        drop_empty=drop_empty,
+        progress=progress,
+        search_options=search_options,
+    )
     report.n_skipped_records = errors.n_skipped
     return report
 
@@ -158,8 +120,10 @@ def build_index(
     **settings: Any,
 ) -> Index:
     """Build an index of ``kind`` from ``source`` (``FORMAT:PATH``, a path, a corpus
-    directory or store); ``settings`` go to the kind's builder (model, split, lang,
-    fusion, ...). ``threads`` sets torch's and FAISS's thread count (default: theirs)."""
+    directory or store); ``settings`` are the shared build options (split, progress,
+    overwrite, ...) and the kind's own (model, lang, fusion, ...: its ``settings_type``),
+    and one the kind does not take raises :class:`~anygrain.errors.UsageError`.
+    ``threads`` sets torch's and FAISS's thread count (default: theirs)."""
     set_threads(threads)
     return Index.build(source, kind=parse_enum(IndexKind, kind), out=out, **settings)
 
@@ -181,30 +145,6 @@ def combine_hybrid(
     return HybridIndex.combine(
         first, second, out, fusion=fusion, weight=weight, depth=depth, overwrite=overwrite
     )
-
-
-def _unit_ids(idx: Index, unit: Unit) -> Callable[[str], bool]:
-    """Whether the index holds a unit id at ``unit``'s grain (what qrels name)."""
-    store = idx.corpus
-    if unit is not Unit.DOCUMENT:
-        return store.__contains__  # type: ignore[no-any-return]
-    doc_ids: set[str] = set()
-
-    def has_document(uid: str) -> bool:
-        # the id column is read only when some question has qrels to check
-        if not doc_ids:
-            doc_ids.update(store.column("doc_id"))
-        return uid in doc_ids
-
-    return has_document
-
-
-def _check_passage_unit(idx: Index, unit: Unit | str | None) -> None:
-    if unit is not None and parse_enum(Unit, unit) is not Unit.PASSAGE:
-        raise AnygrainError(
-            f"{idx.path}: a {idx.kind.value} index returns passages; "
-            "unit phrase, sentence or document needs a phrase index"
-        )
 
 
 @dataclass
@@ -243,15 +183,9 @@ def _reusable_demo_index(out: Path, kind: IndexKind, corpus_checksum: str) -> In
     m = read_manifest(out)
     if m.get("kind") != kind.value or m.get("corpus", {}).get("checksum") != corpus_checksum:
         return None
-    if kind is IndexKind.PHRASE:
-        from anygrain.corpus.readers._io import load_json
-        from anygrain.models.shipped import default_phrase_model, shipped_model_dir
-        from anygrain.phrase.model import MODEL_CONFIG, PhraseConfig
-
-        cfg = shipped_model_dir(default_phrase_model("en")) / MODEL_CONFIG
-        want = PhraseConfig.from_dict(load_json(cfg), str(cfg)).phrase_fingerprint
-        if m.get("model", {}).get("fingerprint") != want:
-            return None
+    want = index_class(kind).default_model_fingerprint("en")
+    if want is not None and m.get("model", {}).get("fingerprint") != want:
+        return None
     return Index.load(out)
 
 
@@ -297,7 +231,9 @@ def run_demo(
         idx = Index.build(docs, kind=k_, out=out, split="paragraph", progress=progress, **settings)
     t_index = time.time() - t0
     qs = demo_questions()
-    units = [Unit.PHRASE, Unit.SENTENCE, Unit.PASSAGE] if k_ is IndexKind.PHRASE else [Unit.PASSAGE]
+    units: list[Unit] = [
+        u for u in idx.units if u is not Unit.DOCUMENT
+    ]  # a topic page is too long to show
     t1 = time.time()
     by_unit = {u: search_index(idx, qs.texts, k, unit=u) for u in units}
     t_search = time.time() - t1
@@ -310,7 +246,7 @@ def run_demo(
     metrics = dict(
         evaluate_run(run_of(Unit.PASSAGE), qs, ["top@1", f"top@{k}", f"mrr@{k}"]).metrics
     )
-    if k_ is IndexKind.PHRASE:
+    if Unit.PHRASE in units:
         metrics.update(evaluate_run(run_of(Unit.PHRASE), qs, ["em", "f1"]).metrics)
     seconds = {
         "index": round(t_index, 2),

@@ -64,10 +64,10 @@ def model_option(index_dir: Path, model: str | None) -> dict[str, Any]:
     (the index checks that it makes the same passage or phrase vectors)."""
     if model is None:
         return {}
-    from anygrain.index.base import read_manifest
+    from anygrain.index.base import index_class, read_manifest
 
     kind = read_manifest(index_dir).get("kind")
-    if kind not in (IndexKind.DENSE.value, IndexKind.PHRASE.value):
+    if kind not in {k.value for k in IndexKind} or not index_class(kind).takes_query_model:
         raise AnygrainError(f"{index_dir}: --model needs a dense or phrase index, not {kind}")
     return {"model": model}
 
@@ -242,8 +242,7 @@ def index_cmd(
             if threshold is not None:
                 settings["threshold"] = threshold
             if compress is not Compress.NONE or pq_m is not None or keep_dump is not None:
-                if kind is not IndexKind.PHRASE:
-                    raise AnygrainError("--compress, --pq-m and --keep-dump apply to --kind phrase")
+                # a kind without them refuses them (Index.build checks its settings)
                 settings.update(compress=compress, pq_m=pq_m, keep_dump=keep_dump)
             idx = build_index(
                 source, kind=kind, out=out_dir, threads=threads, overwrite=overwrite, **settings
@@ -386,7 +385,7 @@ def search_cmd(
         question = _read_question(query, question_file)
         opts = _fusion_options(index_dir, fusion, fusion_weight, fusion_depth)
         idx = Index.load(index_dir, verify=verify, **model_option(index_dir, model))
-        if stats and idx.kind is IndexKind.PHRASE:
+        if stats and idx.cuts_units():
             opts["stats"] = collected
         hits = search_index(idx, [question], k, unit=unit, threads=threads, **opts)[0]
     except AnygrainError as e:
@@ -397,7 +396,7 @@ def search_cmd(
             f"unit search: {st.rounds} round(s), depth {st.depth}, {st.units} units, "
             f"exhausted {st.exhausted}, exact {st.exact}"
         )
-    if idx.kind is IndexKind.PHRASE:
+    if Unit.PHRASE in idx.units:
         print_phrase_hits(hits, as_json=as_json)
         return
     if as_json:
@@ -496,8 +495,8 @@ def eval_cmd(
         console.print(f"[yellow]{escape(errors.summary())}[/]", soft_wrap=True)
     d = report.to_dict()
     d["scope"] = scope.value
-    if idx.kind is IndexKind.PHRASE:
-        d["unit"] = Unit(unit or Unit.PHRASE).value
+    if idx.cuts_units():
+        d["unit"] = idx.check_unit(unit).value
     if as_json:
         print(json.dumps(d, ensure_ascii=False))
         return

@@ -58,6 +58,10 @@ class InputError(AnygrainError):
         return f"{prefix}: {self.message}" if prefix else self.message
 
 
+class UsageError(AnygrainError):
+    """An option an operation does not take, or a value it cannot use."""
+
+
 class IndexMismatchError(AnygrainError):
     """A model, index or corpus does not belong with the others it is used with."""
 

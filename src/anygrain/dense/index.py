@@ -22,6 +22,7 @@ import os
 import shutil
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,8 @@ from anygrain.corpus.lang import Lang, detect_lang
 from anygrain.corpus.source import corpus_ref, open_corpus_of, open_or_build_corpus
 from anygrain.corpus.store import CorpusStore
 from anygrain.dense.faiss_index import FaissIndex, plan_training
-from anygrain.dense.shards import ShardSet, encode_corpus
-from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError
+from anygrain.dense.shards import DTYPES, ShardSet, encode_corpus
+from anygrain.errors import AnygrainError, IndexMismatchError, parse_enum
 from anygrain.index.base import (
     Index,
     IndexKind,
@@ -40,6 +41,7 @@ from anygrain.index.base import (
     register_index,
     write_manifest,
 )
+from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.models.biencoder import BiEncoder
 from anygrain.models.resolve import default_model
 from anygrain.search.hit import Hit
@@ -64,6 +66,34 @@ def encoder_name(
     return "" if isinstance(model, BiEncoder) else str(model)
 
 
+@dataclass(frozen=True)
+class DenseSettings(IndexSettings):
+    """What ``Index.build(kind="dense")`` takes besides the shared options."""
+
+    model: str | Path | BiEncoder | None = None  # default: the corpus language's encoder
+    factory: str | None = None  # FAISS factory string (default: chosen from corpus size)
+    lang: str | None = None  # en | zh: picks the default model (detected when None)
+    dtype: str = "float32"  # of the stored passage vectors
+    batch_size: int = 64
+    bf16: bool = False
+    shard_size: int = 50_000
+
+    def __post_init__(self) -> None:
+        check_dense_options(self.lang, self.dtype, self.batch_size, self.shard_size)
+
+
+def check_dense_options(lang: str | None, dtype: str, batch_size: int, shard_size: int) -> None:
+    """The checks dense settings share with the dense part of a hybrid index."""
+    if lang is not None:
+        parse_enum(Lang, lang)
+    if dtype not in DTYPES:
+        raise AnygrainError(f"unknown vector dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    if batch_size < 1 or shard_size < 1:
+        raise AnygrainError(
+            f"batch_size and shard_size must be at least 1, got {batch_size}, {shard_size}"
+        )
+
+
 def _partial_vectors_dir(out: Path) -> Path:
     """Where ``build_from`` encodes: outside the atomic temp dir, so an interrupted build resumes."""
     return out.with_name(f".{out.name}.vectors.partial")
@@ -72,6 +102,9 @@ def _partial_vectors_dir(out: Path) -> Path:
 @register_index(IndexKind.DENSE)
 class DenseIndex(Index):
     """Dense passage retrieval; ``search`` returns passage hits scored by inner product."""
+
+    takes_query_model = True
+    settings_type = DenseSettings
 
     def __init__(
         self,
@@ -108,52 +141,43 @@ class DenseIndex(Index):
 
     # --- building ------------------------------------------------------------------------
     @classmethod
-    def build_from(
-        cls,
-        source: Any,
-        out: Path,
-        *,
-        model: str | Path | BiEncoder | None = None,
-        factory: str | None = None,
-        split: str | None = None,
-        lang: str | None = None,
-        errors: ErrorLog | None = None,
-        progress: bool = True,
-        corpus_dir: Path | None = None,
-        dtype: str = "float32",
-        batch_size: int = 64,
-        bf16: bool = False,
-        shard_size: int = 50_000,
-        overwrite: bool = False,
-        **unused: Any,
+    def build_with(
+        cls, source: Any, out: Path, settings: IndexSettings, common: BuildOptions
     ) -> DenseIndex:
         """Encode ``source`` and write a dense index to ``out`` (atomically; resumable encoding).
 
         Without ``model`` the encoder is the default for the corpus language (``lang``, or
         detected): ``minilm`` for English, the multilingual ``me5-small`` for Chinese.
         """
-        check_build_target(source, out, overwrite=overwrite)
+        assert isinstance(settings, DenseSettings)
+        s, c = settings, common
+        check_build_target(source, out, overwrite=c.overwrite)
         out = Path(out)
         # a named model is loaded first, so a wrong name fails before the corpus is read
-        enc = as_biencoder(model) if model is not None else None
+        enc = as_biencoder(s.model) if s.model is not None else None
         partial = _partial_vectors_dir(out)
         with atomic_dir(out) as tmp:
             store = open_or_build_corpus(
-                source, corpus_dir or tmp / "corpus", split=split, errors=errors, progress=progress
+                source,
+                c.corpus_dir or tmp / "corpus",
+                split=c.split,
+                errors=c.errors,
+                progress=c.progress,
             )
-            name = encoder_name(model, store, lang)
+            name = encoder_name(s.model, store, s.lang)
             cls.write(
                 tmp,
                 store,
                 enc or as_biencoder(name),
                 model_name=name,
-                factory=factory,
-                dtype=dtype,
-                batch_size=batch_size,
-                bf16=bf16,
-                shard_size=shard_size,
-                progress=progress,
+                factory=s.factory,
+                dtype=s.dtype,
+                batch_size=s.batch_size,
+                bf16=s.bf16,
+                shard_size=s.shard_size,
+                progress=c.progress,
                 vectors_dir=partial,
+                build=s,
             )
         return Index.load(out)  # type: ignore[return-value]
 
@@ -175,6 +199,7 @@ class DenseIndex(Index):
         vectors_dir: Path | None = None,
         manifest: bool = True,
         model_name: str = "",
+        build: DenseSettings | None = None,
     ) -> dict[str, Any]:
         """Write model, vectors and FAISS index for ``store`` under ``out/subdir``; returns the settings.
 
@@ -182,6 +207,7 @@ class DenseIndex(Index):
         point it outside a temporary build directory to make the encoding resumable.
         ``manifest=False`` leaves ``out/index.json`` to the caller (a hybrid index).
         ``model_name`` is recorded as the model's name (default: ``model`` when it is a name).
+        ``build`` (the settings the index was asked for) is recorded as ``settings.build``.
         """
         out = Path(out)
         if not model_name and not isinstance(model, BiEncoder):
@@ -254,7 +280,8 @@ class DenseIndex(Index):
                     "base_model": enc.config.base_model,
                     "path": str(Path(subdir) / "model"),
                 },
-                settings={"dense": settings},
+                settings={"dense": settings}
+                | ({"build": build.to_dict()} if build is not None else {}),
             )
         return settings
 

@@ -23,12 +23,14 @@ import os
 import time
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from anygrain.errors import AnygrainError, IndexMismatchError, parse_enum
+from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError, parse_enum
 from anygrain.index.registry import KIND_MODULES
+from anygrain.index.scope import Scope, gold_rows
+from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.search.hit import Hit, Unit
 from anygrain.utils.atomic import atomic_write_text
 from anygrain.utils.checksums import (
@@ -40,8 +42,15 @@ from anygrain.utils.checksums import (
     file_table,
 )
 
+if TYPE_CHECKING:
+    from anygrain.corpus.questions import Questions
+    from anygrain.eval.evaluate import EvalReport
+
 MANIFEST = "index.json"
 FORMAT = "anygrain.index"
+
+# the passage-index metrics ``evaluate_index`` and ``anygrain eval`` report by default
+PASSAGE_METRICS = ("top@1", "top@5", "top@20", "mrr@20", "p@20")
 
 
 class IndexKind(str, enum.Enum):
@@ -73,6 +82,15 @@ def _index_class(kind: IndexKind) -> type[Index] | None:
         if module is not None:
             importlib.import_module(module)  # registers itself with @register_index
     return _REGISTRY.get(kind)
+
+
+def index_class(kind: IndexKind | str) -> type[Index]:
+    """The class of index ``kind``, for its per-kind defaults before any index is open."""
+    k = parse_enum(IndexKind, kind)
+    cls = _index_class(k)
+    if cls is None:
+        raise AnygrainError(f"index kind '{k.value}' is not available")
+    return cls
 
 
 class UncheckedIndexWarning(UserWarning):
@@ -240,11 +258,26 @@ class Index(ABC):
 
     kind: ClassVar[IndexKind]
     format_version: ClassVar[int] = 1
+    # Per-kind defaults, so callers ask the index instead of testing its kind.
+    #: the grains ``search`` returns; a kind with several takes ``search(unit=...)``
+    units: ClassVar[tuple[Unit, ...]] = (Unit.PASSAGE,)
     default_unit: ClassVar[Unit] = Unit.PASSAGE
+    #: the evaluation scopes the kind takes (what gold-passage means: :meth:`evaluate_questions`)
+    scopes: ClassVar[tuple[Scope, ...]] = (Scope.CORPUS, Scope.GOLD_PASSAGE)
+    #: whether ``load(model=...)`` takes a question-side model in place of the index's own
+    takes_query_model: ClassVar[bool] = False
+    #: the kind's build settings (its options besides the shared :class:`BuildOptions`)
+    settings_type: ClassVar[type[IndexSettings]]
 
     def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
         self.path = Path(path)
         self.manifest = manifest
+        # the settings it was built with, from index.json; None for an index from before
+        # they were recorded (and for the parts a hybrid index opens)
+        build = (manifest.get("settings") or {}).get("build")
+        self.build_settings: IndexSettings | None = (
+            None if build is None else self.settings_type.from_dict(build)
+        )
 
     # --- construction -------------------------------------------------
     @staticmethod
@@ -258,6 +291,8 @@ class Index(ABC):
     ) -> Index:
         """Build an index of ``kind`` from a source (``FORMAT:PATH``, path, or corpus store).
 
+        ``settings`` are the shared :class:`BuildOptions` and the kind's own
+        (``cls.settings_type``); one the kind does not take raises :class:`UsageError`.
         ``out`` must be new or empty, or an index to replace with ``overwrite``; see
         :func:`check_build_target`."""
         k = IndexKind(kind)
@@ -270,10 +305,31 @@ class Index(ABC):
         return cls.build_from(source, o, overwrite=overwrite, **settings)
 
     @classmethod
-    @abstractmethod
     def build_from(
-        cls, source: Any, out: Path, *, overwrite: bool = False, **settings: Any
-    ) -> Index: ...
+        cls,
+        source: Any,
+        out: Path,
+        *,
+        split: str | None = None,
+        errors: ErrorLog | None = None,
+        progress: bool = True,
+        corpus_dir: Path | None = None,
+        overwrite: bool = False,
+        **options: Any,
+    ) -> Index:
+        """Build this kind from ``source`` into ``out``: ``options`` are the kind's settings
+        (``settings_type``), checked and typed before anything is read or written."""
+        settings = cls.settings_type.from_options(cls.kind.value, options)
+        common = BuildOptions(split, errors, progress, corpus_dir, overwrite)
+        return cls.build_with(source, Path(out), settings, common)
+
+    @classmethod
+    @abstractmethod
+    def build_with(
+        cls, source: Any, out: Path, settings: IndexSettings, common: BuildOptions
+    ) -> Index:
+        """Write the index (``index.json`` last, with ``settings`` under ``settings.build``)
+        and open it."""
 
     @staticmethod
     def load(
@@ -331,3 +387,111 @@ class Index(ABC):
 
     def describe(self) -> dict[str, Any]:
         return {"path": str(self.path), **self.manifest}
+
+    # --- per-kind defaults ----------------------------------------------------------------
+    @classmethod
+    def cuts_units(cls) -> bool:
+        """Whether the kind returns several grains, cutting coarser hits from finer ones in
+        search rounds (``search(unit=..., stats=[...])``)."""
+        return len(cls.units) > 1
+
+    @classmethod
+    def default_metrics(cls, k: int | None, unit: Unit) -> list[str]:
+        """The metrics an evaluation at ``unit`` with ``k`` hits reports by default."""
+        return list(PASSAGE_METRICS)
+
+    @classmethod
+    def default_model_fingerprint(cls, lang: str) -> str | None:
+        """The fingerprint of the model a build without ``model`` uses for ``lang``, where
+        the kind records one to check (None: nothing to check)."""
+        return None
+
+    def check_unit(self, unit: Unit | str | None) -> Unit:
+        """``unit`` as a Unit (the kind's default when None); an error for one it lacks."""
+        if unit is None:
+            return self.default_unit
+        u = parse_enum(Unit, unit)
+        if u not in self.units:
+            have = ", ".join(f"{x.value}s" for x in self.units)
+            lacking = [x.value for x in Unit if x not in self.units]
+            others = ", ".join(lacking[:-1]) + " or " * (len(lacking) > 1) + lacking[-1]
+            raise AnygrainError(
+                f"{self.path}: a {self.kind.value} index returns {have}; "
+                f"unit {others} needs a phrase index"
+            )
+        return u
+
+    def check_scope(self, scope: Scope | str | None) -> Scope:
+        """``scope`` as a Scope (corpus when None); an error for one the kind does not take."""
+        s = parse_enum(Scope, scope or Scope.CORPUS)
+        if s not in self.scopes:
+            raise AnygrainError(
+                f"{self.path}: a {self.kind.value} index takes scope "
+                f"{' or '.join(x.value for x in self.scopes)}, not {s.value}"
+            )
+        return s
+
+    def unit_options(self, unit: Unit) -> dict[str, Any]:
+        """The ``search`` options that ask for ``unit`` (none where the kind has one unit)."""
+        return {"unit": unit} if self.cuts_units() else {}
+
+    def _on(self, questions: Questions) -> str:
+        """How errors about an evaluation name it."""
+        return f"{self.path} on {questions.source or 'these questions'}"
+
+    def unit_ids(self, unit: Unit) -> Callable[[str], bool]:
+        """Whether the index holds a unit id at ``unit``'s grain (what qrels name)."""
+        store = self.corpus
+        if unit is not Unit.DOCUMENT:
+            return store.__contains__  # type: ignore[no-any-return]
+        doc_ids: set[str] = set()
+
+        def has_document(uid: str) -> bool:
+            # the id column is read only when some question has qrels to check
+            if not doc_ids:
+                doc_ids.update(store.column("doc_id"))
+            return uid in doc_ids
+
+        return has_document
+
+    def evaluate_questions(
+        self,
+        questions: Questions,
+        *,
+        unit: Unit,
+        scope: Scope,
+        k: int | None,
+        metrics: list[str] | None,
+        run_out: str | Path | None,
+        drop_empty: bool,
+        progress: bool,
+        search_options: dict[str, Any] | None,
+    ) -> EvalReport:
+        """Score the index on ``questions`` (checked ``unit`` and ``scope``), recording how
+        many qrels ids it holds.  A passage kind searches the whole corpus in either scope;
+        ``gold-passage`` changes what counts as relevant: the question's own paragraph (by
+        id), not any passage that happens to contain the answer string."""
+        from anygrain.corpus.questions import Question
+        from anygrain.eval import evaluate
+        from anygrain.eval.coverage import check_qrels_coverage, judge_by_gold
+
+        items: list[Question] = list(questions)
+        if scope is Scope.GOLD_PASSAGE:
+            for q in items:
+                if q.answerable and not q.qrels:
+                    gold_rows(self.corpus, q, source=questions.source)  # same passage, same text
+            items = judge_by_gold(items, source=questions.source)
+        coverage = check_qrels_coverage(items, self.unit_ids(unit), where=self._on(questions))
+        report = evaluate(
+            self,
+            items,
+            metrics=metrics if metrics is not None else self.default_metrics(k, unit),
+            k=k,
+            run_out=Path(run_out) if run_out else None,
+            drop_empty=drop_empty,
+            progress=progress,
+            search_options=search_options,
+        )
+        report.n_qrels_ids = coverage.n_ids
+        report.n_qrels_ids_missing = coverage.n_missing
+        return report

@@ -16,14 +16,14 @@ re-encoded or copied, and the two must stay where they are.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from anygrain.corpus.source import corpus_ref, open_corpus_of, open_or_build_corpus, path_ref
-from anygrain.errors import AnygrainError, IndexMismatchError, parse_enum
+from anygrain.errors import AnygrainError, IndexMismatchError, UsageError, parse_enum
 from anygrain.index.base import (
     Index,
     IndexKind,
@@ -34,6 +34,7 @@ from anygrain.index.base import (
     write_manifest,
 )
 from anygrain.index.fusion import FusionConfig, FusionMethod, fuse_scores, rrf, union_candidates
+from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.search.hit import Hit
 from anygrain.search.results import hits_from_rows
 from anygrain.sparse.bm25 import BM25Index
@@ -50,8 +51,36 @@ def fusion_config(
     return FusionConfig(parse_enum(FusionMethod, fusion), weight, depth)
 
 
+@dataclass(frozen=True)
+class HybridSettings(IndexSettings):
+    """What ``Index.build(kind="hybrid")`` takes besides the shared options: the fusion,
+    and the dense part's settings (the BM25 part takes only ``lang``)."""
+
+    fusion: FusionMethod = FusionMethod.ZSCORE
+    weight: float | None = None  # of the dense side (default: the method's)
+    depth: int = 100  # candidates taken from each system
+    model: Any = None  # the dense encoder (default: the corpus language's)
+    lang: str | None = None  # en | zh: BM25's analyzer and the default encoder
+    factory: str | None = None
+    dtype: str = "float32"
+    batch_size: int = 64
+    bf16: bool = False
+    shard_size: int = 50_000
+
+    def __post_init__(self) -> None:
+        from anygrain.dense.index import check_dense_options
+
+        # a name from JSON or the command line becomes the enum (frozen: set it directly)
+        object.__setattr__(
+            self, "fusion", fusion_config(self.fusion, self.weight, self.depth).method
+        )
+        check_dense_options(self.lang, self.dtype, self.batch_size, self.shard_size)
+
+
 @register_index(IndexKind.HYBRID)
 class HybridIndex(Index):
+    settings_type = HybridSettings
+
     def __init__(
         self,
         path: Path,
@@ -70,42 +99,37 @@ class HybridIndex(Index):
         return self.sparse.store
 
     @classmethod
-    def build_from(
-        cls,
-        source: Any,
-        out: Path,
-        *,
-        model: Any = None,
-        split: str | None = None,
-        lang: str | None = None,
-        fusion: FusionMethod | str = FusionMethod.ZSCORE,
-        weight: float | None = None,
-        depth: int = 100,
-        errors: Any = None,
-        progress: bool = True,
-        overwrite: bool = False,
-        **dense_settings: Any,
+    def build_with(
+        cls, source: Any, out: Path, settings: IndexSettings, common: BuildOptions
     ) -> HybridIndex:
         from anygrain.dense.index import DenseIndex, as_biencoder, encoder_name
 
-        check_build_target(source, out, overwrite=overwrite)
-        cfg = fusion_config(fusion, weight, depth)
+        assert isinstance(settings, HybridSettings)
+        s, c = settings, common
+        if c.corpus_dir is not None:
+            raise UsageError("a hybrid index keeps its passage store inside it: no corpus_dir")
+        check_build_target(source, out, overwrite=c.overwrite)
+        cfg = fusion_config(s.fusion, s.weight, s.depth)
         # a named model is loaded first, so a wrong name fails before the corpus is read
-        enc = as_biencoder(model) if model is not None else None
+        enc = as_biencoder(s.model) if s.model is not None else None
         with atomic_dir(out) as tmp:
             store = open_or_build_corpus(
-                source, tmp / "corpus", split=split, errors=errors, progress=progress
+                source, tmp / "corpus", split=c.split, errors=c.errors, progress=c.progress
             )
-            BM25Index.write(tmp / "sparse", store, lang=lang, progress=progress)
-            name = encoder_name(model, store, lang)  # without a model: the corpus language's
+            BM25Index.write(tmp / "sparse", store, lang=s.lang, progress=c.progress)
+            name = encoder_name(s.model, store, s.lang)  # without a model: the language's
             DenseIndex.write(
                 tmp / "dense",
                 store,
                 model=enc or as_biencoder(name),
                 model_name=name,
-                progress=progress,
+                progress=c.progress,
                 subdir="",
-                **dense_settings,
+                factory=s.factory,
+                dtype=s.dtype,
+                batch_size=s.batch_size,
+                bf16=s.bf16,
+                shard_size=s.shard_size,
             )
             sub = {name: read_manifest(tmp / name) for name in ("sparse", "dense")}
             write_manifest(
@@ -113,7 +137,10 @@ class HybridIndex(Index):
                 IndexKind.HYBRID,
                 cls.format_version,
                 corpus={"path": "corpus", "checksum": store.checksum, "n_passages": len(store)},
-                settings={"fusion": {**asdict(cfg), "method": cfg.method.value}},
+                settings={
+                    "fusion": {**asdict(cfg), "method": cfg.method.value},
+                    "build": s.to_dict(),
+                },
                 components={name: {"kind": m["kind"], "path": name} for name, m in sub.items()},
             )
         return Index.load(out)  # type: ignore[return-value]

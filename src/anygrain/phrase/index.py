@@ -23,8 +23,9 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import faiss
 import numpy as np
@@ -36,7 +37,7 @@ from anygrain.dense.faiss_index import (
     _unwrap,
     plan_training,
 )
-from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError
+from anygrain.errors import AnygrainError, IndexMismatchError, parse_enum
 from anygrain.index.base import (
     Index,
     IndexKind,
@@ -44,6 +45,7 @@ from anygrain.index.base import (
     register_index,
     write_manifest,
 )
+from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.phrase.compress import (
     Compress,
     DecodedVectors,
@@ -66,9 +68,43 @@ from anygrain.phrase.search import (
 from anygrain.search.hit import Hit, Unit, UnitSearchStats
 from anygrain.utils.atomic import atomic_dir
 
+if TYPE_CHECKING:
+    from anygrain.corpus.questions import Questions
+    from anygrain.eval.evaluate import EvalReport
+    from anygrain.index.scope import Scope
+
 SUBDIR = "phrase"
 #: The float16 vectors; optional once the FAISS indexes hold codes to decode.
 DUMP_FILES = ("start.npy", "end.npy")
+
+
+@dataclass(frozen=True)
+class PhraseSettings(IndexSettings):
+    """What ``Index.build(kind="phrase")`` takes besides the shared options."""
+
+    model: str | Path | PhraseEncoder | None = None  # default: the shipped model for ``lang``
+    threshold: float | None = None  # filter tau (a logit); default: the model's recorded one
+    factory: str | None = None  # FAISS factory string (default: from size and ``compress``)
+    lang: str | None = None  # en | zh: picks the default model (detected when None)
+    batch_size: int = 32
+    bf16: bool = False
+    shard_size: int = 2000
+    max_phrase_words: int | None = None  # default: the model's
+    compress: Compress = Compress.NONE
+    pq_m: int | None = None  # opq-pq: bytes per vector (default dim/8)
+    keep_dump: bool | None = None  # keep the float16 vectors (default: only uncompressed)
+
+    def __post_init__(self) -> None:
+        if self.lang is not None:
+            from anygrain.corpus.lang import Lang
+
+            parse_enum(Lang, self.lang)
+        # a name from JSON or the command line becomes the enum (frozen: set it directly)
+        object.__setattr__(self, "compress", parse_enum(Compress, self.compress))
+        for name in ("batch_size", "shard_size", "max_phrase_words", "pq_m"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise AnygrainError(f"phrase index {name} must be at least 1, got {v}")
 
 
 def as_phrase_model(
@@ -149,7 +185,61 @@ class _Vectors:
 class PhraseIndex(Index):
     """Phrase retrieval; ``search`` returns phrase hits (or sentences, passages, documents)."""
 
+    units = (Unit.PHRASE, Unit.SENTENCE, Unit.PASSAGE, Unit.DOCUMENT)
     default_unit = Unit.PHRASE
+    takes_query_model = True
+    settings_type = PhraseSettings
+
+    @classmethod
+    def default_metrics(cls, k: int | None, unit: Unit) -> list[str]:
+        from anygrain.phrase.evaluate import default_metrics
+
+        return default_metrics(10 if k is None else k, unit)
+
+    @classmethod
+    def default_model_fingerprint(cls, lang: str) -> str | None:
+        """The phrase fingerprint of the shipped default phrase model for ``lang``."""
+        from anygrain.corpus.readers._io import load_json
+        from anygrain.models.shipped import default_phrase_model, shipped_model_dir
+        from anygrain.phrase.model import MODEL_CONFIG, PhraseConfig
+
+        cfg = shipped_model_dir(default_phrase_model(lang)) / MODEL_CONFIG
+        return PhraseConfig.from_dict(load_json(cfg), str(cfg)).phrase_fingerprint
+
+    def evaluate_questions(
+        self,
+        questions: Questions,
+        *,
+        unit: Unit,
+        scope: Scope,
+        k: int | None,
+        metrics: list[str] | None,
+        run_out: str | Path | None,
+        drop_empty: bool,
+        progress: bool,
+        search_options: dict[str, Any] | None,
+    ) -> EvalReport:
+        """EM/F1 and top@k at ``unit``, over the whole index or (``gold-passage``) each
+        question's own passage (D = {p}); see :func:`anygrain.phrase.evaluate.evaluate_phrase`."""
+        from anygrain.eval.coverage import check_qrels_coverage
+        from anygrain.phrase.evaluate import evaluate_phrase
+
+        coverage = check_qrels_coverage(questions, self.unit_ids(unit), where=self._on(questions))
+        report = evaluate_phrase(
+            self,
+            questions,
+            k=10 if k is None else k,
+            unit=unit,
+            scope=scope,
+            metrics=metrics,
+            run_out=run_out,
+            drop_empty=drop_empty,
+            progress=progress,
+            search_options=search_options,
+        )
+        report.n_qrels_ids = coverage.n_ids
+        report.n_qrels_ids_missing = coverage.n_missing
+        return report
 
     def __init__(
         self,
@@ -179,28 +269,8 @@ class PhraseIndex(Index):
 
     # --- building ---------------------------------------------------------------------
     @classmethod
-    def build_from(
-        cls,
-        source: Any,
-        out: Path,
-        *,
-        model: str | Path | PhraseEncoder | None = None,
-        threshold: float | None = None,
-        split: str | None = None,
-        errors: ErrorLog | None = None,
-        progress: bool = True,
-        factory: str | None = None,
-        batch_size: int = 32,
-        bf16: bool = False,
-        shard_size: int = 2000,
-        max_phrase_words: int | None = None,
-        corpus_dir: Path | None = None,
-        lang: str | None = None,
-        overwrite: bool = False,
-        compress: Compress | str = Compress.NONE,
-        pq_m: int | None = None,
-        keep_dump: bool | None = None,
-        **unused: Any,
+    def build_with(
+        cls, source: Any, out: Path, settings: IndexSettings, common: BuildOptions
     ) -> PhraseIndex:
         """Encode ``source`` with a trained phrase model and write a phrase index to ``out``.
 
@@ -208,36 +278,43 @@ class PhraseIndex(Index):
         one, None keeps every word-boundary token).  The dump is resumable: an
         interrupted build picks up at its last finished shard.  ``compress`` quantizes
         the FAISS indexes (``pq_m``: PQ bytes per vector); ``keep_dump`` keeps the float16
-        vectors beside them (default: only when uncompressed).
+        vectors beside them (default: only when uncompressed).  See :class:`PhraseSettings`.
         """
-        check_build_target(source, out, overwrite=overwrite)
+        assert isinstance(settings, PhraseSettings)
+        s, c = settings, common
+        check_build_target(source, out, overwrite=c.overwrite)
         out = Path(out)
         # a named model is checked before any work; the default follows the corpus language
-        enc = as_phrase_model(model) if model is not None else None
+        enc = as_phrase_model(s.model) if s.model is not None else None
         partial = out.with_name(f".{out.name}.phrase.partial")
         with atomic_dir(out) as tmp:
             store = open_or_build_corpus(
-                source, corpus_dir or tmp / "corpus", split=split, errors=errors, progress=progress
+                source,
+                c.corpus_dir or tmp / "corpus",
+                split=c.split,
+                errors=c.errors,
+                progress=c.progress,
             )
             if enc is None:
                 from anygrain.corpus.lang import detect_lang
 
-                enc = as_phrase_model(None, lang=lang or detect_lang(store).value)
+                enc = as_phrase_model(None, lang=s.lang or detect_lang(store).value)
             cls.write(
                 tmp,
                 store,
                 enc,
                 work=partial,
-                threshold=threshold if threshold is not None else enc.config.filter_threshold,
-                factory=factory,
-                batch_size=batch_size,
-                bf16=bf16,
-                shard_size=shard_size,
-                max_phrase_words=max_phrase_words,
-                progress=progress,
-                compress=compress,
-                pq_m=pq_m,
-                keep_dump=keep_dump,
+                threshold=s.threshold if s.threshold is not None else enc.config.filter_threshold,
+                factory=s.factory,
+                batch_size=s.batch_size,
+                bf16=s.bf16,
+                shard_size=s.shard_size,
+                max_phrase_words=s.max_phrase_words,
+                progress=c.progress,
+                compress=s.compress,
+                pq_m=s.pq_m,
+                keep_dump=s.keep_dump,
+                build=s,
             )
         shutil.rmtree(partial, ignore_errors=True)
         return Index.load(out)  # type: ignore[return-value]
@@ -261,8 +338,10 @@ class PhraseIndex(Index):
         compress: Compress | str = Compress.NONE,
         pq_m: int | None = None,
         keep_dump: bool | None = None,
+        build: PhraseSettings | None = None,
     ) -> dict[str, Any]:
-        """Dump, build both MIPS indexes and write ``index.json`` under ``out``."""
+        """Dump, build both MIPS indexes and write ``index.json`` under ``out`` (``build``:
+        the settings the index was asked for, recorded as ``settings.build``)."""
         out = Path(out)
         base = out / SUBDIR
         base.mkdir(parents=True, exist_ok=True)
@@ -281,7 +360,7 @@ class PhraseIndex(Index):
             progress=progress,
             on_shard=on_shard,
         )
-        settings = {
+        settings: dict[str, Any] = {
             "max_phrase_words": model.config.max_phrase_words
             if max_phrase_words is None
             else int(max_phrase_words),
@@ -293,6 +372,8 @@ class PhraseIndex(Index):
             "doc_stride": model.config.doc_stride,
             "bf16": bf16,
         }
+        if build is not None:
+            settings["build"] = build.to_dict()
         model_info = {
             "fingerprint": fingerprint,
             "base_model": model.config.base_model,

@@ -141,7 +141,9 @@ def refilter(
             n_end=int(np.count_nonzero(kept_flags & END_OK)),
             shards_done_before=0,
         )
-        derived = ("factory", "nprobe", "compress", "pq_m", "dump", "span_vectors")
+        # "build": the source's build settings are not how this index was made (its
+        # refiltered_from says that)
+        derived = ("factory", "nprobe", "compress", "pq_m", "dump", "span_vectors", "build")
         settings: dict[str, Any] = {
             k: v for k, v in src.manifest["settings"].items() if k not in derived
         }

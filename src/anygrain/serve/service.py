@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from anygrain.errors import AnygrainError
-from anygrain.index.base import Index, IndexKind
+from anygrain.index.base import Index
 from anygrain.search.hit import Hit, Unit
 
 #: A question longer than this many characters is refused (encoders truncate far earlier).
@@ -42,16 +42,9 @@ DEFAULT_K = 10
 #: The most questions the worker searches in one call (several requests' worth).
 MAX_BATCH_QUESTIONS = 64
 
-PHRASE_UNITS = (Unit.PHRASE, Unit.SENTENCE, Unit.PASSAGE, Unit.DOCUMENT)
-
 
 class RequestError(ValueError):
     """A request the index cannot answer as asked (the client's fault: a 4xx)."""
-
-
-def units_of(kind: IndexKind) -> tuple[Unit, ...]:
-    """The grains an index kind returns: all four for phrase indexes, passages otherwise."""
-    return PHRASE_UNITS if kind is IndexKind.PHRASE else (Unit.PASSAGE,)
 
 
 @dataclass
@@ -77,8 +70,8 @@ class SearchService:
 
     def __init__(self, index: Index, *, batching: bool = True) -> None:
         self.index = index
-        self.units = units_of(index.kind)
-        self.default_unit = self.units[0]
+        self.units = index.units  # the grains this kind returns, its default first
+        self.default_unit = index.default_unit
         self.batching = batching
         self.n_searches = 0  # search calls the index has made
         self.n_questions = 0
@@ -173,7 +166,7 @@ class SearchService:
 
     def _run(self, jobs: list[_Job], unit: Unit, k: int) -> None:
         qs = [q for job in jobs for q in job.questions]
-        options: dict[str, Any] = {"unit": unit} if self.index.kind is IndexKind.PHRASE else {}
+        options = self.index.unit_options(unit)
         try:
             hits = self.index.search(qs, k, **options)
         except Exception as e:  # reported to the waiting requests; the worker goes on

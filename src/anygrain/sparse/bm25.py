@@ -18,7 +18,7 @@ import numpy as np
 from anygrain.corpus.lang import Lang, detect_lang
 from anygrain.corpus.source import corpus_ref, open_corpus_of, open_or_build_corpus
 from anygrain.corpus.store import CorpusStore
-from anygrain.errors import AnygrainError, ErrorLog
+from anygrain.errors import AnygrainError, parse_enum
 from anygrain.index.base import (
     Index,
     IndexKind,
@@ -26,6 +26,7 @@ from anygrain.index.base import (
     register_index,
     write_manifest,
 )
+from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.search.hit import Hit
 from anygrain.search.results import hits_from_rows
 from anygrain.sparse.analyzers import Analyzer, analyzer_from_config, make_analyzer
@@ -45,6 +46,28 @@ class BM25Config:
     lang: str = "en"
     stemming: bool = True
     stopwords: bool = True
+
+
+@dataclass(frozen=True)
+class Bm25Settings(IndexSettings):
+    """What ``Index.build(kind="bm25")`` takes besides the shared options."""
+
+    lang: str | None = None  # en | zh: the analyzer (detected from the passages when None)
+    k1: float = 0.9
+    b: float = 0.4
+    include_title: bool = True
+    stemming: bool = True
+    method: str = "lucene"
+
+    def __post_init__(self) -> None:
+        if self.lang is not None:
+            parse_enum(Lang, self.lang)
+        if self.method not in BM25_METHODS:
+            raise AnygrainError(
+                f"unknown BM25 method {self.method!r}: use one of {', '.join(BM25_METHODS)}"
+            )
+        if self.k1 < 0 or not 0 <= self.b <= 1:
+            raise AnygrainError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got {self.k1}, {self.b}")
 
 
 def passage_field(title: str, text: str, include_title: bool) -> str:
@@ -182,6 +205,8 @@ def index_streaming(
 class BM25Index(Index):
     """Lexical index; ``search`` returns passage hits."""
 
+    settings_type = Bm25Settings
+
     def __init__(
         self,
         path: Path,
@@ -202,39 +227,31 @@ class BM25Index(Index):
         return self.store
 
     @classmethod
-    def build_from(
-        cls,
-        source: Any,
-        out: Path,
-        *,
-        split: str | None = None,
-        lang: str | None = None,
-        k1: float = 0.9,
-        b: float = 0.4,
-        include_title: bool = True,
-        stemming: bool = True,
-        method: str = "lucene",
-        errors: ErrorLog | None = None,
-        progress: bool = True,
-        corpus_dir: Path | None = None,
-        overwrite: bool = False,
-        **unused: Any,
+    def build_with(
+        cls, source: Any, out: Path, settings: IndexSettings, common: BuildOptions
     ) -> BM25Index:
-        check_build_target(source, out, overwrite=overwrite)
+        assert isinstance(settings, Bm25Settings)
+        s, c = settings, common
+        check_build_target(source, out, overwrite=c.overwrite)
         with atomic_dir(out) as tmp:
             store = open_or_build_corpus(
-                source, corpus_dir or tmp / "corpus", split=split, errors=errors, progress=progress
+                source,
+                c.corpus_dir or tmp / "corpus",
+                split=c.split,
+                errors=c.errors,
+                progress=c.progress,
             )
             cls.write(
                 tmp,
                 store,
-                lang=lang,
-                k1=k1,
-                b=b,
-                include_title=include_title,
-                stemming=stemming,
-                method=method,
-                progress=progress,
+                lang=s.lang,
+                k1=s.k1,
+                b=s.b,
+                include_title=s.include_title,
+                stemming=s.stemming,
+                method=s.method,
+                progress=c.progress,
+                build=s,
             )
         return Index.load(out)  # type: ignore[return-value]
 
@@ -252,8 +269,10 @@ class BM25Index(Index):
         method: str = "lucene",
         progress: bool = True,
         subdir: str = "bm25",
+        build: Bm25Settings | None = None,
     ) -> dict[str, Any]:
-        """Write the BM25 arrays for ``store`` under ``out/subdir``; returns the settings."""
+        """Write the BM25 arrays for ``store`` under ``out/subdir``; returns the settings
+        (``build``: the settings the index was asked for, recorded as ``settings.build``)."""
         t0 = time.time()
         detected = lang is None
         lang_v = Lang(lang) if lang else detect_lang(store)
@@ -290,6 +309,8 @@ class BM25Index(Index):
             "lang_detected": detected,
             "index_seconds": round(time.time() - t0, 3),
         }
+        if build is not None:
+            settings["build"] = build.to_dict()
         write_manifest(
             out,
             IndexKind.BM25,
