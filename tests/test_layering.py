@@ -169,6 +169,7 @@ def test_the_checker_flags_violations(module: str, source: str, rule: str) -> No
         ("anygrain.serve.app", "from anygrain.api import search_index"),
         ("anygrain.eval.x", "import anygrain.client\nfrom anygrain.index.base import Index"),
         (INDEX_BASE, "from anygrain.index.registry import KIND_MODULES"),
+        (INDEX_BASE, "from anygrain.index.settings import IndexSettings"),
         ("anygrain.index.hybrid", "from anygrain.dense.index import DenseIndex"),
     ],
 )
