@@ -110,7 +110,7 @@ class Model(nn.Module):
     model_type: ClassVar[ModelType]
     format: ClassVar[str]  # the config's "format" value
     format_version: ClassVar[int]
-    noun: ClassVar[str]  # for errors: "not {noun}"
+    noun: ClassVar[str] = "an anygrain model"  # for errors: "not {noun}"
     # the config field that records the fingerprint at save time ("" for none)
     fingerprint_field: ClassVar[str] = ""
     # whether ``load`` re-hashes the weights against that field unless told otherwise

@@ -79,6 +79,7 @@ class BiEncoder(Model):
     verify_on_load = False
     # one module, names unnumbered: what indexes have recorded since format 1
     numbered_fingerprint = False
+    config: BiEncoderConfig
 
     def __init__(
         self, question: TextEncoder, passage: TextEncoder, config: BiEncoderConfig
