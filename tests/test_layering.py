@@ -10,7 +10,9 @@ name.  The rules (docs/design.md, "Layers"):
     ``anygrain.cli*`` or ``anygrain.serve``: those are the top layers built on them;
 (b) ``anygrain/serve/`` never imports ``anygrain.cli*``;
 (c) the index base ``anygrain/index/base.py`` imports no index kind: it finds a
-    kind's module by name in ``anygrain.index.registry``.
+    kind's module by name in ``anygrain.index.registry``;
+(d) the model base ``anygrain/models/base.py`` imports no model type's module: it finds
+    one by name in its ``MODEL_FORMS`` table.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ KIND_MODULES = (
     "anygrain.index.kinds",
 )
 INDEX_BASE = "anygrain.index.base"
+# the modules defining model types, which the model base knows by name only
+MODEL_TYPE_MODULES = ("anygrain.models.biencoder", "anygrain.phrase", "anygrain.reader")
+MODEL_BASE = "anygrain.models.base"
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,8 @@ def check_source(source: str, module: str, *, is_package: bool = False) -> list[
             out.append(Violation(module, line, name, "serve imports the CLI"))
         if module == INDEX_BASE and any(_within(name, k) for k in KIND_MODULES):
             out.append(Violation(module, line, name, "index base imports an index kind"))
+        if module == MODEL_BASE and any(_within(name, k) for k in MODEL_TYPE_MODULES):
+            out.append(Violation(module, line, name, "model base imports a model type"))
     return out
 
 
@@ -154,6 +161,9 @@ def test_layers() -> None:
         (INDEX_BASE, "def f():\n    import anygrain.index.kinds\n", "index kind"),
         (INDEX_BASE, "from anygrain.dense.index import DenseIndex", "index kind"),
         (INDEX_BASE, "from anygrain.index import hybrid", "index kind"),
+        # (d)
+        (MODEL_BASE, "def f():\n    from anygrain.phrase.packed import X\n", "model type"),
+        (MODEL_BASE, "from anygrain.models import biencoder", "model type"),
     ],
 )
 def test_the_checker_flags_violations(module: str, source: str, rule: str) -> None:
@@ -171,6 +181,7 @@ def test_the_checker_flags_violations(module: str, source: str, rule: str) -> No
         (INDEX_BASE, "from anygrain.index.registry import KIND_MODULES"),
         (INDEX_BASE, "from anygrain.index.settings import IndexSettings"),
         ("anygrain.index.hybrid", "from anygrain.dense.index import DenseIndex"),
+        (MODEL_BASE, "from anygrain.models.shipped import SHIPPED"),
     ],
 )
 def test_the_checker_allows_the_layers(module: str, source: str) -> None:
@@ -186,3 +197,13 @@ def test_every_index_kind_has_a_home() -> None:
     for kind in IndexKind:
         importlib.import_module(HOMES[kind.value])
         assert _REGISTRY[kind].kind is kind
+
+
+def test_every_model_type_has_a_home() -> None:
+    """Each ModelType names a module, and importing it registers the type."""
+    from anygrain.models.base import _REGISTRY, MODEL_FORMS, ModelType
+
+    assert set(MODEL_FORMS) == set(ModelType)
+    for kind in ModelType:
+        importlib.import_module(MODEL_FORMS[kind].module)
+        assert kind in _REGISTRY

@@ -1,1 +1,2 @@
-"""Encoders: resolving names to model directories, the bi-encoder, and converters."""
+"""Encoders: the model base (save, load, fingerprint, type registry), resolving names to
+model directories, the bi-encoder, and converters."""

@@ -1,8 +1,9 @@
 """The DPR bi-encoder: a question encoder and a passage encoder (shared or separate weights).
 
-Saved as Hugging Face directories (``question/`` and, when not shared,
-``passage/``) plus ``anygrain_model.json``: format version, per-side encoder
-settings, the base model and a fingerprint of the passage encoder's weights.
+Saved through the model base (:mod:`anygrain.models.base`) as Hugging Face
+directories (``question/`` and, when not shared, ``passage/``) plus
+``anygrain_model.json``: format version, per-side encoder settings, the base model and
+a fingerprint of the passage encoder's weights.
 An index records that fingerprint, so loading refuses a model whose passage side
 differs from the one the vectors were made with (query-side fine-tuning leaves it
 unchanged, so a fine-tuned question encoder still fits its index).
@@ -11,22 +12,20 @@ unchanged, so a fine-tuned question encoder still fits its index).
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from torch import nn
 
-from anygrain.errors import AnygrainError
+from anygrain.models.base import Model, ModelType, config_file, register_model
 from anygrain.models.encoder import EncoderConfig, Pooling, TextEncoder
 from anygrain.models.resolve import resolve_model
-from anygrain.utils.atomic import atomic_dir, atomic_write_text
 
-MODEL_CONFIG = "anygrain_model.json"
+MODEL_CONFIG = config_file(ModelType.BIENCODER)
+FORMAT = "anygrain.biencoder"
 FORMAT_VERSION = 1
 
 
@@ -41,8 +40,6 @@ class BiEncoderConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "format": "anygrain.biencoder",
-            "format_version": FORMAT_VERSION,
             "base_model": self.base_model,
             "shared": self.shared,
             "question": self.question.to_dict(),
@@ -53,10 +50,7 @@ class BiEncoderConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BiEncoderConfig:
-        if d.get("format_version") != FORMAT_VERSION:
-            raise AnygrainError(
-                f"model format version {d.get('format_version')}, expected {FORMAT_VERSION}"
-            )
+        """From the saved config (its format and version checked by the model base)."""
         return cls(
             base_model=d["base_model"],
             shared=bool(d["shared"]),
@@ -67,15 +61,6 @@ class BiEncoderConfig:
         )
 
 
-def weights_fingerprint(model: nn.Module) -> str:
-    """sha256 over parameter names and bytes: identifies the weights, whatever the file."""
-    h = hashlib.sha256()
-    for name, t in sorted(model.state_dict().items()):
-        h.update(name.encode())
-        h.update(t.detach().to(torch.float32).contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
 def _load_hf(path: Path) -> tuple[nn.Module, Any]:
     from transformers import AutoModel, AutoTokenizer
 
@@ -84,7 +69,18 @@ def _load_hf(path: Path) -> tuple[nn.Module, Any]:
     return model, tok
 
 
-class BiEncoder(nn.Module):
+@register_model(ModelType.BIENCODER)
+class BiEncoder(Model):
+    format = FORMAT
+    format_version = FORMAT_VERSION
+    noun = "an anygrain bi-encoder"
+    fingerprint_field = "passage_fingerprint"
+    # a dense index checks the recorded fingerprint on open: hashing again costs a second
+    verify_on_load = False
+    # one module, names unnumbered: what indexes have recorded since format 1
+    numbered_fingerprint = False
+    config: BiEncoderConfig
+
     def __init__(
         self, question: TextEncoder, passage: TextEncoder, config: BiEncoderConfig
     ) -> None:
@@ -143,12 +139,8 @@ class BiEncoder(nn.Module):
         return cls(q, pe, cfg)
 
     @classmethod
-    def load(cls, path: str | Path) -> BiEncoder:
-        path = Path(path)
-        f = path / MODEL_CONFIG
-        if not f.exists():
-            raise AnygrainError(f"{path}: not an anygrain bi-encoder (no {MODEL_CONFIG})")
-        cfg = BiEncoderConfig.from_dict(json.loads(f.read_text(encoding="utf-8")))
+    def from_saved(cls, path: Path, config: dict[str, Any]) -> BiEncoder:
+        cfg = BiEncoderConfig.from_dict(config)
         qm, tok = _load_hf(path / "question")
         q = TextEncoder(qm, tok, cfg.question)
         if cfg.shared:
@@ -158,20 +150,22 @@ class BiEncoder(nn.Module):
             pe = TextEncoder(pm, ptok, cfg.passage)
         return cls(q, pe, cfg)
 
-    def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        self.config.passage_fingerprint = self.passage_fingerprint()
-        with atomic_dir(path) as tmp:
-            self.question.model.save_pretrained(str(tmp / "question"))  # type: ignore[operator]
-            self.question.tokenizer.save_pretrained(str(tmp / "question"))
-            if not self.config.shared:
-                self.passage.model.save_pretrained(str(tmp / "passage"))  # type: ignore[operator]
-                self.passage.tokenizer.save_pretrained(str(tmp / "passage"))
-            atomic_write_text(tmp / MODEL_CONFIG, json.dumps(self.config.to_dict(), indent=2))
-        return path
+    def write_weights(self, directory: Path) -> None:
+        self.question.model.save_pretrained(str(directory / "question"))  # type: ignore[operator]
+        self.question.tokenizer.save_pretrained(str(directory / "question"))
+        if not self.config.shared:
+            self.passage.model.save_pretrained(str(directory / "passage"))  # type: ignore[operator]
+            self.passage.tokenizer.save_pretrained(str(directory / "passage"))
+
+    def owned_names(self) -> Sequence[str]:
+        return ("question", "passage")
+
+    def fingerprinted_modules(self) -> Sequence[nn.Module]:
+        return [self.passage.model]
 
     def passage_fingerprint(self) -> str:
-        return weights_fingerprint(self.passage.model)
+        """The fingerprint a dense index records (the passage side's weights)."""
+        return self.fingerprint()
 
     # --- encoding -------------------------------------------------------------------
     def encode_questions(self, texts: list[str], **kw: Any) -> np.ndarray:

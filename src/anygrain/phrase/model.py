@@ -14,21 +14,19 @@ Question encoders, by :class:`QuestionEncoderKind`:
 * ``shared``: one encoder, pooled (mean or [CLS]) through two identity-initialised
   linear heads -- half the question-side weights and compute.
 
-Saved as a directory: ``anygrain_phrase.json`` (config, format version and the
-fingerprint of the weights that make phrase vectors), ``phrase/`` and
-``question*/`` Hugging Face directories, and ``heads.safetensors``.  An index
-records the phrase fingerprint, so a model that would make different phrase
-vectors is refused.
+Saved through the model base (:mod:`anygrain.models.base`) as a directory:
+``anygrain_phrase.json`` (config, format version and the fingerprint of the weights
+that make phrase vectors), ``phrase/`` and ``question*/`` Hugging Face directories,
+and ``heads.safetensors``.  An index records the phrase fingerprint, so a model that
+would make different phrase vectors is refused.  The packed form
+(:mod:`anygrain.phrase.packed`) is another saved form of this class, loaded by the
+same ``PhraseEncoder.load`` / ``load_model``.
 """
 
 from __future__ import annotations
 
 import copy
 import enum
-import hashlib
-import json
-import os
-import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
@@ -39,15 +37,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from anygrain.errors import AnygrainError, IndexMismatchError
+from anygrain.errors import AnygrainError
+from anygrain.models.base import Model, ModelType, config_file, register_model
 from anygrain.models.encoder import Pooling, check_finite, pool
 from anygrain.models.resolve import resolve_model
 from anygrain.phrase.tokens import Window, best_windows, tokenize_windows
-from anygrain.utils.atomic import atomic_write_text
 from anygrain.utils.precision import cpu_autocast
 from anygrain.utils.progress import progress_bar
 
-MODEL_CONFIG = "anygrain_phrase.json"
+MODEL_CONFIG = config_file(ModelType.PHRASE)
 FORMAT = "anygrain.phrase-model"
 FORMAT_VERSION = 1
 HEADS_FILE = "heads.safetensors"
@@ -87,17 +85,12 @@ class PhraseConfig:
         d = asdict(self)
         d["question_encoder"] = self.question_encoder.value
         d["question_pooling"] = self.question_pooling.value
-        return {"format": FORMAT, "format_version": FORMAT_VERSION, **d}
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "") -> PhraseConfig:
-        if d.get("format") != FORMAT:
-            raise AnygrainError(f"{where}: not an anygrain phrase model config")
-        if d.get("format_version") != FORMAT_VERSION:
-            raise AnygrainError(
-                f"{where}: phrase model format version {d.get('format_version')}, "
-                f"this anygrain reads {FORMAT_VERSION}"
-            )
+        """From a config dict (a saved one's format and version are checked by the model
+        base, which reads it); an unknown field is an error."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known - {"format", "format_version"})
         if unknown:
@@ -115,16 +108,6 @@ def identity_linear(dim: int) -> nn.Linear:
         lin.weight.copy_(torch.eye(dim))
         lin.bias.zero_()
     return lin
-
-
-def fingerprint_modules(modules: Sequence[nn.Module]) -> str:
-    """sha256 over parameter names and values: identifies weights, whatever the files."""
-    h = hashlib.sha256()
-    for i, m in enumerate(modules):
-        for name, t in sorted(m.state_dict().items()):
-            h.update(f"{i}.{name}".encode())
-            h.update(t.detach().to(torch.float32).contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
 
 
 @contextmanager
@@ -169,8 +152,17 @@ class EncodedPassage:
         return len(self.cs)
 
 
-class PhraseEncoder(nn.Module):
+@register_model(ModelType.PHRASE)
+class PhraseEncoder(Model):
     """Phrase encoder + filter + question encoder(s); see the module docstring."""
+
+    format = FORMAT
+    format_version = FORMAT_VERSION
+    noun = "an anygrain phrase model"
+    fingerprint_field = "phrase_fingerprint"
+    # re-hashing (a fraction of a second) catches weights swapped or damaged on disk
+    verify_on_load = True
+    config: PhraseConfig
 
     def __init__(
         self,
@@ -249,21 +241,9 @@ class PhraseEncoder(nn.Module):
         return ["question"]
 
     @classmethod
-    def load(cls, path: str | Path, *, verify: bool = True) -> PhraseEncoder:
-        """Load a saved model; ``verify`` re-hashes the phrase weights against the config."""
-        from anygrain.phrase import packed
-
-        path = Path(path)
-        if packed.is_packed(path):
-            return packed.load_packed(path, verify=verify)  # type: ignore[no-any-return]
-        f = path / MODEL_CONFIG
-        if not f.exists():
-            raise AnygrainError(f"{path}: not an anygrain phrase model (no {MODEL_CONFIG})")
-        try:
-            raw = json.loads(f.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise AnygrainError(f"{f}: corrupt config ({e.msg})") from None
-        cfg = PhraseConfig.from_dict(raw, str(f))
+    def from_saved(cls, path: Path, config: dict[str, Any]) -> PhraseEncoder:
+        """The full saved form (the packed one loads through :mod:`anygrain.phrase.packed`)."""
+        cfg = PhraseConfig.from_dict(config, str(path / MODEL_CONFIG))
         phrase, tok = _load_hf(path / "phrase")
         if int(phrase.config.hidden_size) != cfg.hidden_size:
             raise AnygrainError(
@@ -287,15 +267,6 @@ class PhraseEncoder(nn.Module):
             model.head_modules().load_state_dict(state, strict=True)
         except RuntimeError as e:
             raise AnygrainError(f"{heads}: heads do not fit the model ({e})") from None
-        if (
-            verify
-            and cfg.phrase_fingerprint
-            and model.phrase_fingerprint() != cfg.phrase_fingerprint
-        ):
-            raise IndexMismatchError(
-                f"{path}: phrase weights do not match the fingerprint recorded in {MODEL_CONFIG} "
-                "(files changed or corrupt)"
-            )
         model.eval()
         return model
 
@@ -332,12 +303,9 @@ class PhraseEncoder(nn.Module):
         )
 
     def save(self, path: str | Path) -> Path:
-        """Write the model into ``path`` (created if needed; other files there are kept).
-
-        The config is written last, so a crash never leaves a loadable half-model.
-        """
-        from safetensors.torch import save_file
-
+        """Write the model into ``path`` (created if needed; other files there are kept,
+        as a training run's checkpoints are): :meth:`save_into`.  A model unpacked from a
+        packed one and unchanged since is written in the packed form again."""
         from anygrain.phrase import packed
 
         path = Path(path)
@@ -347,49 +315,33 @@ class PhraseEncoder(nn.Module):
         ):
             packed.copy_packed(self.packed, path)
             return path
-        path.mkdir(parents=True, exist_ok=True)
-        staging = path / f".model.{os.getpid()}.tmp"
-        shutil.rmtree(staging, ignore_errors=True)
-        self.config.phrase_fingerprint = self.phrase_fingerprint()
-        try:
-            with _quiet_transformers():
-                staging.mkdir()
-                self.phrase.save_pretrained(str(staging / "phrase"))  # type: ignore[operator]
-                self.tokenizer.save_pretrained(str(staging / "phrase"))
-                for name, m in zip(self._question_dirs(), self.questions, strict=True):
-                    m.save_pretrained(str(staging / name))  # type: ignore[operator]
-                    self.tokenizer.save_pretrained(str(staging / name))
-                state = {
-                    k: v.detach().contiguous() for k, v in self.head_modules().state_dict().items()
-                }
-                save_file(state, str(staging / HEADS_FILE))
-                (path / MODEL_CONFIG).unlink(missing_ok=True)
-                for name in (
-                    "phrase",
-                    "question",
-                    "question_start",
-                    "question_end",
-                    HEADS_FILE,
-                    *packed.PACKED_NAMES,
-                ):
-                    target = path / name
-                    if target.is_dir():
-                        shutil.rmtree(target)
-                    else:
-                        target.unlink(missing_ok=True)
-                for item in staging.iterdir():
-                    os.replace(item, path / item.name)
-                atomic_write_text(
-                    path / MODEL_CONFIG,
-                    json.dumps(self.config.to_dict(), indent=2, ensure_ascii=False),
-                )
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        return path
+        with _quiet_transformers():
+            return self.save_into(path)
+
+    def write_weights(self, directory: Path) -> None:
+        from safetensors.torch import save_file
+
+        self.phrase.save_pretrained(str(directory / "phrase"))  # type: ignore[operator]
+        self.tokenizer.save_pretrained(str(directory / "phrase"))
+        for name, m in zip(self._question_dirs(), self.questions, strict=True):
+            m.save_pretrained(str(directory / name))  # type: ignore[operator]
+            self.tokenizer.save_pretrained(str(directory / name))
+        state = {k: v.detach().contiguous() for k, v in self.head_modules().state_dict().items()}
+        save_file(state, str(directory / HEADS_FILE))
+
+    def owned_names(self) -> Sequence[str]:
+        from anygrain.phrase.packed import PACKED_NAMES
+
+        # a full save over a packed model removes the packed files
+        return ("phrase", "question", "question_start", "question_end", HEADS_FILE, *PACKED_NAMES)
+
+    def fingerprinted_modules(self) -> Sequence[nn.Module]:
+        return [self.phrase, self.start_head, self.end_head, self.filter]
 
     def phrase_fingerprint(self) -> str:
-        """Fingerprint of everything that makes phrase vectors (and filter logits)."""
-        return fingerprint_modules([self.phrase, self.start_head, self.end_head, self.filter])
+        """Fingerprint of everything that makes phrase vectors (and filter logits): what a
+        phrase index records."""
+        return self.fingerprint()
 
     @property
     def dim(self) -> int:

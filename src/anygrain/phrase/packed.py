@@ -14,7 +14,10 @@ A packed model directory holds::
     anygrain_phrase.json   the phrase model config (as a full model's)
     packed.safetensors     codes, scales and kept tensors
 
-Loading resolves the backbone (an offline alias such as ``minilm``), refuses one whose
+It is a second saved form of :class:`~anygrain.phrase.model.PhraseEncoder`, registered
+with the model base (:class:`~anygrain.models.base.ModelType` ``PACKED_PHRASE``), so
+``PhraseEncoder.load`` and ``load_model`` read it like the full form.  Loading resolves
+the backbone (an offline alias such as ``minilm``), refuses one whose
 weights differ from those packed against, rebuilds the weights, and checks the result
 against the recorded fingerprints, so a packed model either loads exactly or not at all.
 """
@@ -31,9 +34,17 @@ from typing import Any
 import torch
 
 from anygrain.errors import AnygrainError, IndexMismatchError
+from anygrain.models.base import (
+    ModelType,
+    config_file,
+    fingerprint_modules,
+    read_config,
+    register_form,
+)
+from anygrain.phrase.model import MODEL_CONFIG, PhraseConfig, PhraseEncoder, _load_hf
 from anygrain.utils.atomic import atomic_dir
 
-PACKED_CONFIG = "anygrain_packed.json"
+PACKED_CONFIG = config_file(ModelType.PACKED_PHRASE)
 PACKED_FILE = "packed.safetensors"
 FORMAT = "anygrain.packed-phrase-model"
 FORMAT_VERSION = 2  # 2: float32 scales
@@ -101,49 +112,37 @@ class PackedInfo:
         return {"format": FORMAT, "format_version": FORMAT_VERSION, **asdict(self)}
 
     @classmethod
-    def read(cls, path: Path) -> PackedInfo:
-        f = path / PACKED_CONFIG
-        try:
-            d = json.loads(f.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise AnygrainError(f"{path}: not a packed phrase model (no {PACKED_CONFIG})") from None
-        except json.JSONDecodeError as e:
-            raise AnygrainError(f"{f}: corrupt packed model config ({e.msg})") from None
-        if not isinstance(d, dict) or d.get("format") != FORMAT:
-            raise AnygrainError(f"{f}: not a packed phrase model config")
-        if d.get("format_version") != FORMAT_VERSION:
-            raise AnygrainError(
-                f"{f}: packed model format version {d.get('format_version')}, "
-                f"this anygrain reads {FORMAT_VERSION}"
-            )
+    def from_dict(cls, d: dict[str, Any], where: str = "") -> PackedInfo:
+        """From the saved config (format and version checked by the model base)."""
         try:
             return cls(**{k: v for k, v in d.items() if k not in ("format", "format_version")})
         except TypeError as e:
-            raise AnygrainError(f"{f}: invalid packed model config ({e})") from None
+            raise AnygrainError(f"{where}: invalid packed model config ({e})") from None
+
+    @classmethod
+    def read(cls, path: Path) -> PackedInfo:
+        return cls.from_dict(read_config(path, ModelType.PACKED_PHRASE), str(path / PACKED_CONFIG))
 
 
 def is_packed(path: str | Path) -> bool:
     return (Path(path) / PACKED_CONFIG).exists()
 
 
-def full_fingerprint(model: Any) -> str:
+def full_fingerprint(model: PhraseEncoder) -> str:
     """Fingerprint of every weight of a phrase model, both sides and heads."""
-    from anygrain.phrase.model import fingerprint_modules
-
     return fingerprint_modules([*model.encoders(), model.head_modules()])
 
 
 def _backbone(name: str, cache_dir: Path | None) -> tuple[Any, Any]:
     """``(model, tokenizer)`` of the backbone a phrase model started from."""
     from anygrain.models.resolve import resolve_model
-    from anygrain.phrase.model import _load_hf
 
     path, _ = resolve_model(name, cache_dir=cache_dir)
     return _load_hf(path)
 
 
 def pack_phrase_model(
-    model: Any,
+    model: PhraseEncoder,
     out: str | Path,
     *,
     settings: PackSettings | None = None,
@@ -157,12 +156,8 @@ def pack_phrase_model(
     the rebuilt weights, not of ``model``'s (they differ by the quantisation)."""
     from safetensors.torch import save_file
 
-    from anygrain.phrase.model import MODEL_CONFIG
-
     s = settings or PackSettings()
     out = Path(out)
-    from anygrain.phrase.model import fingerprint_modules
-
     base, tok = _backbone(model.config.base_model, cache_dir)
     base_fp = fingerprint_modules([base])
     base_state = base.state_dict()
@@ -195,7 +190,7 @@ def pack_phrase_model(
     rebuilt.config.phrase_fingerprint = rebuilt.phrase_fingerprint()
     with atomic_dir(out) as staging:
         save_file(tensors, str(staging / PACKED_FILE))
-        cfg = rebuilt.config.to_dict()
+        cfg = rebuilt.saved_config()
         (staging / MODEL_CONFIG).write_text(json.dumps(cfg, indent=2, ensure_ascii=False))
         info = PackedInfo(
             base_model=model.config.base_model,
@@ -213,18 +208,16 @@ def pack_phrase_model(
 
 
 def _rebuild(
-    config: Any,
+    config: PhraseConfig,
     tensors: dict[str, torch.Tensor],
     s: PackSettings,
     question_dirs: list[str],
     base: Any,
     tokenizer: Any,
-) -> Any:
+) -> PhraseEncoder:
     """A PhraseEncoder from the backbone plus the packed tensors, with ``config``'s phrase
     fingerprint (the caller verifies or sets it)."""
     import copy
-
-    from anygrain.phrase.model import PhraseConfig, PhraseEncoder
 
     cfg = PhraseConfig.from_dict(config.to_dict())
     encoders = [copy.deepcopy(base) for _ in range(1 + len(question_dirs))]
@@ -254,22 +247,21 @@ def _rebuild(
     return model
 
 
-def load_packed(path: str | Path, *, cache_dir: Path | None = None, verify: bool = True) -> Any:
-    """Rebuild a packed phrase model; refuses a different backbone or damaged tensors."""
+def load_packed(
+    path: Path, config: dict[str, Any], verify: bool | None, *, cache_dir: Path | None = None
+) -> PhraseEncoder:
+    """Rebuild a packed phrase model from its directory and its packed config (format
+    checked by the model base); refuses a different backbone or damaged tensors.
+    ``verify`` (``None``: yes) checks the rebuilt weights against the recorded
+    fingerprints."""
     from safetensors.torch import load_file
 
-    from anygrain.phrase.model import MODEL_CONFIG, PhraseConfig
-
-    path = Path(path)
-    info = PackedInfo.read(path)
+    info = PackedInfo.from_dict(config, str(path / PACKED_CONFIG))
     s = PackSettings(info.bits, info.group)
     f = path / MODEL_CONFIG
-    try:
-        cfg = PhraseConfig.from_dict(json.loads(f.read_text(encoding="utf-8")), str(f))
-    except FileNotFoundError:
-        raise AnygrainError(f"{path}: packed model without {MODEL_CONFIG}") from None
-    except json.JSONDecodeError as e:
-        raise AnygrainError(f"{f}: corrupt config ({e.msg})") from None
+    if not f.exists():
+        raise AnygrainError(f"{path}: packed model without {MODEL_CONFIG}")
+    cfg = PhraseConfig.from_dict(read_config(path, ModelType.PHRASE), str(f))
     base, tok = _backbone(info.base_model, cache_dir)
     try:
         tensors = load_file(str(path / PACKED_FILE))
@@ -283,9 +275,7 @@ def load_packed(path: str | Path, *, cache_dir: Path | None = None, verify: bool
         ) from None
     # one hash of every rebuilt weight covers the phrase side too, so the phrase fingerprint
     # in the config can be trusted; the backbone is hashed only to explain a mismatch
-    if verify and full_fingerprint(model) != info.full_fingerprint:
-        from anygrain.phrase.model import fingerprint_modules
-
+    if verify is not False and full_fingerprint(model) != info.full_fingerprint:
         base_fp = fingerprint_modules([base])
         if base_fp != info.base_fingerprint:
             raise IndexMismatchError(
@@ -299,6 +289,16 @@ def load_packed(path: str | Path, *, cache_dir: Path | None = None, verify: bool
         )
     model.packed = PackedSource(path, info.full_fingerprint)
     return model
+
+
+register_form(
+    ModelType.PACKED_PHRASE,
+    PhraseEncoder,
+    FORMAT,
+    FORMAT_VERSION,
+    "a packed phrase model",
+    load_packed,
+)
 
 
 @dataclass(frozen=True)
@@ -315,7 +315,7 @@ def copy_packed(source: PackedSource, out: Path) -> None:
         return
     out.mkdir(parents=True, exist_ok=True)
     # the packed config last: until it exists the directory is not taken for a packed model
-    for name in (PACKED_FILE, "anygrain_phrase.json", CARD_FILE, PACKED_CONFIG):
+    for name in (PACKED_FILE, MODEL_CONFIG, CARD_FILE, PACKED_CONFIG):
         src = source.path / name
         if src.exists():
             tmp = out / f".{name}.{os.getpid()}.tmp"

@@ -11,15 +11,16 @@ For the token vectors ``P`` of a window and its ``[CLS]`` vector ``P̂[CLS]``
 A span's score is ``start_logit + end_logit``; the answer is the best span of the
 passage with the highest selection logit.
 
-Saved as a Hugging Face directory (encoder weights, its config and tokenizer)
-plus ``reader_heads.safetensors`` and ``anygrain_reader.json`` (written last, so
-a directory with it is complete).  Any encoder anygrain resolves can be the
+Saved through the model base (:mod:`anygrain.models.base`) as a Hugging Face
+directory (encoder weights, its config and tokenizer) plus
+``reader_heads.safetensors`` and ``anygrain_reader.json`` (written last, so a
+directory with it is complete).  Any encoder anygrain resolves can be the
 base: an alias (``minilm``), a hub name or a local path.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -28,12 +29,12 @@ import torch
 from torch import nn
 
 from anygrain.errors import AnygrainError
+from anygrain.models.base import Model, ModelType, config_file, register_model
 from anygrain.models.resolve import resolve_model
-from anygrain.utils.atomic import atomic_dir, atomic_write_text
 
 __all__ = ["HEADS_FILE", "READER_CONFIG", "Reader", "ReaderConfig", "ReaderOutput"]
 
-READER_CONFIG = "anygrain_reader.json"
+READER_CONFIG = config_file(ModelType.READER)
 HEADS_FILE = "reader_heads.safetensors"
 FORMAT = "anygrain.reader"
 FORMAT_VERSION = 1
@@ -49,7 +50,6 @@ class ReaderConfig:
     max_answer_length: int = 30  # tokens per answer span
     stride: int = 64  # tokens shared by neighbouring windows of a long passage
     include_title: bool = True
-    format_version: int = FORMAT_VERSION
 
     def validate(self) -> None:
         problems = []
@@ -70,18 +70,17 @@ class ReaderConfig:
             raise AnygrainError("invalid reader config: " + "; ".join(problems))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT, **asdict(self)}
+        return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ReaderConfig:
-        if d.get("format") != FORMAT:
-            raise AnygrainError("not an anygrain reader config")
-        if d.get("format_version") != FORMAT_VERSION:
-            raise AnygrainError(
-                f"reader format version {d.get('format_version')}, expected {FORMAT_VERSION}"
-            )
+    def from_dict(cls, d: dict[str, Any], where: str = "") -> ReaderConfig:
+        """From the saved config (its format and version checked by the model base);
+        fields this anygrain does not know are ignored."""
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        try:
+            return cls(**{k: v for k, v in d.items() if k in known})
+        except TypeError as e:
+            raise AnygrainError(f"{where}: corrupt reader config ({e})") from None
 
 
 @dataclass
@@ -91,8 +90,14 @@ class ReaderOutput:
     selection_logits: torch.Tensor  # [N]
 
 
-class Reader(nn.Module):
+@register_model(ModelType.READER)
+class Reader(Model):
     """Encoder + start/end/selection heads; ``tokenizer`` must be a fast tokenizer."""
+
+    format = FORMAT
+    format_version = FORMAT_VERSION
+    noun = "an anygrain reader"
+    config: ReaderConfig
 
     def __init__(self, encoder: nn.Module, tokenizer: Any, config: ReaderConfig) -> None:
         super().__init__()
@@ -153,23 +158,14 @@ class Reader(nn.Module):
         return cls(encoder, tokenizer, ReaderConfig(base_model=str(name), **settings))
 
     @classmethod
-    def load(cls, path: str | Path) -> Reader:
+    def from_saved(cls, path: Path, config: dict[str, Any]) -> Reader:
         from safetensors.torch import load_file
         from transformers import AutoModel, AutoTokenizer
 
-        path = Path(path)
-        f = path / READER_CONFIG
-        if not f.exists():
-            raise AnygrainError(f"{path}: not an anygrain reader (no {READER_CONFIG})")
-        try:
-            config = ReaderConfig.from_dict(json.loads(f.read_text(encoding="utf-8")))
-        except (json.JSONDecodeError, TypeError) as e:
-            raise AnygrainError(f"{f}: corrupt reader config ({e})") from None
-        except AnygrainError as e:
-            raise AnygrainError(f"{f}: {e}") from None
+        cfg = ReaderConfig.from_dict(config, str(path / READER_CONFIG))
         encoder = AutoModel.from_pretrained(str(path))
         tokenizer = AutoTokenizer.from_pretrained(str(path))
-        reader = cls(encoder, tokenizer, config)
+        reader = cls(encoder, tokenizer, cfg)
         heads = load_file(str(path / HEADS_FILE))
         reader.qa.load_state_dict({"weight": heads["qa.weight"], "bias": heads["qa.bias"]})
         reader.selector.load_state_dict(
@@ -178,8 +174,7 @@ class Reader(nn.Module):
         reader.eval()
         return reader
 
-    def write_files(self, directory: Path) -> None:
-        """Write every file into an existing directory, the reader config last."""
+    def write_weights(self, directory: Path) -> None:
         from safetensors.torch import save_file
 
         self.encoder.save_pretrained(str(directory))  # type: ignore[operator]
@@ -194,11 +189,6 @@ class Reader(nn.Module):
             {k: v.detach().contiguous().cpu() for k, v in heads.items()},
             str(directory / HEADS_FILE),
         )
-        atomic_write_text(directory / READER_CONFIG, json.dumps(self.config.to_dict(), indent=2))
 
-    def save(self, path: str | Path) -> Path:
-        """Write the reader to ``path`` atomically (the directory is replaced)."""
-        path = Path(path)
-        with atomic_dir(path) as tmp:
-            self.write_files(tmp)
-        return path
+    def fingerprinted_modules(self) -> Sequence[nn.Module]:
+        return [self.encoder, self.qa, self.selector]

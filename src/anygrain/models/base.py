@@ -1,0 +1,337 @@
+"""The model base: one way to save, load and fingerprint every anygrain model.
+
+A saved model is a directory: its weights (Hugging Face directories, safetensors)
+plus one JSON config, written last, that says what the directory holds::
+
+    {"format": "anygrain.reader", "format_version": 1, ...the config's fields}
+
+The config file's name tells the type (:class:`ModelType`; :data:`MODEL_FORMS` maps
+each type to that name and to the module that defines it), so :func:`load_model`
+needs no hint: it finds the type, imports its module on first use -- the module
+registers the type with :func:`register_model` -- checks ``format`` and
+``format_version`` and hands the directory to the type's loader.  The base imports no
+model module (``tests/test_layering.py``), as the index base imports no index kind.
+
+A new type (a compressed phrase model, another encoder) adds a member to
+:class:`ModelType` and a line to :data:`MODEL_FORMS`, and registers either its
+:class:`Model` subclass (``@register_model(ModelType.X)``) or, for another saved form
+of an existing class, a loader (:func:`register_form`; the packed phrase model,
+which is how the shipped default ships, loads this way into a ``PhraseEncoder``).
+
+Encoders keep the method names their callers use -- ``encode_questions`` and
+``encode_passages`` on both the bi-encoder and the phrase model (the query side and the
+passage side), ``passage_fingerprint`` / ``phrase_fingerprint`` for what an index
+records -- since the index kinds and trainers call them; ``fingerprint()`` is the one
+implementation behind both.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import importlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, TypeVar
+
+import torch
+from torch import nn
+
+from anygrain.errors import AnygrainError, IndexMismatchError
+from anygrain.utils.atomic import atomic_dir, atomic_write_text
+
+
+class ModelType(str, enum.Enum):
+    """What a saved model directory holds.  Detection tries the members in this order: a
+    packed phrase model's directory holds a phrase config too, so it comes first."""
+
+    PACKED_PHRASE = "packed-phrase"
+    PHRASE = "phrase"
+    BIENCODER = "biencoder"
+    READER = "reader"
+
+
+@dataclass(frozen=True)
+class ModelForm:
+    """Where a type is defined and the config file that marks its saved directories."""
+
+    module: str  # imported on first use; it registers the type
+    config_file: str
+
+
+MODEL_FORMS: dict[ModelType, ModelForm] = {
+    ModelType.PACKED_PHRASE: ModelForm("anygrain.phrase.packed", "anygrain_packed.json"),
+    ModelType.PHRASE: ModelForm("anygrain.phrase.model", "anygrain_phrase.json"),
+    ModelType.BIENCODER: ModelForm("anygrain.models.biencoder", "anygrain_model.json"),
+    ModelType.READER: ModelForm("anygrain.reader.model", "anygrain_reader.json"),
+}
+
+
+def config_file(kind: ModelType) -> str:
+    """The name of the JSON file a saved model of ``kind`` is marked by."""
+    return MODEL_FORMS[kind].config_file
+
+
+class ModelConfig(Protocol):
+    """A model's typed settings (a dataclass), saved in its config file."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+def fingerprint_modules(modules: Sequence[nn.Module], *, numbered: bool = True) -> str:
+    """sha256 over parameter names and values: identifies weights, whatever the files.
+
+    ``numbered`` prefixes each name with its module's position (``0.``, ``1.``...).  Both
+    spellings are kept because indexes and packed models record fingerprints made
+    each way (bi-encoders: one module, unnumbered; phrase models: numbered)."""
+    h = hashlib.sha256()
+    for i, m in enumerate(modules):
+        prefix = f"{i}." if numbered else ""
+        for name, t in sorted(m.state_dict().items()):
+            h.update(f"{prefix}{name}".encode())
+            h.update(t.detach().to(torch.float32).contiguous().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+M = TypeVar("M", bound="Model")
+
+
+class Model(nn.Module):
+    """What every anygrain model shares: its config file, atomic save, load, fingerprint.
+
+    A subclass sets the class attributes, writes its weights in :meth:`write_weights`,
+    rebuilds itself in :meth:`from_saved` and names the modules its :meth:`fingerprint`
+    covers in :meth:`fingerprinted_modules`."""
+
+    model_type: ClassVar[ModelType]
+    format: ClassVar[str]  # the config's "format" value
+    format_version: ClassVar[int]
+    noun: ClassVar[str] = "an anygrain model"  # for errors: "not {noun}"
+    # the config field that records the fingerprint at save time ("" for none)
+    fingerprint_field: ClassVar[str] = ""
+    # whether ``load`` re-hashes the weights against that field unless told otherwise
+    verify_on_load: ClassVar[bool] = False
+    numbered_fingerprint: ClassVar[bool] = True
+
+    config: Any  # a ModelConfig
+
+    # --- supplied by each type ------------------------------------------------------------
+    def write_weights(self, directory: Path) -> None:
+        """Write everything but the config into the existing ``directory``."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_saved(cls: type[M], path: Path, config: dict[str, Any]) -> M:
+        """Rebuild from ``path``; ``config`` is the config file's dict, format checked."""
+        raise NotImplementedError
+
+    def fingerprinted_modules(self) -> Sequence[nn.Module]:
+        """The modules :meth:`fingerprint` covers: those that make what an index stores."""
+        raise NotImplementedError
+
+    def owned_names(self) -> Sequence[str]:
+        """Files and directories of this type that :meth:`save_into` replaces (besides the
+        config); other files in the directory are kept."""
+        return ()
+
+    # --- shared ---------------------------------------------------------------------------
+    @classmethod
+    def config_file(cls) -> str:
+        return config_file(cls.model_type)
+
+    def fingerprint(self) -> str:
+        """Identifies the weights that make index-side vectors: equal fingerprints, equal
+        vectors.  An index records it and refuses a model with another one."""
+        return fingerprint_modules(self.fingerprinted_modules(), numbered=self.numbered_fingerprint)
+
+    def saved_config(self) -> dict[str, Any]:
+        """The config file's content: format, version, then the config's fields."""
+        return {
+            "format": self.format,
+            "format_version": self.format_version,
+            **self.config.to_dict(),
+        }
+
+    def write_files(self, directory: Path) -> None:
+        """Write the model into the existing ``directory``, the config last: a directory
+        with the config file holds a complete model."""
+        if self.fingerprint_field:
+            setattr(self.config, self.fingerprint_field, self.fingerprint())
+        self.write_weights(directory)
+        atomic_write_text(
+            directory / self.config_file(),
+            json.dumps(self.saved_config(), indent=2, ensure_ascii=False),
+        )
+
+    def save(self, path: str | Path) -> Path:
+        """Write the model to ``path`` atomically: the directory is replaced whole, so a
+        crash leaves the old model or the new one."""
+        path = Path(path)
+        with atomic_dir(path) as tmp:
+            self.write_files(tmp)
+        return path
+
+    def save_into(self, directory: str | Path) -> Path:
+        """Write the model into ``directory`` (created if needed), keeping the other files
+        there (a training run's checkpoints and log).  The files are staged beside it and
+        moved in with the config last; until then no config marks a half-written model."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        staging = directory / f".model.{os.getpid()}.tmp"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        try:
+            self.write_files(staging)
+            cfg = self.config_file()
+            (directory / cfg).unlink(missing_ok=True)
+            for name in self.owned_names():
+                target = directory / name
+                if target.is_dir() and not target.is_symlink():
+                    shutil.rmtree(target)
+                else:
+                    target.unlink(missing_ok=True)
+            for item in sorted(staging.iterdir(), key=lambda p: p.name == cfg):
+                target = directory / item.name
+                if target.is_dir() and not target.is_symlink():
+                    shutil.rmtree(target)
+                os.replace(item, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return directory
+
+    def check_fingerprint(self, path: Path) -> None:
+        """Refuse weights whose fingerprint differs from the one their config records."""
+        want = getattr(self.config, self.fingerprint_field, "") if self.fingerprint_field else ""
+        if want and self.fingerprint() != want:
+            raise IndexMismatchError(
+                f"{path}: weights do not match the fingerprint recorded in "
+                f"{self.config_file()} (files changed or corrupt)"
+            )
+
+    @classmethod
+    def load(cls: type[M], dir_or_name: str | Path, *, verify: bool | None = None) -> M:
+        """A saved model of this class (or a subclass, or another saved form of it) from a
+        directory or a shipped model's name.  ``verify`` re-hashes the weights against the
+        recorded fingerprint; ``None`` is the type's default (``verify_on_load``)."""
+        path = saved_model_dir(dir_or_name)
+        kind = detect_model_type(path)
+        if kind is None:
+            raise AnygrainError(f"{path}: not {cls.noun} (no {_expected_files(cls)})")
+        form = registered_form(kind)
+        if not issubclass(form.cls, cls):
+            raise AnygrainError(f"{path}: holds {form.cls.noun} ({kind.value}), not {cls.noun}")
+        model = form.load(path, read_config(path, kind), verify)
+        assert isinstance(model, cls)
+        return model
+
+
+def _expected_files(cls: type[Model]) -> str:
+    if cls is Model:
+        return " or ".join(f.config_file for f in MODEL_FORMS.values())
+    return cls.config_file()
+
+
+# --- the registry --------------------------------------------------------------------------
+
+
+Loader = Callable[[Path, dict[str, Any], "bool | None"], Model]
+
+
+@dataclass(frozen=True)
+class RegisteredForm:
+    """How one saved form is read: its format, version, and the loader that rebuilds it."""
+
+    cls: type[Model]  # what loading gives
+    format: str
+    format_version: int
+    noun: str
+    load: Loader
+
+
+_REGISTRY: dict[ModelType, RegisteredForm] = {}
+
+
+def _load_full(cls: type[Model]) -> Loader:
+    def load(path: Path, config: dict[str, Any], verify: bool | None) -> Model:
+        model = cls.from_saved(path, config)
+        if cls.verify_on_load if verify is None else verify:
+            model.check_fingerprint(path)
+        return model
+
+    return load
+
+
+def register_model(kind: ModelType) -> Callable[[type[M]], type[M]]:
+    """Class decorator: ``cls`` is the model saved as ``kind`` (its own attributes say the
+    format and version)."""
+
+    def deco(cls: type[M]) -> type[M]:
+        cls.model_type = kind
+        register_form(kind, cls, cls.format, cls.format_version, cls.noun, _load_full(cls))
+        return cls
+
+    return deco
+
+
+def register_form(
+    kind: ModelType, cls: type[Model], format: str, format_version: int, noun: str, load: Loader
+) -> None:
+    """Register ``kind`` as a saved form of ``cls`` read by ``load(path, config, verify)``."""
+    _REGISTRY[kind] = RegisteredForm(cls, format, format_version, noun, load)
+
+
+def registered_form(kind: ModelType) -> RegisteredForm:
+    if kind not in _REGISTRY:
+        importlib.import_module(MODEL_FORMS[kind].module)
+    if kind not in _REGISTRY:
+        raise AnygrainError(f"{MODEL_FORMS[kind].module} does not register model type {kind.value}")
+    return _REGISTRY[kind]
+
+
+def detect_model_type(path: str | Path) -> ModelType | None:
+    """The type of the model saved in ``path`` by its config file, or ``None``."""
+    p = Path(path)
+    for kind in ModelType:
+        if (p / MODEL_FORMS[kind].config_file).is_file():
+            return kind
+    return None
+
+
+def saved_model_dir(dir_or_name: str | Path) -> Path:
+    """A saved model's directory: ``dir_or_name`` itself, or the shipped model so named."""
+    from anygrain.models.shipped import SHIPPED, shipped_model_dir
+
+    p = Path(str(dir_or_name)).expanduser()
+    if not p.exists() and str(dir_or_name) in SHIPPED:
+        return shipped_model_dir(str(dir_or_name))
+    return p
+
+
+def read_config(path: Path, kind: ModelType) -> dict[str, Any]:
+    """The config of the ``kind`` model saved in ``path``; an error unless it is readable
+    JSON of that type's format and of the version this anygrain reads."""
+    form = registered_form(kind)
+    f = path / MODEL_FORMS[kind].config_file
+    try:
+        d = json.loads(f.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise AnygrainError(f"{path}: not {form.noun} (no {f.name})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise AnygrainError(f"{f}: corrupt config ({e})") from None
+    if not isinstance(d, dict) or d.get("format") != form.format:
+        raise AnygrainError(f"{f}: not {form.noun} config")
+    if d.get("format_version") != form.format_version:
+        raise AnygrainError(
+            f"{f}: {form.noun} format version {d.get('format_version')}, "
+            f"this anygrain reads {form.format_version}"
+        )
+    return d
+
+
+def load_model(dir_or_name: str | Path, *, verify: bool | None = None) -> Model:
+    """Whatever model is saved in a directory (or shipped under a name), by its type."""
+    return Model.load(dir_or_name, verify=verify)
