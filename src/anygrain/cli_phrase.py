@@ -37,7 +37,7 @@ from anygrain.phrase.compress import Compress
 from anygrain.search.highlight import phrase_context
 from anygrain.search.hit import Hit
 from anygrain.train.optim import GradClip
-from anygrain.train.phrase_losses import InBatchNegatives
+from anygrain.train.phrase.losses import InBatchNegatives
 
 
 def train_phrase_cmd(
@@ -126,10 +126,10 @@ def train_phrase_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Train a DensePhrases model (single-passage, in-batch and pre-batch losses, filter)."""
-    from anygrain.train.phrase import PhraseTrainConfig, train_phrase
+    from anygrain.train import phrase
 
     def run(errors: ErrorLog) -> Path:
-        cfg = PhraseTrainConfig(
+        cfg = phrase.PhraseTrainConfig(
             train=list(train),
             out=str(out_dir),
             model=model,
@@ -153,7 +153,7 @@ def train_phrase_cmd(
             threads=threads,
             checkpoint_every=checkpoint_every,
         )
-        return train_phrase(cfg, progress=not quiet, resume=resume, errors=errors)
+        return phrase.train(cfg, progress=not quiet, resume=resume, errors=errors)
 
     run_trainer(run, on_error, "trained phrase model")
 
@@ -266,10 +266,10 @@ def train_query_side_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Fine-tune a phrase model's question encoder against a built phrase index."""
-    from anygrain.train.phrase_query_side import PhraseQuerySideConfig, train_phrase_query_side
+    from anygrain.train import phrase
 
     def run(errors: ErrorLog) -> Path:
-        cfg = PhraseQuerySideConfig(
+        cfg = phrase.PhraseQuerySideConfig(
             index=str(index_dir),
             train=list(train),
             out=str(out_dir),
@@ -282,7 +282,7 @@ def train_query_side_cmd(
             bf16=bf16,
             threads=threads,
         )
-        return train_phrase_query_side(cfg, progress=not quiet, resume=resume, errors=errors)
+        return phrase.train_query_side(cfg, progress=not quiet, resume=resume, errors=errors)
 
     path = run_trainer(run, on_error, "phrase model (query side fine-tuned)")
     console.print(f"use it with `anygrain eval INDEX --model {escape(str(path))}`")

@@ -89,12 +89,12 @@ def train_reader_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Train an extractive reader (span + passage selection, DPR section 6) and save it to --out."""
-    from anygrain.train.reader import ReaderTrainConfig, train_reader
+    from anygrain.train import reader
 
     _threads(threads)
 
     def run(errors: ErrorLog) -> Path:
-        config = ReaderTrainConfig(
+        config = reader.ReaderTrainConfig(
             train=train,
             out=str(out),
             model=model,
@@ -108,7 +108,7 @@ def train_reader_cmd(
             seed=seed,
             checkpoint_every=checkpoint_every,
         )
-        return train_reader(
+        return reader.train(
             config, retriever_index=retriever, progress=not quiet, resume=resume, errors=errors
         )
 

@@ -109,7 +109,7 @@ def dpr_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Train a DPR bi-encoder (in-batch + BM25 hard negatives) and save it to --out."""
-    from anygrain.train import DprTrainConfig, train_dpr
+    from anygrain.train import dpr
 
     settings = {
         "train": train or [],
@@ -132,7 +132,7 @@ def dpr_cmd(
 
     def run(errors: ErrorLog) -> Path:
         if recipe is not None:
-            from anygrain.train.recipe import load_recipe, parse_vars, recipe_config
+            from anygrain.train.dpr.recipe import load_recipe, parse_vars, recipe_config
 
             # Typer may vendor click: compare the source by name, not by class.
             given = {
@@ -144,8 +144,8 @@ def dpr_cmd(
         else:
             if not train or out is None:
                 raise AnygrainError("give --train and --out, or a --recipe")
-            config = DprTrainConfig(**settings)  # type: ignore[arg-type]
-        return train_dpr(config, progress=not quiet, resume=resume, errors=errors)
+            config = dpr.DprTrainConfig(**settings)  # type: ignore[arg-type]
+        return dpr.train(config, progress=not quiet, resume=resume, errors=errors)
 
     run_trainer(run, on_error, "trained model")
 
@@ -153,7 +153,7 @@ def dpr_cmd(
 @train_app.command("recipes")
 def recipes_cmd() -> None:
     """List the saved training recipes and the variables each needs."""
-    from anygrain.train.recipe import builtin_recipes, load_recipe
+    from anygrain.train.dpr.recipe import builtin_recipes, load_recipe
 
     for name in builtin_recipes():
         r = load_recipe(name)

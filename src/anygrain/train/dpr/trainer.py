@@ -39,8 +39,8 @@ from anygrain.train.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from anygrain.train.config import DprTrainConfig, TrainMode
-from anygrain.train.dpr_data import (
+from anygrain.train.dpr.config import DprTrainConfig, TrainMode
+from anygrain.train.dpr.data import (
     Ctx,
     Supervision,
     TrainExample,
