@@ -91,8 +91,6 @@ def train_reader_cmd(
     """Train an extractive reader (span + passage selection, DPR section 6) and save it to --out."""
     from anygrain.train import reader
 
-    _threads(threads)
-
     def run(errors: ErrorLog) -> Path:
         config = reader.ReaderTrainConfig(
             train=train,
@@ -107,6 +105,7 @@ def train_reader_cmd(
             bf16=bf16,
             seed=seed,
             checkpoint_every=checkpoint_every,
+            threads=threads,
         )
         return reader.train(
             config, retriever_index=retriever, progress=not quiet, resume=resume, errors=errors

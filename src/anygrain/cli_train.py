@@ -13,6 +13,7 @@ from anygrain.cli_common import (
     OnErrorOpt,
     QuietOpt,
     ResumeOpt,
+    ThreadsOpt,
     run_trainer,
 )
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
@@ -103,6 +104,7 @@ def dpr_cmd(
         float | None,
         typer.Option(help="Softmax temperature (default: 0.05 for normalised encoders, else 1)"),
     ] = None,
+    threads: ThreadsOpt = None,
     checkpoint_every: CheckpointEveryOpt = 100,
     resume: ResumeOpt = True,
     on_error: OnErrorOpt = ErrorPolicy.STOP,
@@ -127,6 +129,7 @@ def dpr_cmd(
         "max_examples": max_examples,
         "seed": seed,
         "temperature": temperature,
+        "threads": threads,
         "checkpoint_every": checkpoint_every,
     }
 

@@ -16,7 +16,7 @@ from anygrain.train.saved_config import SavedConfig
 CONFIG_FILE = "train_config.json"
 
 # Settings that only change bookkeeping, never the weights: a resumed run may differ in them.
-_BOOKKEEPING = frozenset({"out", "log_every", "checkpoint_every", "keep_checkpoints"})
+_BOOKKEEPING = frozenset({"out", "log_every", "checkpoint_every", "keep_checkpoints", "threads"})
 
 
 class TrainMode(str, enum.Enum):
@@ -65,6 +65,7 @@ class DprTrainConfig(SavedConfig):
     # [-1, 1] are too flat for a softmax) and 1.0 (DPR's raw dot product) otherwise.
     temperature: float | None = None
     encode_batch_size: int = 64  # QUERY_SIDE passage caching
+    threads: int | None = None  # torch and FAISS threads (None: their defaults)
     log_every: int = 10
     checkpoint_every: int = 100  # steps; 0 = only at the end of each epoch
     keep_checkpoints: bool = False  # keep the last checkpoint after training completes
@@ -115,6 +116,8 @@ class DprTrainConfig(SavedConfig):
             problems.append("temperature must be > 0")
         if self.max_examples is not None and self.max_examples < 1:
             problems.append("max_examples must be >= 1")
+        if self.threads is not None and self.threads < 1:
+            problems.append("threads must be >= 1")
         if problems:
             raise AnygrainError("invalid training config: " + "; ".join(problems))
 

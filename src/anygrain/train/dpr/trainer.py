@@ -55,6 +55,7 @@ from anygrain.train.optim import apply_update, param_groups
 from anygrain.train.passage_cache import cache_key, cached_passage_vectors
 from anygrain.train.run_dir import RunDir
 from anygrain.train.runlog import TrainLog, defer_sigint
+from anygrain.utils.threads import set_threads
 
 CACHE_DIR = "cache"
 
@@ -362,6 +363,7 @@ def train_dpr(
     called with the global step after every update (tests use it to interrupt).
     """
     config.validate()
+    set_threads(config.threads)
     run = RunDir(config.out, config, progress=progress)
     log, out = run.log, run.out
     data = load_training_data(

@@ -62,6 +62,7 @@ from anygrain.train.phrase.config import PhraseQuerySideConfig, QuerySideLoss
 from anygrain.train.run_dir import RunDir
 from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.utils.precision import cpu_autocast
+from anygrain.utils.threads import set_threads
 
 CKPT_FORMAT = checkpoint_format("phrase-query-side")
 
@@ -320,8 +321,7 @@ def train_phrase_query_side(
     continues from its last checkpoint and a finished run is not repeated.
     """
     config.validate()
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
+    set_threads(config.threads)
     run = RunDir(config.out, config, progress=progress)
     log, out = run.log, run.out
     index = Index.load(config.index)

@@ -53,6 +53,7 @@ from anygrain.train.run_dir import RunDir
 from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.utils.atomic import atomic_write_text
 from anygrain.utils.precision import cpu_autocast
+from anygrain.utils.threads import set_threads
 
 CKPT_FORMAT = checkpoint_format("phrase")
 NOT_USED_FILE = "questions_not_used.jsonl"  # each training question left out, and why
@@ -403,8 +404,7 @@ def train_phrase(
     there).  ``teacher`` overrides ``config.teacher`` (tests pass a fake one).
     """
     config.validate()
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
+    set_threads(config.threads)
     run = RunDir(config.out, config, progress=progress)
     log, out = run.log, run.out
     t0 = time.time()

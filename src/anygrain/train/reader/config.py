@@ -10,7 +10,7 @@ from anygrain.train.saved_config import SavedConfig
 
 CONFIG_FILE = "reader_train_config.json"
 # Settings that only change bookkeeping, never the weights: a resumed run may differ in them.
-_BOOKKEEPING = frozenset({"out", "log_every", "checkpoint_every", "keep_checkpoints"})
+_BOOKKEEPING = frozenset({"out", "log_every", "checkpoint_every", "keep_checkpoints", "threads"})
 
 
 @dataclass
@@ -43,6 +43,7 @@ class ReaderTrainConfig(SavedConfig):
     seed: int = 12345
     bf16: bool = False
     max_examples: int | None = None
+    threads: int | None = None  # torch and FAISS threads (None: their defaults)
     log_every: int = 10
     checkpoint_every: int = 200  # steps; 0 = only at the end of each epoch
     keep_checkpoints: bool = False
@@ -76,6 +77,8 @@ class ReaderTrainConfig(SavedConfig):
             problems.append("warmup_ratio must be in [0, 1)")
         if self.max_examples is not None and self.max_examples < 1:
             problems.append("max_examples must be >= 1")
+        if self.threads is not None and self.threads < 1:
+            problems.append("threads must be >= 1")
         if problems:
             raise AnygrainError("invalid reader training config: " + "; ".join(problems))
 

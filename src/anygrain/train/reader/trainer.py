@@ -60,6 +60,7 @@ from anygrain.train.reader.retrieval import attach_retrieved
 from anygrain.train.run_dir import RunDir
 from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.utils.precision import cpu_autocast
+from anygrain.utils.threads import set_threads
 
 __all__ = ["ReaderTrainer", "StepBatch", "save_reader_into", "train_reader"]
 
@@ -378,6 +379,7 @@ def train_reader(
     the global step after every update (tests use it to interrupt).
     """
     config.validate()
+    set_threads(config.threads)
     run = RunDir(config.out, config, progress=progress)
     log, out = run.log, run.out
     data = load_reader_data(
