@@ -11,7 +11,13 @@ from anygrain.errors import AnygrainError
 from anygrain.phrase.model import QuestionEncoderKind
 from anygrain.train.optim import GradClip
 from anygrain.train.phrase.losses import InBatchNegatives
-from anygrain.train.saved_config import SavedConfig
+from anygrain.train.saved_config import (
+    BF16_HELP,
+    CHECKPOINT_EVERY_HELP,
+    THREADS_HELP,
+    SavedConfig,
+    option,
+)
 
 CONFIG_FILE = "train_config.json"
 # Settings that never change the weights: a resumed run may differ in them.
@@ -38,20 +44,30 @@ class PhraseTrainConfig(SavedConfig):
     BOOKKEEPING = _BOOKKEEPING
     ADDED = {"grad_clip": "global", "in_batch_negatives": "gold", "freeze_embeddings": False}
 
-    train: list[str]
-    out: str
-    model: str = "minilm"
-    question_encoder: str = "shared"  # shared | separate
+    train: list[str] = option(help="SQuAD-format training data, FORMAT:PATH or PATH; repeatable")
+    out: str = option(help="Model directory to write (also checkpoints and log)", path=True)
+    model: str = option("minilm", help="Starting encoder: minilm, me5-small, hub name or directory")
+    question_encoder: str = option(
+        "shared",
+        help="shared: one encoder, two heads; separate: two encoders (paper)",
+        flags="--question-encoder",
+    )  # shared | separate
     question_pooling: str | None = None  # shared encoder: mean | cls (default: the model's)
-    epochs: int = 3
-    batch_size: int = 32
-    lr: float = 1e-4  # minilm: 1.5e-4 beat 5e-5 by 3 EM in a 7-minute run
+    epochs: int = option(3, help="Passes over the training questions")
+    batch_size: int = option(32, help="Questions per step")
+    lr: float = option(
+        1e-4, help="Peak learning rate (linear warm-up and decay)"
+    )  # minilm: 1.5e-4 beat 5e-5 by 3 EM in a 7-minute run
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
-    grad_clip: str = "global"  # global | per-side (phrase and question encoders apart)
-    max_passage_length: int = 384
-    doc_stride: int = 128
+    grad_clip: str = option(
+        "global",
+        help="global: one gradient norm; per-side: phrase and question encoders apart",
+        choices=GradClip,
+    )  # global | per-side (phrase and question encoders apart)
+    max_passage_length: int = option(384, help="Tokens per window")
+    doc_stride: int = option(128, help="Overlap between windows (tokens)")
     max_query_length: int = 64
     max_phrase_words: int = 20
     include_title: bool = True
@@ -59,25 +75,40 @@ class PhraseTrainConfig(SavedConfig):
     lambda_distill: float = 2.0
     lambda_neg: float = 4.0
     lambda_filter: float = 1.0
-    in_batch: bool = True
-    in_batch_negatives: str = "gold"  # gold | tokens (see InBatchNegatives)
+    in_batch: bool = option(True, help="In-batch negatives", flags="--inbatch/--no-inbatch")
+    in_batch_negatives: str = option(
+        "gold",
+        help="gold: other questions' gold starts/ends (paper); tokens: every token of the other passages in the batch",
+        flags="--inbatch-negatives",
+        choices=InBatchNegatives,
+    )  # gold | tokens (see InBatchNegatives)
     pre_batch: int = 2  # C preceding batches as negatives; 0 = off
     pre_batch_from: float = 0.5  # fraction of all steps before pre-batch negatives start
-    teacher: str | None = None
+    teacher: str | None = option(None, help="Cross-attention reader directory to distil from")
     # Frozen token embeddings keep the model a small delta over its backbone (the shipped
     # default model stores only the transformer layers: anygrain.phrase.packed).
-    freeze_embeddings: bool = False
-    bf16: bool = False
-    seed: int = 12345
-    max_examples: int | None = None
-    max_minutes: float | None = None  # stop cleanly (checkpoint + model) after this long
-    fit_budget: bool = True  # with max_minutes: fit the LR/pre-batch schedule into it
+    freeze_embeddings: bool = option(
+        False,
+        help="Keep the backbone's embedding layers fixed (the model can then be packed small)",
+        flags="--freeze-embeddings",
+    )
+    bf16: bool = option(False, help=BF16_HELP)
+    seed: int = option(12345, help="Seed for data order, heads and dropout")
+    max_examples: int | None = option(
+        None, help="Train on a seeded subset of this many questions, taken passage by passage"
+    )
+    max_minutes: float | None = option(
+        None, help="Stop cleanly (checkpoint + model) after this long"
+    )  # stop cleanly (checkpoint + model) after this long
+    fit_budget: bool = option(
+        True, help="With --max-minutes: shrink the LR schedule (and pre-batch start) to end in time"
+    )  # with max_minutes: fit the LR/pre-batch schedule into it
     max_steps: int | None = None  # stop (and checkpoint) after this many steps in total
     # torch intra-op threads (None: torch's default).  On a CPU shared with other jobs use 1:
     # every multi-threaded op then waits for a descheduled partner (measured 5x slower).
-    threads: int | None = None
+    threads: int | None = option(None, help=THREADS_HELP)
     log_every: int = 10
-    checkpoint_every: int = 200  # steps; 0 = each epoch only
+    checkpoint_every: int = option(200, help=CHECKPOINT_EVERY_HELP)  # steps; 0 = each epoch only
     keep_checkpoints: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -161,22 +192,34 @@ class PhraseQuerySideConfig(SavedConfig):
     WHAT = "query-side config"
     BOOKKEEPING = _QUERY_SIDE_BOOKKEEPING
 
-    index: str  # phrase index over the training passages
-    train: list[str]  # question sets with answers and gold passages (SQuAD format)
-    out: str
-    loss: str = QuerySideLoss.PHRASE.value
-    epochs: int = 1
-    batch_size: int = 16
-    lr: float = 3e-5
+    index: str = option(
+        help="Phrase index over the TRAINING passages (never the test set)",
+        argument=True,
+        path=True,
+    )  # phrase index over the training passages
+    train: list[str] = option(
+        help="Questions with answers (SQuAD format); repeatable"
+    )  # question sets with answers and gold passages (SQuAD format)
+    out: str = option(help="Phrase model directory to write", path=True)
+    loss: str = option(
+        QuerySideLoss.PHRASE.value,
+        help="Positives: phrase (answer text), passage (gold passage), or both",
+        choices=QuerySideLoss,
+    )
+    epochs: int = option(1, help="Passes over the questions")
+    batch_size: int = option(16, help="Questions per step")
+    lr: float = option(3e-5, help="Peak learning rate")
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
-    top_k: int = 100  # MIPS depth per side when retrieving candidates
+    top_k: int = option(
+        100, help="MIPS depth per side"
+    )  # MIPS depth per side when retrieving candidates
     max_candidates: int = 100  # retrieved phrases per question in the softmax
-    bf16: bool = False
+    bf16: bool = option(False, help=BF16_HELP)
     seed: int = 12345
-    max_examples: int | None = None
-    threads: int | None = None
+    max_examples: int | None = option(None, help="Train on a seeded random subset of questions")
+    threads: int | None = option(None, help=THREADS_HELP)
     log_every: int = 10
     checkpoint_every: int = 200  # steps; 0 = each epoch only
 

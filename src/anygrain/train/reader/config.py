@@ -6,7 +6,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from anygrain.errors import AnygrainError
-from anygrain.train.saved_config import SavedConfig
+from anygrain.train.saved_config import (
+    BF16_HELP,
+    CHECKPOINT_EVERY_HELP,
+    THREADS_HELP,
+    SavedConfig,
+    option,
+)
 
 CONFIG_FILE = "reader_train_config.json"
 # Settings that only change bookkeeping, never the weights: a resumed run may differ in them.
@@ -21,31 +27,42 @@ class ReaderTrainConfig(SavedConfig):
     WHAT = "reader training config"
     BOOKKEEPING = _BOOKKEEPING
 
-    train: list[str]
-    out: str
-    model: str = "minilm"
-    epochs: int = 1
-    batch_size: int = 4  # questions per step
-    negatives: int = 7  # passages per question = negatives + 1 (DPR's m = 24)
+    train: list[str] = option(help="SQuAD-format training data, FORMAT:PATH or PATH; repeatable")
+    out: str = option(help="Reader directory to write (also holds checkpoints and log)", path=True)
+    model: str = option(
+        "minilm",
+        help="Starting encoder: alias (minilm, me5-small), hub name, directory, or a reader",
+    )
+    epochs: int = option(1, help="Passes over the training questions")
+    batch_size: int = option(4, help="Questions per step")  # questions per step
+    negatives: int = option(
+        7, help="Negative passages per question (DPR m-1 = 23)"
+    )  # passages per question = negatives + 1 (DPR's m = 24)
     # Small encoders at 4 questions a step learn the randomly initialised heads slowly: on
     # 400 SQuAD-Shifts questions 2e-4 reached F1 11.1 on 300 SQuAD dev questions, 5e-5 only 7.8.
-    lr: float = 1e-4
+    lr: float = option(1e-4, help="Peak learning rate (linear warm-up, then linear decay)")
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
     max_grad_norm: float = 2.0
-    max_length: int = 256
+    max_length: int = option(256, help="Tokens per passage window")
     micro_batch: int = 8  # windows per forward pass, sorted by length
     max_question_length: int = 64
     max_answer_length: int = 30
     stride: int = 64
     include_title: bool = True
     retriever_depth: int = 30  # retrieved passages per question to sample negatives from
-    seed: int = 12345
-    bf16: bool = False
-    max_examples: int | None = None
-    threads: int | None = None  # torch and FAISS threads (None: their defaults)
+    seed: int = option(12345, help="Seed for data order, negatives and dropout")
+    bf16: bool = option(False, help=BF16_HELP)
+    max_examples: int | None = option(
+        None, help="Train on a seeded random subset of this many questions"
+    )
+    threads: int | None = option(
+        None, help=THREADS_HELP
+    )  # torch and FAISS threads (None: their defaults)
     log_every: int = 10
-    checkpoint_every: int = 200  # steps; 0 = only at the end of each epoch
+    checkpoint_every: int = option(
+        200, help=CHECKPOINT_EVERY_HELP
+    )  # steps; 0 = only at the end of each epoch
     keep_checkpoints: bool = False
 
     def __post_init__(self) -> None:
