@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,7 +55,7 @@ from anygrain.train.optim import apply_update, param_groups
 from anygrain.train.reader.config import ReaderTrainConfig
 from anygrain.train.reader.data import ReaderData, ReaderExample, load_reader_data
 from anygrain.train.reader.retrieval import attach_retrieved
-from anygrain.train.run_dir import RunDir
+from anygrain.train.run_dir import RunDir, save_into
 from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.utils.precision import cpu_autocast
 from anygrain.utils.threads import set_threads
@@ -342,22 +340,13 @@ class ReaderTrainer(EpochPosition):
 
 
 def save_reader_into(reader: Reader, out: Path) -> None:
-    """Write the reader into ``out`` without replacing the directory (it holds the run's
-    checkpoints and log); ``anygrain_reader.json`` lands last, so a crash never leaves
-    a loadable half-written reader."""
-    staging = out.parent / f".{out.name}.reader.{os.getpid()}.tmp"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
+    """Write the reader into its run directory ``out``, ``anygrain_reader.json`` last."""
+
+    def write(staging: Path) -> None:
+        staging.mkdir(parents=True)
         reader.write_files(staging)
-        (out / READER_CONFIG).unlink(missing_ok=True)
-        for item in sorted(staging.iterdir(), key=lambda p: p.name == READER_CONFIG):
-            target = out / item.name
-            if target.is_dir():
-                shutil.rmtree(target)
-            os.replace(item, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+
+    save_into(out, write, READER_CONFIG)
 
 
 def train_reader(
