@@ -32,7 +32,8 @@ from anygrain import load_questions
 from anygrain.corpus.formats import parse_source
 from anygrain.index.base import Index
 from anygrain.phrase import PhraseIndex, evaluate_phrase
-from anygrain.train.phrase import PhraseTrainConfig, train_phrase
+from anygrain.train.phrase import PhraseTrainConfig
+from anygrain.train.phrase import train as train_phrase
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SQUAD_DEV = SHARED / "squad-v1.1" / "dev-v1.1.json"

@@ -1,7 +1,7 @@
 """Query-side fine-tuning of a trained phrase model: open-corpus EM before and after.
 
 Builds a phrase index over the TRAINING paragraphs (SQuAD-Shifts; never SQuAD dev),
-fine-tunes the question encoder against it (``anygrain.train.phrase_query_side``),
+fine-tunes the question encoder against it (``anygrain.train.phrase.query_side``),
 then scores the base and the tuned question encoders on the same SQuAD v1.1 dev
 phrase index: open corpus (all 2,067 paragraphs) and D = {p}.  Prints one JSON object.
 
@@ -25,7 +25,8 @@ from anygrain import load_questions
 from anygrain.corpus.formats import parse_source
 from anygrain.index.base import Index
 from anygrain.phrase import PhraseIndex, evaluate_phrase
-from anygrain.train.phrase_query_side import PhraseQuerySideConfig, train_phrase_query_side
+from anygrain.train.phrase import PhraseQuerySideConfig
+from anygrain.train.phrase import train_query_side as train_phrase_query_side
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SQUAD_DEV = SHARED / "squad-v1.1" / "dev-v1.1.json"

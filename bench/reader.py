@@ -33,7 +33,8 @@ SHIFTS = ["new_wiki", "amazon_reviews", "reddit"]
 
 
 def _train(args: argparse.Namespace) -> tuple[Path, dict[str, object]]:
-    from anygrain.train.reader import ReaderTrainConfig, train_reader
+    from anygrain.train.reader import ReaderTrainConfig
+    from anygrain.train.reader import train as train_reader
     from anygrain.train.run_dir import LOG_FILE
 
     specs = [f"squad:{SHARED / 'squadshifts' / f'{name}_v1.0.json'}" for name in SHIFTS]

@@ -316,8 +316,9 @@ def test_cli_index_search_eval_compressed(model_dir: Path, squad: Path, tmp_path
 def test_query_side_training_targets_the_decoded_vectors(
     model_dir: Path, squad: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import anygrain.train.phrase_query_side as qsmod
-    from anygrain.train.phrase_query_side import PhraseQuerySideConfig, train_phrase_query_side
+    import anygrain.train.phrase.query_side as qsmod
+    from anygrain.train.phrase.config import PhraseQuerySideConfig
+    from anygrain.train.phrase.query_side import train_phrase_query_side
 
     idx = PhraseIndex.build_from(
         f"squad:{squad}",

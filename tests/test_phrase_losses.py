@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from anygrain.train.phrase_losses import (
+from anygrain.train.phrase.losses import (
     PrebatchQueue,
     ReaderTeacher,
     distill_kl,

@@ -19,9 +19,8 @@ from anygrain.errors import AnygrainError
 from anygrain.index.base import Index
 from anygrain.phrase import PhraseEncoder, PhraseIndex
 from anygrain.phrase.search import Phrases
-from anygrain.train.phrase_query_side import (
-    PhraseQuerySideConfig,
-    QuerySideLoss,
+from anygrain.train.phrase.config import PhraseQuerySideConfig, QuerySideLoss
+from anygrain.train.phrase.query_side import (
     candidate_loss,
     load_query_side_data,
     positives,

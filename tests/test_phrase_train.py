@@ -16,14 +16,14 @@ from typer.testing import CliRunner
 from anygrain.cli_phrase import train_phrase_cmd
 from anygrain.errors import AnygrainError
 from anygrain.phrase import PhraseEncoder
-from anygrain.train.phrase import (
+from anygrain.train.phrase.config import PhraseTrainConfig
+from anygrain.train.phrase.data import load_phrase_data, plan_epoch
+from anygrain.train.phrase.trainer import (
     NOT_USED_FILE,
-    PhraseTrainConfig,
     PhraseTrainer,
     init_model,
     train_phrase,
 )
-from anygrain.train.phrase_data import load_phrase_data, plan_epoch
 from anygrain.train.run_dir import LOG_FILE
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -290,7 +290,7 @@ def test_cli_trains_a_model(tiny: Path, squad: Path, tmp_path: Path) -> None:
 
 
 def test_max_examples_takes_whole_passages() -> None:
-    from anygrain.train.phrase_data import _sample_by_passage
+    from anygrain.train.phrase.data import _sample_by_passage
 
     owner = [p for p in range(20) for _ in range(5)]  # 20 passages x 5 questions
     pick = _sample_by_passage(owner, 23, seed=3)

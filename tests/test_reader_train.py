@@ -17,13 +17,9 @@ from transformers import AutoTokenizer, BertConfig, BertModel
 from anygrain.errors import AnygrainError
 from anygrain.eval.answers import has_answer
 from anygrain.reader import Reader
-from anygrain.train.reader import (
-    ReaderTrainConfig,
-    ReaderTrainer,
-    gold_char_spans,
-    load_reader_data,
-    train_reader,
-)
+from anygrain.train.reader.config import ReaderTrainConfig
+from anygrain.train.reader.data import gold_char_spans, load_reader_data
+from anygrain.train.reader.trainer import ReaderTrainer, train_reader
 from anygrain.train.run_dir import LOG_FILE
 from anygrain.train.runlog import TrainLog
 
@@ -239,7 +235,7 @@ def test_retrieved_negatives_skip_the_positive_and_answers(
     out = train_reader(cfg, retriever_index=index, progress=False)
     start = json.loads((out / LOG_FILE).read_text().splitlines()[0])
     assert start["negatives_from"] == "retriever" and start["retrieved_negatives"] > 0
-    from anygrain.train.reader import attach_retrieved
+    from anygrain.train.reader.retrieval import attach_retrieved
 
     data = load_reader_data(cfg.train)
     attach_retrieved(data, index, 5, progress=False)

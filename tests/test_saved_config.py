@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 
 from anygrain.errors import AnygrainError
-from anygrain.train.config import DprTrainConfig, TrainMode
-from anygrain.train.phrase import PhraseTrainConfig
-from anygrain.train.phrase_query_side import PhraseQuerySideConfig
-from anygrain.train.reader import ReaderTrainConfig
+from anygrain.train.dpr.config import DprTrainConfig, TrainMode
+from anygrain.train.phrase.config import PhraseQuerySideConfig, PhraseTrainConfig
+from anygrain.train.reader.config import ReaderTrainConfig
 
 
 @pytest.mark.parametrize(

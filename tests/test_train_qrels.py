@@ -21,15 +21,16 @@ from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, ErrorLog
 from anygrain.models.biencoder import BiEncoder
 from anygrain.sparse.bm25 import BM25Index
-from anygrain.train import DprTrainConfig, train_dpr
-from anygrain.train.dpr_data import (
+from anygrain.train.dpr import DprTrainConfig
+from anygrain.train.dpr.data import (
     Supervision,
     load_training_data,
     mine_bm25_hard_negatives,
     supervision_of,
 )
+from anygrain.train.dpr.recipe import builtin_recipes, load_recipe, parse_vars, recipe_config
+from anygrain.train.dpr.trainer import train_dpr
 from anygrain.train.losses import false_negative_mask
-from anygrain.train.recipe import builtin_recipes, load_recipe, parse_vars, recipe_config
 from anygrain.train.run_dir import LOG_FILE
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")

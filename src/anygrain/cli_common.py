@@ -1,39 +1,35 @@
 """What every CLI module shares: the consoles, the one way errors are printed, the options
-every trainer takes, and the one way a trainer is run from the command line."""
+every trainer takes, options generated from a config dataclass, and the one way a trainer
+is run from the command line."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+import enum
+import functools
+import inspect
+import typing
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import Annotated, NoReturn, Optional
+from typing import Annotated, Any, NoReturn, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
+from anygrain.train.saved_config import BF16_HELP
 
 console = Console(stderr=True)
 out = Console()
 
-# Options with the same meaning in every trainer (each command sets its own default).
-BF16Opt = Annotated[
-    bool,
-    typer.Option(
-        "--bf16/--no-bf16",
-        help="bfloat16 autocast: ~1.3x faster on CPUs with native bf16, several times slower without",
-    ),
-]
+# Options with the same meaning in several commands (each sets its own default); a trainer's
+# own options come from its config (config_options).
+BF16Opt = Annotated[bool, typer.Option("--bf16/--no-bf16", help=BF16_HELP)]
 ThreadsOpt = Annotated[
     Optional[int],  # noqa: UP045  (typer reads the annotation at run time)
     typer.Option(
         "--threads", help="torch threads (default: torch's); 1 on a CPU shared with other jobs"
-    ),
-]
-CheckpointEveryOpt = Annotated[
-    int,
-    typer.Option(
-        "--checkpoint-every", help="Steps between checkpoints (0: end of each epoch only)"
     ),
 ]
 ResumeOpt = Annotated[
@@ -73,3 +69,78 @@ def run_trainer(train: Callable[[ErrorLog], Path], on_error: ErrorPolicy, what: 
         console.print(f"[yellow]{escape(errors.summary())}[/]")
     console.print(f"{what} → {escape(str(path))}")
     return path
+
+
+def config_options(
+    config_cls: type, names: Sequence[str], *, optional: Collection[str] = ()
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command one option per named field of the dataclass ``config_cls``, so a
+    trainer's options are written once, in its config.
+
+    Each option takes its type and default from the field, and from the field's
+    ``metadata``: ``help``; ``cli``, its declarations (default ``--field-name``, and
+    ``--x/--no-x`` for a bool); ``choices``, an enum the value is checked against and
+    handed on as its ``.value``; ``argument``, a positional argument instead; ``path``, a
+    :class:`~pathlib.Path` handed on as a string.  The command
+    receives the values as ``**settings`` keyed by field name (a list left out as ``[]``);
+    ``optional`` fields default to ``None`` though the config needs them (a recipe may
+    supply them).  The command's own parameters follow the generated ones.
+    """
+    hints = typing.get_type_hints(config_cls)
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    unknown = [n for n in names if n not in fields]
+    if unknown:
+        raise TypeError(f"{config_cls.__name__} has no field(s) {', '.join(unknown)}")
+    lists = {n for n in names if typing.get_origin(hints[n]) is list}
+
+    def parameter(name: str) -> inspect.Parameter:
+        f, meta = fields[name], fields[name].metadata
+        choices: type[enum.Enum] | None = meta.get("choices")
+        tp: Any = Path if meta.get("path") else choices or hints[name]
+        default: Any = inspect.Parameter.empty
+        if name in optional or f.default_factory is not dataclasses.MISSING:
+            default = None
+        elif f.default is not dataclasses.MISSING:
+            default = choices(f.default) if choices and f.default is not None else f.default
+        if default is None and not _is_optional(tp):
+            tp = Optional[tp]  # noqa: UP045  (typer reads the annotation at run time)
+        info: Any
+        if meta.get("argument"):
+            info = typer.Argument(help=meta["help"])
+        else:
+            flag = "--" + name.replace("_", "-")
+            decls = meta.get("cli") or (f"{flag}/--no-{flag[2:]}" if tp is bool else flag)
+            info = typer.Option(decls, help=meta["help"])
+        return inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[tp, info]
+        )
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        own = [
+            p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+            for p in inspect.signature(command, eval_str=True).parameters.values()
+            if p.kind is not inspect.Parameter.VAR_KEYWORD
+        ]
+        params = [parameter(n) for n in names] + own
+
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> None:
+            settings = {n: kwargs.pop(n) for n in names}
+            for n, v in settings.items():
+                if v is None and n in lists:
+                    settings[n] = []
+                elif isinstance(v, Path):
+                    settings[n] = str(v)
+                elif isinstance(v, enum.Enum) and "choices" in fields[n].metadata:
+                    settings[n] = v.value
+            command(**kwargs, **settings)
+
+        wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        return wrapper
+
+    return decorate
+
+
+def _is_optional(tp: Any) -> bool:
+    return type(None) in typing.get_args(tp)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -21,12 +21,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from anygrain.cli_common import (
-    BF16Opt,
-    CheckpointEveryOpt,
     OnErrorOpt,
     QuietOpt,
     ResumeOpt,
-    ThreadsOpt,
+    config_options,
     console,
     fail,
     out,
@@ -36,124 +34,49 @@ from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.phrase.compress import Compress
 from anygrain.search.highlight import phrase_context
 from anygrain.search.hit import Hit
-from anygrain.train.optim import GradClip
-from anygrain.train.phrase_losses import InBatchNegatives
+from anygrain.train.phrase.config import PhraseQuerySideConfig, PhraseTrainConfig
+
+PHRASE_OPTIONS = (
+    "train",
+    "out",
+    "model",
+    "epochs",
+    "batch_size",
+    "lr",
+    "max_minutes",
+    "fit_budget",
+    "question_encoder",
+    "in_batch",
+    "teacher",
+    "in_batch_negatives",
+    "grad_clip",
+    "freeze_embeddings",
+    "bf16",
+    "max_passage_length",
+    "doc_stride",
+    "max_examples",
+    "seed",
+    "threads",
+    "checkpoint_every",
+)
 
 
+@config_options(PhraseTrainConfig, PHRASE_OPTIONS)
 def train_phrase_cmd(
-    train: Annotated[
-        list[str],
-        typer.Option("--train", help="SQuAD-format training data, FORMAT:PATH or PATH; repeatable"),
-    ],
-    out_dir: Annotated[
-        Path, typer.Option("--out", help="Model directory to write (also checkpoints and log)")
-    ],
-    model: Annotated[
-        str, typer.Option(help="Starting encoder: minilm, me5-small, hub name or directory")
-    ] = "minilm",
-    epochs: Annotated[int, typer.Option(help="Passes over the training questions")] = 3,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Questions per step")] = 32,
-    lr: Annotated[float, typer.Option(help="Peak learning rate (linear warm-up and decay)")] = 1e-4,
-    max_minutes: Annotated[
-        Optional[float],  # noqa: UP045
-        typer.Option("--max-minutes", help="Stop cleanly (checkpoint + model) after this long"),
-    ] = None,
-    fit_budget: Annotated[
-        bool,
-        typer.Option(
-            "--fit-budget/--no-fit-budget",
-            help="With --max-minutes: shrink the LR schedule (and pre-batch start) to end in time",
-        ),
-    ] = True,
-    question_encoder: Annotated[
-        str,
-        typer.Option(
-            "--question-encoder",
-            help="shared: one encoder, two heads; separate: two encoders (paper)",
-        ),
-    ] = "shared",
     prebatch: Annotated[
         bool, typer.Option("--prebatch/--no-prebatch", help="Pre-batch negatives (last 2 batches)")
     ] = True,
-    inbatch: Annotated[
-        bool, typer.Option("--inbatch/--no-inbatch", help="In-batch negatives")
-    ] = True,
-    teacher: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option("--teacher", help="Cross-attention reader directory to distil from"),
-    ] = None,
-    inbatch_negatives: Annotated[
-        InBatchNegatives,
-        typer.Option(
-            "--inbatch-negatives",
-            help="gold: other questions' gold starts/ends (paper); tokens: every token of the "
-            "other passages in the batch",
-        ),
-    ] = InBatchNegatives.GOLD,
-    grad_clip: Annotated[
-        GradClip,
-        typer.Option(
-            "--grad-clip",
-            help="global: one gradient norm; per-side: phrase and question encoders apart",
-        ),
-    ] = GradClip.GLOBAL,
-    freeze_embeddings: Annotated[
-        bool,
-        typer.Option(
-            "--freeze-embeddings",
-            help="Keep the backbone's embedding layers fixed (the model can then be packed small)",
-        ),
-    ] = False,
-    bf16: BF16Opt = False,
-    max_passage_length: Annotated[
-        int, typer.Option("--max-passage-length", help="Tokens per window")
-    ] = 384,
-    doc_stride: Annotated[
-        int, typer.Option("--doc-stride", help="Overlap between windows (tokens)")
-    ] = 128,
-    max_examples: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option(
-            "--max-examples",
-            help="Train on a seeded subset of this many questions, taken passage by passage",
-        ),
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Seed for data order, heads and dropout")] = 12345,
-    threads: ThreadsOpt = None,
-    checkpoint_every: CheckpointEveryOpt = 200,
     resume: ResumeOpt = True,
     on_error: OnErrorOpt = ErrorPolicy.STOP,
     quiet: QuietOpt = False,
+    **settings: Any,
 ) -> None:
     """Train a DensePhrases model (single-passage, in-batch and pre-batch losses, filter)."""
-    from anygrain.train.phrase import PhraseTrainConfig, train_phrase
+    from anygrain.train import phrase
 
     def run(errors: ErrorLog) -> Path:
-        cfg = PhraseTrainConfig(
-            train=list(train),
-            out=str(out_dir),
-            model=model,
-            question_encoder=question_encoder,
-            epochs=epochs,
-            batch_size=batch_size,
-            lr=lr,
-            max_minutes=max_minutes,
-            fit_budget=fit_budget,
-            pre_batch=2 if prebatch else 0,
-            in_batch=inbatch,
-            teacher=teacher,
-            in_batch_negatives=inbatch_negatives.value,
-            grad_clip=grad_clip.value,
-            freeze_embeddings=freeze_embeddings,
-            bf16=bf16,
-            max_passage_length=max_passage_length,
-            doc_stride=doc_stride,
-            max_examples=max_examples,
-            seed=seed,
-            threads=threads,
-            checkpoint_every=checkpoint_every,
-        )
-        return train_phrase(cfg, progress=not quiet, resume=resume, errors=errors)
+        cfg = phrase.PhraseTrainConfig(**settings, pre_batch=2 if prebatch else 0)
+        return phrase.train(cfg, progress=not quiet, resume=resume, errors=errors)
 
     run_trainer(run, on_error, "trained phrase model")
 
@@ -238,51 +161,34 @@ def refilter_cmd(
     )
 
 
+QUERY_SIDE_OPTIONS = (
+    "index",
+    "train",
+    "out",
+    "loss",
+    "epochs",
+    "batch_size",
+    "lr",
+    "top_k",
+    "max_examples",
+    "bf16",
+    "threads",
+)
+
+
+@config_options(PhraseQuerySideConfig, QUERY_SIDE_OPTIONS)
 def train_query_side_cmd(
-    index_dir: Annotated[
-        Path, typer.Argument(help="Phrase index over the TRAINING passages (never the test set)")
-    ],
-    train: Annotated[
-        list[str],
-        typer.Option("--train", help="Questions with answers (SQuAD format); repeatable"),
-    ],
-    out_dir: Annotated[Path, typer.Option("--out", help="Phrase model directory to write")],
-    loss: Annotated[
-        str,
-        typer.Option(help="Positives: phrase (answer text), passage (gold passage), or both"),
-    ] = "phrase",
-    epochs: Annotated[int, typer.Option(help="Passes over the questions")] = 1,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Questions per step")] = 16,
-    lr: Annotated[float, typer.Option(help="Peak learning rate")] = 3e-5,
-    top_k: Annotated[int, typer.Option("--top-k", help="MIPS depth per side")] = 100,
-    max_examples: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option("--max-examples", help="Train on a seeded random subset of questions"),
-    ] = None,
-    bf16: BF16Opt = False,
-    threads: ThreadsOpt = None,
     resume: ResumeOpt = True,
     on_error: OnErrorOpt = ErrorPolicy.STOP,
     quiet: QuietOpt = False,
+    **settings: Any,
 ) -> None:
     """Fine-tune a phrase model's question encoder against a built phrase index."""
-    from anygrain.train.phrase_query_side import PhraseQuerySideConfig, train_phrase_query_side
+    from anygrain.train import phrase
 
     def run(errors: ErrorLog) -> Path:
-        cfg = PhraseQuerySideConfig(
-            index=str(index_dir),
-            train=list(train),
-            out=str(out_dir),
-            loss=loss,
-            epochs=epochs,
-            batch_size=batch_size,
-            lr=lr,
-            top_k=top_k,
-            max_examples=max_examples,
-            bf16=bf16,
-            threads=threads,
-        )
-        return train_phrase_query_side(cfg, progress=not quiet, resume=resume, errors=errors)
+        cfg = phrase.PhraseQuerySideConfig(**settings)
+        return phrase.train_query_side(cfg, progress=not quiet, resume=resume, errors=errors)
 
     path = run_trainer(run, on_error, "phrase model (query side fine-tuned)")
     console.print(f"use it with `anygrain eval INDEX --model {escape(str(path))}`")

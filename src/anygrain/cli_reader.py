@@ -12,24 +12,25 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 
 from anygrain.cli_common import (
     BF16Opt,
-    CheckpointEveryOpt,
     OnErrorOpt,
     QuietOpt,
     ResumeOpt,
     ThreadsOpt,
+    config_options,
     fail,
     out,
     run_trainer,
 )
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.reader.evaluate import evaluate_reader
+from anygrain.train.reader.config import ReaderTrainConfig
 
 __all__ = ["ask_cmd", "eval_reader_cmd", "evaluate_reader", "train_reader_cmd"]
 
@@ -41,21 +42,25 @@ def _threads(n: int | None) -> None:
         torch.set_num_threads(max(1, n))
 
 
+READER_OPTIONS = (
+    "train",
+    "out",
+    "model",
+    "epochs",
+    "batch_size",
+    "lr",
+    "negatives",
+    "max_length",
+    "max_examples",
+    "bf16",
+    "seed",
+    "threads",
+    "checkpoint_every",
+)
+
+
+@config_options(ReaderTrainConfig, READER_OPTIONS)
 def train_reader_cmd(
-    train: Annotated[
-        list[str],
-        typer.Option("--train", help="SQuAD-format training data, FORMAT:PATH or PATH; repeatable"),
-    ],
-    out: Annotated[
-        Path,
-        typer.Option("--out", help="Reader directory to write (also holds checkpoints and log)"),
-    ],
-    model: Annotated[
-        str,
-        typer.Option(
-            help="Starting encoder: alias (minilm, me5-small), hub name, directory, or a reader"
-        ),
-    ] = "minilm",
     retriever: Annotated[
         Path | None,
         typer.Option(
@@ -63,52 +68,17 @@ def train_reader_cmd(
             help="Index to draw negatives from (DPR); default: other paragraphs of the same file",
         ),
     ] = None,
-    epochs: Annotated[int, typer.Option(help="Passes over the training questions")] = 1,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Questions per step")] = 4,
-    lr: Annotated[
-        float, typer.Option(help="Peak learning rate (linear warm-up, then linear decay)")
-    ] = 1e-4,
-    negatives: Annotated[
-        int, typer.Option("--negatives", help="Negative passages per question (DPR m-1 = 23)")
-    ] = 7,
-    max_length: Annotated[
-        int, typer.Option("--max-length", help="Tokens per passage window")
-    ] = 256,
-    max_examples: Annotated[
-        int | None,
-        typer.Option(
-            "--max-examples", help="Train on a seeded random subset of this many questions"
-        ),
-    ] = None,
-    bf16: BF16Opt = False,
-    seed: Annotated[int, typer.Option(help="Seed for data order, negatives and dropout")] = 12345,
-    checkpoint_every: CheckpointEveryOpt = 200,
     resume: ResumeOpt = True,
     on_error: OnErrorOpt = ErrorPolicy.STOP,
-    threads: ThreadsOpt = None,
     quiet: QuietOpt = False,
+    **settings: Any,
 ) -> None:
     """Train an extractive reader (span + passage selection, DPR section 6) and save it to --out."""
-    from anygrain.train.reader import ReaderTrainConfig, train_reader
-
-    _threads(threads)
+    from anygrain.train import reader
 
     def run(errors: ErrorLog) -> Path:
-        config = ReaderTrainConfig(
-            train=train,
-            out=str(out),
-            model=model,
-            epochs=epochs,
-            batch_size=batch_size,
-            lr=lr,
-            negatives=negatives,
-            max_length=max_length,
-            max_examples=max_examples,
-            bf16=bf16,
-            seed=seed,
-            checkpoint_every=checkpoint_every,
-        )
-        return train_reader(
+        config = reader.ReaderTrainConfig(**settings)
+        return reader.train(
             config, retriever_index=retriever, progress=not quiet, resume=resume, errors=errors
         )
 

@@ -2,7 +2,7 @@
 
 :class:`PhraseEncoder` is the model, :class:`PhraseIndex` the index kind
 (``IndexKind.PHRASE``), :func:`evaluate_phrase` its evaluation (open corpus or
-D = {p}); training lives in :mod:`anygrain.train.phrase`.
+D = {p}); training lives in :mod:`anygrain.train.phrase.trainer`.
 """
 
 from anygrain.phrase.evaluate import evaluate_phrase

@@ -1,6 +1,11 @@
-"""Fine-tuning retrievers: DPR training (full, or query-side against a frozen passage index)."""
+"""Fine-tuning models, one sub-package per method over a shared loop.
 
-from anygrain.train.config import DprTrainConfig, TrainMode
-from anygrain.train.dpr import train_dpr
+* :mod:`anygrain.train.dpr` -- DPR bi-encoders (full, or query-side against a frozen index);
+* :mod:`anygrain.train.phrase` -- DensePhrases models, and query-side fine-tuning of one
+  against a built phrase index;
+* :mod:`anygrain.train.reader` -- extractive readers.
 
-__all__ = ["DprTrainConfig", "TrainMode", "train_dpr"]
+Each package has a ``config.py`` (its config dataclass, saved beside the run) and exposes
+``train(config) -> Path``.  What they share lives here: the step loop (``loop.py``), the
+run directory (``run_dir.py``), checkpoints, optimiser, saved configs and logs.
+"""

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from anygrain.errors import AnygrainError
-from anygrain.train.config import DprTrainConfig
+from anygrain.train.dpr.config import DprTrainConfig
 
 _SLOT = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 SUFFIX = ".json"

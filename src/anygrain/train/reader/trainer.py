@@ -30,27 +30,20 @@ uninterrupted run.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import os
-import re
-import shutil
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from anygrain.corpus.formats import parse_source
-from anygrain.errors import AnygrainError, ErrorLog
+from anygrain.errors import ErrorLog
 from anygrain.eval.answers import AnswerMatcher
 from anygrain.reader.features import Batch, Window, collate, make_windows
 from anygrain.reader.losses import selection_nll, span_marginal_nll
 from anygrain.reader.model import READER_CONFIG, Reader, ReaderOutput
-from anygrain.reader.spans import is_boundary
 from anygrain.train.checkpoint import (
     check_compatible,
     checkpoint_format,
@@ -59,276 +52,17 @@ from anygrain.train.checkpoint import (
 )
 from anygrain.train.loop import EpochPosition, LoopSettings, StepCallback, StepResult, run_loop
 from anygrain.train.optim import apply_update, param_groups
-from anygrain.train.run_dir import RunDir
+from anygrain.train.reader.config import ReaderTrainConfig
+from anygrain.train.reader.data import ReaderData, ReaderExample, load_reader_data
+from anygrain.train.reader.retrieval import attach_retrieved
+from anygrain.train.run_dir import RunDir, save_into
 from anygrain.train.runlog import TrainLog, defer_sigint
-from anygrain.train.saved_config import SavedConfig
 from anygrain.utils.precision import cpu_autocast
-from anygrain.utils.progress import progress_bar
+from anygrain.utils.threads import set_threads
 
-__all__ = [
-    "ReaderData",
-    "ReaderExample",
-    "ReaderTrainConfig",
-    "ReaderTrainer",
-    "gold_char_spans",
-    "load_reader_data",
-    "train_reader",
-]
+__all__ = ["ReaderTrainer", "StepBatch", "save_reader_into", "train_reader"]
 
-CONFIG_FILE = "reader_train_config.json"
 CHECKPOINT_FORMAT = checkpoint_format("reader")
-# Settings that only change bookkeeping, never the weights: a resumed run may differ in them.
-_BOOKKEEPING = frozenset({"out", "log_every", "checkpoint_every", "keep_checkpoints"})
-
-
-# --- configuration ----------------------------------------------------------------------------
-@dataclass
-class ReaderTrainConfig(SavedConfig):
-    """A reader training run (saved as ``reader_train_config.json`` beside the reader)."""
-
-    FILE = CONFIG_FILE
-    WHAT = "reader training config"
-    BOOKKEEPING = _BOOKKEEPING
-
-    train: list[str]
-    out: str
-    model: str = "minilm"
-    epochs: int = 1
-    batch_size: int = 4  # questions per step
-    negatives: int = 7  # passages per question = negatives + 1 (DPR's m = 24)
-    # Small encoders at 4 questions a step learn the randomly initialised heads slowly: on
-    # 400 SQuAD-Shifts questions 2e-4 reached F1 11.1 on 300 SQuAD dev questions, 5e-5 only 7.8.
-    lr: float = 1e-4
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    max_grad_norm: float = 2.0
-    max_length: int = 256
-    micro_batch: int = 8  # windows per forward pass, sorted by length
-    max_question_length: int = 64
-    max_answer_length: int = 30
-    stride: int = 64
-    include_title: bool = True
-    retriever_depth: int = 30  # retrieved passages per question to sample negatives from
-    seed: int = 12345
-    bf16: bool = False
-    max_examples: int | None = None
-    log_every: int = 10
-    checkpoint_every: int = 200  # steps; 0 = only at the end of each epoch
-    keep_checkpoints: bool = False
-
-    def __post_init__(self) -> None:
-        if isinstance(self.train, str):
-            self.train = [self.train]
-        self.train = [str(t) for t in self.train]
-        self.out = str(self.out)
-
-    def validate(self) -> None:
-        """Reject settings that cannot train, before any data is read."""
-        problems = []
-        if not self.train:
-            problems.append("no training data (--train)")
-        for name in (
-            "epochs",
-            "batch_size",
-            "micro_batch",
-            "max_length",
-            "max_answer_length",
-            "retriever_depth",
-        ):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be >= 1")
-        if self.negatives < 0:
-            problems.append("negatives must be >= 0")
-        if self.lr <= 0:
-            problems.append("lr must be > 0")
-        if not 0 <= self.warmup_ratio < 1:
-            problems.append("warmup_ratio must be in [0, 1)")
-        if self.max_examples is not None and self.max_examples < 1:
-            problems.append("max_examples must be >= 1")
-        if problems:
-            raise AnygrainError("invalid reader training config: " + "; ".join(problems))
-
-    def reader_settings(self) -> dict[str, Any]:
-        return {
-            "max_length": self.max_length,
-            "max_question_length": self.max_question_length,
-            "max_answer_length": self.max_answer_length,
-            "stride": self.stride,
-            "include_title": self.include_title,
-        }
-
-
-# --- data ------------------------------------------------------------------------------------
-@dataclass
-class ReaderExample:
-    """A question, its positive passage and the character spans of its gold answers there."""
-
-    qid: str
-    question: str
-    answers: list[str]
-    spans: list[tuple[int, int]]  # the annotated span(s) first, then other occurrences
-    positive: int  # passage index
-    file: int
-    article: int
-    retrieved: list[int] = field(default_factory=list)  # retrieved negatives, best first
-
-
-@dataclass
-class ReaderData:
-    """Training passages (by index), their files and articles, and the examples."""
-
-    titles: list[str] = field(default_factory=list)
-    texts: list[str] = field(default_factory=list)
-    files: list[list[int]] = field(default_factory=list)  # passage indices of each file
-    articles: list[list[int]] = field(default_factory=list)  # passage indices of each article
-    examples: list[ReaderExample] = field(default_factory=list)
-    dropped: dict[str, int] = field(default_factory=dict)
-    _by_content: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
-
-    def add_passage(self, title: str, text: str) -> int:
-        key = (title, text)
-        if key not in self._by_content:
-            self._by_content[key] = len(self.texts)
-            self.titles.append(title)
-            self.texts.append(text)
-        return self._by_content[key]
-
-    def fingerprint(self) -> str:
-        """Identifies the examples, passages and negatives: a checkpoint resumes only on the same."""
-        h = hashlib.sha256()
-        for t, x in zip(self.titles, self.texts, strict=True):
-            h.update(f"{t}\x00{x}\x01".encode())
-        for ex in self.examples:
-            h.update(
-                json.dumps(
-                    [
-                        ex.qid,
-                        ex.question,
-                        ex.answers,
-                        ex.spans,
-                        ex.positive,
-                        ex.file,
-                        ex.article,
-                        ex.retrieved,
-                    ],
-                    ensure_ascii=False,
-                ).encode()
-            )
-        return h.hexdigest()[:16]
-
-
-def gold_char_spans(
-    text: str, answers: Sequence[str], starts: Sequence[int]
-) -> list[tuple[int, int]]:
-    """Character spans of the gold answers in ``text``: the annotated offsets first
-    (when the text there matches), then every other case-insensitive occurrence of
-    an answer that starts and ends on word boundaries."""
-    spans: list[tuple[int, int]] = []
-
-    def add(s: int, e: int) -> None:
-        while s < e and text[s].isspace():
-            s += 1
-        while e > s and text[e - 1].isspace():
-            e -= 1
-        if s < e and (s, e) not in spans:
-            spans.append((s, e))
-
-    for i, a in enumerate(answers):
-        s = starts[i] if i < len(starts) else -1
-        if s >= 0 and a and text[s : s + len(a)] == a:
-            add(s, s + len(a))
-    for a in answers:
-        needle = a.strip()
-        if not needle:
-            continue
-        for m in re.finditer(re.escape(needle), text, flags=re.IGNORECASE):
-            if is_boundary(text, m.start()) and is_boundary(text, m.end()):
-                add(m.start(), m.end())
-    return spans
-
-
-def load_reader_data(
-    specs: Sequence[str],
-    *,
-    errors: ErrorLog | None = None,
-    max_examples: int | None = None,
-    seed: int = 12345,
-) -> ReaderData:
-    """Examples from SQuAD-format sources (anything with documents and gold-passage questions)."""
-    errors = errors or ErrorLog()
-    data = ReaderData()
-    dropped = {"unanswerable": 0, "no_gold_passage": 0, "answer_not_found": 0}
-    for fi, spec in enumerate(specs):
-        src = parse_source(spec, want="questions")
-        if src.format.read_documents is None:
-            raise AnygrainError(
-                f"{src.path}: format '{src.format.name}' has no passages to read; the reader "
-                "trains on SQuAD-format data (questions with their paragraphs)"
-            )
-        by_pid: dict[str, tuple[int, int]] = {}
-        file_passages: list[int] = []
-        for doc in src.documents(errors):
-            article = len(data.articles)
-            members: list[int] = []
-            for sp in doc.passages or []:
-                text = doc.text[sp.start : sp.end]
-                idx = data.add_passage(sp.title if sp.title is not None else doc.title, text)
-                members.append(idx)
-                if sp.id is not None:
-                    by_pid[str(sp.id)] = (idx, article)
-            data.articles.append(members)
-            file_passages.extend(members)
-        data.files.append(file_passages)
-        for q in src.questions(errors):
-            if not q.answers or q.answers_are_regex:
-                dropped["unanswerable"] += 1
-                continue
-            if not q.gold or q.gold[0] not in by_pid:
-                dropped["no_gold_passage"] += 1
-                continue
-            idx, article = by_pid[q.gold[0]]
-            spans = gold_char_spans(data.texts[idx], q.answers, q.answer_starts)
-            if not spans:
-                dropped["answer_not_found"] += 1
-                continue
-            data.examples.append(
-                ReaderExample(q.id, q.text, list(q.answers), spans, idx, fi, article)
-            )
-    if max_examples is not None and max_examples < len(data.examples):
-        keep = np.sort(
-            np.random.default_rng(seed).choice(len(data.examples), max_examples, replace=False)
-        )
-        data.examples = [data.examples[i] for i in keep]
-    data.dropped = dropped
-    if not data.examples:
-        raise AnygrainError(
-            f"no usable training questions in {', '.join(specs)} (dropped: {dropped})"
-        )
-    return data
-
-
-def attach_retrieved(
-    data: ReaderData, index: Any, depth: int, *, progress: bool = True, batch_size: int = 256
-) -> dict[str, int]:
-    """Search every training question and keep, per example, the top-``depth`` hits
-    that are not its positive and contain no answer (DPR's negatives)."""
-    kept = without = 0
-    exs = data.examples
-    batches = range(0, len(exs), batch_size)
-    for b in progress_bar(batches, desc="retrieving negatives", unit="batch", disable=not progress):
-        chunk = exs[b : b + batch_size]
-        results = index.search([ex.question for ex in chunk], depth)
-        for ex, hits in zip(chunk, results, strict=True):
-            matcher = AnswerMatcher(ex.answers)
-            pos_text = data.texts[ex.positive]
-            ex.retrieved = []
-            for h in hits:
-                if h.text == pos_text or matcher.in_text(h.text):
-                    continue
-                ex.retrieved.append(data.add_passage(h.title, h.text))
-            kept += len(ex.retrieved)
-            without += not ex.retrieved
-    return {"retrieved_negatives": kept, "questions_without_retrieved": without}
 
 
 # --- checkpoints and small helpers -------------------------------------------------------------
@@ -606,22 +340,13 @@ class ReaderTrainer(EpochPosition):
 
 
 def save_reader_into(reader: Reader, out: Path) -> None:
-    """Write the reader into ``out`` without replacing the directory (it holds the run's
-    checkpoints and log); ``anygrain_reader.json`` lands last, so a crash never leaves
-    a loadable half-written reader."""
-    staging = out.parent / f".{out.name}.reader.{os.getpid()}.tmp"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
+    """Write the reader into its run directory ``out``, ``anygrain_reader.json`` last."""
+
+    def write(staging: Path) -> None:
+        staging.mkdir(parents=True)
         reader.write_files(staging)
-        (out / READER_CONFIG).unlink(missing_ok=True)
-        for item in sorted(staging.iterdir(), key=lambda p: p.name == READER_CONFIG):
-            target = out / item.name
-            if target.is_dir():
-                shutil.rmtree(target)
-            os.replace(item, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+
+    save_into(out, write, READER_CONFIG)
 
 
 def train_reader(
@@ -643,6 +368,7 @@ def train_reader(
     the global step after every update (tests use it to interrupt).
     """
     config.validate()
+    set_threads(config.threads)
     run = RunDir(config.out, config, progress=progress)
     log, out = run.log, run.out
     data = load_reader_data(

@@ -31,7 +31,6 @@ same weights as an uninterrupted one.
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import json
 from dataclasses import dataclass
@@ -59,77 +58,13 @@ from anygrain.train.checkpoint import (
 )
 from anygrain.train.loop import LoopSettings, StepCallback, StepResult, run_loop
 from anygrain.train.optim import apply_update, param_groups
+from anygrain.train.phrase.config import PhraseQuerySideConfig, QuerySideLoss
 from anygrain.train.run_dir import RunDir
 from anygrain.train.runlog import TrainLog, defer_sigint
-from anygrain.train.saved_config import SavedConfig
 from anygrain.utils.precision import cpu_autocast
+from anygrain.utils.threads import set_threads
 
-CONFIG_FILE = "query_side_config.json"
 CKPT_FORMAT = checkpoint_format("phrase-query-side")
-_BOOKKEEPING = frozenset({"out", "log_every", "checkpoint_every", "threads"})
-
-
-class QuerySideLoss(str, enum.Enum):
-    """Which retrieved phrases are positives."""
-
-    PHRASE = "phrase"  # text matches an answer
-    PASSAGE = "passage"  # inside a gold passage (document-level loss)
-    BOTH = "both"
-
-
-@dataclass
-class PhraseQuerySideConfig(SavedConfig):
-    """A query-side fine-tuning run (saved as ``query_side_config.json`` beside the model)."""
-
-    FILE = CONFIG_FILE
-    WHAT = "query-side config"
-    BOOKKEEPING = _BOOKKEEPING
-
-    index: str  # phrase index over the training passages
-    train: list[str]  # question sets with answers and gold passages (SQuAD format)
-    out: str
-    loss: str = QuerySideLoss.PHRASE.value
-    epochs: int = 1
-    batch_size: int = 16
-    lr: float = 3e-5
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    max_grad_norm: float = 1.0
-    top_k: int = 100  # MIPS depth per side when retrieving candidates
-    max_candidates: int = 100  # retrieved phrases per question in the softmax
-    bf16: bool = False
-    seed: int = 12345
-    max_examples: int | None = None
-    threads: int | None = None
-    log_every: int = 10
-    checkpoint_every: int = 200  # steps; 0 = each epoch only
-
-    def __post_init__(self) -> None:
-        if isinstance(self.train, str):
-            self.train = [self.train]
-        self.train = [str(t) for t in self.train]
-        self.index, self.out = str(self.index), str(self.out)
-
-    def validate(self) -> None:
-        problems = []
-        if not self.train:
-            problems.append("no training questions (--train)")
-        try:
-            QuerySideLoss(self.loss)
-        except ValueError:
-            known = ", ".join(v.value for v in QuerySideLoss)
-            problems.append(f"loss must be one of {known}, not {self.loss!r}")
-        for name in ("epochs", "batch_size", "top_k", "max_candidates"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be >= 1")
-        if self.lr <= 0:
-            problems.append("lr must be > 0")
-        if not 0 <= self.warmup_ratio < 1:
-            problems.append("warmup_ratio must be in [0, 1)")
-        if self.threads is not None and self.threads < 1:
-            problems.append("threads must be >= 1")
-        if problems:
-            raise AnygrainError("invalid query-side config: " + "; ".join(problems))
 
 
 @dataclass
@@ -386,8 +321,7 @@ def train_phrase_query_side(
     continues from its last checkpoint and a finished run is not repeated.
     """
     config.validate()
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
+    set_threads(config.threads)
     run = RunDir(config.out, config, progress=progress)
     log, out = run.log, run.out
     index = Index.load(config.index)

@@ -19,8 +19,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,8 +37,8 @@ from anygrain.train.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from anygrain.train.config import DprTrainConfig, TrainMode
-from anygrain.train.dpr_data import (
+from anygrain.train.dpr.config import DprTrainConfig, TrainMode
+from anygrain.train.dpr.data import (
     Ctx,
     Supervision,
     TrainExample,
@@ -53,8 +51,9 @@ from anygrain.train.loop import EpochPosition, LoopSettings, StepCallback, StepR
 from anygrain.train.losses import dpr_nll, false_negative_mask, full_softmax_nll
 from anygrain.train.optim import apply_update, param_groups
 from anygrain.train.passage_cache import cache_key, cached_passage_vectors
-from anygrain.train.run_dir import RunDir
+from anygrain.train.run_dir import RunDir, save_into
 from anygrain.train.runlog import TrainLog, defer_sigint
+from anygrain.utils.threads import set_threads
 
 CACHE_DIR = "cache"
 
@@ -85,21 +84,9 @@ def untie(model: BiEncoder) -> None:
 
 
 def save_model_into(model: BiEncoder, out: Path) -> None:
-    """``model.save`` into ``out`` without replacing the directory (it holds the run's
-    checkpoints, cache and log).  ``anygrain_model.json`` lands last, so a crash leaves
-    no loadable half-written model."""
-    out = Path(out)
-    staging = out.parent / f".{out.name}.model.{os.getpid()}.tmp"
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        model.save(staging)
-        (out / MODEL_CONFIG).unlink(missing_ok=True)
-        for name in ("question", "passage"):
-            shutil.rmtree(out / name, ignore_errors=True)
-        for item in sorted(staging.iterdir(), key=lambda p: p.name == MODEL_CONFIG):
-            os.replace(item, out / item.name)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    """``model.save`` into its run directory ``out``, ``anygrain_model.json`` last; the
+    encoder directories of an earlier save go (a shared model writes fewer)."""
+    save_into(out, model.save, MODEL_CONFIG, clear=("question", "passage"))
 
 
 # --- small helpers ---------------------------------------------------------------------------
@@ -362,6 +349,7 @@ def train_dpr(
     called with the global step after every update (tests use it to interrupt).
     """
     config.validate()
+    set_threads(config.threads)
     run = RunDir(config.out, config, progress=progress)
     log, out = run.log, run.out
     data = load_training_data(

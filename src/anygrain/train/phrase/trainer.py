@@ -5,7 +5,7 @@ once and each question once, and minimises
 
     λ1·single + λ2·distill + λ3·negatives + λf·filter
 
-(defaults 1, 2, 4, 1; see :mod:`anygrain.train.phrase_losses`).  Pre-batch negatives
+(defaults 1, 2, 4, 1; see :mod:`anygrain.train.phrase.losses`).  Pre-batch negatives
 switch on after ``pre_batch_from`` of the steps (the paper uses the last two of four
 epochs), once the vectors have settled enough to be worth contrasting with.
 
@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ import torch
 
 from anygrain.errors import AnygrainError, ErrorLog
 from anygrain.models.encoder import Pooling
-from anygrain.phrase.model import MODEL_CONFIG, PhraseEncoder, QuestionEncoderKind
+from anygrain.phrase.model import MODEL_CONFIG, PhraseEncoder
 from anygrain.train.checkpoint import (
     check_compatible,
     checkpoint_format,
@@ -39,8 +38,9 @@ from anygrain.train.checkpoint import (
 )
 from anygrain.train.loop import EpochPosition, LoopSettings, StepCallback, StepResult, run_loop
 from anygrain.train.optim import GradClip, apply_update, clip_gradients, param_groups
-from anygrain.train.phrase_data import PhraseTrainData, load_phrase_data, plan_epoch
-from anygrain.train.phrase_losses import (
+from anygrain.train.phrase.config import PhraseTrainConfig
+from anygrain.train.phrase.data import PhraseTrainData, load_phrase_data, plan_epoch
+from anygrain.train.phrase.losses import (
     InBatchNegatives,
     PrebatchQueue,
     Teacher,
@@ -51,141 +51,15 @@ from anygrain.train.phrase_losses import (
 )
 from anygrain.train.run_dir import RunDir
 from anygrain.train.runlog import TrainLog, defer_sigint
-from anygrain.train.saved_config import SavedConfig
 from anygrain.utils.atomic import atomic_write_text
 from anygrain.utils.precision import cpu_autocast
+from anygrain.utils.threads import set_threads
 
-CONFIG_FILE = "train_config.json"
 CKPT_FORMAT = checkpoint_format("phrase")
-# Settings that never change the weights: a resumed run may differ in them.
-_BOOKKEEPING = frozenset(
-    {
-        "out",
-        "log_every",
-        "checkpoint_every",
-        "keep_checkpoints",
-        "max_minutes",
-        "max_steps",
-        "fit_budget",
-        "threads",
-    }
-)
 NOT_USED_FILE = "questions_not_used.jsonl"  # each training question left out, and why
 _PROBE = 20  # steps timed before the schedule is first fitted to max_minutes
 _REFIT = 200  # steps between later fits (contention on a shared CPU changes)
 _SAVE_SECONDS = 60.0  # kept for the final save and filter calibration
-
-
-@dataclass
-class PhraseTrainConfig(SavedConfig):
-    """A phrase training run (saved as ``train_config.json`` beside the model)."""
-
-    FILE = CONFIG_FILE
-    WHAT = "phrase training config"
-    BOOKKEEPING = _BOOKKEEPING
-    ADDED = {"grad_clip": "global", "in_batch_negatives": "gold", "freeze_embeddings": False}
-
-    train: list[str]
-    out: str
-    model: str = "minilm"
-    question_encoder: str = "shared"  # shared | separate
-    question_pooling: str | None = None  # shared encoder: mean | cls (default: the model's)
-    epochs: int = 3
-    batch_size: int = 32
-    lr: float = 1e-4  # minilm: 1.5e-4 beat 5e-5 by 3 EM in a 7-minute run
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    max_grad_norm: float = 1.0
-    grad_clip: str = "global"  # global | per-side (phrase and question encoders apart)
-    max_passage_length: int = 384
-    doc_stride: int = 128
-    max_query_length: int = 64
-    max_phrase_words: int = 20
-    include_title: bool = True
-    lambda_single: float = 1.0
-    lambda_distill: float = 2.0
-    lambda_neg: float = 4.0
-    lambda_filter: float = 1.0
-    in_batch: bool = True
-    in_batch_negatives: str = "gold"  # gold | tokens (see InBatchNegatives)
-    pre_batch: int = 2  # C preceding batches as negatives; 0 = off
-    pre_batch_from: float = 0.5  # fraction of all steps before pre-batch negatives start
-    teacher: str | None = None
-    # Frozen token embeddings keep the model a small delta over its backbone (the shipped
-    # default model stores only the transformer layers: anygrain.phrase.packed).
-    freeze_embeddings: bool = False
-    bf16: bool = False
-    seed: int = 12345
-    max_examples: int | None = None
-    max_minutes: float | None = None  # stop cleanly (checkpoint + model) after this long
-    fit_budget: bool = True  # with max_minutes: fit the LR/pre-batch schedule into it
-    max_steps: int | None = None  # stop (and checkpoint) after this many steps in total
-    # torch intra-op threads (None: torch's default).  On a CPU shared with other jobs use 1:
-    # every multi-threaded op then waits for a descheduled partner (measured 5x slower).
-    threads: int | None = None
-    log_every: int = 10
-    checkpoint_every: int = 200  # steps; 0 = each epoch only
-    keep_checkpoints: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if isinstance(self.train, str):
-            self.train = [self.train]
-        self.train = [str(t) for t in self.train]
-        self.out = str(self.out)
-        self.model = str(self.model)
-
-    def validate(self) -> None:
-        """Reject settings that cannot train, before any data is read."""
-        problems = []
-        if not self.train:
-            problems.append("no training data (--train)")
-        try:
-            QuestionEncoderKind(self.question_encoder)
-        except ValueError:
-            problems.append(
-                f"question_encoder must be shared or separate, not {self.question_encoder!r}"
-            )
-        try:
-            InBatchNegatives(self.in_batch_negatives)
-        except ValueError:
-            problems.append(
-                f"in_batch_negatives must be gold or tokens, not {self.in_batch_negatives!r}"
-            )
-        try:
-            GradClip(self.grad_clip)
-        except ValueError:
-            problems.append(f"grad_clip must be global or per-side, not {self.grad_clip!r}")
-        if self.question_pooling is not None and self.question_pooling not in ("mean", "cls"):
-            problems.append("question_pooling must be mean or cls")
-        for name in (
-            "epochs",
-            "batch_size",
-            "max_passage_length",
-            "max_query_length",
-            "max_phrase_words",
-        ):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be >= 1")
-        if not 0 <= self.doc_stride < self.max_passage_length // 2:
-            problems.append("doc_stride must be in [0, max_passage_length / 2)")
-        if self.lr <= 0:
-            problems.append("lr must be > 0")
-        if not 0 <= self.warmup_ratio < 1:
-            problems.append("warmup_ratio must be in [0, 1)")
-        if not 0 <= self.pre_batch_from <= 1:
-            problems.append("pre_batch_from must be in [0, 1]")
-        if self.pre_batch < 0:
-            problems.append("pre_batch must be >= 0")
-        for name in ("lambda_single", "lambda_distill", "lambda_neg", "lambda_filter"):
-            if getattr(self, name) < 0:
-                problems.append(f"{name} must be >= 0")
-        if self.threads is not None and self.threads < 1:
-            problems.append("threads must be >= 1")
-        if self.max_minutes is not None and self.max_minutes <= 0:
-            problems.append("max_minutes must be > 0")
-        if problems:
-            raise AnygrainError("invalid phrase training config: " + "; ".join(problems))
 
 
 # --- model and teacher ------------------------------------------------------------------------
@@ -206,7 +80,7 @@ def init_model(config: PhraseTrainConfig) -> PhraseEncoder:
 
 def load_teacher(path: str | Path, *, bf16: bool = False) -> Teacher:
     """A trained cross-attention reader (``anygrain.reader``) as the distillation teacher."""
-    from anygrain.train.phrase_losses import ReaderTeacher
+    from anygrain.train.phrase.losses import ReaderTeacher
 
     try:
         return ReaderTeacher.load(path, bf16=bf16)
@@ -530,8 +404,7 @@ def train_phrase(
     there).  ``teacher`` overrides ``config.teacher`` (tests pass a fake one).
     """
     config.validate()
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
+    set_threads(config.threads)
     run = RunDir(config.out, config, progress=progress)
     log, out = run.log, run.out
     t0 = time.time()
