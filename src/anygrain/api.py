@@ -9,6 +9,7 @@ from typing import Any
 
 from anygrain.corpus.formats import parse_source
 from anygrain.corpus.questions import Question, Questions
+from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.errors import AnygrainError, ErrorLog, parse_enum
 from anygrain.eval.coverage import check_qrels_coverage, judge_by_gold
 from anygrain.eval.evaluate import EvalReport
@@ -155,12 +156,17 @@ def build_index(
     kind: IndexKind | str,
     out: str | Path,
     threads: int | None = None,
+    executor: Executor | ExecutorKind | str | None = None,
     **settings: Any,
 ) -> Index:
     """Build an index of ``kind`` from ``source`` (``FORMAT:PATH``, a path, a corpus
     directory or store); ``settings`` go to the kind's builder (model, split, lang,
-    fusion, ...). ``threads`` sets torch's and FAISS's thread count (default: theirs)."""
+    fusion, ...). ``threads`` sets torch's and FAISS's thread count (default: theirs).
+    ``executor`` runs the corpus encode of a dense, hybrid or phrase index (default: in
+    this process; e.g. ``RayExecutor(RayConfig(workers=4))``, see docs/scale.md)."""
     set_threads(threads)
+    if executor is not None:
+        settings["executor"] = executor
     return Index.build(source, kind=parse_enum(IndexKind, kind), out=out, **settings)
 
 

@@ -32,6 +32,7 @@ from anygrain.corpus.source import corpus_ref, open_corpus_of, open_or_build_cor
 from anygrain.corpus.store import CorpusStore
 from anygrain.dense.faiss_index import FaissIndex, plan_training
 from anygrain.dense.shards import ShardSet, encode_corpus
+from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError
 from anygrain.models.biencoder import BiEncoder
 from anygrain.models.resolve import default_model
@@ -125,6 +126,7 @@ class DenseIndex(Index):
         bf16: bool = False,
         shard_size: int = 50_000,
         overwrite: bool = False,
+        executor: Executor | ExecutorKind | str | None = None,
         **unused: Any,
     ) -> DenseIndex:
         """Encode ``source`` and write a dense index to ``out`` (atomically; resumable encoding).
@@ -154,6 +156,7 @@ class DenseIndex(Index):
                 shard_size=shard_size,
                 progress=progress,
                 vectors_dir=partial,
+                executor=executor,
             )
         return Index.load(out)  # type: ignore[return-value]
 
@@ -175,6 +178,7 @@ class DenseIndex(Index):
         vectors_dir: Path | None = None,
         manifest: bool = True,
         model_name: str = "",
+        executor: Executor | ExecutorKind | str | None = None,
     ) -> dict[str, Any]:
         """Write model, vectors and FAISS index for ``store`` under ``out/subdir``; returns the settings.
 
@@ -182,6 +186,8 @@ class DenseIndex(Index):
         point it outside a temporary build directory to make the encoding resumable.
         ``manifest=False`` leaves ``out/index.json`` to the caller (a hybrid index).
         ``model_name`` is recorded as the model's name (default: ``model`` when it is a name).
+        ``executor`` runs the encode's shards (default: in this process); it is not recorded,
+        since every executor writes the same vectors.
         """
         out = Path(out)
         if not model_name and not isinstance(model, BiEncoder):
@@ -205,6 +211,7 @@ class DenseIndex(Index):
             progress=progress,
             bf16=bf16,
             label=model_name,
+            executor=executor,
         )
         t_encode = time.time()
         fx = FaissIndex.build(shards, factory, train_size=train_size, progress=progress)

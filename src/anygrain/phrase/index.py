@@ -36,6 +36,7 @@ from anygrain.dense.faiss_index import (
     _unwrap,
     plan_training,
 )
+from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError
 from anygrain.phrase.compress import (
     Compress,
@@ -200,6 +201,7 @@ class PhraseIndex(Index):
         compress: Compress | str = Compress.NONE,
         pq_m: int | None = None,
         keep_dump: bool | None = None,
+        executor: Executor | ExecutorKind | str | None = None,
         **unused: Any,
     ) -> PhraseIndex:
         """Encode ``source`` with a trained phrase model and write a phrase index to ``out``.
@@ -238,6 +240,7 @@ class PhraseIndex(Index):
                 compress=compress,
                 pq_m=pq_m,
                 keep_dump=keep_dump,
+                executor=executor,
             )
         shutil.rmtree(partial, ignore_errors=True)
         return Index.load(out)  # type: ignore[return-value]
@@ -261,8 +264,10 @@ class PhraseIndex(Index):
         compress: Compress | str = Compress.NONE,
         pq_m: int | None = None,
         keep_dump: bool | None = None,
+        executor: Executor | ExecutorKind | str | None = None,
     ) -> dict[str, Any]:
-        """Dump, build both MIPS indexes and write ``index.json`` under ``out``."""
+        """Dump, build both MIPS indexes and write ``index.json`` under ``out``; ``executor``
+        runs the dump's shards (default: in this process; not recorded: the dump is the same)."""
         out = Path(out)
         base = out / SUBDIR
         base.mkdir(parents=True, exist_ok=True)
@@ -280,6 +285,7 @@ class PhraseIndex(Index):
             bf16=bf16,
             progress=progress,
             on_shard=on_shard,
+            executor=executor,
         )
         settings = {
             "max_phrase_words": model.config.max_phrase_words
