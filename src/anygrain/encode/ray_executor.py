@@ -33,7 +33,7 @@ from anygrain.errors import AnygrainError
 try:
     import ray
 except ImportError:  # an optional extra: the error comes when an encode needs it
-    ray = None
+    ray = None  # type: ignore[assignment]
 
 J = TypeVar("J")
 R = TypeVar("R")
