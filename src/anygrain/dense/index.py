@@ -33,6 +33,7 @@ from anygrain.corpus.source import corpus_ref, open_corpus_of, open_or_build_cor
 from anygrain.corpus.store import CorpusStore
 from anygrain.dense.faiss_index import FaissIndex, plan_training
 from anygrain.dense.shards import DTYPES, ShardSet, encode_corpus
+from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.errors import AnygrainError, IndexMismatchError, parse_enum
 from anygrain.index.base import (
     Index,
@@ -178,6 +179,7 @@ class DenseIndex(Index):
                 progress=c.progress,
                 vectors_dir=partial,
                 build=s,
+                executor=c.executor,
             )
         return Index.load(out)  # type: ignore[return-value]
 
@@ -200,6 +202,7 @@ class DenseIndex(Index):
         manifest: bool = True,
         model_name: str = "",
         build: DenseSettings | None = None,
+        executor: Executor | ExecutorKind | str | None = None,
     ) -> dict[str, Any]:
         """Write model, vectors and FAISS index for ``store`` under ``out/subdir``; returns the settings.
 
@@ -208,6 +211,8 @@ class DenseIndex(Index):
         ``manifest=False`` leaves ``out/index.json`` to the caller (a hybrid index).
         ``model_name`` is recorded as the model's name (default: ``model`` when it is a name).
         ``build`` (the settings the index was asked for) is recorded as ``settings.build``.
+        ``executor`` runs the encode's shards (default: in this process); it is not recorded,
+        since every executor writes the same vectors.
         """
         out = Path(out)
         if not model_name and not isinstance(model, BiEncoder):
@@ -231,6 +236,7 @@ class DenseIndex(Index):
             progress=progress,
             bf16=bf16,
             label=model_name,
+            executor=executor,
         )
         t_encode = time.time()
         fx = FaissIndex.build(shards, factory, train_size=train_size, progress=progress)

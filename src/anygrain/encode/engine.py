@@ -150,7 +150,11 @@ class ShardedEncode:
         resumed = len(records)
         pending = [j for j in self.jobs if j.index not in records]
         finished = progress_bar(
-            self.executor.run(_task(self.out, self.encoder), pending),
+            self.executor.run(
+                # absolute: an executor may run the task in a process with another cwd
+                _task(self.out.absolute(), self.encoder),
+                pending,
+            ),
             desc=self.spec.desc,
             unit="shard",
             total=len(self.jobs),

@@ -40,11 +40,13 @@ T = TypeVar("T", bound=Executor)
 
 class ExecutorKind(str, enum.Enum):
     LOCAL = "local"  # in this process, one shard after another
+    RAY = "ray"  # a pool of Ray actors, one model each (the optional ``ray`` extra)
 
 
 # ExecutorKind value -> module that registers the kind's executor on import
 EXECUTOR_MODULES: dict[str, str] = {
     "local": "anygrain.encode.executor",
+    "ray": "anygrain.encode.ray_executor",
 }
 
 _REGISTRY: dict[ExecutorKind, Callable[[], Executor]] = {}

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError, parse_enum
 from anygrain.index.registry import KIND_MODULES
 from anygrain.index.scope import Scope, gold_rows
@@ -315,12 +316,13 @@ class Index(ABC):
         progress: bool = True,
         corpus_dir: Path | None = None,
         overwrite: bool = False,
+        executor: Executor | ExecutorKind | str | None = None,
         **options: Any,
     ) -> Index:
         """Build this kind from ``source`` into ``out``: ``options`` are the kind's settings
         (``settings_type``), checked and typed before anything is read or written."""
         settings = cls.settings_type.from_options(cls.kind.value, options)
-        common = BuildOptions(split, errors, progress, corpus_dir, overwrite)
+        common = BuildOptions(split, errors, progress, corpus_dir, overwrite, executor)
         return cls.build_with(source, Path(out), settings, common)
 
     @classmethod

@@ -130,6 +130,7 @@ class HybridIndex(Index):
                 batch_size=s.batch_size,
                 bf16=s.bf16,
                 shard_size=s.shard_size,
+                executor=c.executor,
             )
             sub = {name: read_manifest(tmp / name) for name in ("sparse", "dense")}
             write_manifest(

@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.errors import ErrorLog, UsageError
 
 S = TypeVar("S", bound="IndexSettings")
@@ -31,6 +32,9 @@ class BuildOptions:
     progress: bool = True
     corpus_dir: Path | None = None  # where to write the passage store (default: in the index)
     overwrite: bool = False  # replace the anygrain index already at the output
+    # runs a corpus encode's shards (dense, phrase, hybrid's dense part); not recorded,
+    # since every executor writes the same files
+    executor: Executor | ExecutorKind | str | None = None
 
 
 #: the options every kind takes (``threads`` is taken by ``api.build_index`` before the build)

@@ -37,6 +37,7 @@ from anygrain.dense.faiss_index import (
     _unwrap,
     plan_training,
 )
+from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.errors import AnygrainError, IndexMismatchError, parse_enum
 from anygrain.index.base import (
     Index,
@@ -315,6 +316,7 @@ class PhraseIndex(Index):
                 pq_m=s.pq_m,
                 keep_dump=s.keep_dump,
                 build=s,
+                executor=c.executor,
             )
         shutil.rmtree(partial, ignore_errors=True)
         return Index.load(out)  # type: ignore[return-value]
@@ -339,9 +341,11 @@ class PhraseIndex(Index):
         pq_m: int | None = None,
         keep_dump: bool | None = None,
         build: PhraseSettings | None = None,
+        executor: Executor | ExecutorKind | str | None = None,
     ) -> dict[str, Any]:
         """Dump, build both MIPS indexes and write ``index.json`` under ``out`` (``build``:
-        the settings the index was asked for, recorded as ``settings.build``)."""
+        the settings the index was asked for, recorded as ``settings.build``; ``executor``
+        runs the dump's shards, default in this process; not recorded: the dump is the same)."""
         out = Path(out)
         base = out / SUBDIR
         base.mkdir(parents=True, exist_ok=True)
@@ -359,6 +363,7 @@ class PhraseIndex(Index):
             bf16=bf16,
             progress=progress,
             on_shard=on_shard,
+            executor=executor,
         )
         settings: dict[str, Any] = {
             "max_phrase_words": model.config.max_phrase_words
