@@ -155,13 +155,21 @@ def build_index(
     kind: IndexKind | str,
     out: str | Path,
     threads: int | None = None,
+    shards: int = 1,
     **settings: Any,
 ) -> Index:
     """Build an index of ``kind`` from ``source`` (``FORMAT:PATH``, a path, a corpus
     directory or store); ``settings`` go to the kind's builder (model, split, lang,
-    fusion, ...). ``threads`` sets torch's and FAISS's thread count (default: theirs)."""
+    fusion, ...). ``threads`` sets torch's and FAISS's thread count (default: theirs).
+    ``shards`` > 1 builds that many indexes of ``kind`` over row ranges of the corpus,
+    searched as one and merged exactly (:mod:`anygrain.search.sharded`)."""
     set_threads(threads)
-    return Index.build(source, kind=parse_enum(IndexKind, kind), out=out, **settings)
+    k = parse_enum(IndexKind, kind)
+    if k is IndexKind.SHARDED:
+        raise AnygrainError("give the kind of the shards and their number: kind=dense, shards=4")
+    if shards != 1:
+        return Index.build(source, kind=IndexKind.SHARDED, of=k, shards=shards, out=out, **settings)
+    return Index.build(source, kind=k, out=out, **settings)
 
 
 def combine_hybrid(
