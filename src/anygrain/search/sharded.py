@@ -4,7 +4,8 @@ Layout::
 
     index.json            kind=sharded; settings: the shards' own settings, and ``sharding``
                           (their kind, each shard's directory and row range)
-    corpus/               the whole corpus: hits, evaluation and serving read global rows here
+    corpus/               the whole corpus (or an existing store's path in index.json):
+                          hits, evaluation and serving read global rows here
     shards/00000/         a complete index of the kind over rows [0, n1) ...
     shards/00000.corpus/  ... whose corpus is those rows (row n1 - 1 is its last)
     shards/00001/         ... over rows [n1, n2), and so on
@@ -40,7 +41,7 @@ import faiss
 import numpy as np
 
 from anygrain.corpus.lang import Lang, detect_lang
-from anygrain.corpus.source import open_corpus_of, open_or_build_corpus
+from anygrain.corpus.source import corpus_ref, open_corpus_of, open_or_build_corpus
 from anygrain.corpus.store import CorpusStore
 from anygrain.dense.faiss_index import FaissIndex
 from anygrain.dense.index import DenseIndex
@@ -360,7 +361,11 @@ class ShardedIndex(Index):
                 tmp,
                 IndexKind.SHARDED,
                 cls.format_version,
-                corpus={"path": "corpus", "checksum": store.checksum, "n_passages": len(store)},
+                corpus={
+                    "path": corpus_ref(tmp, store),  # "corpus", or an existing store reused
+                    "checksum": store.checksum,
+                    "n_passages": len(store),
+                },
                 settings={
                     **first.get("settings", {}),
                     "sharding": {"kind": kind.value, "shards": parts},
