@@ -399,7 +399,7 @@ def test_cli_index_shards_then_search(tmp_path: Path) -> None:
     assert a.exit_code == 0 and b.exit_code == 0, a.output + b.output
     ga = [json.loads(x) for x in a.stdout.splitlines()]
     gb = [json.loads(x) for x in b.stdout.splitlines()]
-    assert len(ga) == len(gb) == 25
+    assert 0 < len(ga) == len(gb) <= 25, (a.stdout, b.stdout)  # passages with a query word
     np.testing.assert_allclose([h["score"] for h in ga], [h["score"] for h in gb], atol=1e-5)
     r = runner.invoke(app, ["index", str(src), "--kind", "sharded", "--out", str(tmp_path / "x")])
     assert r.exit_code != 0 and "--shards" in r.output

@@ -112,7 +112,8 @@ def merge_top_k(
 def shard_faiss(parts: Sequence[FaissIndex]) -> FaissIndex:
     """The shards' FAISS indexes as one: ``IndexShards`` searches them in threads and merges
     their top-k, the ids of shard i offset by the vectors of the shards before it."""
-    combined = faiss.IndexShards(parts[0].dim, True, True)  # threaded, successive ids
+    # threaded, successive ids (faiss's stubs know only the one-argument constructor)
+    combined = faiss.IndexShards(parts[0].dim, True, True)  # type: ignore[call-arg]
     for p in parts:
         combined.add_shard(p.index)  # the Python wrapper keeps a reference to each shard
     fx = FaissIndex(combined, parts[0].factory)
@@ -197,7 +198,7 @@ class ShardedDense(_Shards, DenseIndex):
             lambda sb: sb[0].score_rows(qvecs, _local_rows(rows, *sb[1])),
             list(zip(self.shards, self.bounds, strict=True)),
         )
-        return np.sum(parts, axis=0, dtype=np.float32)
+        return np.asarray(np.sum(parts, axis=0), dtype=np.float32)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -285,7 +286,7 @@ class ShardedBM25(_Shards, BM25Index):
             lambda sb: sb[0].score_rows(queries, _local_rows(rows, *sb[1])),
             list(zip(self.shards, self.bounds, strict=True)),
         )
-        return np.sum(parts, axis=0, dtype=np.float32)
+        return np.asarray(np.sum(parts, axis=0), dtype=np.float32)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "shards": self.shard_info()}
@@ -341,7 +342,7 @@ class ShardedIndex(Index):
                 settings["collection"] = collection_stats(
                     store, analyzer, include_title=bool(settings.get("include_title", True))
                 )
-            parts = []
+            parts: list[dict[str, Any]] = []
             for i, (a, b) in enumerate(bounds):
                 rel = f"{SHARDS_DIR}/{i:05d}"
                 # beside the shard, not inside it: a build refuses a source inside its output
