@@ -37,6 +37,7 @@ KIND_MODULES = (
     "anygrain.dense",
     "anygrain.phrase",
     "anygrain.index.hybrid",
+    "anygrain.index.sharded",
     "anygrain.index.kinds",
 )
 INDEX_BASE = "anygrain.index.base"

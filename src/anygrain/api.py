@@ -119,6 +119,7 @@ def build_index(
     out: str | Path,
     threads: int | None = None,
     executor: Executor | ExecutorKind | str | None = None,
+    shards: int = 1,
     **settings: Any,
 ) -> Index:
     """Build an index of ``kind`` from ``source`` (``FORMAT:PATH``, a path, a corpus
@@ -127,11 +128,18 @@ def build_index(
     and one the kind does not take raises :class:`~anygrain.errors.UsageError`.
     ``threads`` sets torch's and FAISS's thread count (default: theirs).
     ``executor`` runs the corpus encode of a dense, hybrid or phrase index (default: in
-    this process; e.g. ``RayExecutor(RayConfig(workers=4))``, see docs/scale.md)."""
+    this process; e.g. ``RayExecutor(RayConfig(workers=4))``, see docs/scale.md).
+    ``shards`` > 1 builds that many indexes of ``kind`` over row ranges of the corpus,
+    searched as one and merged exactly (:mod:`anygrain.index.sharded`)."""
     set_threads(threads)
     if executor is not None:
         settings["executor"] = executor
-    return Index.build(source, kind=parse_enum(IndexKind, kind), out=out, **settings)
+    k = parse_enum(IndexKind, kind)
+    if k is IndexKind.SHARDED:
+        raise AnygrainError("give the kind of the shards and their number: kind=dense, shards=4")
+    if shards != 1:
+        return Index.build(source, kind=IndexKind.SHARDED, of=k, shards=shards, out=out, **settings)
+    return Index.build(source, kind=k, out=out, **settings)
 
 
 def combine_hybrid(

@@ -97,6 +97,9 @@ def _index_summary(idx: Any, out_dir: Path, errors: ErrorLog) -> dict[str, Any]:
     dense = getattr(idx, "dense", idx)
     if getattr(dense, "kind", None) is IndexKind.DENSE:
         d["model"] = dense.settings["model"].get("name") or dense.settings["model"]["base_model"]
+    shards = getattr(idx, "shards", None)
+    if shards is not None:
+        d["shards"] = len(shards)
     if idx.kind is IndexKind.HYBRID:
         d["fusion"] = idx.manifest["settings"]["fusion"]
         d["components"] = idx.manifest.get("components", {})
@@ -184,6 +187,15 @@ def index_cmd(
         ),
     ] = None,
     threads: ThreadsOpt = None,
+    shards: Annotated[
+        int,
+        typer.Option(
+            "--shards",
+            min=1,
+            help="Build N indexes of --kind over row ranges of the corpus, searched as one "
+            "and merged exactly (bm25, dense, phrase)",
+        ),
+    ] = 1,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the summary as one JSON object on stdout")
     ] = False,
@@ -281,8 +293,18 @@ def index_cmd(
             if compress is not Compress.NONE or pq_m is not None or keep_dump is not None:
                 # a kind without them refuses them (Index.build checks its settings)
                 settings.update(compress=compress, pq_m=pq_m, keep_dump=keep_dump)
+            if kind is IndexKind.SHARDED:
+                raise AnygrainError(
+                    "give the kind of the shards and their number: --kind dense --shards 4"
+                )
             idx = build_index(
-                source, kind=kind, out=out_dir, threads=threads, overwrite=overwrite, **settings
+                source,
+                kind=kind,
+                out=out_dir,
+                threads=threads,
+                overwrite=overwrite,
+                shards=shards,
+                **settings,
             )
     except (AnygrainError, ValueError) as e:
         _report_files(errors, quiet=True)

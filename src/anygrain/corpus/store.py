@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from anygrain.corpus.formats import Source, parse_source
 from anygrain.corpus.records import Passage, SourceDocument
@@ -383,3 +384,55 @@ class CorpusStore:
     @property
     def n_documents(self) -> int:
         return int(self.manifest["n_documents"])
+
+    # --- slices ------------------------------------------------------------------
+    def write_rows(
+        self, start: int, stop: int, out: str | Path, *, batch_size: int = 4096
+    ) -> CorpusStore:
+        """A corpus of this one's rows ``[start, stop)`` (row ``start`` becomes row 0) and the
+        documents they come from, written atomically to ``out``: one shard of a sharded index.
+
+        Its checksum is computed as :meth:`build` computes it, over the slice's passages.
+        """
+        if not 0 <= start < stop <= len(self):
+            raise AnygrainError(f"row range [{start}, {stop}) outside the corpus (0..{len(self)})")
+        out = Path(out)
+        sha = hashlib.sha256()
+        part = self._passages.slice(start, stop - start)
+        for s in range(0, part.num_rows, batch_size):
+            b = part.slice(s, batch_size)
+            for pid, title, text in zip(
+                b.column("id").to_pylist(),
+                b.column("title").to_pylist(),
+                b.column("text").to_pylist(),
+                strict=True,
+            ):
+                sha.update(f"{pid}\x00{title}\x00{text}\x01".encode())
+        docs = self._docs()
+        wanted = pa.array(sorted(set(part.column("doc_id").to_pylist())))
+        doc_part = docs.filter(pc.is_in(docs.column("doc_id"), value_set=wanted))
+        hashes = np.ascontiguousarray(self._hashes[start:stop])
+        with atomic_dir(out) as tmp:
+            for name, table, schema in (
+                ("passages.arrow", part, PASSAGE_SCHEMA),
+                ("documents.arrow", doc_part, DOCUMENT_SCHEMA),
+            ):
+                with (
+                    pa.OSFile(str(tmp / name), "wb") as sink,
+                    pa.ipc.new_file(sink, schema) as w,
+                ):
+                    w.write_table(table.combine_chunks())
+            np.save(tmp / "id_hash.npy", hashes)
+            np.save(tmp / "id_table.npy", build_id_table(hashes))
+            manifest = {
+                **{k: self.manifest[k] for k in ("format", "format_version", "source")},
+                "source_format": self.manifest.get("source_format"),
+                "split": self.manifest.get("split"),
+                "n_passages": stop - start,
+                "n_documents": doc_part.num_rows,
+                "checksum": sha.hexdigest(),
+                "rows_of": {"checksum": self.checksum, "start": start, "stop": stop},
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            }
+            atomic_write_text(tmp / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False))
+        return CorpusStore(out)

@@ -59,6 +59,7 @@ class IndexKind(str, enum.Enum):
     DENSE = "dense"
     HYBRID = "hybrid"
     PHRASE = "phrase"
+    SHARDED = "sharded"  # N indexes of one kind over row ranges of a corpus, merged exactly
 
 
 _REGISTRY: dict[IndexKind, type[Index]] = {}

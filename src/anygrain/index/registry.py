@@ -14,4 +14,5 @@ KIND_MODULES: dict[str, str] = {
     "dense": "anygrain.dense.index",
     "hybrid": "anygrain.index.hybrid",
     "phrase": "anygrain.phrase.index",
+    "sharded": "anygrain.index.sharded",
 }

@@ -74,6 +74,45 @@ def passage_field(title: str, text: str, include_title: bool) -> str:
     return f"{title.replace('_', ' ')}\n{text}" if include_title and title else text
 
 
+def bm25_analyzer(lang: Lang, stemming: bool = True) -> Analyzer:
+    """The analyzer a BM25 index of ``lang`` uses (Chinese segments words, never stems)."""
+    return make_analyzer(lang) if lang is Lang.ZH else make_analyzer(lang, stemming=stemming)
+
+
+@dataclass(frozen=True)
+class CollectionStats:
+    """The statistics BM25 scores with: document frequency per term, passages, mean length.
+
+    A shard of a sharded index is scored with its whole corpus's statistics, so that its
+    scores are those of the unsharded index and the shards' top-k merge exactly.
+    """
+
+    df: dict[str, int]
+    n_docs: int
+    avg_len: float
+
+
+def collection_stats(
+    store: CorpusStore, analyzer: Analyzer, *, include_title: bool = True, batch_size: int = 8192
+) -> CollectionStats:
+    """Document frequencies and lengths of ``store`` as :func:`index_streaming` counts them."""
+    df: dict[str, int] = {}
+    total = 0
+    for _, table in store.iter_batches(batch_size):
+        texts = [
+            passage_field(t or "", x, include_title)
+            for t, x in zip(
+                table.column("title").to_pylist(), table.column("text").to_pylist(), strict=True
+            )
+        ]
+        for toks in analyzer.tokenize(texts):
+            total += len(toks)
+            for w in set(toks):
+                df[w] = df.get(w, 0) + 1
+    n = len(store)
+    return CollectionStats(df, n, total / n if n else 0.0)
+
+
 def index_streaming(
     store: CorpusStore,
     analyzer: Analyzer,
@@ -84,6 +123,7 @@ def index_streaming(
     include_title: bool = True,
     batch_size: int = 8192,
     progress: bool = False,
+    collection: CollectionStats | None = None,
 ) -> bm25s.BM25:
     """A bm25s index of ``store``, read and tokenised a batch at a time.
 
@@ -92,6 +132,7 @@ def index_streaming(
     ``(passage, term, tf)`` triples in numpy arrays and dropped, and the score matrix
     is built from those with bm25s's own idf and tf formulas, so the saved index is the
     one ``bm25s`` would write (same scores; term ids may be numbered differently).
+    ``collection``: score with these statistics instead of ``store``'s (a shard's).
     """
     from bm25s.scoring import (
         _build_idf_array,
@@ -142,12 +183,16 @@ def index_streaming(
     n_vocab = len(vocab)
     avg_len = float(lengths.mean()) if n else 0.0
     df = np.bincount(term, minlength=n_vocab)
-    doc_freqs = dict(enumerate(df.tolist()))
+    idf_df, idf_n = df, n
+    if collection is not None:  # a shard: idf and length norm of the whole corpus
+        idf_df = np.asarray([collection.df.get(w, 0) for w in vocab], dtype=np.int64)
+        idf_n, avg_len = collection.n_docs, collection.avg_len
+    doc_freqs = dict(enumerate(idf_df.tolist()))
     idf_fn = _select_idf_scorer(retriever.idf_method)
     tfc_fn = _select_tfc_scorer(method)
     idf = _build_idf_array(
         doc_frequencies=doc_freqs,
-        n_docs=n,
+        n_docs=idf_n,
         compute_idf_fn=idf_fn,
         dtype=retriever.dtype,
     )
@@ -155,7 +200,7 @@ def index_streaming(
     if method in retriever.methods_requiring_nonoccurrence:
         nonoccurrence = _build_nonoccurrence_array(
             doc_frequencies=doc_freqs,
-            n_docs=n,
+            n_docs=idf_n,
             compute_idf_fn=idf_fn,
             calculate_tfc_fn=tfc_fn,
             l_d=avg_len,
@@ -270,9 +315,11 @@ class BM25Index(Index):
         progress: bool = True,
         subdir: str = "bm25",
         build: Bm25Settings | None = None,
+        collection: CollectionStats | None = None,
     ) -> dict[str, Any]:
         """Write the BM25 arrays for ``store`` under ``out/subdir``; returns the settings
-        (``build``: the settings the index was asked for, recorded as ``settings.build``)."""
+        (``build``: the settings the index was asked for, recorded as ``settings.build``;
+        ``collection``: score with a larger corpus's statistics, for a shard of it)."""
         t0 = time.time()
         detected = lang is None
         lang_v = Lang(lang) if lang else detect_lang(store)
@@ -292,7 +339,7 @@ class BM25Index(Index):
             stemming=stemming and not zh,
             stopwords=not zh,
         )
-        analyzer = make_analyzer(lang_v) if zh else make_analyzer(lang_v, stemming=stemming)
+        analyzer = bm25_analyzer(lang_v, stemming)
         retriever = index_streaming(
             store,
             analyzer,
@@ -301,6 +348,7 @@ class BM25Index(Index):
             method=cfg.method,
             include_title=include_title,
             progress=progress,
+            collection=collection,
         )
         retriever.save(str(out / subdir), show_progress=False)
         settings = {
@@ -311,6 +359,8 @@ class BM25Index(Index):
         }
         if build is not None:
             settings["build"] = build.to_dict()
+        if collection is not None:
+            settings["collection"] = {"n_docs": collection.n_docs, "avg_len": collection.avg_len}
         write_manifest(
             out,
             IndexKind.BM25,
