@@ -1,0 +1,1 @@
+"""Index maintenance: adding documents to an index, deleting and compacting (updater, tombstones)."""
