@@ -259,6 +259,20 @@ def test_an_outside_corpus_is_refused(tmp_path: Path) -> None:
         add_documents(p, _docs(TOPICS_B), progress=False)
 
 
+def test_hybrid_add_and_compact_equal_fresh_builds(model: BiEncoder, tmp_path: Path) -> None:
+    a, b = _docs(TOPICS_A), _docs(TOPICS_B)
+    opts: dict[str, Any] = {"progress": False, "lang": "en", "model": model, "shard_size": 3}
+    p = Index.build(a, kind="hybrid", out=tmp_path / "h", **opts).path
+    fresh = Index.build(a + b, kind="hybrid", out=tmp_path / "ab", **opts)
+    assert_same_search(add_documents(p, b, progress=False), fresh)
+    delete_documents(p, ["mars"])
+    rest = Index.build(
+        [d for d in a + b if d.doc_id != "mars"], kind="hybrid", out=tmp_path / "rest", **opts
+    )
+    assert_same_search(compact_index(p, progress=False), rest)
+    assert check_index_files(p, extra=True) == []
+
+
 # --- CLI ------------------------------------------------------------------------------------
 def test_cli_add_delete_compact(tmp_path: Path) -> None:
     src_a, src_b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"

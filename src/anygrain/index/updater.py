@@ -571,7 +571,7 @@ def delete_documents(path: str | Path, doc_ids: Sequence[str]) -> dict[str, Any]
     name = tombstone_name(serial)
     atomic_write_text(p / name, tomb.to_json())
     entry = {"size": (p / name).stat().st_size, ALGORITHM: hash_file(p / name)}
-    files = {k: v for k, v in m["files"].items() if not k.startswith("tombstones-")}
+    files = {k: v for k, v in m.get("files", {}).items() if not k.startswith("tombstones-")}
     m2 = {
         **m,
         "files": {**files, name: entry},
