@@ -10,6 +10,7 @@ as it was.
 from __future__ import annotations
 
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -257,6 +258,28 @@ def test_an_outside_corpus_is_refused(tmp_path: Path) -> None:
     Index.build(store, kind="bm25", out=p, progress=False, lang="en")
     with pytest.raises(AnygrainError, match="outside the index"):
         add_documents(p, _docs(TOPICS_B), progress=False)
+
+
+def test_ivf_add_uses_the_trained_quantiser(model: BiEncoder, tmp_path: Path) -> None:
+    a, b = _docs(TOPICS_A), _docs(TOPICS_B)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # too few training points for 2 cells: fine here
+        p = Index.build(
+            a, kind="dense", out=tmp_path / "ivf", model=model, factory="IVF2,Flat", progress=False
+        ).path
+    centroids = _ivf_centroids(Index.load(p))
+    idx = add_documents(p, b, progress=False)
+    assert idx.faiss.ivf is not None and idx.faiss.ntotal == len(a) + len(b)
+    np.testing.assert_array_equal(_ivf_centroids(idx), centroids)  # not retrained
+    # every cell probed, IVF scores are exact: the same hits as a flat index on the union
+    flat = _build("dense", a + b, tmp_path / "flat", model)
+    assert_same_search(idx, flat, nprobe=2)
+
+
+def _ivf_centroids(idx: Any) -> np.ndarray:
+    import faiss
+
+    return faiss.vector_to_array(faiss.downcast_index(idx.faiss.ivf.quantizer).codes)
 
 
 def test_hybrid_add_and_compact_equal_fresh_builds(model: BiEncoder, tmp_path: Path) -> None:

@@ -73,7 +73,7 @@ def check_new_ids(store: CorpusStore, segment: CorpusStore) -> None:
         more = f" and {len(same) - 5} more" if len(same) > 5 else ""
         raise InputError(
             f"{len(same)} document id(s) already in the corpus: "
-            f"{', '.join(repr(d) for d in same[:5])}{more}; delete them first to replace them",
+            f"{', '.join(repr(d) for d in same[:5])}{more}; to replace them, delete them and compact the index first",
             path=str(segment.manifest.get("source", "")),
             field="doc_id",
         )

@@ -87,7 +87,10 @@ def _link_tree(src: Path, dst: Path) -> None:
 def _staged(path: Path) -> Iterator[tuple[Path, Path]]:
     """``(staged index dir, scratch dir)``: the index is replaced by the staged directory
     when the block ends without an exception; scratch is removed either way."""
-    work = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.update.", suffix=".tmp"))
+    # named as atomic_dir names its own, so a killed run's scratch is removed by the next
+    work = Path(
+        tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.pid{os.getpid()}.", suffix=".tmp")
+    )
     try:
         with atomic_dir(path) as tmp:
             _link_tree(path, tmp)
