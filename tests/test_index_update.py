@@ -74,9 +74,13 @@ def _key(hits: list[Hit]) -> list[tuple[Any, ...]]:
     return [(h.passage_id, h.span, h.text) for h in hits]
 
 
-def assert_same_search(a: Index, b: Index, k: int = 5, **options: Any) -> None:
-    """Same hits (ids, spans, text) and scores within 1e-5, query by query."""
-    ra, rb = a.search(QUERIES, k, **options), b.search(QUERIES, k, **options)
+def assert_same_search(
+    a: Index, b: Index, k: int = 5, a_options: dict[str, Any] | None = None, **options: Any
+) -> None:
+    """Same hits (ids, spans, text) and scores within 1e-5, query by query (``a_options``:
+    more options for ``a`` alone)."""
+    ra = a.search(QUERIES, k, **options, **(a_options or {}))
+    rb = b.search(QUERIES, k, **options)
     for ha, hb in zip(ra, rb, strict=True):
         assert _key(ha) == _key(hb)
         np.testing.assert_allclose([h.score for h in ha], [h.score for h in hb], atol=1e-5)
@@ -273,7 +277,7 @@ def test_ivf_add_uses_the_trained_quantiser(model: BiEncoder, tmp_path: Path) ->
     np.testing.assert_array_equal(_ivf_centroids(idx), centroids)  # not retrained
     # every cell probed, IVF scores are exact: the same hits as a flat index on the union
     flat = _build("dense", a + b, tmp_path / "flat", model)
-    assert_same_search(idx, flat, nprobe=2)
+    assert_same_search(idx, flat, a_options={"nprobe": 2})
 
 
 def _ivf_centroids(idx: Any) -> np.ndarray:
