@@ -161,6 +161,43 @@ def combine_hybrid(
     )
 
 
+def add_documents(
+    index: str | Path,
+    source: Any,
+    *,
+    split: str | None = None,
+    model: Any = None,
+    errors: ErrorLog | None = None,
+    progress: bool = True,
+    threads: int | None = None,
+) -> Index:
+    """Add the documents of ``source`` (``FORMAT:PATH``, a path, or SourceDocuments) to the
+    index at ``index``, encoding only the new passages; returns the index reopened.  Ids it
+    holds already are refused; ``model`` must be the index's own (the default).  See
+    :mod:`anygrain.index.updater` for what each kind recomputes."""
+    from anygrain.index.updater import add_documents as add
+
+    set_threads(threads)
+    return add(index, source, split=split, model=model, errors=errors, progress=progress)
+
+
+def delete_documents(index: str | Path, doc_ids: Sequence[str]) -> dict[str, Any]:
+    """Mark documents of the index at ``index`` deleted (by document id): searches stop
+    returning them at once; :func:`compact_index` removes them from the files."""
+    from anygrain.index.updater import delete_documents as delete
+
+    return delete(index, doc_ids)
+
+
+def compact_index(index: str | Path, *, progress: bool = True, threads: int | None = None) -> Index:
+    """Rebuild the index at ``index`` without its deleted documents, reusing stored vectors;
+    returns it reopened."""
+    from anygrain.index.updater import compact_index as compact
+
+    set_threads(threads)
+    return compact(index, progress=progress)
+
+
 @dataclass
 class DemoAnswer:
     """One demo question with its hits at each unit the index returns."""

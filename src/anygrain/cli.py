@@ -595,6 +595,84 @@ def verify_cmd(
     out.print(f"ok: {n} files match their checksums", highlight=False)
 
 
+# --- adding and deleting documents (anygrain.index.updater) ---------------------------------
+@app.command("add")
+def add_cmd(
+    index_dir: Annotated[Path, typer.Argument(help="Index directory to add to")],
+    source: Annotated[str, typer.Argument(help="Documents to add: FORMAT:PATH or PATH")],
+    split: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help=f"Passage split (default: the corpus's own): {SPLIT_HELP}"),
+    ] = None,
+    on_error: Annotated[
+        ErrorPolicy,
+        typer.Option("--on-error", help="stop at a malformed record, or skip and count it"),
+    ] = ErrorPolicy.STOP,
+    threads: ThreadsOpt = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars")] = False,
+) -> None:
+    """Add documents to an index: only new passages are encoded; old rows and ids stay.
+
+    BM25 statistics are corpus-wide, so a BM25 part is rebuilt from the grown corpus."""
+    from anygrain.api import add_documents
+
+    errors = ErrorLog(on_error)
+    try:
+        idx = add_documents(
+            index_dir, source, split=split, errors=errors, progress=not quiet, threads=threads
+        )
+    except AnygrainError as e:
+        fail(e)
+    out.print(
+        json.dumps(
+            {
+                "kind": idx.kind.value,
+                "index": str(index_dir),
+                "n_passages": len(idx.corpus),
+                "n_documents": idx.corpus.n_documents,
+                "n_skipped_records": errors.n_skipped,
+            }
+        ),
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@app.command("delete")
+def delete_cmd(
+    index_dir: Annotated[Path, typer.Argument(help="Index directory")],
+    doc: Annotated[list[str], typer.Option("--doc", help="Document id to delete (repeatable)")],
+) -> None:
+    """Mark documents deleted: searches skip them at once; `anygrain compact` drops them."""
+    from anygrain.api import delete_documents
+
+    try:
+        res = delete_documents(index_dir, doc)
+    except AnygrainError as e:
+        fail(e)
+    out.print(json.dumps(res, ensure_ascii=False), highlight=False, soft_wrap=True)
+
+
+@app.command("compact")
+def compact_cmd(
+    index_dir: Annotated[Path, typer.Argument(help="Index directory")],
+    threads: ThreadsOpt = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars")] = False,
+) -> None:
+    """Rebuild an index without its deleted documents, reusing its stored vectors."""
+    from anygrain.api import compact_index
+
+    try:
+        idx = compact_index(index_dir, progress=not quiet, threads=threads)
+    except AnygrainError as e:
+        fail(e)
+    out.print(
+        json.dumps({"index": str(index_dir), "n_passages": len(idx.corpus)}),
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 @app.command("formats")
 def formats_cmd() -> None:
     """List the source formats anygrain reads."""

@@ -94,6 +94,12 @@ def build_id_table(hashes: np.ndarray) -> np.ndarray:
     return table
 
 
+def _read_segments(path: Path, names: list[str]) -> pa.Table:
+    """The memory-mapped segments as one table (zero-copy: one chunk list per column)."""
+    tables = [pa.ipc.open_file(pa.memory_map(str(path / n), "r")).read_all() for n in names]
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+
 class _Writer:
     """Streams passages and documents to Arrow files in batches while hashing the content."""
 
@@ -187,9 +193,7 @@ class CorpusStore:
             raise AnygrainError(
                 f"{self.path}: corpus format version {self.manifest.get('format_version')}, expected {FORMAT_VERSION}; rebuild it"
             )
-        self._passages = pa.ipc.open_file(
-            pa.memory_map(str(self.path / "passages.arrow"), "r")
-        ).read_all()
+        self._passages = _read_segments(self.path, self.segments("passages"))
         self._documents: pa.Table | None = None
         self._doc_rows: dict[str, int] | None = None
         self._hashes = np.load(self.path / "id_hash.npy", mmap_mode="r")
@@ -200,6 +204,11 @@ class CorpusStore:
         # pickled as its (absolute) path, not its memory-mapped tables, which pickle would
         # copy whole: a process unpickling it (a Ray worker) reopens the same directory
         return (CorpusStore, (self.path.absolute(),))
+
+    def segments(self, what: str) -> list[str]:
+        """The Arrow files holding ``what`` (``passages`` or ``documents``), in row order:
+        one from a build, one more per append (:mod:`anygrain.corpus.append`)."""
+        return list((self.manifest.get("segments") or {}).get(what) or [f"{what}.arrow"])
 
     # --- building -----------------------------------------------------------
     @classmethod
@@ -368,9 +377,7 @@ class CorpusStore:
     # --- documents ---------------------------------------------------------------
     def _docs(self) -> pa.Table:
         if self._documents is None:
-            self._documents = pa.ipc.open_file(
-                pa.memory_map(str(self.path / "documents.arrow"), "r")
-            ).read_all()
+            self._documents = _read_segments(self.path, self.segments("documents"))
         return self._documents
 
     def document_text(self, doc_id: str) -> str:

@@ -362,7 +362,7 @@ class Index(ABC):
             )
         _check_on_open(p, m, parse_enum(Verify, verify), small_limit)
         try:
-            return cls.open(p, m, **options)
+            idx = cls.open(p, m, **options)
         except (OSError, ValueError, EOFError, KeyError, RuntimeError) as e:
             # what the checksums cannot catch (an index from before them, a large file
             # checked by size only) still gets one line naming the index, not a traceback
@@ -370,6 +370,11 @@ class Index(ABC):
                 f"{p}: cannot open the index ({type(e).__name__}: {e}); "
                 f"`anygrain verify {p}` checks its files"
             ) from e
+        if m.get("tombstones"):  # deleted documents (`anygrain delete`) never come back
+            from anygrain.index.tombstones import hide_deleted
+
+            hide_deleted(idx, m)
+        return idx
 
     @classmethod
     @abstractmethod
