@@ -83,4 +83,8 @@ def _json_value(v: Any) -> Any:
         return os.fspath(v)
     if v is None or isinstance(v, str | int | float | bool):
         return v
+    if isinstance(v, dict):  # e.g. a sharded index's shard settings
+        return {str(k): _json_value(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_json_value(x) for x in v]
     return None  # an in-memory object (a model): not something a JSON file can hold

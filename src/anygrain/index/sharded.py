@@ -77,6 +77,9 @@ class ShardedSettings(IndexSettings):
     shard: dict[str, Any] = field(default_factory=dict)  # the shards' kind's settings
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "of", parse_enum(IndexKind, self.of))
+        if self.shard is None:  # saved settings from before the field
+            object.__setattr__(self, "shard", {})
         if int(self.shards) < 1:
             raise UsageError(f"shards must be at least 1, not {self.shards}")
 
