@@ -110,7 +110,7 @@ class RayExecutor:
             max_task_retries=retries,  # and the shard it was encoding is run again
         )(_ShardWorker)
         task_ref = ray.put(task)  # serialized once for every worker
-        actors = [actor_cls.remote(task_ref) for _ in range(min(cfg.workers, len(jobs)))]
+        actors: list[Any] = [actor_cls.remote(task_ref) for _ in range(min(cfg.workers, len(jobs)))]
         todo = list(reversed(jobs))  # popped from the end: shards start in row order
         running: dict[Any, Any] = {}  # object ref -> the actor running it
 
