@@ -165,6 +165,10 @@ class ShardedEncode:
             records[job.index] = self._commit(manifest, job, tmp, info)
             if on_shard is not None:
                 on_shard(job.index, len(self.jobs))
+        # every shard is recorded, so a temporary shard left now is a killed worker's whose
+        # process was still exiting when this run began (Ray kills actors asynchronously)
+        for entry in self.out.glob(f".{TMP_STEM}.pid*.tmp"):
+            shutil.rmtree(entry, ignore_errors=True)
         if layout.finish(manifest):
             self._write(manifest)
         return EncodeResult([records[j.index] for j in self.jobs], resumed, manifest)
