@@ -6,8 +6,9 @@
    start-up is timed apart; each Ray figure includes starting its actors and shipping
    them the model, which is what a user pays per encode.  Every run's vectors are
    checked byte-identical to the local ones.
-2. Merge overhead of sharded search: a hook (:func:`sharded_search_overhead`) for the
-   sharded-search work to fill in; reported as null until then.
+2. Merge overhead of sharded search (``sharded_search_merge``): the same passages indexed
+   unsharded and in ``--shards`` shards, searched with the same questions
+   (``bench/sharded_search.py``, whose JSON is included whole).
 
 On a busy machine the figures say little about a quiet one: the JSON records the CPU
 count and load average at the start.
@@ -22,6 +23,8 @@ import argparse
 import json
 import os
 import platform
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -100,11 +103,29 @@ def encoding_throughput(store: Any, model: Any, work: Path, args: Any) -> dict[s
 
 
 def sharded_search_overhead(args: Any) -> dict[str, Any] | None:
-    """Section 2, a hook: the time a search over N index shards spends merging their hits
-    (searching the shards in parallel and merging them, against the unsharded index on
-    the same corpus and questions).  Sharded search does not exist yet; the work that
-    adds it fills this in and the JSON reports it as ``sharded_search_merge``."""
-    return None
+    """Section 2: what searching N index shards in parallel and merging their hits costs
+    against the unsharded index, on the same passages and questions:
+    ``bench/sharded_search.py`` (its JSON, whole) on the first ``--limit`` passages."""
+    if not args.shards:
+        return None
+    cmd = [
+        sys.executable,
+        str(Path(__file__).with_name("sharded_search.py")),
+        "--data",
+        str(args.data),
+        "--passages",
+        str(args.limit),
+        "--queries",
+        str(args.queries),
+        "--kinds",
+        args.kinds,
+        "--shards",
+        args.shards,
+        "--model",
+        args.model,
+    ]
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
 def main() -> None:
@@ -115,6 +136,9 @@ def main() -> None:
     ap.add_argument("--shard-size", type=int, default=100)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--model", default="minilm")
+    ap.add_argument("--shards", default="2,4", help="sharded search: shard counts ('' skips)")
+    ap.add_argument("--kinds", default="bm25,dense", help="sharded search: index kinds")
+    ap.add_argument("--queries", type=int, default=500, help="sharded search: questions")
     args = ap.parse_args()
     args.workers = [int(w) for w in args.workers.split(",")]
 

@@ -171,12 +171,19 @@ class ConcatRows:
         return out[0] if tok.ndim == 0 else out
 
 
+_POOL: dict[int, ThreadPoolExecutor] = {}
+
+
 def _pool_map(fn: Any, items: Sequence[Any]) -> list[Any]:
-    """``fn`` over the shards in parallel threads (their numpy/FAISS work releases the GIL)."""
+    """``fn`` over the shards in parallel threads (their numpy/FAISS work releases the GIL).
+    The pool lives as long as the process: starting threads on every query cost more than
+    a one-question search."""
     if len(items) == 1:
         return [fn(items[0])]
-    with ThreadPoolExecutor(max_workers=len(items)) as ex:
-        return list(ex.map(fn, items))
+    n = len(items)
+    if n not in _POOL:
+        _POOL[n] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="anygrain-shard")
+    return list(_POOL[n].map(fn, items))
 
 
 def _local_rows(rows: np.ndarray, start: int, stop: int) -> np.ndarray:
