@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from anygrain.api import evaluate_index, load_questions, search_index
-from anygrain.cli import app
+from anygrain.cli.main import app
 from anygrain.corpus.formats import parse_source
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy, InputError
 from anygrain.index.base import PASSAGE_METRICS, Index

@@ -13,7 +13,7 @@ from test_phrase_search import brute_force
 from typer.testing import CliRunner
 
 from anygrain.api import load_questions
-from anygrain.cli import app
+from anygrain.cli.main import app
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, IndexMismatchError
 from anygrain.index.base import Index

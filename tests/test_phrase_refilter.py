@@ -12,7 +12,7 @@ from test_phrase_helpers import make_tiny_model, write_squad
 from typer.testing import CliRunner
 
 from anygrain.api import load_questions
-from anygrain.cli_phrase import refilter_cmd
+from anygrain.cli.index import refilter_cmd
 from anygrain.errors import AnygrainError
 from anygrain.index.base import Index
 from anygrain.phrase import PhraseEncoder, PhraseIndex, evaluate_phrase
