@@ -23,8 +23,9 @@ from pathlib import Path
 import torch
 
 from anygrain import load_questions
+from anygrain.api import evaluate_index
 from anygrain.corpus.formats import parse_source
-from anygrain.phrase import PhraseEncoder, PhraseIndex, evaluate_phrase
+from anygrain.phrase import PhraseEncoder, PhraseIndex
 from anygrain.phrase.packed import PackSettings, pack_phrase_model
 
 SQUAD_DEV = Path(__file__).resolve().parents[1].parent / "shared/data/squad-v1.1/dev-v1.1.json"
@@ -41,7 +42,7 @@ def score(model: PhraseEncoder, docs: list, questions, where: Path, args) -> dic
     out: dict[str, object] = {"index_seconds": round(build, 1)}
     scopes = ["gold-passage", "corpus"] if args.open else ["gold-passage"]
     for scope in scopes:
-        r = evaluate_phrase(idx, questions, k=10, scope=scope, progress=not args.quiet)
+        r = evaluate_index(idx, questions, k=10, scope=scope, progress=not args.quiet)
         out[scope] = {m: round(100 * v, 2) for m, v in r.metrics.items()}
     return out
 

@@ -29,9 +29,10 @@ from pathlib import Path
 import torch
 
 from anygrain import load_questions
+from anygrain.api import evaluate_index
 from anygrain.corpus.formats import parse_source
 from anygrain.index.base import Index
-from anygrain.phrase import PhraseIndex, evaluate_phrase
+from anygrain.phrase import PhraseIndex
 from anygrain.train.phrase import PhraseTrainConfig
 from anygrain.train.phrase import train as train_phrase
 
@@ -79,7 +80,7 @@ def score(model_dir: Path, args: argparse.Namespace) -> dict[str, object]:
     qs = load_questions(f"squad:{args.data}", limit=args.limit)
     out: dict[str, object] = {}
     for key, scope in (("gold_passage", "gold-passage"), ("open_corpus", "corpus")):
-        rep = evaluate_phrase(idx, qs, k=10, scope=scope, progress=False)
+        rep = evaluate_index(idx, qs, k=10, scope=scope, progress=False)
         out[key] = {m: round(100 * v, 2) for m, v in rep.metrics.items()}
     gp, oc = out["gold_passage"], out["open_corpus"]
     out["open_over_gold_passage_em"] = round(oc["em"] / max(gp["em"], 1e-9), 3)  # type: ignore[index]

@@ -22,9 +22,10 @@ from pathlib import Path
 import torch
 
 from anygrain import load_questions
+from anygrain.api import evaluate_index
 from anygrain.corpus.formats import parse_source
 from anygrain.index.base import Index
-from anygrain.phrase import PhraseIndex, evaluate_phrase
+from anygrain.phrase import PhraseIndex
 from anygrain.train.phrase import PhraseQuerySideConfig
 from anygrain.train.phrase import train_query_side as train_phrase_query_side
 
@@ -52,7 +53,7 @@ def _scores(idx: PhraseIndex, args: argparse.Namespace) -> dict[str, object]:
     out: dict[str, object] = {}
     for name, scope in (("open_corpus", "corpus"), ("gold_passage", "gold-passage")):
         t0 = time.perf_counter()
-        rep = evaluate_phrase(idx, qs, k=10, scope=scope, progress=False)
+        rep = evaluate_index(idx, qs, k=10, scope=scope, progress=False)
         out[name] = {m: round(100 * v, 2) for m, v in rep.metrics.items()}
         out[name]["seconds"] = round(time.perf_counter() - t0, 1)  # type: ignore[index]
     return out

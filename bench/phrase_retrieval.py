@@ -37,9 +37,10 @@ from pathlib import Path
 import torch
 
 from anygrain import load_questions
+from anygrain.api import evaluate_index
 from anygrain.corpus.formats import parse_source
 from anygrain.index.base import Index
-from anygrain.phrase import PhraseIndex, evaluate_phrase
+from anygrain.phrase import PhraseIndex
 from anygrain.phrase.refilter import refilter, threshold_for_fraction
 from anygrain.phrase.search import aggregate, unit_hits
 from anygrain.search.hit import Unit
@@ -109,7 +110,7 @@ def quality(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
     for d in args.depths or []:
         runs.append((f"open_corpus_depth_{d}", "corpus", {"top_k": d}))
     for name, scope, opts in runs:
-        rep = evaluate_phrase(
+        rep = evaluate_index(
             idx, qs, k=args.k, scope=scope, progress=not args.quiet, search_options=opts
         )
         out[name] = {
@@ -140,7 +141,7 @@ def _sweep_point(
         "factory": sub.manifest["settings"]["factory"],
     }
     for name, scope in (("rc_gold_passage", "gold-passage"), ("open_corpus", "corpus")):
-        rep = evaluate_phrase(
+        rep = evaluate_index(
             sub, qs, k=args.k, scope=scope, progress=False, search_options={"top_k": args.top_k}
         )
         row[name] = {m: round(100 * v, 2) for m, v in rep.metrics.items()}

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from anygrain.api import evaluate_index, load_questions, search_index
-from anygrain.cli import app
+from anygrain.cli.main import app
 from anygrain.corpus.formats import parse_source
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy, InputError
 from anygrain.index.base import PASSAGE_METRICS, Index
@@ -45,6 +45,18 @@ def test_passage_index_defaults_and_refuses_phrase_options(bm25: Index, squad_fi
         evaluate_index(bm25, f"squad:{squad_file}", limit=0, progress=False)
     with pytest.raises(AnygrainError, match="k must be at least 1"):
         evaluate_index(bm25, f"squad:{squad_file}", k=0, progress=False)
+
+
+def test_an_index_scores_the_same_by_default_through_every_entry(
+    bm25: Index, squad_file: Path
+) -> None:
+    """The scoring engine takes an index's defaults from its kind, as evaluate_index does."""
+    from anygrain.eval import DEFAULT_METRICS, evaluate
+
+    qs = load_questions(f"squad:{squad_file}")
+    direct = evaluate(bm25, qs, progress=False)
+    assert direct.metrics == evaluate_index(bm25, qs, progress=False).metrics
+    assert tuple(direct.metrics) == PASSAGE_METRICS != DEFAULT_METRICS
 
 
 def test_search_checks_k_queries_and_unit(bm25: Index) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from anygrain.cli import app
+from anygrain.cli.main import app
 
 runner = CliRunner()
 

@@ -12,7 +12,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from anygrain import cli_common
+from anygrain.cli import common as cli_common
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy, InputError
 from anygrain.train.saved_config import option
 
@@ -133,7 +133,7 @@ def test_config_options_refuse_an_unknown_field() -> None:
 
 @pytest.mark.parametrize("command", ["dpr", "phrase", "phrase-query-side", "reader"])
 def test_every_trainer_takes_threads_from_its_config(command: str, tmp_path: Path) -> None:
-    from anygrain.cli import app
+    from anygrain.cli.main import app
 
     args = ["train", command, "--train", str(tmp_path / "t.json"), "--out", str(tmp_path / "o")]
     if command == "phrase-query-side":

@@ -14,7 +14,7 @@ from dense_helpers import single_threaded, tiny_biencoder
 from typer.testing import CliRunner
 
 from anygrain import __version__
-from anygrain.cli import app
+from anygrain.cli.main import app
 from anygrain.corpus.splitters import SPLIT_FORMS, SplitKind
 from anygrain.dense import index as dense_mod
 from anygrain.models.biencoder import BiEncoder

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from anygrain import api
-from anygrain.cli import app
+from anygrain.cli.main import app
 from anygrain.encode.ray_executor import RayConfig, RayExecutor
 from anygrain.errors import AnygrainError
 

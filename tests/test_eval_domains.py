@@ -12,7 +12,7 @@ import pytrec_eval
 from conftest import shared_file
 from typer.testing import CliRunner
 
-from anygrain.cli import app
+from anygrain.cli.main import app
 from anygrain.corpus.questions import Question
 from anygrain.corpus.readers.multicpr import read_multicpr_questions
 from anygrain.errors import ErrorLog

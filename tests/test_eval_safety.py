@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from anygrain.api import evaluate_index
-from anygrain.cli import app
+from anygrain.cli.main import app
 from anygrain.corpus.questions import Question
 from anygrain.errors import AnygrainError
 from anygrain.eval.coverage import judge_by_gold, qrels_coverage

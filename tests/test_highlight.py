@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from anygrain.cli_phrase import phrase_context as cli_phrase_context
+from anygrain.cli.search import phrase_context as cli_phrase_context
 from anygrain.search.highlight import Highlight, highlight, phrase_context
 from anygrain.search.hit import Hit, Unit
 

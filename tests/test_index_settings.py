@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from anygrain.cli import app
+from anygrain.cli.main import app
 from anygrain.corpus.records import SourceDocument
 from anygrain.errors import AnygrainError, UsageError
 from anygrain.index.base import MANIFEST, PASSAGE_METRICS, Index, IndexKind, index_class

@@ -22,7 +22,7 @@ from test_phrase_helpers import PARAGRAPHS, make_tiny_model
 from typer.testing import CliRunner
 
 from anygrain.api import add_documents, compact_index, delete_documents
-from anygrain.cli import app
+from anygrain.cli.main import app
 from anygrain.corpus.records import SourceDocument
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, IndexMismatchError, InputError

@@ -6,9 +6,9 @@ makes is collected -- at the top, inside functions and under ``TYPE_CHECKING`` a
 name.  The rules (docs/design.md, "Layers"):
 
 (a) library modules -- everything but ``anygrain/__init__.py``, ``anygrain/api.py``,
-    ``anygrain/cli*.py`` and ``anygrain/serve/`` -- never import ``anygrain.api``,
-    ``anygrain.cli*`` or ``anygrain.serve``: those are the top layers built on them;
-(b) ``anygrain/serve/`` never imports ``anygrain.cli*``;
+    ``anygrain/cli/`` and ``anygrain/serve/`` -- never import ``anygrain.api``,
+    ``anygrain.cli`` or ``anygrain.serve``: those are the top layers built on them;
+(b) ``anygrain/serve/`` never imports ``anygrain.cli``;
 (c) the index base ``anygrain/index/base.py`` imports no index kind: it finds a
     kind's module by name in ``anygrain.index.registry``;
 (d) the model base ``anygrain/models/base.py`` imports no model type's module: it finds
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ast
 import importlib
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +29,7 @@ PACKAGE = SRC / "anygrain"
 
 # the top layers: built on the library, never imported by it
 TOP = ("anygrain.api", "anygrain.serve")
-_CLI = re.compile(r"anygrain\.cli(_\w+)?$")
+CLI = "anygrain.cli"
 # the index kinds the base must not import (it knows them by name only)
 KIND_MODULES = (
     "anygrain.sparse",
@@ -69,8 +68,8 @@ def _within(name: str, prefix: str) -> bool:
 
 
 def _is_cli(name: str) -> bool:
-    # anygrain.cli, anygrain.cli_train, ... and anything inside them
-    return bool(_CLI.match(".".join(name.split(".")[:2])))
+    # the anygrain.cli package and its modules (not anygrain.client, say)
+    return _within(name, CLI)
 
 
 def imports_of(source: str, module: str, *, is_package: bool = False) -> list[tuple[int, str]]:
@@ -133,7 +132,8 @@ def all_modules() -> list[Path]:
 
 def test_the_package_is_found() -> None:
     names = {module_name(p) for p in all_modules()}
-    assert {"anygrain", "anygrain.api", "anygrain.cli", INDEX_BASE, "anygrain.serve.app"} <= names
+    assert {"anygrain", "anygrain.api", "anygrain.cli", "anygrain.cli.main", INDEX_BASE} <= names
+    assert "anygrain.serve.app" in names
     assert len(names) > 50
 
 
@@ -151,13 +151,15 @@ def test_layers() -> None:
     [
         # (a) at the top, inside a function, relative, as a submodule, by importlib
         ("anygrain.eval.x", "from anygrain.api import search_index", "top layer"),
-        ("anygrain.eval.x", "def f():\n    import anygrain.cli_train\n", "top layer"),
+        ("anygrain.eval.x", "def f():\n    import anygrain.cli.train\n", "top layer"),
+        ("anygrain.search.x", "from anygrain.cli.search import print_phrase_hits", "top layer"),
+        ("anygrain.search.x", "from anygrain import cli", "top layer"),
         ("anygrain.train.x", "from .. import api", "top layer"),
         ("anygrain.train.x", "from anygrain import serve", "top layer"),
         ("anygrain.models.x", "from anygrain.serve.app import create_app", "top layer"),
         ("anygrain.models.x", "import importlib\nimportlib.import_module('anygrain.cli')", "top"),
         # (b)
-        ("anygrain.serve.app", "def f():\n    from anygrain.cli_common import X\n", "CLI"),
+        ("anygrain.serve.app", "def f():\n    from anygrain.cli.common import X\n", "CLI"),
         # (c)
         (INDEX_BASE, "def f():\n    import anygrain.index.kinds\n", "index kind"),
         (INDEX_BASE, "from anygrain.dense.index import DenseIndex", "index kind"),
@@ -177,6 +179,8 @@ def test_the_checker_flags_violations(module: str, source: str, rule: str) -> No
     [
         ("anygrain.api", "from anygrain.index.base import Index"),
         ("anygrain.cli", "from anygrain.api import search_index\nimport anygrain.serve"),
+        ("anygrain.cli.search", "from anygrain.api import search_index"),
+        ("anygrain.cli.main", "from anygrain.cli import index, search"),
         ("anygrain.serve.app", "from anygrain.api import search_index"),
         ("anygrain.eval.x", "import anygrain.client\nfrom anygrain.index.base import Index"),
         (INDEX_BASE, "from anygrain.index.registry import KIND_MODULES"),

@@ -19,7 +19,7 @@ from test_phrase_search import brute_force
 from typer.testing import CliRunner
 
 from anygrain.api import evaluate_index, load_questions
-from anygrain.cli import app
+from anygrain.cli.main import app
 from anygrain.errors import AnygrainError
 from anygrain.index.base import Index
 from anygrain.phrase import PhraseEncoder, PhraseIndex

@@ -12,12 +12,12 @@ from test_phrase_helpers import make_tiny_model, write_squad
 from test_phrase_search import brute_force
 from typer.testing import CliRunner
 
-from anygrain.api import load_questions
-from anygrain.cli import app
+from anygrain.api import evaluate_index, load_questions
+from anygrain.cli.main import app
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, IndexMismatchError
 from anygrain.index.base import Index
-from anygrain.phrase import PhraseEncoder, PhraseIndex, QuestionEncoderKind, evaluate_phrase
+from anygrain.phrase import PhraseEncoder, PhraseIndex, QuestionEncoderKind
 from anygrain.phrase.model import MODEL_CONFIG
 from anygrain.search.hit import Unit
 
@@ -284,16 +284,16 @@ def test_loading_refuses_a_different_phrase_model(
 
 def test_evaluate_phrase_in_gold_passage_and_open_corpus(index: PhraseIndex, squad: Path) -> None:
     qs = load_questions(f"squad:{squad}")
-    rc = evaluate_phrase(index, qs, k=5, scope="gold-passage", progress=False)
+    rc = evaluate_index(index, qs, k=5, scope="gold-passage", progress=False)
     assert set(rc.metrics) == {"em", "f1", "top@1", "top@5"} and rc.n_questions == len(qs)
     assert rc.n_evaluated["em"] == len(qs)
-    open_ = evaluate_phrase(index.path, qs, k=5, progress=False)
+    open_ = evaluate_index(index.path, qs, k=5, progress=False)
     assert 0.0 <= open_.metrics["top@5"] <= 1.0
-    passages = evaluate_phrase(index, qs, k=3, unit="passage", progress=False)
+    passages = evaluate_index(index, qs, k=3, unit="passage", progress=False)
     assert set(passages.metrics) == {"top@1", "top@3"}
     qs.items[0].gold = ["nope"]
     with pytest.raises(AnygrainError, match="not in the index"):
-        evaluate_phrase(index, qs, k=5, scope="gold-passage", progress=False)
+        evaluate_index(index, qs, k=5, scope="gold-passage", progress=False)
 
 
 def test_gold_passage_with_other_text_under_the_same_id_is_refused(
@@ -303,7 +303,7 @@ def test_gold_passage_with_other_text_under_the_same_id_is_refused(
     qs = load_questions(f"squad:{squad}")
     qs.items[1].context = "London is the capital of England."
     with pytest.raises(AnygrainError, match=rf"{squad}.*other text than in this file"):
-        evaluate_phrase(index, qs, k=5, scope="gold-passage", progress=False)
+        evaluate_index(index, qs, k=5, scope="gold-passage", progress=False)
 
 
 def test_truncated_array_or_swapped_model_in_the_index_is_refused(
@@ -381,4 +381,4 @@ def test_cli_search_and_eval(index: PhraseIndex, squad: Path) -> None:
     r = runner.invoke(app, ["search", str(index.path), "   "])
     assert r.exit_code == 2 and "empty" in r.output, r.output
     with pytest.raises(AnygrainError, match="unknown scope"):
-        evaluate_phrase(index, load_questions(f"squad:{squad}"), scope="nowhere", progress=False)
+        evaluate_index(index, load_questions(f"squad:{squad}"), scope="nowhere", progress=False)

@@ -13,8 +13,8 @@ from test_phrase_helpers import make_tiny_model, write_squad
 from typer.testing import CliRunner
 
 from anygrain.api import load_questions
-from anygrain.cli import app as main_app
-from anygrain.cli_phrase import train_query_side_cmd
+from anygrain.cli.main import app as main_app
+from anygrain.cli.train import train_query_side_cmd
 from anygrain.errors import AnygrainError
 from anygrain.index.base import Index
 from anygrain.phrase import PhraseEncoder, PhraseIndex

@@ -11,11 +11,11 @@ import typer
 from test_phrase_helpers import make_tiny_model, write_squad
 from typer.testing import CliRunner
 
-from anygrain.api import load_questions
-from anygrain.cli_phrase import refilter_cmd
+from anygrain.api import evaluate_index, load_questions
+from anygrain.cli.index import refilter_cmd
 from anygrain.errors import AnygrainError
 from anygrain.index.base import Index
-from anygrain.phrase import PhraseEncoder, PhraseIndex, evaluate_phrase
+from anygrain.phrase import PhraseEncoder, PhraseIndex
 from anygrain.phrase.refilter import refilter, refiltered_flags, threshold_for_fraction
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -69,8 +69,8 @@ def test_refilter_equals_a_fresh_build_at_that_threshold(
     assert sub.manifest["settings"]["threshold"] == pytest.approx(tau)
     qs = load_questions(f"squad:{squad}")
     for scope in ("corpus", "gold-passage"):
-        a = evaluate_phrase(fresh, qs, k=5, scope=scope, progress=False).metrics
-        b = evaluate_phrase(sub, qs, k=5, scope=scope, progress=False).metrics
+        a = evaluate_index(fresh, qs, k=5, scope=scope, progress=False).metrics
+        b = evaluate_index(sub, qs, k=5, scope=scope, progress=False).metrics
         assert a == b
     # It reopens from disk, with the source's corpus and model.
     again = Index.load(sub.path)

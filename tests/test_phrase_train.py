@@ -13,7 +13,7 @@ import typer
 from test_phrase_helpers import PARAGRAPHS, make_tiny_model, write_squad
 from typer.testing import CliRunner
 
-from anygrain.cli_phrase import train_phrase_cmd
+from anygrain.cli.train import train_phrase_cmd
 from anygrain.errors import AnygrainError
 from anygrain.phrase import PhraseEncoder
 from anygrain.train.phrase.config import PhraseTrainConfig

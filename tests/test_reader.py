@@ -230,7 +230,9 @@ def test_evaluate_reader_gold_passage_and_end_to_end(
 
 
 def test_cli_commands(indexed, squad_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from anygrain.cli_reader import ask_cmd, eval_reader_cmd, train_reader_cmd
+    from anygrain.cli.eval import eval_reader_cmd
+    from anygrain.cli.reader import ask_cmd
+    from anygrain.cli.train import train_reader_cmd
 
     _, index_dir, reader_dir = indexed
     app = typer.Typer()

@@ -27,7 +27,7 @@ from dense_helpers import single_threaded, tiny_biencoder
 from test_phrase_helpers import make_tiny_model, write_squad
 from typer.testing import CliRunner, Result
 
-from anygrain.cli import app
+from anygrain.cli.main import app
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError
 from anygrain.index.base import MANIFEST, Index, UncheckedIndexWarning, read_manifest

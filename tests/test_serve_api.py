@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from test_phrase_helpers import PARAGRAPHS, make_tiny_model, write_squad
 from typer.testing import CliRunner
 
-from anygrain.cli import app as cli_app
+from anygrain.cli.main import app as cli_app
 from anygrain.errors import AnygrainError
 from anygrain.index.base import Index, IndexKind
 from anygrain.phrase import PhraseEncoder

@@ -13,7 +13,7 @@ from dense_helpers import single_threaded, tiny_biencoder, tiny_tokenizer
 from test_phrase_helpers import make_tiny_model, write_squad
 from typer.testing import CliRunner
 
-from anygrain.cli import app
+from anygrain.cli.main import app
 from anygrain.corpus.records import SourceDocument
 from anygrain.corpus.store import CorpusStore
 from anygrain.dense.index import DenseIndex

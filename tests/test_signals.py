@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from anygrain.cli import stop_on_sigterm
+from anygrain.cli.main import stop_on_sigterm
 from anygrain.train.runlog import defer_sigint
 
 

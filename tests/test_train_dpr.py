@@ -479,7 +479,7 @@ def test_cli_trains_a_model(tiny_model: Path, data_dir: Path, tmp_path: Path) ->
     import typer
     from typer.testing import CliRunner
 
-    from anygrain.cli_train import train_app
+    from anygrain.cli.train import train_app
 
     app = typer.Typer()
     app.add_typer(train_app, name="train")  # as the main CLI wires it

@@ -301,7 +301,7 @@ def test_cli_recipe_runs_with_overrides(
     import typer
     from typer.testing import CliRunner
 
-    from anygrain.cli_train import train_app
+    from anygrain.cli.train import train_app
 
     app = typer.Typer()
     app.add_typer(train_app, name="train")

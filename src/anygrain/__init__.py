@@ -14,13 +14,6 @@ from anygrain.search.hit import Hit, Unit
 __version__ = "0.1.0"
 
 
-def evaluate(*args, **kwargs):  # type: ignore[no-untyped-def]
-    """Evaluate an index on questions; see :func:`anygrain.eval.evaluate`."""
-    from anygrain.eval import evaluate as _evaluate
-
-    return _evaluate(*args, **kwargs)
-
-
 __all__ = [
     "AnygrainError",
     "CorpusStore",
@@ -32,7 +25,6 @@ __all__ = [
     "Question",
     "Questions",
     "Unit",
-    "evaluate",
     "evaluate_index",
     "load_questions",
     "run_demo",

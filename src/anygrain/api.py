@@ -97,12 +97,13 @@ def evaluate_index(
     else:
         qs = load_questions(questions, errors=errors, limit=limit)
     # each kind knows its units, scopes and default metrics (IndexKind-free here)
+    u = idx.check_unit(unit)
     report = idx.evaluate_questions(
         qs,
-        unit=idx.check_unit(unit),
+        unit=u,
         scope=idx.check_scope(scope),
         k=k,
-        metrics=list(metrics) if metrics is not None else None,
+        metrics=list(metrics) if metrics is not None else idx.default_metrics(k, u),
         run_out=run_out,
         drop_empty=drop_empty,
         progress=progress,

@@ -1,4 +1,6 @@
-"""Evaluate an index (or a ready-made run) on a question set.
+"""The scoring engine under every evaluation: an index (or any searcher, or a ready-made run)
+on a question set.  Users evaluate an index with ``anygrain.evaluate_index``, which takes
+paths and lets the index kind choose units, scopes and default metrics.
 
 ``evaluate`` searches in batches, scores each batch at once and lets its hits go
 (so 1000 hits x many thousand queries never sit in memory), optionally streams a
@@ -42,6 +44,7 @@ __all__ = ["DEFAULT_METRICS", "EvalReport", "evaluate", "evaluate_run"]
 
 log = logging.getLogger(__name__)
 
+# for a run or a searcher that is no index; an index's own are its kind's ``default_metrics``
 DEFAULT_METRICS = ("top@1", "top@5", "top@20", "mrr@20")
 
 
@@ -188,10 +191,21 @@ def evaluate_run(
     return scorer.report(len(qs), n_unanswerable, None)
 
 
+def _default_metrics(index: Searcher, k: int | None, options: Mapping[str, Any]) -> list[str]:
+    """The index kind's default metrics at the searched unit, so an index scores the same
+    by default here as through ``anygrain.evaluate_index``; DEFAULT_METRICS for any other
+    searcher."""
+    of_kind = getattr(index, "default_metrics", None)
+    check_unit = getattr(index, "check_unit", None)
+    if of_kind is None or check_unit is None:
+        return list(DEFAULT_METRICS)
+    return list(of_kind(k, check_unit(options.get("unit"))))
+
+
 def evaluate(
     index: Searcher,
     questions: Iterable[Question],
-    metrics: str | Iterable[str | Metric] = DEFAULT_METRICS,
+    metrics: str | Iterable[str | Metric] | None = None,
     *,
     k: int | None = None,
     batch_size: int = 64,
@@ -204,8 +218,11 @@ def evaluate(
 
     ``k`` (hits per query) defaults to the largest cutoff the metrics need -- at
     least 1, R for ``rprec`` -- and may not be smaller than any ``@k`` cutoff.
-    ``run_out`` writes a TREC run tagged with the index kind.
+    ``run_out`` writes a TREC run tagged with the index kind.  ``metrics`` default to the
+    index kind's (``Index.default_metrics``), or DEFAULT_METRICS for another searcher.
     """
+    if metrics is None:
+        metrics = _default_metrics(index, k, search_options or {})
     qs, ms = _prepare(questions, metrics)
     need = _needed_k(qs, ms)
     cut = max((m.k for m in ms if m.k is not None), default=0)

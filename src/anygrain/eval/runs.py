@@ -29,7 +29,6 @@ from anygrain.search.hit import Hit, Unit
 __all__ = ["RunWriter", "dedupe_hits", "read_qrels", "read_run", "write_run"]
 
 _RUN_FIELDS = ("qid", "Q0", "docid", "rank", "score", "tag")
-_QREL_FIELDS = ("qid", "iter", "docid", "rel")
 
 
 def dedupe_hits(hits: Iterable[Hit]) -> list[Hit]:
@@ -194,30 +193,8 @@ def read_run(path: str | os.PathLike[str], *, unit: Unit = Unit.PASSAGE) -> dict
 
 
 def read_qrels(path: str | os.PathLike[str]) -> dict[str, dict[str, int]]:
-    """Read qrels into query id -> unit id -> graded relevance (integer)."""
-    p = str(path)
-    qrels: dict[str, dict[str, int]] = {}
-    for lineno, parts in _lines(path):
-        if len(parts) != 4:
-            raise InputError(
-                f"expected 4 fields ({' '.join(_QREL_FIELDS)}), found {len(parts)}",
-                path=p,
-                line=lineno,
-            )
-        qid, _, docid, rel_s = parts
-        try:
-            rel = int(rel_s)
-        except ValueError:
-            raise InputError(
-                f"relevance {rel_s!r} is not an integer", path=p, line=lineno, field="rel"
-            ) from None
-        judged = qrels.setdefault(qid, {})
-        if docid in judged and judged[docid] != rel:
-            raise InputError(
-                f"unit {docid!r} of query {qid!r} is judged twice ({judged[docid]} and {rel})",
-                path=p,
-                line=lineno,
-                field="rel",
-            )
-        judged[docid] = rel
-    return qrels
+    """Read qrels into query id -> unit id -> graded relevance (integer); the first bad
+    line raises.  Parsed by the one qrels reader, as BEIR's and Multi-CPR's are."""
+    from anygrain.corpus.readers.qrels import QrelsLayout, read_judgements
+
+    return {q: j.grades for q, j in read_judgements(Path(path), QrelsLayout.TREC).items()}

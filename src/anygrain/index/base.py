@@ -469,14 +469,15 @@ class Index(ABC):
         unit: Unit,
         scope: Scope,
         k: int | None,
-        metrics: list[str] | None,
+        metrics: list[str],
         run_out: str | Path | None,
         drop_empty: bool,
         progress: bool,
         search_options: dict[str, Any] | None,
     ) -> EvalReport:
-        """Score the index on ``questions`` (checked ``unit`` and ``scope``), recording how
-        many qrels ids it holds.  A passage kind searches the whole corpus in either scope;
+        """Score the index on ``questions`` (checked ``unit`` and ``scope``; ``metrics``, when
+        not given, are :meth:`default_metrics`: :func:`anygrain.api.evaluate_index`, the one
+        entry, resolves them), recording how many qrels ids it holds.  A passage kind searches the whole corpus in either scope;
         ``gold-passage`` changes what counts as relevant: the question's own paragraph (by
         id), not any passage that happens to contain the answer string."""
         from anygrain.corpus.questions import Question
@@ -493,7 +494,7 @@ class Index(ABC):
         report = evaluate(
             self,
             items,
-            metrics=metrics if metrics is not None else self.default_metrics(k, unit),
+            metrics=metrics,
             k=k,
             run_out=Path(run_out) if run_out else None,
             drop_empty=drop_empty,

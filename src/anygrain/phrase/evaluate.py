@@ -1,4 +1,6 @@
-"""Evaluating a phrase index: EM/F1 of the top phrase and top@k, open corpus or D = {p}.
+"""Evaluating a phrase index: EM/F1 of the top phrase and top@k, open corpus or D = {p}
+(how :meth:`PhraseIndex.evaluate_questions` scores; the entry is
+:func:`anygrain.api.evaluate_index`).
 
 ``scope="gold-passage"`` is the reading-comprehension setting (D = {p}): each
 question is searched only in its own gold passage, so the score measures the
@@ -7,22 +9,16 @@ phrase representations alone, with no retrieval errors mixed in.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from anygrain.corpus.questions import Question
-from anygrain.errors import AnygrainError, parse_enum
+from anygrain.corpus.questions import Question, Questions
+from anygrain.errors import AnygrainError
 from anygrain.eval import EvalReport, evaluate, parse_metrics
 from anygrain.index.base import Index, IndexKind
 from anygrain.index.scope import Scope, gold_rows
 from anygrain.search.hit import Hit, Unit, UnitSearchStats
-
-
-def default_metrics(k: int, unit: Unit) -> list[str]:
-    """EM/F1 only mean something for phrases; every unit gets top@1 and top@k."""
-    ms = ["em", "f1"] if unit is Unit.PHRASE else []
-    return ms + ["top@1"] + ([f"top@{k}"] if k > 1 else [])
 
 
 class _Scoped:
@@ -49,49 +45,45 @@ class _Scoped:
 
 
 def evaluate_phrase(
-    index: Any,
-    questions: Iterable[Question],
+    index: Index,
+    questions: Questions,
     *,
-    k: int = 10,
-    unit: Unit | str = Unit.PHRASE,
-    scope: Scope | str | None = None,
-    metrics: Sequence[str] | None = None,
+    k: int,
+    unit: Unit,
+    scope: Scope,
+    metrics: Sequence[str],
     batch_size: int = 64,
     run_out: str | Path | None = None,
     drop_empty: bool = False,
     progress: bool = True,
     search_options: dict[str, Any] | None = None,
 ) -> EvalReport:
-    """EM, F1 (of the top-1 phrase) and top@k of a phrase index (or its path).
+    """EM, F1 (of the top-1 phrase) and top@k of a phrase index, at ``unit`` (checked by the
+    caller, :meth:`PhraseIndex.evaluate_questions`; everyone else calls
+    :func:`anygrain.api.evaluate_index`).
 
-    ``scope`` is ``None``/``"corpus"`` (open retrieval over the whole index) or
-    ``"gold-passage"`` (D = {p}: each question searched in its gold passage only).
-    Over the corpus at a coarser ``unit`` the report's ``unit_search`` summarises the
-    search rounds (:class:`~anygrain.search.hit.UnitSearchStats`).
+    ``scope`` is the corpus (open retrieval over the whole index) or the gold passage
+    (D = {p}: each question searched in its gold passage only).  Over the corpus at a
+    coarser ``unit`` the report's ``unit_search`` summarises the search rounds
+    (:class:`~anygrain.search.hit.UnitSearchStats`).
     """
-    idx = index if not isinstance(index, str | Path) else Index.load(index)
-    if getattr(idx, "kind", None) is not IndexKind.PHRASE:
-        raise AnygrainError("evaluate_phrase needs a phrase index")
-    u = parse_enum(Unit, unit)
-    qs = list(questions)
     if k < 1:
         raise AnygrainError(f"k must be at least 1, got {k}")
-    ms = list(metrics) if metrics is not None else default_metrics(k, u)
+    qs = list(questions)
+    ms = list(metrics)
     collected: list[UnitSearchStats] = []
-    opts = {"unit": u, "stats": collected, **(search_options or {})}
+    opts = {"unit": unit, "stats": collected, **(search_options or {})}
     common: dict[str, Any] = dict(
         batch_size=batch_size, run_out=run_out, drop_empty=drop_empty, progress=progress
     )
-    where = parse_enum(Scope, scope or Scope.CORPUS)
-    if where is Scope.CORPUS:
-        report = evaluate(idx, qs, ms, k=k, search_options=opts, **common)
-        if u is not Unit.PHRASE:
+    if scope is Scope.CORPUS:
+        report = evaluate(index, qs, ms, k=k, search_options=opts, **common)
+        if unit is not Unit.PHRASE:
             report.extra["unit_search"] = UnitSearchStats.summary(collected)
         return report
     parsed = parse_metrics(ms)
     # the same questions, in the same order, as ``evaluate`` will search
     searched = [q for q in qs if run_out is not None or any(m.applies(q) for m in parsed)]
-    source = getattr(questions, "source", "")
-    rows = [gold_rows(idx.corpus, q, source=source)[:1] for q in searched]
-    scoped = _Scoped(idx, searched, rows)
+    rows = [gold_rows(index.corpus, q, source=questions.source)[:1] for q in searched]
+    scoped = _Scoped(index, searched, rows)
     return evaluate(scoped, qs, ms, k=k, search_options=opts, **common)

@@ -193,9 +193,10 @@ class PhraseIndex(Index):
 
     @classmethod
     def default_metrics(cls, k: int | None, unit: Unit) -> list[str]:
-        from anygrain.phrase.evaluate import default_metrics
-
-        return default_metrics(10 if k is None else k, unit)
+        """EM/F1 only mean something for phrases; every unit gets top@1 and top@k (k: 10)."""
+        k = 10 if k is None else k
+        ms = ["em", "f1"] if unit is Unit.PHRASE else []
+        return ms + ["top@1"] + ([f"top@{k}"] if k > 1 else [])
 
     @classmethod
     def default_model_fingerprint(cls, lang: str) -> str | None:
@@ -214,7 +215,7 @@ class PhraseIndex(Index):
         unit: Unit,
         scope: Scope,
         k: int | None,
-        metrics: list[str] | None,
+        metrics: list[str],
         run_out: str | Path | None,
         drop_empty: bool,
         progress: bool,

@@ -37,7 +37,7 @@ def option(
     factory: Callable[[], Any] | None = None,
 ) -> Any:
     """A config field that is also a command-line option, so the option is written once
-    (:func:`anygrain.cli_common.config_options` reads this metadata): ``help``; ``flags``,
+    (:func:`anygrain.cli.common.config_options` reads this metadata): ``help``; ``flags``,
     its declarations when not ``--field-name`` (``--x/--no-x`` for a bool); ``choices``, an
     enum a string field's value must name; ``argument``, positional instead; ``path``, a
     path on the command line (the config keeps it as a string)."""

@@ -21,13 +21,12 @@ from anygrain.corpus.formats import Format, register
 from anygrain.corpus.questions import Question, Questions
 from anygrain.corpus.readers._io import (
     iter_jsonl,
-    iter_text_lines,
     no_records,
     require_id,
     require_text,
-    split_qrels,
 )
 from anygrain.corpus.readers.jsonl import iter_documents
+from anygrain.corpus.readers.qrels import QrelsLayout, read_judgements
 from anygrain.corpus.records import SourceDocument
 from anygrain.errors import ErrorLog, InputError
 
@@ -81,62 +80,6 @@ def read_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
     return iter_documents(corpus, errors, passages=True)
 
 
-def read_qrels(path: Path, errors: ErrorLog) -> dict[str, dict[str, int]]:
-    """``{query_id: {corpus_id: score}}`` in file order."""
-    return {qid: judged for qid, (_, judged) in _read_qrels(path, errors).items()}
-
-
-def _read_qrels(path: Path, errors: ErrorLog) -> dict[str, tuple[int, dict[str, int]]]:
-    """Like :func:`read_qrels`, with the first line naming each query."""
-    out: dict[str, tuple[int, dict[str, int]]] = {}
-    first = True
-    for line, text in iter_text_lines(path, errors):
-        if not text.strip():
-            continue
-        fields = split_qrels(text)
-        if first:
-            first = False
-            if fields and fields[0].lower() in ("query-id", "query_id", "qid"):
-                continue
-        if len(fields) == 4:  # TREC: qid iteration docid score
-            fields = [fields[0], fields[2], fields[3]]
-        if len(fields) != 3:
-            errors.handle(
-                InputError(
-                    f"expected 3 columns (query-id, corpus-id, score), got {len(fields)}",
-                    path=str(path),
-                    line=line,
-                )
-            )
-            continue
-        qid, did, score = fields
-        problem = None
-        if not qid:
-            problem = InputError("empty id", path=str(path), line=line, field="query-id")
-        elif not did:
-            problem = InputError("empty id", path=str(path), line=line, field="corpus-id")
-        elif not _is_int(score):
-            problem = InputError(
-                f"expected an integer, got {score!r}", path=str(path), line=line, field="score"
-            )
-        elif did in out.get(qid, (0, {}))[1]:
-            problem = InputError(
-                f"duplicate judgement for ({qid!r}, {did!r})",
-                path=str(path),
-                line=line,
-                field="corpus-id",
-            )
-        if problem is not None:
-            errors.handle(problem)
-            continue
-        out.setdefault(qid, (line, {}))[1][did] = int(score)
-    return out
-
-
-def _is_int(text: str) -> bool:
-    return text.lstrip("-").isdigit() and text.isascii()
-
-
 def read_questions(path: Path, errors: ErrorLog) -> Questions:
     """The queries judged in one qrels split (see the module doc for which)."""
     root = _root(path)
@@ -144,7 +87,7 @@ def read_questions(path: Path, errors: ErrorLog) -> Questions:
     if not queries_path.is_file():
         raise InputError("no queries.jsonl in this BEIR directory", path=str(root))
     qrels_path = qrels_file(path)
-    qrels = _read_qrels(qrels_path, errors)
+    qrels = read_judgements(qrels_path, QrelsLayout.BEIR, errors)
     found: dict[str, Question] = {}
     for line, obj in iter_jsonl(queries_path, errors):
         try:
@@ -162,13 +105,13 @@ def read_questions(path: Path, errors: ErrorLog) -> Questions:
             continue
         meta = {k: v for k, v in obj.items() if k not in ("_id", "text")}
         found[qid] = Question(id=qid, text=text, meta=meta)
-    for qid, (line, _) in qrels.items():
+    for qid, judged in qrels.items():
         if qid not in found:
             errors.handle(
                 InputError(
                     f"query id {qid!r} is not in queries.jsonl",
                     path=str(qrels_path),
-                    line=line,
+                    line=judged.line,
                     field="query-id",
                 )
             )
@@ -176,9 +119,8 @@ def read_questions(path: Path, errors: ErrorLog) -> Questions:
     for qid, q in found.items():
         if qid not in qrels:
             continue  # a query of another split
-        judged = qrels[qid][1]
-        q.qrels = judged
-        q.gold = [d for d, s in judged.items() if s > 0]
+        q.qrels = qrels[qid].grades
+        q.gold = [d for d, s in q.qrels.items() if s > 0]
         out.append(q)
     if not out:
         raise no_records(qrels_path, "judged queries")

@@ -28,8 +28,9 @@ from pathlib import Path
 
 from anygrain.corpus.formats import Format, register
 from anygrain.corpus.questions import Question, Questions
-from anygrain.corpus.readers._io import iter_text_lines, no_records, split_qrels, split_tsv
+from anygrain.corpus.readers._io import iter_text_lines, no_records, split_tsv
 from anygrain.corpus.readers.dpr_tsv import read_pair_documents, sniff_pairs
+from anygrain.corpus.readers.qrels import QrelsLayout, read_judgements
 from anygrain.corpus.records import SourceDocument
 from anygrain.errors import ErrorLog, InputError
 
@@ -122,50 +123,15 @@ def read_multicpr_questions(path: Path, errors: ErrorLog, prefix: str = "") -> Q
             continue
         qid = fields[0].strip()
         found[qid] = Question(id=prefix + qid, text=fields[1].strip())
-    for line, text in iter_text_lines(qrels_path, errors):
-        if not text.strip():
-            continue
-        fields = split_qrels(text)
-        if len(fields) == 3:  # qid pid relevance, without TREC's iteration column
-            fields = [fields[0], "0", fields[1], fields[2]]
-        problem = None
-        if len(fields) != 4:
-            problem = InputError(
-                f"expected 4 columns (qid, 0, pid, relevance), got {len(fields)}",
-                path=str(qrels_path),
-                line=line,
-            )
-        elif fields[0] not in found:
-            problem = InputError(
-                f"query id {fields[0]!r} is not in {query_path.name}",
-                path=str(qrels_path),
-                line=line,
-                field="qid",
-            )
-        elif not fields[2]:
-            problem = InputError("empty id", path=str(qrels_path), line=line, field="pid")
-        elif not (fields[3].lstrip("-").isdigit() and fields[3].isascii()):
-            problem = InputError(
-                f"expected an integer, got {fields[3]!r}",
-                path=str(qrels_path),
-                line=line,
-                field="relevance",
-            )
-        elif prefix + fields[2] in found[fields[0]].qrels:
-            problem = InputError(
-                f"duplicate judgement for ({fields[0]!r}, {fields[2]!r})",
-                path=str(qrels_path),
-                line=line,
-                field="pid",
-            )
-        if problem is not None:
-            errors.handle(problem)
-            continue
-        q = found[fields[0]]
-        rel = int(fields[3])
-        q.qrels[prefix + fields[2]] = rel
-        if rel > 0:
-            q.gold.append(prefix + fields[2])
+    judgements = read_judgements(
+        qrels_path, QrelsLayout.MULTICPR, errors, queries=found, queries_name=query_path.name
+    )
+    for qid, judged in judgements.items():
+        q = found[qid]
+        for pid, rel in judged.grades.items():
+            q.qrels[prefix + pid] = rel
+            if rel > 0:
+                q.gold.append(prefix + pid)
     if not found:
         raise no_records(query_path, "queries")
     return Questions(list(found.values()), source=str(query_path), format="multicpr")

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from anygrain.cli_common import ThreadsOpt, console, fail
+from anygrain.cli.common import TorchThreadsOpt, console, fail
 from anygrain.errors import AnygrainError
 
 
@@ -18,7 +18,7 @@ def serve_cmd(
         str, typer.Option(help="Address to bind (loopback by default; 0.0.0.0 exposes it)")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port")] = 8000,
-    threads: ThreadsOpt = None,
+    threads: TorchThreadsOpt = None,
     log_level: Annotated[
         str, typer.Option("--log-level", help="uvicorn log level: critical, error, warning, info")
     ] = "info",

@@ -1,6 +1,6 @@
 """What every CLI module shares: the consoles, the one way errors are printed, the options
-every trainer takes, options generated from a config dataclass, and the one way a trainer
-is run from the command line."""
+several commands take (threads, fusion, a question-side model, ...), options generated from
+a config dataclass, and the one way a trainer is run from the command line."""
 
 from __future__ import annotations
 
@@ -17,8 +17,12 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from anygrain.corpus.splitters import split_help
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
+from anygrain.index.base import IndexKind
+from anygrain.index.fusion import FusionMethod
 from anygrain.train.saved_config import BF16_HELP
+from anygrain.utils.checksums import Verify
 
 console = Console(stderr=True)
 out = Console()
@@ -26,7 +30,16 @@ out = Console()
 # Options with the same meaning in several commands (each sets its own default); a trainer's
 # own options come from its config (config_options).
 BF16Opt = Annotated[bool, typer.Option("--bf16/--no-bf16", help=BF16_HELP)]
+# index, search, eval, add, compact: torch and FAISS; eval-reader and serve: torch only
 ThreadsOpt = Annotated[
+    Optional[int],  # noqa: UP045  (typer reads the annotation at run time)
+    typer.Option(
+        "--threads",
+        help="CPU threads for torch and FAISS (default: theirs, which follow "
+        "OMP_NUM_THREADS); 1 on a CPU shared with other jobs",
+    ),
+]
+TorchThreadsOpt = Annotated[
     Optional[int],  # noqa: UP045  (typer reads the annotation at run time)
     typer.Option(
         "--threads", help="torch threads (default: torch's); 1 on a CPU shared with other jobs"
@@ -40,6 +53,23 @@ OnErrorOpt = Annotated[
     typer.Option("--on-error", help="stop at a malformed record, or skip and count it"),
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars")]
+VerifyOpt = Annotated[
+    Verify,
+    typer.Option(help="Check the index files on open: sizes | small (files <= 64 MB) | full"),
+]
+FusionOpt = Annotated[
+    Optional[FusionMethod],  # noqa: UP045  (typer reads the annotation at run time)
+    typer.Option("--fusion", help="Hybrid indexes: fusion method (default: the index's)"),
+]
+FusionWeightOpt = Annotated[
+    Optional[float],  # noqa: UP045
+    typer.Option("--fusion-weight", help="Hybrid indexes: weight of the dense side"),
+]
+FusionDepthOpt = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option("--fusion-depth", help="Hybrid indexes: candidates from each system"),
+]
+SPLIT_HELP = split_help()
 
 
 def fail(e: Exception) -> NoReturn:
@@ -50,6 +80,44 @@ def fail(e: Exception) -> NoReturn:
     """
     console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
+
+
+def model_option(index_dir: Path, model: str | None) -> dict[str, Any]:
+    """``Index.load`` options for ``--model``: a question-side model replacing the index's own
+    (the index checks that it makes the same passage or phrase vectors)."""
+    if model is None:
+        return {}
+    from anygrain.index.base import index_class, read_manifest
+
+    kind = read_manifest(index_dir).get("kind")
+    if kind not in {k.value for k in IndexKind} or not index_class(kind).takes_query_model:
+        raise AnygrainError(f"{index_dir}: --model needs a dense or phrase index, not {kind}")
+    return {"model": model}
+
+
+def fusion_options(
+    index_dir: Path, fusion: FusionMethod | None, weight: float | None, depth: int | None
+) -> dict[str, Any]:
+    """Search-time fusion overrides, for hybrid indexes only."""
+    opts: dict[str, Any] = {}
+    if fusion is not None:
+        opts["fusion"] = fusion.value
+    if weight is not None:
+        opts["weight"] = weight
+    if depth is not None:
+        if depth < 1:
+            raise AnygrainError(f"--fusion-depth must be at least 1, got {depth}")
+        opts["depth"] = depth
+    if opts:
+        from anygrain.index.base import read_manifest
+
+        kind = read_manifest(index_dir).get("kind")
+        if kind != IndexKind.HYBRID.value:
+            raise AnygrainError(
+                f"{index_dir}: --fusion, --fusion-weight and --fusion-depth need a hybrid "
+                f"index, not {kind}"
+            )
+    return opts
 
 
 def run_trainer(train: Callable[[ErrorLog], Path], on_error: ErrorPolicy, what: str) -> Path:

@@ -1,0 +1,5 @@
+"""``python -m anygrain.cli``: the ``anygrain`` command."""
+
+from anygrain.cli.main import main
+
+main()

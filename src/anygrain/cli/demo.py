@@ -1,0 +1,65 @@
+"""``anygrain demo``: index CPython's bundled reference topics and answer ten questions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from anygrain.cli.common import QuietOpt, console, fail, out
+from anygrain.errors import AnygrainError
+from anygrain.search.hit import Unit
+
+
+def demo_cmd(
+    out_dir: Annotated[Path, typer.Option("--out", help="Where to write the demo index")] = Path(
+        "anygrain-demo"
+    ),
+    kind: Annotated[
+        str, typer.Option(help="Index kind: phrase (shipped phrase model), bm25, dense, hybrid")
+    ] = "phrase",
+    max_documents: Annotated[
+        int | None,
+        typer.Option("--max-documents", help="Index only the first N reference topics (quicker)"),
+    ] = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Index CPython's bundled reference topics (offline) and answer ten questions: the answer
+    phrase, its sentence and its passage (phrase index), or passages (other kinds)."""
+    from anygrain.api import run_demo
+    from anygrain.search.highlight import phrase_context
+
+    try:
+        result = run_demo(out_dir, kind=kind, progress=not quiet, max_documents=max_documents)
+    except AnygrainError as e:
+        fail(e)
+        return
+    if result.reused:
+        console.print(f"reusing the demo index at {out_dir} (same corpus and model)")
+    for a in result.answers:
+        out.print(f"[bold]Q:[/] {escape(a.question.text)}", highlight=False)
+        for unit, hits in a.hits.items():
+            if not hits:
+                out.print(f"   {unit.value:8} (no hit)", highlight=False)
+                continue
+            h = hits[0]
+            if unit is Unit.PHRASE:
+                # the phrase marked inside its context: what the demo is about
+                before, phrase, after = (x.replace("\n", " ") for x in phrase_context(h, width=40))
+                line = (
+                    f"[bold yellow]{escape(phrase)}[/]  [green]{escape(h.title)}[/]  "
+                    f"{escape(before)}[bold yellow]{escape(phrase)}[/]{escape(after)}"
+                )
+            else:
+                text = " ".join(h.text.split())
+                text = text[:100] + ("…" if len(text) > 100 else "")
+                line = f"[green]{escape(h.title)}[/]  {escape(text)}"
+            out.print(
+                f"   {unit.value:8} {line}",
+                highlight=False,
+                soft_wrap=True,
+            )
+    print(json.dumps(result.to_dict()))

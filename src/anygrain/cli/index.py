@@ -1,0 +1,367 @@
+"""``anygrain index``, ``verify``, ``refilter`` and ``formats``: building indexes and checking
+them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.markup import escape
+
+from anygrain.cli.common import (
+    SPLIT_HELP,
+    OnErrorOpt,
+    QuietOpt,
+    ThreadsOpt,
+    console,
+    fail,
+    out,
+)
+from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
+from anygrain.index.base import IndexKind
+from anygrain.index.fusion import FusionMethod
+from anygrain.phrase.compress import Compress
+
+
+def _index_summary(idx: Any, out_dir: Path, errors: ErrorLog) -> dict[str, Any]:
+    """What ``index`` reports: counts, kind, where, the model used, the files read."""
+    c = idx.corpus
+    d: dict[str, Any] = {
+        "kind": idx.kind.value,
+        "out": str(out_dir),
+        "n_passages": len(c),
+        "n_documents": c.n_documents,
+        "source_format": c.manifest["source_format"],
+    }
+    dense = getattr(idx, "dense", idx)
+    if getattr(dense, "kind", None) is IndexKind.DENSE:
+        d["model"] = dense.settings["model"].get("name") or dense.settings["model"]["base_model"]
+    shards = getattr(idx, "shards", None)
+    if shards is not None:
+        d["shards"] = len(shards)
+    if idx.kind is IndexKind.HYBRID:
+        d["fusion"] = idx.manifest["settings"]["fusion"]
+        d["components"] = idx.manifest.get("components", {})
+    if errors.files:
+        d["files"] = {
+            "read": [f.path for f in errors.files if f.read],
+            "skipped": [{"path": f.path, "reason": f.reason} for f in errors.files_skipped],
+        }
+    d["n_skipped_records"] = errors.n_skipped
+    return d
+
+
+def _report_files(errors: ErrorLog, *, quiet: bool) -> None:
+    """Each file a directory source was read from or skipped, on stderr (skipped always)."""
+    for f in sorted(errors.files, key=lambda f: f.path):
+        if f.read and quiet:
+            continue
+        line = escape(str(f))
+        console.print(line if f.read else f"[yellow]{line}[/]", highlight=False, soft_wrap=True)
+
+
+def _ray_executor(kind: IndexKind, address: str, workers: int | None, retries: int | None) -> Any:
+    """The Ray executor ``index --ray`` asked for (importable without Ray, which it needs)."""
+    from anygrain.encode.ray_executor import RayConfig, RayExecutor
+
+    if kind not in (IndexKind.DENSE, IndexKind.HYBRID, IndexKind.PHRASE):
+        raise AnygrainError(f"--ray encodes dense, hybrid and phrase indexes, not {kind.value}")
+    defaults = RayConfig()
+    return RayExecutor(
+        RayConfig(
+            address=address,
+            workers=defaults.workers if workers is None else workers,
+            retries=defaults.retries if retries is None else retries,
+        )
+    )
+
+
+def index_cmd(
+    out_dir: Annotated[Path, typer.Option("--out", help="Index directory to write")],
+    source: Annotated[
+        str | None,
+        typer.Argument(
+            help="Corpus: PATH, FORMAT:PATH, or an existing corpus directory (none with --from)"
+        ),
+    ] = None,
+    kind: Annotated[IndexKind, typer.Option(help="Index kind")] = IndexKind.BM25,
+    split: Annotated[str, typer.Option(help=SPLIT_HELP)] = "auto",
+    lang: Annotated[str | None, typer.Option(help="en | zh (detected when omitted)")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="Encoder: alias (minilm, me5-small), hub name or directory "
+            "(default: minilm, or me5-small for a Chinese corpus)"
+        ),
+    ] = None,
+    faiss: Annotated[
+        str | None,
+        typer.Option("--faiss", help="FAISS factory string (default: chosen from corpus size)"),
+    ] = None,
+    threshold: Annotated[
+        float | None, typer.Option(help="Phrase filter threshold tau (phrase indexes)")
+    ] = None,
+    from_dirs: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--from",
+            help="Hybrid from existing indexes: --from BM25_DIR --from DENSE_DIR (same corpus); "
+            "nothing is re-encoded",
+        ),
+    ] = None,
+    fusion: Annotated[
+        FusionMethod | None, typer.Option(help="Hybrid fusion method (default zscore)")
+    ] = None,
+    fusion_weight: Annotated[
+        float | None,
+        typer.Option(
+            "--fusion-weight", help="Hybrid: weight of the dense side (default: the method's)"
+        ),
+    ] = None,
+    fusion_depth: Annotated[
+        int | None,
+        typer.Option(
+            "--fusion-depth", help="Hybrid: candidates taken from each system (default 100)"
+        ),
+    ] = None,
+    threads: ThreadsOpt = None,
+    shards: Annotated[
+        int,
+        typer.Option(
+            "--shards",
+            min=1,
+            help="Build N indexes of --kind over row ranges of the corpus, searched as one "
+            "and merged exactly (bm25, dense, phrase)",
+        ),
+    ] = 1,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the summary as one JSON object on stdout")
+    ] = False,
+    compress: Annotated[
+        Compress,
+        typer.Option(help="Phrase indexes: quantize the FAISS vectors (spans scored decoded)"),
+    ] = Compress.NONE,
+    pq_m: Annotated[
+        int | None, typer.Option("--pq-m", help="opq-pq: bytes per vector (default dim/8)")
+    ] = None,
+    keep_dump: Annotated[
+        bool | None,
+        typer.Option(
+            "--keep-dump/--no-keep-dump",
+            help="Phrase indexes: keep the float16 vectors (default: only with --compress none)",
+        ),
+    ] = None,
+    on_error: OnErrorOpt = ErrorPolicy.STOP,
+    quiet: QuietOpt = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace the anygrain index already in --out")
+    ] = False,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Encode on Ray (dense, hybrid, phrase): local (start one for this build), "
+            "auto (join the cluster on this machine) or HOST:PORT; see docs/scale.md",
+        ),
+    ] = None,
+    ray_workers: Annotated[
+        int | None,
+        typer.Option("--workers", help="With --ray: encoding actors, one model each (default 2)"),
+    ] = None,
+    ray_retries: Annotated[
+        int | None,
+        typer.Option("--retries", help="With --ray: tries again per failed shard (default 2)"),
+    ] = None,
+) -> None:
+    """Build an index from a corpus (or a hybrid index from a BM25 and a dense index)."""
+    from anygrain.api import build_index, combine_hybrid
+
+    errors = ErrorLog(on_error)
+    fuse: dict[str, Any] = {}
+    if fusion is not None:
+        fuse["fusion"] = fusion
+    if fusion_weight is not None:
+        fuse["weight"] = fusion_weight
+    if fusion_depth is not None:
+        fuse["depth"] = fusion_depth
+    try:
+        if fuse and kind is not IndexKind.HYBRID:
+            raise AnygrainError("--fusion, --fusion-weight and --fusion-depth need --kind hybrid")
+        if from_dirs:
+            if kind is not IndexKind.HYBRID:
+                raise AnygrainError("--from needs --kind hybrid")
+            if len(from_dirs) != 2 or source is not None:
+                raise AnygrainError(
+                    "--kind hybrid --from takes exactly two index directories "
+                    "(--from BM25_DIR --from DENSE_DIR) and no SOURCE"
+                )
+            if model or faiss or lang or split != "auto":
+                raise AnygrainError(
+                    "--model, --faiss, --lang and --split apply when encoding; "
+                    "--from reuses the indexes as they were built"
+                )
+            from anygrain.utils.threads import set_threads
+
+            set_threads(threads)
+            idx = combine_hybrid(from_dirs[0], from_dirs[1], out_dir, overwrite=overwrite, **fuse)
+        else:
+            if source is None:
+                raise AnygrainError("give a SOURCE to index (or --kind hybrid --from two indexes)")
+            settings: dict[str, Any] = {
+                "split": split,
+                "lang": lang,
+                "errors": errors,
+                "progress": not quiet,
+                **fuse,
+            }
+            if model:
+                settings["model"] = model
+            if faiss:
+                settings["factory"] = faiss
+            if threshold is not None:
+                settings["threshold"] = threshold
+            if ray_address is not None:
+                settings["executor"] = _ray_executor(kind, ray_address, ray_workers, ray_retries)
+            elif ray_workers is not None or ray_retries is not None:
+                raise AnygrainError("--workers and --retries apply with --ray")
+            if compress is not Compress.NONE or pq_m is not None or keep_dump is not None:
+                # a kind without them refuses them (Index.build checks its settings)
+                settings.update(compress=compress, pq_m=pq_m, keep_dump=keep_dump)
+            if kind is IndexKind.SHARDED:
+                raise AnygrainError(
+                    "give the kind of the shards and their number: --kind dense --shards 4"
+                )
+            idx = build_index(
+                source,
+                kind=kind,
+                out=out_dir,
+                threads=threads,
+                overwrite=overwrite,
+                shards=shards,
+                **settings,
+            )
+    except (AnygrainError, ValueError) as e:
+        _report_files(errors, quiet=True)
+        fail(e)
+        return
+    except OSError as e:  # e.g. permission denied: the path and reason, not a traceback
+        fail(AnygrainError(f"{e.filename or out_dir}: {e.strerror or e}"))
+        return
+    _report_files(errors, quiet=quiet)
+    if errors.n_skipped:
+        console.print(f"[yellow]{escape(errors.summary())}[/]", soft_wrap=True)
+    d = _index_summary(idx, out_dir, errors)
+    if "model" not in d and model:
+        d["model"] = model  # a phrase index: the phrase model it was encoded with
+    if as_json:
+        print(json.dumps(d, ensure_ascii=False))
+        return
+    if from_dirs:
+        what = f"combined {from_dirs[0]} and {from_dirs[1]} ({d['n_passages']} passages)"
+    else:
+        what = (
+            f"indexed {d['n_passages']} passages from {d['n_documents']} documents "
+            f"({d['source_format']})"
+        )
+    with_model = f" with model {d['model']}" if "model" in d else ""
+    out.print(f"{what} as {d['kind']}{with_model} → {out_dir}", highlight=False, soft_wrap=True)
+
+
+def verify_cmd(
+    index_dir: Annotated[Path, typer.Argument(help="Index directory")],
+) -> None:
+    """Check every file of an index against the checksums recorded when it was built.
+
+    Lists each damaged, missing or unexpected file; exits 1 when there is any."""
+    from anygrain.index.base import check_index_files, read_manifest
+
+    try:
+        m = read_manifest(index_dir)
+        problems = check_index_files(index_dir, m, extra=True)
+    except AnygrainError as e:
+        fail(e)
+    for p in problems:
+        out.print(escape(str(p)), highlight=False, soft_wrap=True)
+    n = len(m["files"]) + len(m.get("corpus_files") or {})
+    if problems:
+        console.print(
+            f"[bold red]{len(problems)} problem(s)[/] in {escape(str(index_dir))}; rebuild the index",
+            highlight=False,
+        )
+        raise typer.Exit(1)
+    out.print(f"ok: {n} files match their checksums", highlight=False)
+
+
+def refilter_cmd(
+    index_dir: Annotated[Path, typer.Argument(help="Phrase index to start from")],
+    out_dir: Annotated[Path, typer.Option("--out", help="New phrase index directory")],
+    threshold: Annotated[
+        Optional[float],  # noqa: UP045
+        typer.Option(help="Filter threshold tau (a logit; at least the source's)"),
+    ] = None,
+    keep: Annotated[
+        Optional[float],  # noqa: UP045
+        typer.Option(help="Instead of --threshold: keep about this fraction of the vectors"),
+    ] = None,
+    faiss: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--faiss", help="FAISS factory (default: chosen from the new size)"),
+    ] = None,
+    compress: Annotated[
+        Compress, typer.Option(help="Quantize the new index's FAISS vectors")
+    ] = Compress.NONE,
+    pq_m: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option("--pq-m", help="opq-pq: bytes per vector (default dim/8)"),
+    ] = None,
+    keep_dump: Annotated[
+        Optional[bool],  # noqa: UP045
+        typer.Option(
+            "--keep-dump/--no-keep-dump",
+            help="Keep the float16 vectors (default: only with --compress none)",
+        ),
+    ] = None,
+    quiet: QuietOpt = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace the anygrain index already in --out")
+    ] = False,
+) -> None:
+    """A smaller phrase index at a higher filter threshold, from stored vectors (no re-encoding)."""
+    from anygrain.phrase.refilter import refilter
+
+    try:
+        idx = refilter(
+            index_dir,
+            out_dir,
+            threshold,
+            keep=keep,
+            factory=faiss,
+            progress=not quiet,
+            overwrite=overwrite,
+            compress=compress,
+            pq_m=pq_m,
+            keep_dump=keep_dump,
+        )
+    except AnygrainError as e:
+        fail(e)
+        return
+    c = idx.manifest["counts"]
+    console.print(
+        f"threshold {idx.manifest['settings']['threshold']:.4f}: {c['vectors_per_passage']} vectors per passage, "
+        f"{c['bytes_per_passage']:.0f} bytes per passage → {out_dir}"
+    )
+
+
+def formats_cmd() -> None:
+    """List the source formats anygrain reads."""
+    from anygrain.corpus.formats import FORMATS, _ensure_loaded
+
+    _ensure_loaded()
+    for f in sorted(FORMATS.values(), key=lambda f: f.name):
+        what = "+".join(
+            x for x, fn in (("documents", f.read_documents), ("questions", f.read_questions)) if fn
+        )
+        out.print(f"[bold]{f.name:12}[/] {what:20} {f.description}", highlight=False)

@@ -1,0 +1,229 @@
+"""``anygrain train``: every trainer (dpr, phrase, reader, phrase-query-side) and the saved
+recipes.  Thin wrappers that build a config and call the trainer; their options come from the
+config dataclass (:func:`~anygrain.cli.common.config_options`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from anygrain.cli.common import (
+    OnErrorOpt,
+    QuietOpt,
+    ResumeOpt,
+    config_options,
+    console,
+    run_trainer,
+)
+from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
+from anygrain.train.dpr.config import DprTrainConfig
+from anygrain.train.phrase.config import PhraseQuerySideConfig, PhraseTrainConfig
+from anygrain.train.reader.config import ReaderTrainConfig
+
+train_app = typer.Typer(
+    no_args_is_help=True,
+    help="Fine-tune retrievers: DPR bi-encoders, fully or query-side only (the passage index stays valid).",
+)
+
+
+DPR_OPTIONS = (
+    "train",
+    "out",
+    "corpus",
+    "id_prefix",
+    "model",
+    "mode",
+    "epochs",
+    "batch_size",
+    "lr",
+    "hard_negatives",
+    "bf16",
+    "grad_cache",
+    "max_examples",
+    "seed",
+    "temperature",
+    "threads",
+    "checkpoint_every",
+)
+
+
+@train_app.command("dpr")
+@config_options(DprTrainConfig, DPR_OPTIONS, optional=("train", "out"))  # a recipe may give them
+def dpr_cmd(
+    ctx: typer.Context,
+    recipe: Annotated[
+        str | None,
+        typer.Option(
+            "--recipe",
+            help="A saved recipe (name or JSON file: see 'anygrain train recipes'); options given here override it",
+        ),
+    ] = None,
+    var: Annotated[
+        list[str] | None,
+        typer.Option("--var", help="NAME=VALUE for a recipe's ${NAME} slots; repeatable"),
+    ] = None,
+    resume: ResumeOpt = True,
+    on_error: OnErrorOpt = ErrorPolicy.STOP,
+    quiet: QuietOpt = False,
+    **settings: Any,
+) -> None:
+    """Train a DPR bi-encoder (in-batch + BM25 hard negatives) and save it to --out."""
+    from anygrain.train import dpr
+
+    def run(errors: ErrorLog) -> Path:
+        if recipe is not None:
+            from anygrain.train.dpr.recipe import load_recipe, parse_vars, recipe_config
+
+            # Typer may vendor click: compare the source by name, not by class.
+            given = {
+                k: v
+                for k, v in settings.items()
+                if getattr(ctx.get_parameter_source(k), "name", None) == "COMMANDLINE"
+            }
+            config = recipe_config(load_recipe(recipe), parse_vars(var or []), overrides=given)
+        else:
+            if not settings["train"] or settings["out"] is None:
+                raise AnygrainError("give --train and --out, or a --recipe")
+            config = dpr.DprTrainConfig(**settings)
+        return dpr.train(config, progress=not quiet, resume=resume, errors=errors)
+
+    run_trainer(run, on_error, "trained model")
+
+
+@train_app.command("recipes")
+def recipes_cmd() -> None:
+    """List the saved training recipes and the variables each needs."""
+    from anygrain.train.dpr.recipe import builtin_recipes, load_recipe
+
+    for name in builtin_recipes():
+        r = load_recipe(name)
+        typer.echo(f"{name}: {r.description}")
+        for key, what in r.variables.items():
+            typer.echo(f"    --var {key}=...  {what}")
+
+
+PHRASE_OPTIONS = (
+    "train",
+    "out",
+    "model",
+    "epochs",
+    "batch_size",
+    "lr",
+    "max_minutes",
+    "fit_budget",
+    "question_encoder",
+    "in_batch",
+    "teacher",
+    "in_batch_negatives",
+    "grad_clip",
+    "freeze_embeddings",
+    "bf16",
+    "max_passage_length",
+    "doc_stride",
+    "max_examples",
+    "seed",
+    "threads",
+    "checkpoint_every",
+)
+
+
+@train_app.command("phrase")
+@config_options(PhraseTrainConfig, PHRASE_OPTIONS)
+def train_phrase_cmd(
+    prebatch: Annotated[
+        bool, typer.Option("--prebatch/--no-prebatch", help="Pre-batch negatives (last 2 batches)")
+    ] = True,
+    resume: ResumeOpt = True,
+    on_error: OnErrorOpt = ErrorPolicy.STOP,
+    quiet: QuietOpt = False,
+    **settings: Any,
+) -> None:
+    """Train a DensePhrases model (single-passage, in-batch and pre-batch losses, filter)."""
+    from anygrain.train import phrase
+
+    def run(errors: ErrorLog) -> Path:
+        cfg = phrase.PhraseTrainConfig(**settings, pre_batch=2 if prebatch else 0)
+        return phrase.train(cfg, progress=not quiet, resume=resume, errors=errors)
+
+    run_trainer(run, on_error, "trained phrase model")
+
+
+READER_OPTIONS = (
+    "train",
+    "out",
+    "model",
+    "epochs",
+    "batch_size",
+    "lr",
+    "negatives",
+    "max_length",
+    "max_examples",
+    "bf16",
+    "seed",
+    "threads",
+    "checkpoint_every",
+)
+
+
+@train_app.command("reader")
+@config_options(ReaderTrainConfig, READER_OPTIONS)
+def train_reader_cmd(
+    retriever: Annotated[
+        Path | None,
+        typer.Option(
+            "--retriever",
+            help="Index to draw negatives from (DPR); default: other paragraphs of the same file",
+        ),
+    ] = None,
+    resume: ResumeOpt = True,
+    on_error: OnErrorOpt = ErrorPolicy.STOP,
+    quiet: QuietOpt = False,
+    **settings: Any,
+) -> None:
+    """Train an extractive reader (span + passage selection, DPR section 6) and save it to --out."""
+    from anygrain.train import reader
+
+    def run(errors: ErrorLog) -> Path:
+        config = reader.ReaderTrainConfig(**settings)
+        return reader.train(
+            config, retriever_index=retriever, progress=not quiet, resume=resume, errors=errors
+        )
+
+    run_trainer(run, on_error, "trained reader")
+
+
+QUERY_SIDE_OPTIONS = (
+    "index",
+    "train",
+    "out",
+    "loss",
+    "epochs",
+    "batch_size",
+    "lr",
+    "top_k",
+    "max_examples",
+    "bf16",
+    "threads",
+)
+
+
+@train_app.command("phrase-query-side")
+@config_options(PhraseQuerySideConfig, QUERY_SIDE_OPTIONS)
+def train_query_side_cmd(
+    resume: ResumeOpt = True,
+    on_error: OnErrorOpt = ErrorPolicy.STOP,
+    quiet: QuietOpt = False,
+    **settings: Any,
+) -> None:
+    """Fine-tune a phrase model's question encoder against a built phrase index."""
+    from anygrain.train import phrase
+
+    def run(errors: ErrorLog) -> Path:
+        cfg = phrase.PhraseQuerySideConfig(**settings)
+        return phrase.train_query_side(cfg, progress=not quiet, resume=resume, errors=errors)
+
+    path = run_trainer(run, on_error, "phrase model (query side fine-tuned)")
+    console.print(f"use it with `anygrain eval INDEX --model {escape(str(path))}`")
