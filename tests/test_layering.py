@@ -12,7 +12,10 @@ name.  The rules (docs/design.md, "Layers"):
 (c) the index base ``anygrain/index/base.py`` imports no index kind: it finds a
     kind's module by name in ``anygrain.index.registry``;
 (d) the model base ``anygrain/models/base.py`` imports no model type's module: it finds
-    one by name in its ``MODEL_FORMS`` table.
+    one by name in its ``MODEL_FORMS`` table;
+(e) the encode engine ``anygrain/encode/`` imports no model, index or method package: what
+    a shard holds is the caller's ``ShardEncoder``, so the engine and its executors (local,
+    Ray) serve dense vectors, phrase dumps and training caches alike.
 """
 
 from __future__ import annotations
@@ -43,6 +46,16 @@ INDEX_BASE = "anygrain.index.base"
 # the modules defining model types, which the model base knows by name only
 MODEL_TYPE_MODULES = ("anygrain.models.biencoder", "anygrain.phrase", "anygrain.reader")
 MODEL_BASE = "anygrain.models.base"
+# what the encode engine runs for, never imports: models, index kinds and trainers
+ENCODE_BELOW = (
+    "anygrain.models",
+    "anygrain.index",
+    "anygrain.sparse",
+    "anygrain.dense",
+    "anygrain.phrase",
+    "anygrain.train",
+    "anygrain.reader",
+)
 
 
 @dataclass(frozen=True)
@@ -123,6 +136,8 @@ def check_source(source: str, module: str, *, is_package: bool = False) -> list[
             out.append(Violation(module, line, name, "index base imports an index kind"))
         if module == MODEL_BASE and any(_within(name, k) for k in MODEL_TYPE_MODULES):
             out.append(Violation(module, line, name, "model base imports a model type"))
+        if _within(module, "anygrain.encode") and any(_within(name, k) for k in ENCODE_BELOW):
+            out.append(Violation(module, line, name, "encode engine imports what it encodes"))
     return out
 
 
@@ -167,6 +182,9 @@ def test_layers() -> None:
         # (d)
         (MODEL_BASE, "def f():\n    from anygrain.phrase.packed import X\n", "model type"),
         (MODEL_BASE, "from anygrain.models import biencoder", "model type"),
+        # (e)
+        ("anygrain.encode.engine", "from anygrain.dense.index import DenseIndex", "encode"),
+        ("anygrain.encode.ray_executor", "def f():\n    import anygrain.models\n", "encode"),
     ],
 )
 def test_the_checker_flags_violations(module: str, source: str, rule: str) -> None:
