@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pytest
 
 from anygrain.errors import AnygrainError
-from anygrain.train import run_dir as run_dir_mod
 from anygrain.train.checkpoint import checkpoint_dir, list_checkpoints, save_checkpoint
-from anygrain.train.run_dir import LOG_FILE, RunDir, save_into
+from anygrain.train.run_dir import LOG_FILE, RunDir
 from anygrain.train.saved_config import SavedConfig
 
 
@@ -101,32 +100,3 @@ def test_resumed_drops_later_records_and_says_where(tmp_path: Path) -> None:
     records = run.log.records()
     assert [r["step"] for r in records] == [0, 10, 20, 20]
     assert records[-1]["message"] == "resumed from step-000000020.pt (step 20)"
-
-
-def test_save_into_replaces_the_model_and_keeps_the_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    out = tmp_path / "run"
-    (out / "checkpoints").mkdir(parents=True)
-    (out / "old_side").mkdir()
-    (out / "weights").mkdir()
-    (out / "weights" / "stale.bin").write_text("old")
-    order: list[str] = []
-
-    def write(staging: Path) -> None:
-        (staging / "weights").mkdir(parents=True)
-        (staging / "weights" / "new.bin").write_text("new")
-        (staging / "model.json").write_text("{}")
-
-    real_replace = run_dir_mod.os.replace
-
-    def spy(src: Any, dst: Any) -> None:
-        order.append(Path(dst).name)
-        real_replace(src, dst)
-
-    monkeypatch.setattr(run_dir_mod.os, "replace", spy)
-    save_into(out, write, "model.json", clear=("old_side",))
-    assert order == ["weights", "model.json"]  # the marker lands last
-    assert sorted(p.name for p in out.iterdir()) == ["checkpoints", "model.json", "weights"]
-    assert [p.name for p in (out / "weights").iterdir()] == ["new.bin"]
-    assert not list(tmp_path.glob(".run.*"))  # no staging left behind

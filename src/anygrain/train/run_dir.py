@@ -9,10 +9,7 @@ the fields of their start and done events.
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
-from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -104,28 +101,3 @@ class RunDir:
                 **fields,
             }
         )
-
-
-def save_into(
-    out: Path, write: Callable[[Path], Any], marker: str, *, clear: Iterable[str] = ()
-) -> None:
-    """Write a model into the run directory ``out`` without replacing it (it holds the run's
-    checkpoints, cache and log).  ``write`` fills a new staging directory beside ``out``;
-    each of its items then replaces its namesake in ``out`` (and the ``clear`` entries go),
-    with ``marker`` -- the file that makes the directory loadable -- removed first and
-    written last, so a crash never leaves a loadable half-written model."""
-    out = Path(out)
-    staging = out.parent / f".{out.name}.model.{os.getpid()}.tmp"
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        write(staging)
-        (out / marker).unlink(missing_ok=True)
-        for name in clear:
-            shutil.rmtree(out / name, ignore_errors=True)
-        for item in sorted(staging.iterdir(), key=lambda p: p.name == marker):
-            target = out / item.name
-            if target.is_dir():
-                shutil.rmtree(target)
-            os.replace(item, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)

@@ -51,7 +51,7 @@ from anygrain.train.loop import EpochPosition, LoopSettings, StepCallback, StepR
 from anygrain.train.losses import dpr_nll, false_negative_mask, full_softmax_nll
 from anygrain.train.optim import apply_update, param_groups
 from anygrain.train.passage_cache import cache_key, cached_passage_vectors
-from anygrain.train.run_dir import RunDir, save_into
+from anygrain.train.run_dir import RunDir
 from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.utils.threads import set_threads
 
@@ -84,9 +84,9 @@ def untie(model: BiEncoder) -> None:
 
 
 def save_model_into(model: BiEncoder, out: Path) -> None:
-    """``model.save`` into its run directory ``out``, ``anygrain_model.json`` last; the
-    encoder directories of an earlier save go (a shared model writes fewer)."""
-    save_into(out, model.save, MODEL_CONFIG, clear=("question", "passage"))
+    """The model into its run directory ``out`` (``Model.save_into``: config last; the
+    encoder directories of an earlier save go, since a shared model writes fewer)."""
+    model.save_into(out)
 
 
 # --- small helpers ---------------------------------------------------------------------------

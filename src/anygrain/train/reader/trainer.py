@@ -55,7 +55,7 @@ from anygrain.train.optim import apply_update, param_groups
 from anygrain.train.reader.config import ReaderTrainConfig
 from anygrain.train.reader.data import ReaderData, ReaderExample, load_reader_data
 from anygrain.train.reader.retrieval import attach_retrieved
-from anygrain.train.run_dir import RunDir, save_into
+from anygrain.train.run_dir import RunDir
 from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.utils.precision import cpu_autocast
 from anygrain.utils.threads import set_threads
@@ -341,12 +341,7 @@ class ReaderTrainer(EpochPosition):
 
 def save_reader_into(reader: Reader, out: Path) -> None:
     """Write the reader into its run directory ``out``, ``anygrain_reader.json`` last."""
-
-    def write(staging: Path) -> None:
-        staging.mkdir(parents=True)
-        reader.write_files(staging)
-
-    save_into(out, write, READER_CONFIG)
+    reader.save_into(out)
 
 
 def train_reader(
