@@ -227,9 +227,14 @@ def index_cmd(
                 settings["executor"] = _ray_executor(kind, ray_address, ray_workers, ray_retries)
             elif ray_workers is not None or ray_retries is not None:
                 raise AnygrainError("--workers and --retries apply with --ray")
-            if compress is not Compress.NONE or pq_m is not None or keep_dump is not None:
-                # a kind without them refuses them (Index.build checks its settings)
-                settings.update(compress=compress, pq_m=pq_m, keep_dump=keep_dump)
+            # only the options given: a kind without them refuses them by name
+            # (Index.build checks its settings)
+            if compress is not Compress.NONE:
+                settings["compress"] = compress
+            if pq_m is not None:
+                settings["pq_m"] = pq_m
+            if keep_dump is not None:
+                settings["keep_dump"] = keep_dump
             if kind is IndexKind.SHARDED:
                 raise AnygrainError(
                     "give the kind of the shards and their number: --kind dense --shards 4"
