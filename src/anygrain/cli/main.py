@@ -57,6 +57,7 @@ def _register_commands() -> None:
         ("delete", maintain.delete_cmd),
         ("compact", maintain.compact_cmd),
         ("formats", index.formats_cmd),
+        ("convert-script", index.convert_script_cmd),
         ("demo", demo.demo_cmd),
         ("refilter", index.refilter_cmd),
         ("pack", phrase.pack_cmd),
