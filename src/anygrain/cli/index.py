@@ -381,7 +381,7 @@ def convert_script_cmd(
     to: Annotated[Script, typer.Option("--to", help="Script to convert to")] = Script.SIMPLIFIED,
 ) -> None:
     """Convert a Chinese SQuAD-format file to Simplified or Traditional characters (OpenCC),
-    keeping answer offsets valid; needs `pip install anygrain[zh]`."""
+    keeping answer offsets valid; needs OpenCC (the `zh` extra)."""
     from anygrain.corpus.script import convert_squad_file
 
     try:
