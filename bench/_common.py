@@ -62,10 +62,20 @@ def build_or_open(out: Path, source: Any, kind: str, threads: int, **settings: A
 
 
 def phrase_passage_rows(
-    phrase: PhraseIndex, q_start: np.ndarray, q_end: np.ndarray, k: int = 20, depth: int = 200
+    phrase: PhraseIndex,
+    q_start: np.ndarray,
+    q_end: np.ndarray,
+    k: int = 20,
+    depth: int = 200,
+    *,
+    lexical: Any = None,
+    fusion: Any = None,
 ) -> tuple[np.ndarray, np.ndarray, list[Any]]:
-    """Passages ranked by their best phrase, as (rows, scores) arrays, and the round stats."""
-    found, stats = phrase.search_units(q_start, q_end, k, Unit.PASSAGE, depth=depth)
+    """Passages ranked by their best phrase, as (rows, scores) arrays, and the round stats
+    (with ``lexical``/``fusion``: by their best fused phrase score)."""
+    found, stats = phrase.search_units(
+        q_start, q_end, k, Unit.PASSAGE, depth=depth, lexical=lexical, fusion=fusion
+    )
     rows = np.full((len(found), k), -1, dtype=np.int64)
     scores = np.zeros((len(found), k), dtype=np.float32)
     for i, hs in enumerate(found):

@@ -208,7 +208,7 @@ def test_an_interrupted_add_leaves_the_index_as_it_was(
         raise RuntimeError("power cut")
 
     # the last step of every kind: everything else was written by then
-    monkeypatch.setattr(updater, "_rewrite_manifest", crash)
+    monkeypatch.setattr(updater, "rewrite_manifest", crash)
     with pytest.raises(RuntimeError, match="power cut"):
         add_documents(p, case["b"], progress=False)
     assert file_table(p) == before

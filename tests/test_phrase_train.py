@@ -360,3 +360,60 @@ def test_frozen_embeddings_stay_the_backbones(tiny: Path, squad: Path, tmp_path:
     cfg2 = _config(tiny, squad, tmp_path / "m", epochs=1, pre_batch=0)
     with pytest.raises(AnygrainError, match="freeze_embeddings"):
         train_phrase(cfg2, progress=False)
+
+
+def test_bm25_hard_negatives_are_mined_and_join_the_softmax(
+    tiny: Path, squad: Path, tmp_path: Path
+) -> None:
+    from anygrain.train.phrase.hard_negatives import mine_hard_passages
+
+    passages = [("A", "the cat sat on the mat"), ("B", "a cat and a mat"), ("C", "dogs bark")]
+    qs = [("q1", 0, "where did the cat sit", "mat"), ("q2", 2, "which cat sat", "dogs")]
+    mined = mine_hard_passages(passages, qs, n=2)
+    # never the question's own passage, never one that holds the answer text
+    assert mined == {"q2": [0, 1]}
+    cfg = _config(tiny, squad, tmp_path, pre_batch=0)
+    hard = _config(tiny, squad, tmp_path, pre_batch=0, hard_negatives=1)
+    assert hard.trajectory()["hard_negatives"] == 1 and "hard_negatives" not in cfg.trajectory()
+    model = init_model(cfg)
+    model.eval()
+    data = load_phrase_data(cfg.train, model)
+    assert data.add_hard_negatives(1) > 0
+    # one passage's questions: their hard negatives are other passages, not in the batch
+    w0 = next(e.window for e in data.examples if e.qid in data.hard_windows)
+    batch = [i for i, e in enumerate(data.examples) if e.window == w0]
+    with torch.no_grad():
+        g, _ = PhraseTrainer(cfg, model, data).losses(batch, prebatch=False)
+        h, _ = PhraseTrainer(hard, model, data).losses(batch, prebatch=False)
+    assert float(h["neg"]) > float(g["neg"]) + 1e-4  # more negatives in the softmax
+    assert float(h["single"]) == pytest.approx(float(g["single"]))
+    out = train_phrase(
+        _config(tiny, squad, tmp_path / "h", epochs=1, hard_negatives=1), progress=False
+    )
+    log = (out / "train_log.jsonl").read_text(encoding="utf-8")
+    assert "BM25 hard negatives for" in log
+
+
+def test_training_continues_from_a_saved_or_packed_model(
+    tiny: Path, squad: Path, tmp_path: Path
+) -> None:
+    first = train_phrase(
+        _config(tiny, squad, tmp_path / "a", epochs=1, pre_batch=0, freeze_embeddings=True),
+        progress=False,
+    )
+    m1 = PhraseEncoder.load(first)
+    more = _config(tiny, squad, tmp_path / "b", epochs=1, pre_batch=0, model=str(first))
+    second = PhraseEncoder.load(train_phrase(more, progress=False))
+    # it starts where the first run ended (same heads' shapes, weights moved on from there)
+    changed = any(
+        not torch.equal(a, b)
+        for a, b in zip(
+            m1.phrase.state_dict().values(), second.phrase.state_dict().values(), strict=True
+        )
+    )
+    assert changed and second.config.max_phrase_words == m1.config.max_phrase_words
+    with pytest.raises(AnygrainError, match="other settings"):
+        train_phrase(
+            _config(tiny, squad, tmp_path / "c", epochs=1, model=str(first), max_phrase_words=3),
+            progress=False,
+        )

@@ -136,7 +136,7 @@ def test_openapi_lists_every_endpoint(bm25: TestClient) -> None:
     assert set(spec["paths"]) == {"/search", "/health", "/info"}
     assert set(spec["paths"]["/search"]) == {"get", "post"}
     params = {p["name"] for p in spec["paths"]["/search"]["get"]["parameters"]}
-    assert params == {"q", "unit", "k"}
+    assert params == {"q", "unit", "k", "sparse_weight"}
     # FastAPI's /docs and /redoc would load scripts from a CDN; they are off
     assert bm25.get("/docs").status_code == 404 and bm25.get("/redoc").status_code == 404
 
@@ -201,6 +201,26 @@ def test_get_search_phrase_every_unit(phrase: TestClient, phrase_index: Index, u
     assert [(h["passage_id"], h["span"] and tuple(h["span"])) for h in d["hits"]] == [
         (h.passage_id, h.span) for h in want
     ]
+
+
+def test_sparse_weight_overrides_the_fusion_per_request(
+    bm25: TestClient, phrase: TestClient, phrase_index: Index
+) -> None:
+    q = "When was Python first released?"
+    for w in (0.0, 2.5):
+        got = phrase.get("/search", params={"q": q, "k": 3, "sparse_weight": w}).json()
+        want = phrase_index.search([q], 3, sparse_weight=w)[0]
+        assert [round(h["score"], 4) for h in got["hits"]] == [round(h.score, 4) for h in want]
+    batch = phrase.post("/search", json={"questions": [q], "k": 3, "sparse_weight": 0}).json()
+    assert (
+        batch["results"][0]["hits"]
+        == phrase.get("/search", params={"q": q, "k": 3, "sparse_weight": 0}).json()["hits"]
+    )
+    for bad in (-1, "x"):
+        r = phrase.get("/search", params={"q": q, "sparse_weight": bad})
+        assert r.status_code == 422 and "sparse_weight" in r.text
+    r = bm25.get("/search", params={"q": q, "sparse_weight": 1})
+    assert r.status_code == 422 and "phrase indexes" in r.json()["error"]
 
 
 def test_phrase_index_defaults_to_phrases(phrase: TestClient) -> None:

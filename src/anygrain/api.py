@@ -171,15 +171,19 @@ def add_documents(
     errors: ErrorLog | None = None,
     progress: bool = True,
     threads: int | None = None,
+    device: str | None = None,
 ) -> Index:
     """Add the documents of ``source`` (``FORMAT:PATH``, a path, or SourceDocuments) to the
     index at ``index``, encoding only the new passages; returns the index reopened.  Ids it
     holds already are refused; ``model`` must be the index's own (the default).  See
-    :mod:`anygrain.index.updater` for what each kind recomputes."""
+    :mod:`anygrain.index.updater` for what each kind recomputes.  ``device``: where the new
+    passages are encoded (auto | cpu | cuda; None: auto)."""
     from anygrain.index.updater import add_documents as add
 
     set_threads(threads)
-    return add(index, source, split=split, model=model, errors=errors, progress=progress)
+    return add(
+        index, source, split=split, model=model, errors=errors, progress=progress, device=device
+    )
 
 
 def delete_documents(index: str | Path, doc_ids: Sequence[str]) -> dict[str, Any]:
@@ -300,6 +304,20 @@ def run_demo(
     )
     if Unit.PHRASE in units:
         metrics.update(evaluate_run(run_of(Unit.PHRASE), qs, ["em", "f1"]).metrics)
+    if Unit.SENTENCE in units:
+        from anygrain.eval.answers import has_answer
+
+        # the sentence of the best phrase (a sentence scores as its best phrase): does it
+        # hold the answer, for a reader who wants the context and not only the phrase
+        def in_sentence(h: list[Hit], answers: list[str]) -> bool:
+            if not h or h[0].span is None:
+                return False
+            a, b = h[0].span
+            return has_answer(h[0].text[a:b], answers)
+
+        hits = by_unit[Unit.SENTENCE]
+        found = sum(in_sentence(h, q.answers) for q, h in zip(qs, hits, strict=True))
+        metrics["answer_in_top_sentence"] = found / max(len(qs), 1)
     seconds = {
         "index": round(t_index, 2),
         "search_per_question": round(t_search / max(1, len(qs) * len(units)), 4),

@@ -39,6 +39,26 @@ ThreadsOpt = Annotated[
         "OMP_NUM_THREADS); 1 on a CPU shared with other jobs",
     ),
 ]
+DeviceOpt = Annotated[
+    Optional[str],  # noqa: UP045  (typer reads the annotation at run time)
+    typer.Option(
+        "--device",
+        help="Where models run: auto (a CUDA GPU when torch sees one, else the CPU), cpu, "
+        "cuda or cuda:N",
+    ),
+]
+
+
+def device_option(device: str | None) -> dict[str, Any]:
+    """``Index.load`` options for ``--device`` (checked here, before anything loads)."""
+    if device is None:
+        return {}
+    from anygrain.utils.device import resolve_device
+
+    resolve_device(device)
+    return {"device": device}
+
+
 TorchThreadsOpt = Annotated[
     Optional[int],  # noqa: UP045  (typer reads the annotation at run time)
     typer.Option(
@@ -60,6 +80,13 @@ VerifyOpt = Annotated[
 FusionOpt = Annotated[
     Optional[FusionMethod],  # noqa: UP045  (typer reads the annotation at run time)
     typer.Option("--fusion", help="Hybrid indexes: fusion method (default: the index's)"),
+]
+SparseWeightOpt = Annotated[
+    Optional[float],  # noqa: UP045
+    typer.Option(
+        "--sparse-weight",
+        help="Phrase indexes: weight of the BM25 part of phrase scores (0: dense scores alone)",
+    ),
 ]
 FusionWeightOpt = Annotated[
     Optional[float],  # noqa: UP045
@@ -95,11 +122,35 @@ def model_option(index_dir: Path, model: str | None) -> dict[str, Any]:
     return {"model": model}
 
 
+def sparse_options(index_dir: Path, sparse_weight: float | None) -> dict[str, Any]:
+    """The search-time BM25 weight of a phrase index (sharded or not), when given."""
+    if sparse_weight is None:
+        return {}
+    from anygrain.index.base import read_manifest
+
+    m = read_manifest(index_dir)
+    kind = m.get("kind")
+    if kind == IndexKind.SHARDED.value:
+        kind = (m.get("settings") or {}).get("sharding", {}).get("kind")
+    if kind != IndexKind.PHRASE.value:
+        raise AnygrainError(f"{index_dir}: --sparse-weight needs a phrase index, not {kind}")
+    return {"sparse_weight": sparse_weight}
+
+
 def fusion_options(
-    index_dir: Path, fusion: FusionMethod | None, weight: float | None, depth: int | None
+    index_dir: Path,
+    fusion: FusionMethod | None,
+    weight: float | None,
+    depth: int | None,
+    sparse_weight: float | None = None,
 ) -> dict[str, Any]:
-    """Search-time fusion overrides, for hybrid indexes only."""
-    opts: dict[str, Any] = {}
+    """Search-time fusion overrides: ``--fusion*`` for hybrid indexes, ``--sparse-weight``
+    for phrase indexes."""
+    opts: dict[str, Any] = sparse_options(index_dir, sparse_weight)
+    if opts and (fusion is not None or weight is not None or depth is not None):
+        raise AnygrainError("--fusion options are for hybrid indexes, --sparse-weight for phrase")
+    if opts:
+        return opts
     if fusion is not None:
         opts["fusion"] = fusion.value
     if weight is not None:

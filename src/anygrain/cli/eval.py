@@ -13,14 +13,17 @@ from rich.table import Table
 
 from anygrain.cli.common import (
     BF16Opt,
+    DeviceOpt,
     FusionDepthOpt,
     FusionOpt,
     FusionWeightOpt,
     QuietOpt,
+    SparseWeightOpt,
     ThreadsOpt,
     TorchThreadsOpt,
     VerifyOpt,
     console,
+    device_option,
     fail,
     fusion_options,
     model_option,
@@ -80,7 +83,9 @@ def eval_cmd(
     fusion: FusionOpt = None,
     fusion_weight: FusionWeightOpt = None,
     fusion_depth: FusionDepthOpt = None,
+    sparse_weight: SparseWeightOpt = None,
     threads: ThreadsOpt = None,
+    device: DeviceOpt = None,
     verify: VerifyOpt = Verify.SMALL,
 ) -> None:
     """Evaluate an index on a question set."""
@@ -89,8 +94,10 @@ def eval_cmd(
 
     errors = ErrorLog(on_error)
     try:
-        opts = fusion_options(index_dir, fusion, fusion_weight, fusion_depth)
-        idx = Index.load(index_dir, verify=verify, **model_option(index_dir, model))
+        opts = fusion_options(index_dir, fusion, fusion_weight, fusion_depth, sparse_weight)
+        idx = Index.load(
+            index_dir, verify=verify, **model_option(index_dir, model), **device_option(device)
+        )
         report = evaluate_index(
             idx,
             questions,

@@ -12,10 +12,12 @@ from rich.markup import escape
 
 from anygrain.cli.common import (
     SPLIT_HELP,
+    DeviceOpt,
     OnErrorOpt,
     QuietOpt,
     ThreadsOpt,
     console,
+    device_option,
     fail,
     out,
 )
@@ -154,8 +156,29 @@ def index_cmd(
             help="Phrase indexes: keep the float16 vectors (default: only with --compress none)",
         ),
     ] = None,
+    sparse: Annotated[
+        bool | None,
+        typer.Option(
+            "--sparse/--no-sparse",
+            help="Phrase indexes: fuse a BM25 score of each phrase's passage (default on)",
+        ),
+    ] = None,
+    sparse_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--sparse-from",
+            help="Phrase indexes: copy this BM25 index (same corpus) as the lexical part",
+        ),
+    ] = None,
+    sparse_weight: Annotated[
+        float | None,
+        typer.Option(
+            "--sparse-weight", help="Phrase indexes: weight of the BM25 part (0: dense only)"
+        ),
+    ] = None,
     on_error: OnErrorOpt = ErrorPolicy.STOP,
     quiet: QuietOpt = False,
+    device: DeviceOpt = None,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace the anygrain index already in --out")
     ] = False,
@@ -236,6 +259,14 @@ def index_cmd(
                 settings["pq_m"] = pq_m
             if keep_dump is not None:
                 settings["keep_dump"] = keep_dump
+            if device is not None:
+                settings.update(device_option(device))
+            if sparse is not None:
+                settings["sparse"] = sparse
+            if sparse_from is not None:
+                settings["sparse_from"] = str(sparse_from)
+            if sparse_weight is not None:
+                settings["sparse_weight"] = sparse_weight
             if kind is IndexKind.SHARDED:
                 raise AnygrainError(
                     "give the kind of the shards and their number: --kind dense --shards 4"

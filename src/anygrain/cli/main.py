@@ -61,6 +61,7 @@ def _register_commands() -> None:
         ("demo", demo.demo_cmd),
         ("refilter", index.refilter_cmd),
         ("pack", phrase.pack_cmd),
+        ("attach-sparse", phrase.attach_sparse_cmd),
         ("ask", reader.ask_cmd),
         ("eval-reader", eval_.eval_reader_cmd),
         ("eval-domains", eval_.eval_domains_cmd),

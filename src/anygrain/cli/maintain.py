@@ -9,7 +9,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from anygrain.cli.common import SPLIT_HELP, OnErrorOpt, QuietOpt, ThreadsOpt, fail, out
+from anygrain.cli.common import (
+    SPLIT_HELP,
+    DeviceOpt,
+    OnErrorOpt,
+    QuietOpt,
+    ThreadsOpt,
+    fail,
+    out,
+)
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 
 
@@ -22,6 +30,7 @@ def add_cmd(
     ] = None,
     on_error: OnErrorOpt = ErrorPolicy.STOP,
     threads: ThreadsOpt = None,
+    device: DeviceOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Add documents to an index: only new passages are encoded; old rows and ids stay.
@@ -32,7 +41,13 @@ def add_cmd(
     errors = ErrorLog(on_error)
     try:
         idx = add_documents(
-            index_dir, source, split=split, errors=errors, progress=not quiet, threads=threads
+            index_dir,
+            source,
+            split=split,
+            errors=errors,
+            progress=not quiet,
+            threads=threads,
+            device=device,
         )
     except AnygrainError as e:
         fail(e)

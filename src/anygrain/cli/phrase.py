@@ -1,4 +1,4 @@
-"""``anygrain pack``: what remains phrase-specific on the command line (phrase training is
+"""``anygrain pack`` and ``anygrain attach-sparse``: what remains phrase-specific on the command line (phrase training is
 under :mod:`anygrain.cli.train`, ``refilter`` under :mod:`anygrain.cli.index`, phrase hits are
 printed by :mod:`anygrain.cli.search`)."""
 
@@ -40,3 +40,32 @@ def pack_cmd(
         return
     info = PackedInfo.read(path)
     console.print(f"packed {model_dir} at {bits} bits: {info.size_bytes / 1e6:.1f} MB → {path}")
+
+
+def attach_sparse_cmd(
+    index_dir: Annotated[Path, typer.Argument(help="Phrase index to give a BM25 part")],
+    from_dir: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--from", help="Copy this BM25 index (built over the same corpus)"),
+    ] = None,
+    weight: Annotated[
+        Optional[float],  # noqa: UP045
+        typer.Option("--sparse-weight", help="Weight of the BM25 part (default: the saved or 1.0)"),
+    ] = None,
+    lang: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="en | zh: the BM25 analyser (detected when omitted)"),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress bar")] = False,
+) -> None:
+    """Fuse BM25 into an existing phrase index's scores (the phrase vectors stay as they are)."""
+    from anygrain.phrase.lexical import attach_sparse
+
+    try:
+        fusion = attach_sparse(
+            index_dir, bm25_from=from_dir, weight=weight, lang=lang, progress=not quiet
+        )
+    except (AnygrainError, OSError) as e:
+        fail(e)
+        return
+    console.print(f"{index_dir}: BM25 part attached (sparse fusion {fusion})")

@@ -14,12 +14,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from anygrain.cli.common import (
+    DeviceOpt,
     FusionDepthOpt,
     FusionOpt,
     FusionWeightOpt,
+    SparseWeightOpt,
     ThreadsOpt,
     VerifyOpt,
     console,
+    device_option,
     fail,
     fusion_options,
     model_option,
@@ -105,7 +108,9 @@ def search_cmd(
     fusion: FusionOpt = None,
     fusion_weight: FusionWeightOpt = None,
     fusion_depth: FusionDepthOpt = None,
+    sparse_weight: SparseWeightOpt = None,
     threads: ThreadsOpt = None,
+    device: DeviceOpt = None,
     verify: VerifyOpt = Verify.SMALL,
     stats: Annotated[
         bool,
@@ -119,8 +124,10 @@ def search_cmd(
     collected: list[Any] = []
     try:
         question = _read_question(query, question_file)
-        opts = fusion_options(index_dir, fusion, fusion_weight, fusion_depth)
-        idx = Index.load(index_dir, verify=verify, **model_option(index_dir, model))
+        opts = fusion_options(index_dir, fusion, fusion_weight, fusion_depth, sparse_weight)
+        idx = Index.load(
+            index_dir, verify=verify, **model_option(index_dir, model), **device_option(device)
+        )
         if stats and idx.cuts_units():
             opts["stats"] = collected
         hits = search_index(idx, [question], k, unit=unit, threads=threads, **opts)[0]

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from anygrain.cli.common import TorchThreadsOpt, console, fail
+from anygrain.cli.common import DeviceOpt, TorchThreadsOpt, console, device_option, fail
 from anygrain.errors import AnygrainError
 
 
@@ -19,6 +19,7 @@ def serve_cmd(
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port")] = 8000,
     threads: TorchThreadsOpt = None,
+    device: DeviceOpt = None,
     log_level: Annotated[
         str, typer.Option("--log-level", help="uvicorn log level: critical, error, warning, info")
     ] = "info",
@@ -35,7 +36,7 @@ def serve_cmd(
 
         torch.set_num_threads(threads)
     try:
-        app = create_app(index_dir)
+        app = create_app(index_dir, **device_option(device))
     except AnygrainError as e:
         fail(e)
     info = app.state.info

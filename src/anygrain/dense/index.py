@@ -48,6 +48,7 @@ from anygrain.models.resolve import default_model
 from anygrain.search.hit import Hit
 from anygrain.search.results import hits_from_rows
 from anygrain.utils.atomic import atomic_dir, atomic_write_text
+from anygrain.utils.device import place
 
 SETTINGS_FILE = "dense.json"
 
@@ -180,6 +181,7 @@ class DenseIndex(Index):
                 vectors_dir=partial,
                 build=s,
                 executor=c.executor,
+                device=c.device,
             )
         return Index.load(out)  # type: ignore[return-value]
 
@@ -203,6 +205,7 @@ class DenseIndex(Index):
         model_name: str = "",
         build: DenseSettings | None = None,
         executor: Executor | ExecutorKind | str | None = None,
+        device: str | None = None,
     ) -> dict[str, Any]:
         """Write model, vectors and FAISS index for ``store`` under ``out/subdir``; returns the settings.
 
@@ -237,6 +240,7 @@ class DenseIndex(Index):
             bf16=bf16,
             label=model_name,
             executor=executor,
+            device=device,
         )
         t_encode = time.time()
         fx = FaissIndex.build(shards, factory, train_size=train_size, progress=progress)
@@ -302,9 +306,11 @@ class DenseIndex(Index):
         model: str | Path | BiEncoder | None = None,
         subdir: str = "dense",
         mmap: bool = True,
+        device: str | None = None,
         **options: Any,
     ) -> DenseIndex:
-        """Open the index; ``model`` replaces the saved encoder (e.g. a fine-tuned question side)."""
+        """Open the index; ``model`` replaces the saved encoder (e.g. a fine-tuned question
+        side); ``device`` is where questions are encoded (None: auto)."""
         path = Path(path)
         base = path / subdir
         f = base / SETTINGS_FILE
@@ -333,6 +339,7 @@ class DenseIndex(Index):
             raise IndexMismatchError(
                 f"{path}: model vectors have {enc.dim} dimensions, the index {settings['dim']}"
             )
+        place(enc, device)
         fx = FaissIndex.load(base / "faiss.index", factory=settings["factory"], mmap=mmap)
         if fx.ntotal != len(store):
             raise IndexMismatchError(

@@ -31,6 +31,7 @@ from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.encode.jobs import ShardJob
 from anygrain.encode.manifest import ShardListManifest
 from anygrain.errors import AnygrainError
+from anygrain.utils.device import place, resolve_device
 
 if TYPE_CHECKING:
     from anygrain.models.biencoder import BiEncoder
@@ -211,11 +212,13 @@ class _PassageShards:
     progress: bool
     bf16: bool
     label: str
+    device: str | None = None  # None: auto (in a Ray actor, the GPU it reserved)
 
     def files(self, job: ShardJob) -> tuple[str, ...]:
         return (shard_name(job.index),)
 
     def encode(self, job: ShardJob, into: Path) -> dict[str, Any]:
+        place(self.model, self.device)
         rows = np.arange(job.start, job.end)
         vecs = self.model.passage.encode(
             self.store.texts(rows),
@@ -282,6 +285,7 @@ def encode_corpus(
     on_shard: Callable[[int, int], None] | None = None,
     label: str = "",
     executor: Executor | ExecutorKind | str | None = None,
+    device: str | None = None,
 ) -> ShardSet:
     """Encode every passage of ``store`` into shards under ``out_dir``; resumes an interrupted run.
 
@@ -293,7 +297,8 @@ def encode_corpus(
     from another model, corpus or setting.
     """
     expect = _expected(store, model, shard_size, dtype, bf16)
-    encoder = _PassageShards(store, model, dtype, batch_size, progress, bf16, label)
+    resolve_device(device)  # a missing GPU is refused before any work
+    encoder = _PassageShards(store, model, dtype, batch_size, progress, bf16, label, device)
     engine = ShardedEncode(out_dir, len(store), encoder, _spec(expect), executor=executor)
     engine.run(on_shard)
     return ShardSet.open(out_dir)

@@ -137,6 +137,19 @@ def write_manifest(path: Path, kind: IndexKind, version: int, **fields: Any) -> 
     return m
 
 
+# manifest fields write_manifest sets itself
+_MANAGED = ("format", "kind", "format_version", "created", "checksum_algorithm", "files")
+
+
+def rewrite_manifest(path: Path, old: dict[str, Any], **updates: Any) -> dict[str, Any]:
+    """``index.json`` of ``old`` with ``updates`` (a None value drops the field), checksums
+    recomputed over the files now under ``path``."""
+    fields = {k: v for k, v in old.items() if k not in _MANAGED and k != "corpus_files"}
+    fields.update(updates)
+    fields = {k: v for k, v in fields.items() if v is not None}
+    return write_manifest(path, IndexKind(old["kind"]), int(old["format_version"]), **fields)
+
+
 def _external_corpus(path: Path, manifest: dict[str, Any]) -> Path | None:
     """The corpus directory when it is not inside the index directory (its files are not in
     ``files`` then, so they are checked separately)."""
@@ -318,12 +331,16 @@ class Index(ABC):
         corpus_dir: Path | None = None,
         overwrite: bool = False,
         executor: Executor | ExecutorKind | str | None = None,
+        device: str | None = None,
         **options: Any,
     ) -> Index:
         """Build this kind from ``source`` into ``out``: ``options`` are the kind's settings
         (``settings_type``), checked and typed before anything is read or written."""
+        from anygrain.utils.device import resolve_device
+
         settings = cls.settings_type.from_options(cls.kind.value, options)
-        common = BuildOptions(split, errors, progress, corpus_dir, overwrite, executor)
+        resolve_device(device)  # a missing GPU is refused before anything is read
+        common = BuildOptions(split, errors, progress, corpus_dir, overwrite, executor, device)
         return cls.build_with(source, Path(out), settings, common)
 
     @classmethod

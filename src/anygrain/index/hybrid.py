@@ -131,6 +131,7 @@ class HybridIndex(Index):
                 bf16=s.bf16,
                 shard_size=s.shard_size,
                 executor=c.executor,
+                device=c.device,
             )
             sub = {name: read_manifest(tmp / name) for name in ("sparse", "dense")}
             write_manifest(
@@ -232,7 +233,7 @@ class HybridIndex(Index):
             store=store,
             # "" when nested in a built hybrid index, "dense" for a standalone dense index
             subdir=dm["settings"]["dense"].get("subdir", ""),
-            **{k: v for k, v in options.items() if k == "model"},
+            **{k: v for k, v in options.items() if k in ("model", "device")},
         )
         f = manifest["settings"]["fusion"]
         return cls(

@@ -35,6 +35,9 @@ class BuildOptions:
     # runs a corpus encode's shards (dense, phrase, hybrid's dense part); not recorded,
     # since every executor writes the same files
     executor: Executor | ExecutorKind | str | None = None
+    # where encoders run: auto (a CUDA GPU when torch sees one), cpu, cuda[:N]; not
+    # recorded: every device writes the same vectors, up to rounding
+    device: str | None = None
 
 
 #: the options every kind takes (``threads`` is taken by ``api.build_index`` before the build)

@@ -59,12 +59,14 @@ from anygrain.index.base import (
 )
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.phrase.index import SUBDIR as PHRASE_SUBDIR
-from anygrain.phrase.index import PhraseIndex
+from anygrain.phrase.index import PhraseIndex, PhraseSettings
+from anygrain.phrase.lexical import copy_sparse, write_sparse
 from anygrain.phrase.search import PhraseTable
 from anygrain.search.hit import Hit
 from anygrain.sparse.bm25 import BM25Index, Bm25Settings, bm25_analyzer, collection_stats
 from anygrain.utils.atomic import atomic_dir
 from anygrain.utils.checksums import Verify
+from anygrain.utils.device import resolve_device
 
 
 @dataclass(frozen=True)
@@ -349,6 +351,7 @@ class ShardedIndex(Index):
         corpus_dir: Path | None = None,
         overwrite: bool = False,
         executor: Executor | ExecutorKind | str | None = None,
+        device: str | None = None,
         **options: Any,
     ) -> Index:
         """``shards`` indexes of kind ``of`` over contiguous row ranges of one corpus;
@@ -366,7 +369,8 @@ class ShardedIndex(Index):
             raise AnygrainError(f"shards must be at least 1, not {shards}")
         settings = ShardedSettings(of=kind, shards=shards, lang=lang, shard=dict(options))
         index_class(kind).settings_type.from_options(kind.value, {**options, "lang": lang})
-        common = BuildOptions(split, errors, progress, corpus_dir, overwrite, executor)
+        resolve_device(device)  # a missing GPU is refused before anything is read
+        common = BuildOptions(split, errors, progress, corpus_dir, overwrite, executor, device)
         return cls.build_with(source, Path(out), settings, common)
 
     @classmethod
@@ -395,6 +399,14 @@ class ShardedIndex(Index):
                 collection = collection_stats(
                     store, bm25_analyzer(lang_v, bm.stemming), include_title=bm.include_title
                 )
+            shard_opts = dict(s.shard)
+            lexical = None
+            if kind is IndexKind.PHRASE:
+                # one BM25 part over the whole corpus (its statistics corpus-wide), not one
+                # per shard: fused scores must compare across shards
+                ps = PhraseSettings.from_options(kind.value, {**s.shard, "lang": lang_v.value})
+                lexical, lexical_from = ps.fusion(), ps.sparse_from
+                shard_opts = {**shard_opts, "sparse": False, "sparse_from": None}
             parts: list[dict[str, Any]] = []
             for i, (a, b) in enumerate(bounds):
                 rel = f"{SHARDS_DIR}/{i:05d}"
@@ -424,10 +436,17 @@ class ShardedIndex(Index):
                         lang=lang_v.value,
                         progress=c.progress,
                         executor=c.executor,
-                        **s.shard,
+                        device=c.device,
+                        **shard_opts,
                     )
                 parts.append({"path": rel, "rows": [a, b]})
             first = read_manifest(tmp / parts[0]["path"])
+            if lexical is not None:
+                if lexical_from is not None:
+                    copy_sparse(Path(lexical_from), tmp, store)
+                else:
+                    write_sparse(tmp, store, lang=lang_v.value, progress=c.progress)
+                first["settings"]["sparse"] = lexical.to_dict()
             extra: dict[str, Any] = {}
             if "model" in first:
                 extra["model"] = {

@@ -55,19 +55,18 @@ from anygrain.index.base import (
     Index,
     IndexKind,
     read_manifest,
-    write_manifest,
+    rewrite_manifest,
 )
 from anygrain.index.hybrid import HybridIndex
 from anygrain.index.tombstones import Tombstones, read_tombstones, tombstone_name
 from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_phrases
 from anygrain.phrase.index import SUBDIR as PHRASE_DIR
 from anygrain.phrase.index import PhraseIndex, finish_index
+from anygrain.phrase.lexical import SPARSE_SUBDIR
 from anygrain.sparse.bm25 import BM25Index
 from anygrain.utils.atomic import atomic_dir, atomic_write_text
 from anygrain.utils.checksums import ALGORITHM, hash_file
-
-# manifest fields write_manifest sets itself
-_MANAGED = ("format", "kind", "format_version", "created", "checksum_algorithm", "files")
+from anygrain.utils.device import resolve_device
 
 
 # --- staging ------------------------------------------------------------------------------
@@ -112,15 +111,6 @@ def _corpus_rel(path: Path, manifest: dict[str, Any], store: CorpusStore) -> Pat
     return c.relative_to(root)
 
 
-def _rewrite_manifest(path: Path, old: dict[str, Any], **updates: Any) -> dict[str, Any]:
-    """``index.json`` of ``old`` with ``updates`` (a None value drops the field), checksums
-    recomputed over the files now under ``path``."""
-    fields = {k: v for k, v in old.items() if k not in _MANAGED and k != "corpus_files"}
-    fields.update(updates)
-    fields = {k: v for k, v in fields.items() if v is not None}
-    return write_manifest(path, IndexKind(old["kind"]), int(old["format_version"]), **fields)
-
-
 def _corpus_field(old: dict[str, Any], store: CorpusStore) -> dict[str, Any]:
     return {**old["corpus"], "checksum": store.checksum, "n_passages": len(store)}
 
@@ -146,6 +136,7 @@ class Update:
         segment: CorpusStore | None = None,
         keep_rows: np.ndarray | None = None,
         progress: bool = False,
+        device: str | None = None,
     ) -> None:
         self.index = index
         self.staged = staged
@@ -154,6 +145,7 @@ class Update:
         self.segment = segment
         self.keep_rows = keep_rows
         self.progress = progress
+        self.device = device  # where new passages are encoded (None: auto)
 
 
 Updater = Callable[[Update], None]
@@ -190,7 +182,7 @@ def _bm25_rebuild(part: Path, bm25: BM25Index, store: CorpusStore, progress: boo
     new = read_manifest(part)
     # the language the original build detected stays recorded as detected
     new["settings"]["lang_detected"] = old["settings"].get("lang_detected", False)
-    _rewrite_manifest(part, {**old, "settings": new["settings"]}, corpus=new["corpus"])
+    rewrite_manifest(part, {**old, "settings": new["settings"]}, corpus=new["corpus"])
 
 
 @_register(_ADDERS, IndexKind.BM25)
@@ -206,6 +198,7 @@ def _dense_append(
     segment: CorpusStore,
     work: Path,
     progress: bool,
+    device: str | None = None,
 ) -> None:
     """Encode ``segment`` only, add its vectors to the FAISS index and its shards to the
     vectors directory of the dense index at ``part`` (files under ``part/subdir``)."""
@@ -222,6 +215,7 @@ def _dense_append(
         bf16=bool(settings.get("bf16", False)),
         progress=progress,
         label=str(settings["model"].get("name", "")),
+        device=device,
     )
     fx = FaissIndex.load(base / "faiss.index", factory=settings["factory"], mmap=False)
     for _, batch in new.iter_batches():
@@ -243,7 +237,7 @@ def _dense_append(
 def _dense_manifest(part: Path, dense: DenseIndex, store: CorpusStore) -> None:
     old = read_manifest(part)
     settings = json.loads((part / dense.subdir / SETTINGS_FILE).read_text(encoding="utf-8"))
-    _rewrite_manifest(
+    rewrite_manifest(
         part, old, corpus=_corpus_field(old, store), settings={**old["settings"], "dense": settings}
     )
 
@@ -251,7 +245,7 @@ def _dense_manifest(part: Path, dense: DenseIndex, store: CorpusStore) -> None:
 @_register(_ADDERS, IndexKind.DENSE)
 def _add_dense(u: Update) -> None:
     assert isinstance(u.index, DenseIndex) and u.segment is not None
-    _dense_append(u.staged, u.index, u.store, u.segment, u.work, u.progress)
+    _dense_append(u.staged, u.index, u.store, u.segment, u.work, u.progress, u.device)
     _dense_manifest(u.staged, u.index, u.store)
 
 
@@ -284,6 +278,7 @@ def _add_phrase(u: Update) -> None:
         threshold=s["threshold"],
         bf16=bool(s.get("bf16", False)),
         progress=u.progress,
+        device=u.device,
     )
     n_tok = len(idx.table)
     n_rows = len(idx.table.passage_ptr) - 1
@@ -316,9 +311,19 @@ def _add_phrase(u: Update) -> None:
     c["start_vectors"] += stats.n_start
     c["end_vectors"] += stats.n_end
     _phrase_sizes(base, c)
-    _rewrite_manifest(
+    _phrase_lexical(u)
+    rewrite_manifest(
         u.staged, read_manifest(u.staged), corpus=_corpus_field(old, u.store), counts=c
     )
+
+
+def _phrase_lexical(u: Update) -> None:
+    """Rebuild a phrase index's BM25 part over the updated passages (its statistics are
+    corpus-wide); nothing for an index without one."""
+    idx = u.index
+    assert isinstance(idx, PhraseIndex)
+    if idx.lexical is not None:
+        _bm25_rebuild(u.staged / SPARSE_SUBDIR, idx.lexical.bm25, u.store, u.progress)
 
 
 def _phrase_sizes(base: Path, c: dict[str, Any]) -> None:
@@ -339,11 +344,9 @@ def _add_hybrid(u: Update) -> None:
     idx = u.index
     assert isinstance(idx, HybridIndex) and u.segment is not None
     _bm25_rebuild(u.staged / "sparse", idx.sparse, u.store, u.progress)
-    _dense_append(u.staged / "dense", idx.dense, u.store, u.segment, u.work, u.progress)
+    _dense_append(u.staged / "dense", idx.dense, u.store, u.segment, u.work, u.progress, u.device)
     _dense_manifest(u.staged / "dense", idx.dense, u.store)
-    _rewrite_manifest(
-        u.staged, read_manifest(u.staged), corpus=_corpus_field(idx.manifest, u.store)
-    )
+    rewrite_manifest(u.staged, read_manifest(u.staged), corpus=_corpus_field(idx.manifest, u.store))
 
 
 # --- compaction ---------------------------------------------------------------------------
@@ -395,6 +398,7 @@ def _compact_phrase(u: Update) -> None:
     if not (base / "start.npy").exists():
         # the float16 dump was dropped for compressed codes: dump the kept passages again
         shutil.rmtree(base)
+        shutil.rmtree(u.staged / SPARSE_SUBDIR, ignore_errors=True)  # linked to the original
         PhraseIndex.write(
             u.staged,
             u.store,
@@ -409,6 +413,8 @@ def _compact_phrase(u: Update) -> None:
             pq_m=s.get("pq_m"),
             keep_dump=s.get("dump"),
             build=idx.build_settings,  # type: ignore[arg-type]
+            lexical=idx.fusion,
+            lexical_lang=idx.lexical.bm25.config.lang if idx.lexical is not None else None,
         )
         return
     keep = u.keep_rows
@@ -454,9 +460,11 @@ def _compact_phrase(u: Update) -> None:
             "max_passage_length",
             "doc_stride",
             "bf16",
+            "sparse",
         )
         if k in s
     }
+    _phrase_lexical(u)
     finish_index(
         u.staged,
         u.store,
@@ -479,9 +487,7 @@ def _compact_hybrid(u: Update) -> None:
     _bm25_rebuild(u.staged / "sparse", idx.sparse, u.store, u.progress)
     _dense_subset(u.staged / "dense", idx.dense, u.store, u.keep_rows)
     _dense_manifest(u.staged / "dense", idx.dense, u.store)
-    _rewrite_manifest(
-        u.staged, read_manifest(u.staged), corpus=_corpus_field(idx.manifest, u.store)
-    )
+    rewrite_manifest(u.staged, read_manifest(u.staged), corpus=_corpus_field(idx.manifest, u.store))
 
 
 # --- operations ---------------------------------------------------------------------------
@@ -506,14 +512,17 @@ def add_documents(
     model: Any = None,
     errors: ErrorLog | None = None,
     progress: bool = True,
+    device: str | None = None,
 ) -> Index:
     """Add the documents of ``source`` to the index at ``path`` (see the module docstring
-    for what each kind recomputes); returns the index reopened.
+    for what each kind recomputes); returns the index reopened.  ``device``: where the new
+    passages are encoded (None: auto).
 
     ``split`` defaults to the one the corpus was built with.  ``model`` must be the
     index's own encoder (same fingerprint; by default the one stored in the index).
     Passage or document ids the index already holds are refused, naming them."""
     p = Path(path)
+    resolve_device(device)  # a missing GPU is refused before anything is read
     opts = {"model": model} if model is not None else {}
     idx = Index.load(p, **opts)
     store = idx.corpus
@@ -529,7 +538,7 @@ def add_documents(
         )
         append_segment(store, segment, staged / rel)
         grown = CorpusStore(staged / rel)
-        fn(Update(idx, staged, grown, work, segment=segment, progress=progress))
+        fn(Update(idx, staged, grown, work, segment=segment, progress=progress, device=device))
     return Index.load(p)
 
 
@@ -614,5 +623,5 @@ def compact_index(path: str | Path, *, progress: bool = True) -> Index:
         _fresh(staged / str(idx.manifest["tombstones"]["file"]))
         small = CorpusStore(staged / rel)
         fn(Update(idx, staged, small, work, keep_rows=keep, progress=progress))
-        _rewrite_manifest(staged, read_manifest(staged), tombstones=None)
+        rewrite_manifest(staged, read_manifest(staged), tombstones=None)
     return Index.load(p)

@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from torch import nn
 
 from anygrain.models.base import Model, ModelType, config_file, register_model
 from anygrain.models.encoder import EncoderConfig, Pooling, TextEncoder
 from anygrain.models.resolve import resolve_model
+from anygrain.utils.device import module_device
 
 MODEL_CONFIG = config_file(ModelType.BIENCODER)
 FORMAT = "anygrain.biencoder"
@@ -64,7 +66,9 @@ class BiEncoderConfig:
 def _load_hf(path: Path) -> tuple[nn.Module, Any]:
     from transformers import AutoModel, AutoTokenizer
 
-    model = AutoModel.from_pretrained(str(path))
+    # float32 whatever the file stores: half-precision weights would train badly and run
+    # slowly on a CPU (autocast gives the speed where it is wanted)
+    model = AutoModel.from_pretrained(str(path), dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(str(path))
     return model, tok
 
@@ -94,6 +98,12 @@ class BiEncoder(Model):
     @property
     def dim(self) -> int:
         return self.question.dim
+
+    @property
+    def device(self) -> torch.device:
+        """Where the weights are: ``model.to(device)`` moves both sides (a shared model's
+        one transformer once); encoding sends its inputs there and returns CPU arrays."""
+        return module_device(self)
 
     # --- construction --------------------------------------------------------
     @classmethod

@@ -1,4 +1,7 @@
-"""A text encoder: one transformer plus pooling, with length-bucketed batched encoding."""
+"""A text encoder: one transformer plus pooling, with length-bucketed batched encoding.
+
+Encoding runs where the weights are (``encoder.to(device)`` moves them; the inputs
+follow) and always returns float32 numpy arrays on the CPU."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import torch
 from torch import nn
 
 from anygrain.errors import AnygrainError
-from anygrain.utils.precision import cpu_autocast
+from anygrain.utils.device import autocast, module_device
 from anygrain.utils.progress import progress_bar
 
 
@@ -84,6 +87,11 @@ class TextEncoder(nn.Module):
     def dim(self) -> int:
         return int(self.model.config.hidden_size)  # type: ignore[union-attr, arg-type]
 
+    @property
+    def device(self) -> torch.device:
+        """Where the weights are (``encoder.to(device)`` moves them; inputs follow)."""
+        return module_device(self.model)
+
     def tokenize(
         self,
         texts: Sequence[str],
@@ -143,6 +151,7 @@ class TextEncoder(nn.Module):
         pad_id = self.tokenizer.pad_token_id or 0
         batches = [order[i : i + batch_size] for i in range(0, n, batch_size)]
         tt = enc.get("token_type_ids")
+        dev = self.device
         for b in progress_bar(batches, desc=desc, unit="batch", disable=not progress):
             width = max(len(ids[i]) for i in b)
             input_ids = torch.full((len(b), width), pad_id, dtype=torch.long)
@@ -153,8 +162,8 @@ class TextEncoder(nn.Module):
                 mask[r, : len(ids[i])] = 1
                 if tt is not None:
                     types[r, : len(ids[i])] = torch.tensor(tt[i])
-            extra = {"token_type_ids": types} if tt is not None else {}
-            with cpu_autocast(bf16):
-                emb = self.forward(input_ids, mask, **extra)
-            out[b] = emb.float().numpy()
+            extra = {"token_type_ids": types.to(dev)} if tt is not None else {}
+            with autocast(dev, bf16):
+                emb = self.forward(input_ids.to(dev), mask.to(dev), **extra)
+            out[b] = emb.float().cpu().numpy()
         return check_finite(out, self.name, self.side)

@@ -38,6 +38,7 @@ from anygrain.encode.manifest import DoneMapManifest
 from anygrain.encode.npy import concatenate_npy
 from anygrain.phrase.model import EncodedPassage, PhraseEncoder
 from anygrain.utils.atomic import atomic_path
+from anygrain.utils.device import place, resolve_device
 
 DUMP_MANIFEST = "dump.json"
 FORMAT = "anygrain.phrase-dump"
@@ -142,11 +143,13 @@ class _PhraseShards:
     threshold: float | None
     batch_size: int
     bf16: bool
+    device: str | None = None  # None: auto (in a Ray actor, the GPU it reserved)
 
     def files(self, job: ShardJob) -> tuple[str, ...]:
         return tuple(_shard_file(job.index, a) for a in ARRAYS)
 
     def encode(self, job: ShardJob, into: Path) -> dict[str, Any]:
+        place(self.model, self.device)
         arrays = encode_shard(
             self.store,
             self.model,
@@ -173,10 +176,12 @@ def dump_phrases(
     progress: bool = True,
     on_shard: Callable[[int], None] | None = None,
     executor: Executor | ExecutorKind | str | None = None,
+    device: str | None = None,
 ) -> DumpStats:
     """Encode ``store`` into shards under ``work`` (resumable), then write the final arrays
     into ``out``.  ``on_shard(i)`` is called after shard ``i`` is saved (tests interrupt here);
-    ``executor`` runs the shards (default: in this process)."""
+    ``executor`` runs the shards (default: in this process); ``device`` is where the model
+    encodes (None: auto)."""
     work, out = Path(work), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     spec = EncodeSpec(
@@ -188,7 +193,8 @@ def dump_phrases(
         desc="dumping phrases",
         progress=progress,
     )
-    encoder = _PhraseShards(store, model, threshold, batch_size, bf16)
+    resolve_device(device)  # a missing GPU is refused before any work
+    encoder = _PhraseShards(store, model, threshold, batch_size, bf16, device)
     result = ShardedEncode(work, len(store), encoder, spec, executor=executor).run(
         None if on_shard is None else lambda i, _n: on_shard(i)
     )

@@ -55,12 +55,23 @@ from anygrain.phrase.compress import (
     ivf_prefix,
 )
 from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_phrases
+from anygrain.phrase.lexical import (
+    LexicalQuery,
+    LexicalScorer,
+    SparseFusion,
+    copy_sparse,
+    dense_stats,
+    fuse,
+    open_sparse,
+    write_sparse,
+)
 from anygrain.phrase.model import PhraseEncoder
 from anygrain.phrase.search import (
     Phrases,
     PhraseTable,
     UnitHit,
     aggregate,
+    merge,
     search_candidates,
     search_scope,
     single_thread,
@@ -68,6 +79,7 @@ from anygrain.phrase.search import (
 )
 from anygrain.search.hit import Hit, Unit, UnitSearchStats
 from anygrain.utils.atomic import atomic_dir
+from anygrain.utils.device import place
 
 if TYPE_CHECKING:
     from anygrain.corpus.questions import Questions
@@ -94,6 +106,11 @@ class PhraseSettings(IndexSettings):
     compress: Compress = Compress.NONE
     pq_m: int | None = None  # opq-pq: bytes per vector (default dim/8)
     keep_dump: bool | None = None  # keep the float16 vectors (default: only uncompressed)
+    # the lexical part (BM25 of each phrase's passage, fused into its score): built with
+    # the index unless ``sparse`` is off; ``sparse_from`` copies an existing BM25 index
+    sparse: bool = True
+    sparse_from: str | None = None
+    sparse_weight: float | None = None  # default: DEFAULT_SPARSE_WEIGHT
 
     def __post_init__(self) -> None:
         if self.lang is not None:
@@ -106,6 +123,15 @@ class PhraseSettings(IndexSettings):
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise AnygrainError(f"phrase index {name} must be at least 1, got {v}")
+        if self.sparse_from is not None and not self.sparse:
+            raise AnygrainError("sparse_from needs the lexical part on (sparse=True)")
+        self.fusion()  # checks the weight
+
+    def fusion(self) -> SparseFusion | None:
+        """The lexical fusion these settings ask for (None: a pure dense index)."""
+        if not self.sparse:
+            return None
+        return SparseFusion().with_weight(self.sparse_weight)
 
 
 def as_phrase_model(
@@ -264,6 +290,30 @@ class PhraseIndex(Index):
         self.start_ids = start_ids
         self.end_ids = end_ids
         self.max_words = int(manifest["settings"]["max_phrase_words"])
+        sp = manifest["settings"].get("sparse")
+        self.fusion = SparseFusion.from_dict(sp, f"{path}/index.json") if sp else None
+        # the BM25 part opens on first use: a pure-dense search never reads it
+        self._lexical: LexicalScorer | None = None
+
+    @property
+    def lexical(self) -> LexicalScorer | None:
+        """The BM25 part fused into phrase scores (None for an index built without it)."""
+        if self.fusion is not None and self._lexical is None:
+            self._lexical = open_sparse(self.path, self.store)
+        return self._lexical
+
+    def search_fusion(self, sparse_weight: float | None) -> SparseFusion | None:
+        """The fusion a search uses: the saved one with ``sparse_weight`` (None: saved
+        weight); None, a pure dense search, at weight 0."""
+        if self.fusion is None:
+            if sparse_weight:
+                raise AnygrainError(
+                    f"{self.path}: this phrase index has no lexical part to weigh; add one "
+                    "with `anygrain phrase attach-sparse` (or build with the default --sparse)"
+                )
+            return None
+        f = self.fusion.with_weight(sparse_weight)
+        return f if f.weight > 0 else None
 
     @property
     def corpus(self) -> CorpusStore:
@@ -318,6 +368,10 @@ class PhraseIndex(Index):
                 keep_dump=s.keep_dump,
                 build=s,
                 executor=c.executor,
+                lexical=s.fusion(),
+                lexical_from=s.sparse_from,
+                lexical_lang=s.lang,
+                device=c.device,
             )
         shutil.rmtree(partial, ignore_errors=True)
         return Index.load(out)  # type: ignore[return-value]
@@ -343,11 +397,22 @@ class PhraseIndex(Index):
         keep_dump: bool | None = None,
         build: PhraseSettings | None = None,
         executor: Executor | ExecutorKind | str | None = None,
+        lexical: SparseFusion | None = None,
+        lexical_from: str | Path | None = None,
+        lexical_lang: str | None = None,
+        device: str | None = None,
     ) -> dict[str, Any]:
         """Dump, build both MIPS indexes and write ``index.json`` under ``out`` (``build``:
         the settings the index was asked for, recorded as ``settings.build``; ``executor``
-        runs the dump's shards, default in this process; not recorded: the dump is the same)."""
+        runs the dump's shards, default in this process; not recorded: the dump is the same).
+        ``lexical``: fuse BM25 into phrase scores, with a BM25 index built here (language
+        ``lexical_lang``, default detected) or copied from ``lexical_from``."""
         out = Path(out)
+        if lexical is not None:
+            if lexical_from is not None:
+                copy_sparse(Path(lexical_from), out, store)
+            else:
+                write_sparse(out, store, lang=lexical_lang, progress=progress)
         base = out / SUBDIR
         base.mkdir(parents=True, exist_ok=True)
         t0 = time.time()
@@ -365,6 +430,7 @@ class PhraseIndex(Index):
             progress=progress,
             on_shard=on_shard,
             executor=executor,
+            device=device,
         )
         settings: dict[str, Any] = {
             "max_phrase_words": model.config.max_phrase_words
@@ -378,6 +444,8 @@ class PhraseIndex(Index):
             "doc_stride": model.config.doc_stride,
             "bf16": bf16,
         }
+        if lexical is not None:
+            settings["sparse"] = lexical.to_dict()
         if build is not None:
             settings["build"] = build.to_dict()
         model_info = {
@@ -409,9 +477,11 @@ class PhraseIndex(Index):
         store: CorpusStore | None = None,
         model: str | Path | PhraseEncoder | None = None,
         mmap: bool = True,
+        device: str | None = None,
         **options: Any,
     ) -> PhraseIndex:
-        """Open the index; ``model`` replaces the saved one (it must make the same phrases)."""
+        """Open the index; ``model`` replaces the saved one (it must make the same phrases);
+        ``device`` is where questions are encoded (None: auto)."""
         path = Path(path)
         base = path / SUBDIR
         want = manifest.get("model", {}).get("fingerprint")
@@ -429,6 +499,7 @@ class PhraseIndex(Index):
                 f"was built with ({want}); its questions would not match the stored phrase vectors. "
                 "Use the index's own model or rebuild the index with this one."
             )
+        place(enc, device)
         store = store or open_corpus_of(path, manifest)
         decoded = manifest["settings"].get("span_vectors") == "codes"
         for name in (
@@ -511,10 +582,15 @@ class PhraseIndex(Index):
         scope_rows: Sequence[Sequence[int]] | None = None,
         max_words: int | None = None,
         nprobe: int | None = None,
+        lexical: Sequence[LexicalQuery] | None = None,
+        fusion: SparseFusion | None = None,
     ) -> list[Phrases]:
-        """Scored phrases per question from ready-made question vectors (best first)."""
+        """Scored phrases per question from ready-made question vectors (best first).
+        With ``fusion`` and the questions' ``lexical`` side, scores are fused with BM25
+        (:mod:`anygrain.phrase.lexical`) and BM25's top passages add candidates."""
         L = int(max_words or self.max_words)
         n = len(q_start)
+        fused = fusion is not None and lexical is not None
         if scope_rows is not None:
             if len(scope_rows) != n:
                 raise AnygrainError(f"scope_rows has {len(scope_rows)} entries for {n} queries")
@@ -523,10 +599,26 @@ class PhraseIndex(Index):
                 bad = [r for r in rows if not 0 <= int(r) < nrows]
                 if bad:
                     raise AnygrainError(f"scope row {bad[0]} out of range (0..{nrows - 1})")
+            if fused:
+                assert fusion is not None and lexical is not None
+                mips = self._mips_scored(q_start, q_end, fusion.norm_depth, nprobe)
+                with single_thread():
+                    return [
+                        self._fused_phrases(q_start, q_end, i, mips, lexical[i], fusion, L, rows)
+                        for i, rows in enumerate(scope_rows)
+                    ]
             with single_thread():
                 return [
                     search_scope(self.table, q_start[i], q_end[i], rows, L)
                     for i, rows in enumerate(scope_rows)
+                ]
+        if fused:
+            assert fusion is not None and lexical is not None
+            mips = self._mips_scored(q_start, q_end, max(top_k, fusion.norm_depth), nprobe)
+            with single_thread():
+                return [
+                    self._fused_phrases(q_start, q_end, i, mips, lexical[i], fusion, L)
+                    for i in range(n)
                 ]
         kk = min(top_k, max(len(self.start_ids), 1), max(len(self.end_ids), 1))
         ts, te = self.mips(q_start, q_end, kk, nprobe=nprobe)
@@ -535,6 +627,48 @@ class PhraseIndex(Index):
                 search_candidates(self.table, q_start[i], q_end[i], ts[i], te[i], L)
                 for i in range(n)
             ]
+
+    def _mips_scored(
+        self, q_start: np.ndarray, q_end: np.ndarray, k: int, nprobe: int | None
+    ) -> _Mips:
+        """Top-``k`` start and end tokens with their MIPS scores (NaN where none)."""
+        ks = min(k, max(len(self.start_ids), 1))
+        ke = min(k, max(len(self.end_ids), 1))
+        rs, ss = self.start_index.search(q_start, ks, nprobe=nprobe)
+        re_, se = self.end_index.search(q_end, ke, nprobe=nprobe)
+        return _Mips(
+            np.where(rs >= 0, self.start_ids[np.maximum(rs, 0)], -1),
+            np.where(re_ >= 0, self.end_ids[np.maximum(re_, 0)], -1),
+            np.where(rs >= 0, ss, np.nan).astype(np.float32),
+            np.where(re_ >= 0, se, np.nan).astype(np.float32),
+        )
+
+    def _fused_phrases(
+        self,
+        q_start: np.ndarray,
+        q_end: np.ndarray,
+        i: int,
+        mips: _Mips,
+        lex: LexicalQuery,
+        fusion: SparseFusion,
+        max_words: int,
+        rows: Sequence[int] | None = None,
+    ) -> Phrases:
+        """Question ``i``'s phrases with fused scores, best first: from its MIPS candidates
+        and BM25's top passages, or (``rows``) every phrase of those passages."""
+        qs, qe = q_start[i], q_end[i]
+        if rows is not None:
+            ph = search_scope(self.table, qs, qe, rows, max_words)
+        else:
+            ph = search_candidates(self.table, qs, qe, mips.ts[i], mips.te[i], max_words)
+            if len(lex.top_rows):
+                ph = merge(ph, search_scope(self.table, qs, qe, lex.top_rows, max_words))
+        if not len(ph):
+            return ph
+        stats = dense_stats(mips.ss[i], mips.se[i], fusion.norm_depth)
+        score = fuse(ph.score, self.table.row[ph.start], stats, lex, fusion)
+        order = np.lexsort((ph.start, -score))
+        return Phrases(ph.start[order], ph.end[order], score[order])
 
     def search(
         self,
@@ -551,6 +685,7 @@ class PhraseIndex(Index):
         max_depth: int | None = None,
         exact: bool = False,
         stats: list[UnitSearchStats] | None = None,
+        sparse_weight: float | None = None,
         **options: Any,
     ) -> list[list[Hit]]:
         """Top-``k`` units per query.  ``unit`` picks the grain (default: phrases); coarser
@@ -563,19 +698,34 @@ class PhraseIndex(Index):
         ``max_depth`` (default ``max(64·k, top_k)``, at most the index size).  With
         ``exact`` a round must also prove its top ``k`` exact (or retrieve everything).
         Each query's :class:`UnitSearchStats` is appended to ``stats`` when given.
+
+        Scores fuse BM25 into the dense phrase score when the index has a lexical part
+        (:mod:`anygrain.phrase.lexical`); ``sparse_weight`` overrides its saved weight for
+        this search, and 0 gives the pure dense score.
         """
         u = Unit(unit) if unit is not None else Unit.PHRASE
         depth = top_k or max(100, 10 * k)
         L = int(max_words or self.max_words)
+        fusion = self.search_fusion(sparse_weight)
         out: list[list[Hit]] = []
         for i in range(0, len(queries), batch_size):
-            qs, qe = self.encode_queries(
-                queries[i : i + batch_size], batch_size=batch_size, bf16=bf16
-            )
+            batch = list(queries[i : i + batch_size])
+            qs, qe = self.encode_queries(batch, batch_size=batch_size, bf16=bf16)
+            lex = None
+            if fusion is not None:
+                assert self.lexical is not None
+                lex = self.lexical.queries(batch, fusion)
             scope = scope_rows[i : i + batch_size] if scope_rows is not None else None
             if u is Unit.PHRASE or scope is not None:
                 phrases = self.search_phrases(
-                    qs, qe, top_k=depth, scope_rows=scope, max_words=L, nprobe=nprobe
+                    qs,
+                    qe,
+                    top_k=depth,
+                    scope_rows=scope,
+                    max_words=L,
+                    nprobe=nprobe,
+                    lexical=lex,
+                    fusion=fusion,
                 )
                 found = [aggregate(self.table, self.store, p, k, u) for p in phrases]
                 if stats is not None:
@@ -593,6 +743,8 @@ class PhraseIndex(Index):
                     exact=exact,
                     max_words=L,
                     nprobe=nprobe,
+                    lexical=lex,
+                    fusion=fusion,
                 )
                 if stats is not None:
                     stats.extend(st)
@@ -654,6 +806,8 @@ class PhraseIndex(Index):
         exact: bool = False,
         max_words: int | None = None,
         nprobe: int | None = None,
+        lexical: Sequence[LexicalQuery] | None = None,
+        fusion: SparseFusion | None = None,
     ) -> tuple[list[list[UnitHit]], list[UnitSearchStats]]:
         """Top-``k`` sentences, passages or documents per question, retrying deeper.
 
@@ -671,6 +825,11 @@ class PhraseIndex(Index):
         ``s_last + e_first``.  It holds when MIPS is an exhaustive scan of the vectors span
         scoring reads (:attr:`exact_mips`); with IVF it does not, and ``exact`` changes
         nothing (no round can be proven, so the usual ``max_depth`` bound applies).
+
+        With ``fusion`` (and ``lexical``) phrases carry fused scores: BM25's top passages
+        are scanned in every round, and the bound becomes the fused score of the dense
+        bound in the passage with the highest BM25 score (a passage's BM25 part is the same
+        for all its phrases, so pairing each candidate with its best partner still holds).
         """
         if unit is Unit.PHRASE:
             raise AnygrainError("search_units ranks sentences, passages or documents")
@@ -681,24 +840,42 @@ class PhraseIndex(Index):
         certify = self.exact_mips
         # no proof is possible past an approximate MIPS: ``exact`` then keeps the usual bound
         bound = n_max if exact and certify else min(max(max_depth or 64 * k, depth), n_max)
-        d = min(depth, bound)
+        fused = fusion is not None and lexical is not None
+        if fused:
+            assert fusion is not None
+            d = min(max(depth, fusion.norm_depth), max(bound, fusion.norm_depth))
+            bound = max(bound, d)
+        else:
+            d = min(depth, bound)
         found: list[list[UnitHit]] = [[] for _ in range(n)]
         stats: list[UnitSearchStats | None] = [None] * n
         pending = np.arange(n)
         rounds = 0
         while len(pending):
             rounds += 1
-            rs, ss = self.start_index.search(q_start[pending], d, nprobe=nprobe)
-            re_, se = self.end_index.search(q_end[pending], d, nprobe=nprobe)
-            ts = np.where(rs >= 0, self.start_ids[np.maximum(rs, 0)], -1)
-            te = np.where(re_ >= 0, self.end_ids[np.maximum(re_, 0)], -1)
+            qs_p, qe_p = q_start[pending], q_end[pending]
+            mips = self._mips_scored(qs_p, qe_p, d, nprobe)
             all_s, all_e = d >= n_s, d >= n_e
             left = []
             with single_thread():
                 for j, qi in enumerate(pending.tolist()):
-                    ph = search_candidates(self.table, q_start[qi], q_end[qi], ts[j], te[j], L)
+                    to_fused = None
+                    if fused:
+                        assert fusion is not None and lexical is not None
+                        lex = lexical[qi]
+                        ph = self._fused_phrases(qs_p, qe_p, j, mips, lex, fusion, L)
+                        to_fused = _bound_map(mips, j, lex, fusion)
+                    else:
+                        ph = search_candidates(
+                            self.table, q_start[qi], q_end[qi], mips.ts[j], mips.te[j], L
+                        )
                     hits = aggregate(self.table, self.store, ph, k, unit)
-                    proven = certify and (all_s or _certified(hits, k, unit, ss[j], se[j], all_e))
+                    proven = certify and (
+                        all_s
+                        or _certified(
+                            hits, k, unit, mips.ss[j], mips.se[j], all_e, to_fused=to_fused
+                        )
+                    )
                     done = proven if exact and certify else len(hits) >= k
                     if done or d >= bound:
                         found[qi] = hits
@@ -827,13 +1004,49 @@ def _load_array(path: Path, mode: Literal["r"] | None) -> np.ndarray:
         raise AnygrainError(f"{path}: unreadable ({e}); rebuild the index") from None
 
 
+@dataclass
+class _Mips:
+    """One MIPS round: start and end token indices (-1: none) and scores (NaN: none)."""
+
+    ts: np.ndarray
+    te: np.ndarray
+    ss: np.ndarray
+    se: np.ndarray
+
+
+def _bound_map(mips: _Mips, j: int, lex: LexicalQuery, fusion: SparseFusion) -> Any:
+    """The fused score a phrase with dense score ``b`` could at most have (its passage at
+    BM25's best), for certifying a fused unit search."""
+    stats = dense_stats(mips.ss[j], mips.se[j], fusion.norm_depth)
+    best = np.array([int(np.argmax(lex.scores))]) if len(lex.scores) else np.zeros(0, np.int64)
+
+    def to_fused(b: float) -> float:
+        if not len(best):
+            return b
+        return float(fuse(np.array([b], np.float32), best, stats, lex, fusion)[0])
+
+    return to_fused
+
+
 def _certified(
-    hits: list[UnitHit], k: int, unit: Unit, s_scores: np.ndarray, e_scores: np.ndarray, all_e: bool
+    hits: list[UnitHit],
+    k: int,
+    unit: Unit,
+    s_scores: np.ndarray,
+    e_scores: np.ndarray,
+    all_e: bool,
+    *,
+    to_fused: Any = None,
 ) -> bool:
     """Whether the ``k``-th unit's score beats every phrase the round did not find
     (see :meth:`PhraseIndex.search_units`); ``s_scores``/``e_scores`` are one question's MIPS
-    scores, best first, with every start not retrieved scoring at most the last."""
+    scores, best first, with every start not retrieved scoring at most the last
+    (``to_fused`` maps that dense bound to fused scores)."""
     if len(hits) < k:
+        return False
+    s_scores = s_scores[np.isfinite(s_scores)]
+    e_scores = e_scores[np.isfinite(e_scores)]
+    if not len(s_scores) or not len(e_scores):
         return False
     s_last = float(s_scores[-1])
     if unit is Unit.SENTENCE:
@@ -843,4 +1056,6 @@ def _certified(
     else:
         e_part = float(e_scores[-1])
     bound = s_last + e_part
+    if to_fused is not None:
+        bound = to_fused(bound)
     return hits[k - 1].score >= bound + 1e-5 * max(1.0, abs(bound))

@@ -38,11 +38,18 @@ import torch
 from torch import nn
 
 from anygrain.errors import AnygrainError
-from anygrain.models.base import Model, ModelType, config_file, register_model
+from anygrain.models.base import (
+    Model,
+    ModelType,
+    config_file,
+    detect_model_type,
+    register_model,
+    saved_model_dir,
+)
 from anygrain.models.encoder import Pooling, check_finite, pool
 from anygrain.models.resolve import resolve_model
 from anygrain.phrase.tokens import Window, best_windows, tokenize_windows
-from anygrain.utils.precision import cpu_autocast
+from anygrain.utils.device import autocast, module_device
 from anygrain.utils.progress import progress_bar
 
 MODEL_CONFIG = config_file(ModelType.PHRASE)
@@ -131,7 +138,21 @@ def _load_hf(path: Path) -> tuple[Any, Any]:
     if not (path / "config.json").exists():
         raise AnygrainError(f"{path}: missing model files (no config.json)")
     with _quiet_transformers():
-        return AutoModel.from_pretrained(str(path)), AutoTokenizer.from_pretrained(str(path))
+        # float32 whatever the file stores: weights saved in half precision would otherwise
+        # load as such and train badly (autocast gives the speed where it is wanted)
+        model = AutoModel.from_pretrained(str(path), dtype=torch.float32)
+        return model, AutoTokenizer.from_pretrained(str(path))
+
+
+def _saved_phrase_dir(name: str | Path) -> Path | None:
+    """The directory of a saved (full or packed) phrase model named by ``name``, else None
+    (``name`` is then an encoder to start a new model from)."""
+    try:
+        path = saved_model_dir(name)
+    except AnygrainError:
+        return None
+    kind = detect_model_type(path)
+    return path if kind in (ModelType.PHRASE, ModelType.PACKED_PHRASE) else None
 
 
 @dataclass
@@ -211,9 +232,24 @@ class PhraseEncoder(Model):
     ) -> PhraseEncoder:
         """A saved phrase model, or a new one initialised from any encoder anygrain can load
         (alias, hub name or directory).  ``settings`` fill :class:`PhraseConfig` fields."""
-        p = Path(str(name)).expanduser()
-        if (p / MODEL_CONFIG).exists():
-            return cls.load(p)
+        saved = _saved_phrase_dir(name)
+        if saved is not None:
+            # continued training: a saved or packed phrase model (or a shipped one's name)
+            # goes on as it is; settings that would change what it computes are refused
+            model = cls.load(saved)
+            wanted = {"question_encoder": QuestionEncoderKind(question_encoder), **settings}
+            if question_pooling is not None:
+                wanted["question_pooling"] = Pooling(question_pooling)
+            differ = [
+                f"{k} {getattr(model.config, k)!r} (asked: {v!r})"
+                for k, v in wanted.items()
+                if hasattr(model.config, k) and getattr(model.config, k) != v
+            ]
+            if differ:
+                raise AnygrainError(
+                    f"{saved}: this phrase model was made with other settings: " + "; ".join(differ)
+                )
+            return model
         path, defaults = resolve_model(name, cache_dir=cache_dir)
         base, tok = _load_hf(path)
         kind = QuestionEncoderKind(question_encoder)
@@ -347,6 +383,11 @@ class PhraseEncoder(Model):
     def dim(self) -> int:
         return self.config.hidden_size
 
+    @property
+    def device(self) -> torch.device:
+        """Where the weights are (``model.to(device)`` moves them; inputs follow)."""
+        return module_device(self.phrase)
+
     # --- differentiable forward passes ------------------------------------------------
     def phrase_forward(
         self,
@@ -434,12 +475,13 @@ class PhraseEncoder(Model):
         qs = np.zeros((n, self.dim), dtype=np.float32)
         qe = np.zeros((n, self.dim), dtype=np.float32)
         order = np.argsort([-len(t) for t in texts], kind="stable")
+        dev = self.device
         for i in range(0, n, batch_size):
             b = order[i : i + batch_size]
             enc = self.tokenize_questions([texts[j] for j in b])
-            with cpu_autocast(bf16):
-                s, e = self.question_forward(**enc)
-            qs[b], qe[b] = s.float().numpy(), e.float().numpy()
+            with autocast(dev, bf16):
+                s, e = self.question_forward(**{k: v.to(dev) for k, v in enc.items()})
+            qs[b], qe[b] = s.float().cpu().numpy(), e.float().cpu().numpy()
         name = self.config.base_model
         return check_finite(qs, name, "question start"), check_finite(qe, name, "question end")
 
@@ -473,11 +515,12 @@ class PhraseEncoder(Model):
                 owned[wi] = pos
         order = np.argsort([-len(w) for w in wins], kind="stable")
         batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+        dev = self.device
         for b in progress_bar(batches, desc="encoding phrases", unit="batch", disable=not progress):
             batch = self.collate([wins[i] for i in b])
-            with cpu_autocast(bf16):
-                ts, te, tf = self.phrase_forward(**batch)
-            s, e, f = ts.float().numpy(), te.float().numpy(), tf.float().numpy()
+            with autocast(dev, bf16):
+                ts, te, tf = self.phrase_forward(**{k: v.to(dev) for k, v in batch.items()})
+            s, e, f = ts.float().cpu().numpy(), te.float().cpu().numpy(), tf.float().cpu().numpy()
             for arr, what in ((s, "phrase start"), (e, "phrase end"), (f, "filter logit")):
                 check_finite(arr, self.config.base_model, what)
             for r, wi in enumerate(b):

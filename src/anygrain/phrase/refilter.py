@@ -26,6 +26,7 @@ from anygrain.index.base import Index, check_build_target
 from anygrain.phrase.compress import Compress
 from anygrain.phrase.dump import END_OK, START_OK, DumpStats
 from anygrain.phrase.index import DUMP_FILES, SUBDIR, PhraseIndex, finish_index
+from anygrain.phrase.lexical import SPARSE_SUBDIR
 from anygrain.utils.atomic import atomic_dir
 from anygrain.utils.progress import progress_bar
 
@@ -147,6 +148,8 @@ def refilter(
         settings: dict[str, Any] = {
             k: v for k, v in src.manifest["settings"].items() if k not in derived
         }
+        if src.fusion is not None:  # the BM25 part covers the same passages: copied as is
+            shutil.copytree(Path(src.path) / SPARSE_SUBDIR, tmp / SPARSE_SUBDIR)
         settings["threshold"] = float(threshold)
         settings["refiltered_from"] = {"path": str(src.path), "threshold": old}
         finish_index(

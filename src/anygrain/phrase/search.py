@@ -223,7 +223,11 @@ def search_candidates(
 
 
 def search_scope(
-    table: PhraseTable, q_start: np.ndarray, q_end: np.ndarray, rows: Sequence[int], max_words: int
+    table: PhraseTable,
+    q_start: np.ndarray,
+    q_end: np.ndarray,
+    rows: Sequence[int] | np.ndarray,
+    max_words: int,
 ) -> Phrases:
     """Exhaustive search of one question within passages ``rows`` (D = {p} when one row)."""
     ptr = table.passage_ptr

@@ -142,9 +142,13 @@ def create_app(
             Query(description=f"phrase, sentence, passage or document; allowed: {info['units']}"),
         ] = None,
         k: Annotated[int, Query(description=f"Hits to return, 1 to {MAX_K}")] = DEFAULT_K,
+        sparse_weight: Annotated[
+            float | None,
+            Query(description="Phrase indexes: weight of the BM25 part (0: dense scores alone)"),
+        ] = None,
     ) -> SearchResponse:
         """Top-``k`` hits for one question."""
-        r = service.search([q], unit=unit, k=k)
+        r = service.search([q], unit=unit, k=k, sparse_weight=sparse_weight)
         return SearchResponse(
             question=q, unit=r.unit, k=r.k, hits=hits_out(r.hits[0]), latency_ms=r.latency_ms
         )
@@ -152,7 +156,9 @@ def create_app(
     @app.post("/search", response_model=BatchResponse, responses=ERRORS)
     def search_post(body: BatchRequest) -> BatchResponse:
         """Top-``k`` hits for each of a batch of questions (searched together)."""
-        r = service.search(body.questions, unit=body.unit, k=body.k)
+        r = service.search(
+            body.questions, unit=body.unit, k=body.k, sparse_weight=body.sparse_weight
+        )
         results = [
             QuestionResult(question=q, hits=hits_out(h))
             for q, h in zip(body.questions, r.hits, strict=True)

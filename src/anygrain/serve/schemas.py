@@ -71,6 +71,9 @@ class BatchRequest(BaseModel):
         default=None, description="Grain of the hits (default: the index's first unit)"
     )
     k: int = Field(default=DEFAULT_K, ge=1, le=MAX_K, description="Hits per question")
+    sparse_weight: float | None = Field(
+        default=None, ge=0, description="Phrase indexes: weight of the BM25 part (0: dense alone)"
+    )
 
 
 class QuestionResult(BaseModel):

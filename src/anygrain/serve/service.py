@@ -19,6 +19,7 @@ of the encoder's batch differs).  The latency a response reports includes the wa
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -61,6 +62,7 @@ class _Job:
     unit: Unit
     k: int
     future: Future[list[list[Hit]]]
+    sparse_weight: float | None = None
 
 
 class SearchService:
@@ -104,6 +106,21 @@ class SearchService:
             )
         return u
 
+    def check_sparse_weight(self, w: float | None) -> float | None:
+        if w is None:
+            return None
+        if not hasattr(self.index, "search_fusion"):
+            raise RequestError(
+                f"sparse_weight applies to phrase indexes, not {self.index.kind.value}"
+            )
+        if not math.isfinite(w) or w < 0:
+            raise RequestError(f"sparse_weight must be a number >= 0, got {w}")
+        try:
+            self.index.search_fusion(w)
+        except AnygrainError as e:
+            raise RequestError(str(e)) from None
+        return float(w)
+
     @staticmethod
     def check_k(k: int) -> int:
         if not 1 <= k <= MAX_K:
@@ -135,14 +152,21 @@ class SearchService:
 
     # --- search -------------------------------------------------------------------------
     def search(
-        self, questions: Sequence[str], *, unit: Unit | str | None = None, k: int = DEFAULT_K
+        self,
+        questions: Sequence[str],
+        *,
+        unit: Unit | str | None = None,
+        k: int = DEFAULT_K,
+        sparse_weight: float | None = None,
     ) -> SearchOutcome:
-        """Check the request, then have the worker search it; the latency includes the wait."""
+        """Check the request, then have the worker search it; the latency includes the wait.
+        ``sparse_weight`` overrides a phrase index's BM25 weight (0: dense scores alone)."""
         t0 = time.perf_counter()
         qs = self.check_questions(questions)
         u = self.check_unit(unit)
         k = self.check_k(k)
-        job = _Job(qs, u, k, Future())
+        w = self.check_sparse_weight(sparse_weight)
+        job = _Job(qs, u, k, Future(), w)
         self._queue.put(job)
         hits = job.future.result()  # raises what the search raised
         return SearchOutcome(hits, u, k, (time.perf_counter() - t0) * 1000.0)
@@ -158,21 +182,23 @@ class SearchService:
                     break
                 jobs.append(job)
                 n += len(job.questions)
-            groups: dict[tuple[Unit, int], list[_Job]] = {}
+            groups: dict[tuple[Unit, int, float | None], list[_Job]] = {}
             for job in jobs:
-                groups.setdefault((job.unit, job.k), []).append(job)
-            for (unit, k), group in groups.items():
-                self._run(group, unit, k)
+                groups.setdefault((job.unit, job.k, job.sparse_weight), []).append(job)
+            for (unit, k, w), group in groups.items():
+                self._run(group, unit, k, w)
 
-    def _run(self, jobs: list[_Job], unit: Unit, k: int) -> None:
+    def _run(self, jobs: list[_Job], unit: Unit, k: int, sparse_weight: float | None) -> None:
         qs = [q for job in jobs for q in job.questions]
         options = self.index.unit_options(unit)
+        if sparse_weight is not None:
+            options["sparse_weight"] = sparse_weight
         try:
             hits = self.index.search(qs, k, **options)
         except Exception as e:  # reported to the waiting requests; the worker goes on
             if len(jobs) > 1:  # one request's questions must not fail the others
                 for job in jobs:
-                    self._run([job], unit, k)
+                    self._run([job], unit, k, sparse_weight)
                 return
             err = RequestError(str(e)) if isinstance(e, AnygrainError) else e
             jobs[0].future.set_exception(err)

@@ -2,7 +2,8 @@
 
 Training batches mix short and long passages; encoding them in chunks of similar
 length wastes little compute on padding (most of the cost on CPU), and the same
-chunks are the unit of gradient caching.
+chunks are the unit of gradient caching.  Batches are built on the CPU and sent to
+the encoder's device (:func:`forward_rows`); the vectors stay there.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 import torch
 
 from anygrain.models.encoder import TextEncoder
-from anygrain.utils.precision import cpu_autocast
+from anygrain.utils.device import autocast, module_device
 
 
 @dataclass
@@ -70,9 +71,10 @@ def tokenize(
 def forward_rows(
     encoder: TextEncoder, tok: Tokenized, rows: Sequence[int] | np.ndarray, *, bf16: bool = False
 ) -> torch.Tensor:
-    """Float32 vectors of ``rows`` (grad follows the caller's mode)."""
-    with cpu_autocast(bf16):
-        emb = encoder(**tok.tensors(rows))
+    """Float32 vectors of ``rows`` on the encoder's device (grad follows the caller's mode)."""
+    dev = module_device(encoder)
+    with autocast(dev, bf16):
+        emb = encoder(**{k: v.to(dev) for k, v in tok.tensors(rows).items()})
     return emb.float()
 
 
@@ -88,4 +90,4 @@ def encode_with_grad(
     reps = torch.cat(parts)
     inv = torch.empty(len(tok), dtype=torch.long)
     inv[torch.from_numpy(np.concatenate(order))] = torch.arange(len(tok))
-    return reps[inv]
+    return reps[inv.to(reps.device)]

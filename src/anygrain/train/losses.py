@@ -4,7 +4,8 @@
 batch (its own positive, the other questions' positives and every hard negative)
 and the negative log-likelihood of its own positive is averaged.  ``full_softmax_nll``
 scores against a fixed matrix of (cached) passage vectors, so every passage of the
-corpus is a negative -- affordable when only the question side is trained.
+corpus is a negative -- affordable when only the question side is trained.  Scores are
+computed on the questions' device; targets and masks made on the CPU follow them there.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ def _masked_ce(
 ) -> torch.Tensor:
     if exclude is not None:
         # Excluded columns are false negatives (the same passage as the target, seen again).
-        scores = scores.masked_fill(exclude, float("-inf"))
-    return F.cross_entropy(scores, target)
+        scores = scores.masked_fill(exclude.to(scores.device), float("-inf"))
+    return F.cross_entropy(scores, target.to(scores.device))
 
 
 def dpr_nll(
@@ -56,7 +57,7 @@ def full_softmax_nll(
     exclude: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Mean NLL of ``target_rows`` with a softmax over every row of ``all_passage_vecs`` (N, d)."""
-    scores = (q @ all_passage_vecs.T) * scale
+    scores = (q @ all_passage_vecs.to(q.device).T) * scale
     return _masked_ce(scores, target_rows.to(torch.long), exclude)
 
 

@@ -16,8 +16,11 @@ def set_threads(n: int | None) -> None:
         return
     if n < 1:
         raise AnygrainError(f"threads must be at least 1, got {n}")
-    import faiss
     import torch
 
     torch.set_num_threads(n)
+    try:
+        import faiss
+    except ImportError:  # training alone needs no FAISS (e.g. on a GPU machine)
+        return
     faiss.omp_set_num_threads(n)

@@ -18,11 +18,15 @@ from anygrain.train.saved_config import (
     SavedConfig,
     option,
 )
+from anygrain.utils.device import DEVICE_HELP
 
 CONFIG_FILE = "train_config.json"
 
-# Settings that only change bookkeeping, never the weights: a resumed run may differ in them.
-_BOOKKEEPING = frozenset({"out", "log_every", "checkpoint_every", "keep_checkpoints", "threads"})
+# Settings that only change bookkeeping, never the weights: a resumed run may differ in them
+# (a run checkpointed on a GPU may go on on the CPU, and the other way round).
+_BOOKKEEPING = frozenset(
+    {"out", "log_every", "checkpoint_every", "keep_checkpoints", "threads", "device"}
+)
 
 
 class TrainMode(str, enum.Enum):
@@ -80,6 +84,7 @@ class DprTrainConfig(SavedConfig):
     bm25_depth: int = 20
     seed: int = option(12345, help="Seed for data order, negatives and dropout")
     bf16: bool = option(False, help=BF16_HELP)
+    device: str = option("auto", help=DEVICE_HELP)
     grad_cache: bool = option(
         False,
         help="Gradient caching: batch size not bounded by memory (each batch is encoded twice: ~1.5x time)",

@@ -12,6 +12,10 @@ Runs are reproducible and restartable: the data order comes from the seed, and a
 checkpoint (weights, optimizer, scheduler, RNG, position) is written every
 ``checkpoint_every`` steps, at the end of every epoch and on Ctrl-C; a rerun
 continues from the last one and ends with the same weights as an uninterrupted run.
+
+``device`` picks where it trains (auto: a CUDA GPU when torch sees one); a missing GPU
+is refused before any data is read.  Batches are built on the CPU and moved there, and
+checkpoints load on any device (a run may resume on another one).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from anygrain.train.optim import apply_update, param_groups
 from anygrain.train.passage_cache import cache_key, cached_passage_vectors
 from anygrain.train.run_dir import RunDir
 from anygrain.train.runlog import TrainLog, defer_sigint
+from anygrain.utils.device import resolve_device
 from anygrain.utils.threads import set_threads
 
 CACHE_DIR = "cache"
@@ -98,6 +103,11 @@ def _temperature(config: DprTrainConfig, model: BiEncoder) -> float:
     return 0.05 if model.question.config.normalize else 1.0
 
 
+def _cuda_rng(device: torch.device) -> torch.Tensor | None:
+    """The GPU generator's state (dropout on a GPU draws from it); None on the CPU."""
+    return torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+
 # --- the trainer -------------------------------------------------------------------------------
 class _Trainer(EpochPosition):
     def __init__(
@@ -115,6 +125,8 @@ class _Trainer(EpochPosition):
         self.out = out
         self.log = log
         self.progress = progress
+        self.device = resolve_device(config.device)
+        model.to(self.device)
         self.scale = 1.0 / _temperature(config, model)
         self.examples: list[TrainExample] = data.examples
         self.data_fingerprint = data.fingerprint()
@@ -143,6 +155,7 @@ class _Trainer(EpochPosition):
         # The RNG as of the last completed update: a checkpoint taken after an
         # interrupted forward pass must not record the dropout draws of that pass.
         self.rng_state = torch.get_rng_state()
+        self.cuda_rng_state = _cuda_rng(self.device)
         self.params: list[torch.nn.Parameter] = []
 
     # -- preparation ---------------------------------------------------------------------------------
@@ -205,7 +218,7 @@ class _Trainer(EpochPosition):
             bf16=self.cfg.bf16,
             progress=self.progress,
         )
-        self.passage_vecs = torch.from_numpy(np.array(vecs, dtype=np.float32))
+        self.passage_vecs = torch.from_numpy(np.array(vecs, dtype=np.float32)).to(self.device)
         self.log.say(
             f"{len(ids)} passage vectors ready ({time.time() - t0:.1f}s)",
             self.global_step,
@@ -226,6 +239,8 @@ class _Trainer(EpochPosition):
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "torch_rng": self.rng_state,
+            # a GPU run's dropout state; ignored when the run resumes on the CPU
+            **({"cuda_rng": self.cuda_rng_state} if self.cuda_rng_state is not None else {}),
         }
 
     def save_checkpoint(self) -> Path:
@@ -247,6 +262,9 @@ class _Trainer(EpochPosition):
         self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["torch_rng"])
         self.rng_state = state["torch_rng"]
+        if self.device.type == "cuda" and "cuda_rng" in state:
+            torch.cuda.set_rng_state(state["cuda_rng"], self.device)
+            self.cuda_rng_state = state["cuda_rng"]
         self.epoch, self.step_in_epoch = int(state["epoch"]), int(state["step_in_epoch"])
         self.global_step = int(state["global_step"])
 
@@ -263,10 +281,11 @@ class _Trainer(EpochPosition):
     def step_loss(self, epoch: int, step: int) -> float:
         """Forward and backward one batch; returns its loss (gradients left in ``.grad``)."""
         exs = [self.examples[i] for i in self.batch_rows(epoch, step)]
+        dev = self.device
         q_tok = tokenize(self.model.question, [ex.question for ex in exs])
         if self.cfg.mode is TrainMode.QUERY_SIDE:
             assert self.passage_vecs is not None
-            target = torch.tensor([self.row_of[ex.positive[0]] for ex in exs])
+            target = torch.tensor([self.row_of[ex.positive[0]] for ex in exs], device=dev)
             vecs = self.passage_vecs
             return self._backward(
                 [Side(self.model.question, q_tok)],
@@ -288,6 +307,8 @@ class _Trainer(EpochPosition):
         exclude = false_negative_mask(
             [ex.positive[0] for ex in exs], [c[0] for c in ctxs], [ex.relevant for ex in exs]
         )
+        if exclude is not None:
+            exclude = exclude.to(dev)
         b = len(exs)
         return self._backward(
             [Side(self.model.question, q_tok), Side(self.model.passage, p_tok)],
@@ -310,6 +331,11 @@ class _Trainer(EpochPosition):
             end_of_epoch = self.count_update(self.steps_per_epoch)
         return StepResult({"loss": loss}, n_ex, end_of_epoch)
 
+    def count_update(self, steps_this_epoch: int) -> bool:
+        end_of_epoch = super().count_update(steps_this_epoch)
+        self.cuda_rng_state = _cuda_rng(self.device)
+        return end_of_epoch
+
     def log_fields(self) -> dict[str, Any]:
         return {
             "epoch": self.epoch_fraction(self.steps_per_epoch),
@@ -323,6 +349,7 @@ class _Trainer(EpochPosition):
         if self.cfg.mode is TrainMode.QUERY_SIDE:
             self.model.passage.eval()
         self.rng_state = torch.get_rng_state()
+        self.cuda_rng_state = _cuda_rng(self.device)
         settings = LoopSettings(
             items="examples",
             log_every=self.cfg.log_every,
@@ -349,6 +376,7 @@ def train_dpr(
     called with the global step after every update (tests use it to interrupt).
     """
     config.validate()
+    resolve_device(config.device)  # a missing GPU is refused before any data is read
     set_threads(config.threads)
     run = RunDir(config.out, config, progress=progress)
     log, out = run.log, run.out
@@ -385,6 +413,7 @@ def train_dpr(
             steps_per_epoch=trainer.steps_per_epoch,
             total_steps=trainer.total_steps,
             temperature=1.0 / trainer.scale,
+            device=str(trainer.device),
         )
         by = {how: sum(1 for ex in data.examples if ex.supervision is how) for how in Supervision}
         log.say(

@@ -5,9 +5,25 @@ Entries: ``train(PhraseTrainConfig(...)) -> Path`` and
 ``train_query_side(PhraseQuerySideConfig(...)) -> Path`` (each a phrase model directory).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from anygrain.train.phrase.config import PhraseQuerySideConfig, PhraseTrainConfig, QuerySideLoss
-from anygrain.train.phrase.query_side import train_phrase_query_side as train_query_side
 from anygrain.train.phrase.trainer import train_phrase as train
+
+if TYPE_CHECKING:
+    from anygrain.train.phrase.query_side import train_phrase_query_side as train_query_side
+
+
+def __getattr__(name: str) -> Any:
+    # query-side training searches a phrase index (FAISS); plain training needs none
+    if name == "train_query_side":
+        from anygrain.train.phrase.query_side import train_phrase_query_side
+
+        return train_phrase_query_side
+    raise AttributeError(f"module 'anygrain.train.phrase' has no attribute {name!r}")
+
 
 __all__ = [
     "PhraseQuerySideConfig",

@@ -18,6 +18,7 @@ from anygrain.train.saved_config import (
     SavedConfig,
     option,
 )
+from anygrain.utils.device import DEVICE_HELP
 
 CONFIG_FILE = "train_config.json"
 # Settings that never change the weights: a resumed run may differ in them.
@@ -31,6 +32,7 @@ _BOOKKEEPING = frozenset(
         "max_steps",
         "fit_budget",
         "threads",
+        "device",
     }
 )
 
@@ -42,7 +44,12 @@ class PhraseTrainConfig(SavedConfig):
     FILE = CONFIG_FILE
     WHAT = "phrase training config"
     BOOKKEEPING = _BOOKKEEPING
-    ADDED = {"grad_clip": "global", "in_batch_negatives": "gold", "freeze_embeddings": False}
+    ADDED = {
+        "grad_clip": "global",
+        "in_batch_negatives": "gold",
+        "freeze_embeddings": False,
+        "hard_negatives": 0,
+    }
 
     train: list[str] = option(help="SQuAD-format training data, FORMAT:PATH or PATH; repeatable")
     out: str = option(help="Model directory to write (also checkpoints and log)", path=True)
@@ -82,6 +89,11 @@ class PhraseTrainConfig(SavedConfig):
         flags="--inbatch-negatives",
         choices=InBatchNegatives,
     )  # gold | tokens (see InBatchNegatives)
+    hard_negatives: int = option(
+        0,
+        help="BM25 hard-negative passages per question: their tokens are negatives (0: none)",
+        flags="--hard-negatives",
+    )
     pre_batch: int = 2  # C preceding batches as negatives; 0 = off
     pre_batch_from: float = 0.5  # fraction of all steps before pre-batch negatives start
     teacher: str | None = option(None, help="Cross-attention reader directory to distil from")
@@ -93,6 +105,7 @@ class PhraseTrainConfig(SavedConfig):
         flags="--freeze-embeddings",
     )
     bf16: bool = option(False, help=BF16_HELP)
+    device: str = option("auto", help=DEVICE_HELP)
     seed: int = option(12345, help="Seed for data order, heads and dropout")
     max_examples: int | None = option(
         None, help="Train on a seeded subset of this many questions, taken passage by passage"
@@ -161,6 +174,8 @@ class PhraseTrainConfig(SavedConfig):
             problems.append("pre_batch_from must be in [0, 1]")
         if self.pre_batch < 0:
             problems.append("pre_batch must be >= 0")
+        if self.hard_negatives < 0:
+            problems.append("hard_negatives must be >= 0")
         for name in ("lambda_single", "lambda_distill", "lambda_neg", "lambda_filter"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0")

@@ -50,6 +50,34 @@ class PhraseTrainData:
     questions_skipped: dict[str, int] = field(default_factory=dict)  # unanswerable, no passage
     # every question not trained on: {"source", "id", "reason"}, so none is lost unnamed
     not_used: list[dict[str, str]] = field(default_factory=list)
+    # BM25 hard-negative windows per question id (empty unless mined: add_hard_negatives)
+    hard_windows: dict[str, list[int]] = field(default_factory=dict)
+
+    def answer_text(self, e: SpanExample) -> str:
+        """The passage text of an example's gold span."""
+        w = self.windows[e.window]
+        return self.passages[w.passage][2][int(w.cs[e.start]) : int(w.ce[e.end])]
+
+    def add_hard_negatives(self, n: int, *, lang: str = "en", progress: bool = False) -> int:
+        """Mine ``n`` BM25 hard-negative passages per question (their first window is what
+        training encodes); returns how many questions got at least one."""
+        from anygrain.train.phrase.hard_negatives import mine_hard_passages
+
+        first: dict[int, int] = {}
+        for wi, w in enumerate(self.windows):
+            first.setdefault(w.passage, wi)
+        mined = mine_hard_passages(
+            [(title, text) for _, title, text in self.passages],
+            [
+                (e.qid, self.windows[e.window].passage, e.question, self.answer_text(e))
+                for e in self.examples
+            ],
+            n=n,
+            lang=lang,
+            progress=progress,
+        )
+        self.hard_windows = {q: [first[p] for p in ps] for q, ps in mined.items()}
+        return len(self.hard_windows)
 
     def fingerprint(self) -> str:
         """Identifies the examples and their windows, so a checkpoint never resumes other data."""

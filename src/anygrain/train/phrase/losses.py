@@ -121,6 +121,10 @@ class PrebatchQueue:
     def __len__(self) -> int:
         return sum(len(g) for _, _, g in self.items)
 
+    def to(self, device: torch.device) -> None:
+        """Move the queued vectors (a checkpoint loads them on the CPU)."""
+        self.items = [(s.to(device), e.to(device), g.to(device)) for s, e, g in self.items]
+
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
         """``(starts, ends, groups)``, oldest batch first; None when empty."""
         if not self.items:

@@ -52,7 +52,7 @@ from anygrain.train.phrase.losses import (
 from anygrain.train.run_dir import RunDir
 from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.utils.atomic import atomic_write_text
-from anygrain.utils.precision import cpu_autocast
+from anygrain.utils.device import autocast, resolve_device
 from anygrain.utils.threads import set_threads
 
 CKPT_FORMAT = checkpoint_format("phrase")
@@ -105,6 +105,8 @@ class PhraseTrainer(EpochPosition):
         self.model = model
         self.data = data
         self.teacher = teacher
+        self.device = resolve_device(config.device)
+        model.to(self.device)
         self.fingerprint = fingerprint or data.fingerprint()
         self.plans = [
             plan_epoch(data, e, config.seed, config.batch_size) for e in range(config.epochs)
@@ -169,33 +171,37 @@ class PhraseTrainer(EpochPosition):
         ex = [data.examples[i] for i in batch]
         wins = sorted({e.window for e in ex})
         wpos = {w: i for i, w in enumerate(wins)}
-        enc = model.collate([data.windows[w] for w in wins])
+        dev = self.device
+        hard = self._hard_windows(ex, set(wins))
+        enc = model.collate([data.windows[w] for w in (*wins, *hard)])
         qenc = model.tokenize_questions([e.question for e in ex])
-        with cpu_autocast(cfg.bf16):
-            start, end, filt = model.phrase_forward(**enc)
-            qs, qe = model.question_forward(**qenc)
+        with autocast(dev, cfg.bf16):
+            start, end, filt = model.phrase_forward(**{k: v.to(dev) for k, v in enc.items()})
+            qs, qe = model.question_forward(**{k: v.to(dev) for k, v in qenc.items()})
         start, end, filt, qs, qe = start.float(), end.float(), filt.float(), qs.float(), qe.float()
-        n_w, t = start.shape[0], start.shape[1]
-        smask = torch.zeros((n_w, t), dtype=torch.bool)
-        emask = torch.zeros((n_w, t), dtype=torch.bool)
-        sgold = torch.zeros((n_w, t), dtype=torch.bool)
-        egold = torch.zeros((n_w, t), dtype=torch.bool)
-        for i, w in enumerate(wins):
+        n_all, t = start.shape[0], start.shape[1]
+        n_w = len(wins)
+        smask = torch.zeros((n_all, t), dtype=torch.bool)
+        emask = torch.zeros((n_all, t), dtype=torch.bool)
+        sgold = torch.zeros((n_all, t), dtype=torch.bool)
+        egold = torch.zeros((n_all, t), dtype=torch.bool)
+        for i, w in enumerate((*wins, *hard)):
             ms, me = self.window_masks[w]
             smask[i, : len(ms)] = ms
             emask[i, : len(me)] = me
             sgold[i, list(data.gold_starts[w])] = True
             egold[i, list(data.gold_ends[w])] = True
-        wi = torch.tensor([wpos[e.window] for e in ex])
-        gs = torch.tensor([e.start for e in ex])
-        ge = torch.tensor([e.end for e in ex])
+        smask, emask, sgold, egold = (x.to(dev) for x in (smask, emask, sgold, egold))
+        wi = torch.tensor([wpos[e.window] for e in ex], device=dev)
+        gs = torch.tensor([e.start for e in ex], device=dev)
+        ge = torch.tensor([e.end for e in ex], device=dev)
         s_logits = torch.bmm(start[wi], qs.unsqueeze(-1)).squeeze(-1)  # (B, T)
         e_logits = torch.bmm(end[wi], qe.unsqueeze(-1)).squeeze(-1)
         out: dict[str, torch.Tensor] = {}
         out["single"] = 0.5 * (span_ce(s_logits, smask[wi], gs) + span_ce(e_logits, emask[wi], ge))
         gold_s = start[wi, gs]
         gold_e = end[wi, ge]
-        groups = torch.tensor([data.windows[e.window].passage for e in ex])
+        groups = torch.tensor([data.windows[e.window].passage for e in ex], device=dev)
         q_items = self.queue.tensors() if (prebatch and cfg.pre_batch > 0) else None
         zero = s_logits.sum() * 0.0
         gold_in_batch = cfg.in_batch
@@ -204,9 +210,17 @@ class PhraseTrainer(EpochPosition):
         if cfg.in_batch and InBatchNegatives(cfg.in_batch_negatives) is InBatchNegatives.TOKENS:
             # the other passages' golds are among their tokens, so not added again
             gold_in_batch = False
-            wg = torch.tensor([data.windows[w].passage for w in wins])[:, None].expand(n_w, t)
-            side_s.append((start[smask], wg[smask]))
-            side_e.append((end[emask], wg[emask]))
+            wg = torch.tensor([data.windows[w].passage for w in wins], device=dev)
+            wg = wg[:, None].expand(n_w, t)
+            side_s.append((start[:n_w][smask[:n_w]], wg[smask[:n_w]]))
+            side_e.append((end[:n_w][emask[:n_w]], wg[emask[:n_w]]))
+        if hard:
+            # every token that may start (end) a phrase in a BM25 hard-negative passage is a
+            # negative for every question of the batch, except its own passage's
+            hg = torch.tensor([data.windows[w].passage for w in hard], device=dev)
+            hg = hg[:, None].expand(len(hard), t)
+            side_s.append((start[n_w:][smask[n_w:]], hg[smask[n_w:]]))
+            side_e.append((end[n_w:][emask[n_w:]], hg[emask[n_w:]]))
         if q_items is not None:
             side_s.append((q_items[0], q_items[2]))
             side_e.append((q_items[1], q_items[2]))
@@ -274,7 +288,22 @@ class PhraseTrainer(EpochPosition):
             ps, pe = self._teacher_cache[i]
             ts[r, : len(ps)] = torch.from_numpy(ps.astype(np.float32))
             te[r, : len(pe)] = torch.from_numpy(pe.astype(np.float32))
-        return ts, te
+        return ts.to(self.device), te.to(self.device)
+
+    def _hard_windows(self, ex: list[Any], taken: set[int]) -> list[int]:
+        """The BM25 hard-negative windows of a batch's questions (each once, none of the
+        batch's own windows), at most ``hard_negatives`` per question."""
+        per = self.cfg.hard_negatives
+        if per <= 0 or not self.data.hard_windows:
+            return []
+        out: list[int] = []
+        seen = set(taken)
+        for e in ex:
+            for w in self.data.hard_windows.get(e.qid, ())[:per]:
+                if w not in seen:
+                    seen.add(w)
+                    out.append(w)
+        return out
 
     # -- state ----------------------------------------------------------------------------------
     def state(self, data_fingerprint: str) -> dict[str, Any]:
@@ -299,6 +328,7 @@ class PhraseTrainer(EpochPosition):
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.queue.load_state_dict(state["queue"])
+        self.queue.to(self.device)
         self.rng_state = state["rng"]
         torch.set_rng_state(self.rng_state)
         self.epoch = int(state["epoch"])
@@ -369,10 +399,11 @@ def calibrate_filter(
     gold_logits, all_logits = [], []
     for i in range(0, len(ids), 16):
         wins = [data.windows[int(w)] for w in ids[i : i + 16]]
-        _, _, f = model.phrase_forward(**model.collate(wins))
+        batch = {k: v.to(model.device) for k, v in model.collate(wins).items()}
+        _, _, f = model.phrase_forward(**batch)
         for r, w in enumerate(wins):
             wi = int(ids[i + r])
-            fl = f[r, : len(w)].float().numpy()
+            fl = f[r, : len(w)].float().cpu().numpy()
             all_logits.append(np.concatenate([fl[w.start_ok, 0], fl[w.end_ok, 1]]))
             gs, ge = sorted(data.gold_starts[wi]), sorted(data.gold_ends[wi])
             gold_logits.append(np.concatenate([fl[gs, 0], fl[ge, 1]]))
@@ -404,6 +435,7 @@ def train_phrase(
     there).  ``teacher`` overrides ``config.teacher`` (tests pass a fake one).
     """
     config.validate()
+    resolve_device(config.device)  # a missing GPU is refused before any data is read
     set_threads(config.threads)
     run = RunDir(config.out, config, progress=progress)
     log, out = run.log, run.out
@@ -415,6 +447,12 @@ def train_phrase(
     fingerprint = data.fingerprint()
     if run.already_trained(MODEL_CONFIG, fingerprint, resume=resume):
         return out
+    hard_note = ""
+    if config.hard_negatives > 0:
+        got = data.add_hard_negatives(
+            config.hard_negatives, lang=model.config.lang, progress=progress
+        )
+        hard_note = f"BM25 hard negatives for {got} of {len(data.examples)} questions"
     if teacher is None and config.teacher:
         teacher = load_teacher(config.teacher, bf16=config.bf16)
     trainer = PhraseTrainer(config, model, data, teacher=teacher, fingerprint=fingerprint)
@@ -442,6 +480,8 @@ def train_phrase(
             f"{data.questions_skipped or 'none'}), each listed in {out / NOT_USED_FILE}",
             0,
         )
+    if hard_note:  # after the start record, which begins a fresh log
+        log.say(hard_note, trainer.global_step)
     stats, stopped = _run(trainer, config, log, progress, on_step, t0)
     model.save(out)
     if stopped:
