@@ -6,6 +6,12 @@
   the file, by ``search``, ``eval`` and ``verify``.
 - Temporary directories of killed runs are removed by the next run; a full disk
   leaves nothing behind; NaN vectors and unwritable run files are one-line errors.
+- Every writer (issue 24: ``eval --run-out``, ``pack --out``, training ``--out``, ``index
+  --out --overwrite``) goes through one target check: never over an input, never
+  inside an index, model or corpus directory; ``--overwrite`` replaces only the files
+  an index's manifest lists; packing a packed model is refused.
+- Model weights are hashed on load whatever their size (once per process per version);
+  ``verify`` opens the index as search does; sharded indexes refuse add/compact clearly.
 """
 
 from __future__ import annotations
@@ -105,16 +111,21 @@ def hybrid(squad: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def phrase(squad: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def phrase_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A saved (full) phrase model directory."""
     from anygrain.phrase import PhraseEncoder
 
     tiny = make_tiny_model(tmp_path_factory.mktemp("tiny-bert"))
     torch.manual_seed(0)
-    model = PhraseEncoder.from_pretrained(
+    return PhraseEncoder.from_pretrained(
         tiny, max_passage_length=40, doc_stride=10, max_phrase_words=4
     ).save(tmp_path_factory.mktemp("phrase-model") / "m")
+
+
+@pytest.fixture(scope="module")
+def phrase(squad: Path, phrase_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("phrase") / "idx"
-    Index.build(f"squad:{squad}", kind="phrase", out=out, model=str(model), progress=False)
+    Index.build(f"squad:{squad}", kind="phrase", out=out, model=str(phrase_model), progress=False)
     return out
 
 
@@ -577,3 +588,336 @@ def test_disk_full_while_indexing_leaves_nothing(
     out = tmp_path / "idx"
     one_line_error(cli("index", squad, "--out", out, "-q"), str(out), "no space left")
     assert list(tmp_path.iterdir()) == []
+
+
+# --- 6. every writer's target check (issue 24): never over an input, never inside an ---------
+# --- index, model or corpus directory -----------------------------------------------------------
+
+# Each case prepares tmp and returns (the --run-out target, what must survive untouched).
+RunOutCase = Callable[[Path, Path, Path, Path], tuple[Path, Path]]
+
+
+def _run_over_manifest(tmp: Path, questions: Path, idx: Path, model: Path) -> tuple[Path, Path]:
+    return idx / MANIFEST, idx
+
+
+def _run_over_corpus_file(tmp: Path, questions: Path, idx: Path, model: Path) -> tuple[Path, Path]:
+    return idx / "corpus" / "passages.arrow", idx
+
+
+def _run_new_file_in_index(tmp: Path, questions: Path, idx: Path, model: Path) -> tuple[Path, Path]:
+    return idx / "bm25" / "run.trec", idx
+
+
+def _run_over_questions(tmp: Path, questions: Path, idx: Path, model: Path) -> tuple[Path, Path]:
+    return questions, questions
+
+
+def _run_over_questions_link(
+    tmp: Path, questions: Path, idx: Path, model: Path
+) -> tuple[Path, Path]:
+    link = tmp / "run.trec"
+    os.link(questions, link)  # a hard link: another name, the same file
+    return link, questions
+
+
+def _run_inside_model(tmp: Path, questions: Path, idx: Path, model: Path) -> tuple[Path, Path]:
+    return model / "run.trec", model
+
+
+def _run_inside_corpus(tmp: Path, questions: Path, idx: Path, model: Path) -> tuple[Path, Path]:
+    corpus = CorpusStore.build(f"squad:{questions}", tmp / "corpus", progress=False)
+    return corpus.path / "run.trec", corpus.path
+
+
+RUN_OUT_CASES: dict[str, tuple[RunOutCase, str]] = {
+    "over-index-manifest": (_run_over_manifest, "inside the anygrain index"),
+    "over-index-corpus-file": (_run_over_corpus_file, "inside the anygrain index"),
+    "new-file-in-index": (_run_new_file_in_index, "inside the anygrain index"),
+    "over-questions": (_run_over_questions, "is the input"),
+    "hard-link-of-questions": (_run_over_questions_link, "is the input"),
+    "inside-a-saved-model": (_run_inside_model, "inside the saved model"),
+    "inside-a-corpus": (_run_inside_corpus, "inside the corpus directory"),
+}
+
+
+@pytest.mark.parametrize("case", list(RUN_OUT_CASES))
+def test_eval_run_out_never_replaces_an_input_or_an_artefact(
+    case: str, tmp_path: Path, squad: Path, bm25: Path, phrase_model: Path
+) -> None:
+    from anygrain.api import evaluate_index
+
+    idx = tmp_path / "idx"
+    shutil.copytree(bm25, idx)
+    questions = shutil.copy(squad, tmp_path / "questions.json")
+    model = tmp_path / "model"
+    shutil.copytree(phrase_model, model)
+    prepare, says = RUN_OUT_CASES[case]
+    target, keep = prepare(tmp_path, Path(questions), idx, model)
+    before = snapshot(keep)
+    r = cli("eval", idx, "--questions", f"squad:{questions}", "--run-out", target, "-q")
+    one_line_error(r, str(target), says)
+    assert snapshot(keep) == before
+    # Python callers too (the index checks its questions as it evaluates them)
+    with pytest.raises(AnygrainError, match=says):
+        evaluate_index(idx, f"squad:{questions}", run_out=target, progress=False)
+    assert snapshot(keep) == before
+    assert Index.load(idx).search_one("Who created Python?")
+
+
+def test_run_out_elsewhere_passes_the_check(tmp_path: Path, squad: Path, bm25: Path) -> None:
+    from anygrain.eval.runs import check_run_path
+
+    run = tmp_path / "runs" / "bm25.trec"
+    assert check_run_path(run, [f"squad:{squad}", bm25]) == run
+    (tmp_path / "old.trec").write_text("an earlier run\n")  # replacing a run is fine
+    assert check_run_path(tmp_path / "old.trec", [f"squad:{squad}", bm25])
+
+
+def _multicpr_root(tmp: Path) -> Path:
+    root = tmp / "multi-cpr"
+    for name in ("ecom", "video"):
+        d = root / name
+        d.mkdir(parents=True)
+        (d / "corpus.tsv").write_text(f"1\t{name} passage one\n2\t{name} passage two\n")
+        (d / "dev.query.txt").write_text(f"100\t{name} one\n")
+        (d / "qrels.dev.tsv").write_text("100\t0\t1\t1\n")
+    return root
+
+
+# eval-domains: (--index pattern, --run-out, what the refusal says)
+DOMAINS_RUN_OUT_CASES: dict[str, tuple[str, str, str]] = {
+    "merged-over-a-query-file": ("{tmp}/merged", "{root}/ecom/dev.query.txt", "is the input"),
+    "merged-over-qrels": ("{tmp}/merged", "{root}/video/qrels.dev.tsv", "is the input"),
+    "merged-inside-the-index": ("{tmp}/merged", "{tmp}/merged/run.trec", "inside the anygrain"),
+    "per-domain-inside-an-index": ("{tmp}/idx/{{domain}}", "{tmp}/idx/ecom/run", "inside the"),
+}
+
+
+@pytest.mark.parametrize("case", list(DOMAINS_RUN_OUT_CASES))
+def test_eval_domains_run_out_never_replaces_an_input_or_an_index(
+    case: str, tmp_path: Path
+) -> None:
+    root = _multicpr_root(tmp_path)
+    for name in ("ecom", "video"):
+        Index.build(
+            f"multicpr:{root / name}", kind="bm25", out=tmp_path / "idx" / name, progress=False
+        )
+    Index.build(f"multicpr:{root}", kind="bm25", out=tmp_path / "merged", progress=False)
+    index, run_out, says = (x.format(tmp=tmp_path, root=root) for x in DOMAINS_RUN_OUT_CASES[case])
+    before = {p: snapshot(p) for p in (root, tmp_path / "idx", tmp_path / "merged")}
+    r = cli("eval-domains", root, "--index", index, "--run-out", run_out, "-q")
+    one_line_error(r, says)
+    assert {p: snapshot(p) for p in (root, tmp_path / "idx", tmp_path / "merged")} == before
+
+
+def test_model_config_names_match_the_model_base() -> None:
+    # the target check knows saved models by these names without importing torch
+    from anygrain.models.base import MODEL_FORMS
+    from anygrain.utils.targets import MODEL_CONFIG_FILES
+
+    assert set(MODEL_CONFIG_FILES) == {f.config_file for f in MODEL_FORMS.values()}
+
+
+# pack: (model to pack: "full" | "packed", --out relative to the case's dir or the model)
+PACK_CASES: dict[str, tuple[str, str, str]] = {
+    "out-is-the-full-model": ("full", "{model}", "is the input"),
+    "out-is-the-packed-model": ("packed", "{model}", "is the input"),
+    "repack-a-packed-model": ("packed", "{tmp}/again", "already a packed model"),
+    "out-inside-the-model": ("full", "{model}/packed", "inside the saved model"),
+    "out-is-an-index": ("full", "{idx}", "is an anygrain index"),
+    "out-inside-an-index": ("full", "{idx}/packed", "inside the anygrain index"),
+}
+
+
+@pytest.fixture(scope="module")
+def packed_model(phrase_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from anygrain.phrase import PhraseEncoder
+    from anygrain.phrase.packed import pack_phrase_model
+
+    out = tmp_path_factory.mktemp("packed") / "p"
+    return pack_phrase_model(PhraseEncoder.load(phrase_model), out, card="# card\n")
+
+
+@pytest.mark.parametrize("case", list(PACK_CASES))
+def test_pack_never_replaces_its_input_nor_packs_twice(
+    case: str, tmp_path: Path, phrase_model: Path, packed_model: Path, bm25: Path
+) -> None:
+    which, out_pattern, says = PACK_CASES[case]
+    model = tmp_path / "model"
+    shutil.copytree(phrase_model if which == "full" else packed_model, model)
+    idx = tmp_path / "idx"
+    shutil.copytree(bm25, idx)
+    out = Path(out_pattern.format(model=model, tmp=tmp_path, idx=idx))
+    before = {p: snapshot(p) for p in (model, idx)}
+    one_line_error(cli("pack", model, "--out", out), says)
+    assert {p: snapshot(p) for p in (model, idx)} == before
+    assert not (tmp_path / "again").exists() and not (model / "packed").exists()
+
+
+# training runs: (--out relative to the case's paths, what the refusal says)
+TRAIN_OUT_CASES: dict[str, tuple[str, str]] = {
+    "out-is-an-index": ("{idx}", "is an anygrain index"),
+    "out-inside-an-index": ("{idx}/reader", "inside the anygrain index"),
+    "out-is-the-training-data": ("{data}", "is the input"),
+    "out-inside-a-saved-model": ("{model}/reader", "inside the saved model"),
+    "out-is-a-corpus": ("{idx}/corpus", "is a corpus directory"),
+}
+
+
+@pytest.mark.parametrize("case", list(TRAIN_OUT_CASES))
+def test_training_out_is_checked_before_anything_is_written(
+    case: str, tmp_path: Path, squad: Path, bm25: Path, phrase_model: Path
+) -> None:
+    from anygrain.train.reader.config import ReaderTrainConfig
+    from anygrain.train.run_dir import RunDir
+
+    idx = tmp_path / "idx"
+    shutil.copytree(bm25, idx)
+    data = Path(shutil.copy(squad, tmp_path / "train.json"))
+    model = tmp_path / "model"
+    shutil.copytree(phrase_model, model)
+    pattern, says = TRAIN_OUT_CASES[case]
+    out = Path(pattern.format(idx=idx, data=data, model=model))
+    before = {p: snapshot(p) for p in (idx, data, model)}
+    one_line_error(cli("train", "reader", "--train", data, "--out", out), says)
+    with pytest.raises(AnygrainError, match=says):  # every trainer's RunDir
+        RunDir(out, ReaderTrainConfig(train=[f"squad:{data}"], out=str(out)), progress=False)
+    assert {p: snapshot(p) for p in (idx, data, model)} == before
+    assert not (idx / "reader").exists() and not (model / "reader").exists()
+
+
+# --overwrite: (files put inside the index, needles of the refusal; None: replaced fine)
+OVERWRITE_CASES: dict[str, tuple[list[str], list[str] | None]] = {
+    "user-file-at-the-top": (["thesis.tex"], ["thesis.tex"]),
+    "user-file-in-a-part": (["bm25/notes.md"], ["bm25/notes.md"]),
+    "many-user-files": ([f"n{i}.txt" for i in range(5)], ["n0.txt", "n2.txt", "and 2 more"]),
+    "only-anygrain-temporaries": ([".index.json.99999.ab12.tmp", ".DS_Store"], None),
+}
+
+
+@pytest.mark.parametrize("case", list(OVERWRITE_CASES))
+def test_overwrite_replaces_only_what_the_index_owns(
+    case: str, tmp_path: Path, squad: Path, bm25: Path
+) -> None:
+    idx = tmp_path / "idx"
+    shutil.copytree(bm25, idx)
+    put, says = OVERWRITE_CASES[case]
+    for rel in put:
+        (idx / rel).write_text("the user's")
+    before = snapshot(idx)
+    r = cli("index", squad, "--out", idx, "--overwrite", "-q")
+    if says is None:
+        assert r.exit_code == 0, r.output
+        return
+    one_line_error(r, str(idx), "files the index did not write", *says)
+    assert snapshot(idx) == before
+    with pytest.raises(AnygrainError, match="files the index did not write"):
+        Index.build(f"squad:{squad}", kind="bm25", out=idx, overwrite=True, progress=False)
+    assert snapshot(idx) == before
+
+
+# --- 7. what a query goes through is checked, and verify opens the index (issue 24) -----------
+
+MODEL_WEIGHTS = {
+    "dense": "dense/model/question/model.safetensors",
+    "phrase": "phrase/model/phrase/model.safetensors",
+}
+
+
+@pytest.mark.parametrize("kind", list(MODEL_WEIGHTS))
+def test_model_weights_are_hashed_on_load_whatever_their_size(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import anygrain.utils.checksums as checksums
+
+    src: Path = request.getfixturevalue(kind)
+    rel = MODEL_WEIGHTS[kind]
+    assert rel in read_manifest(src)["files"]
+    idx = tmp_path / "idx"
+    shutil.copytree(src, idx)
+    hashed: list[Path] = []
+    real = checksums.hash_file
+    monkeypatch.setattr(checksums, "hash_file", lambda p: hashed.append(p) or real(p))
+    # small_limit=1 makes every file "large", as a 90 MB encoder is under the default
+    Index.load(idx, small_limit=1)
+    assert idx / rel in hashed
+    hashed.clear()
+    Index.load(idx, small_limit=1)  # once per process: this version was checked already
+    assert idx / rel not in hashed
+    Index.load(idx, verify="sizes")  # sizes only, when asked
+    assert not hashed
+    flip(idx / rel)
+    st = (idx / rel).stat()
+    os.utime(idx / rel, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    with pytest.raises(AnygrainError, match=rf"{rel}: damaged"):
+        Index.load(idx, small_limit=1)
+    one_line_error(cli("search", idx, "Who created Python?"), str(idx / rel), "damaged")
+
+
+def _edit_kind(idx: Path, other: Path) -> None:
+    m = json.loads((idx / MANIFEST).read_text())
+    m["kind"] = "bogus"
+    (idx / MANIFEST).write_text(json.dumps(m))
+
+
+def _edit_corpus_path(idx: Path, other: Path) -> None:
+    m = json.loads((idx / MANIFEST).read_text())
+    m["corpus"]["path"] = str(other)
+    (idx / MANIFEST).write_text(json.dumps(m))
+
+
+def _edit_format_version(idx: Path, other: Path) -> None:
+    m = json.loads((idx / MANIFEST).read_text())
+    m["format_version"] = 99
+    (idx / MANIFEST).write_text(json.dumps(m))
+
+
+EDITED_MANIFESTS: dict[str, tuple[Callable[[Path, Path], None], str]] = {
+    "unknown-kind": (_edit_kind, "unknown index kind 'bogus'"),
+    "corpus-path-to-another-corpus": (_edit_corpus_path, "corpus"),
+    "format-version": (_edit_format_version, "format version 99"),
+}
+
+
+@pytest.mark.parametrize("case", list(EDITED_MANIFESTS))
+def test_verify_refuses_what_search_refuses(case: str, tmp_path: Path, bm25: Path) -> None:
+    idx = tmp_path / "idx"
+    shutil.copytree(bm25, idx)
+    docs = tmp_path / "other.jsonl"
+    docs.write_text(json.dumps({"id": "x", "text": "another corpus altogether"}) + "\n")
+    other = CorpusStore.build(f"jsonl:{docs}", tmp_path / "other-corpus", progress=False)
+    edit, says = EDITED_MANIFESTS[case]
+    edit(idx, other.path)
+    searched = one_line_error(cli("search", idx, "Who created Python?"), says)
+    assert one_line_error(cli("verify", idx), says) == searched
+
+
+@pytest.fixture(scope="module")
+def sharded(squad: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("sharded") / "idx"
+    Index.build(f"squad:{squad}", kind="sharded", of="bm25", shards=2, out=out, progress=False)
+    return out
+
+
+SHARDED_UPDATES: dict[str, tuple[list[str], str]] = {
+    "add": (["add", "{idx}", "jsonl:{docs}"], "adding documents"),
+    "compact": (["compact", "{idx}"], "compacting"),
+}
+
+
+@pytest.mark.parametrize("case", list(SHARDED_UPDATES))
+def test_sharded_index_refuses_add_and_compact_clearly(
+    case: str, tmp_path: Path, sharded: Path
+) -> None:
+    idx = tmp_path / "idx"
+    shutil.copytree(sharded, idx)
+    docs = tmp_path / "new.jsonl"
+    docs.write_text(json.dumps({"id": "new", "text": "a brand new document"}) + "\n")
+    assert cli("delete", idx, "--doc", "Python").exit_code == 0  # something to compact
+    before = snapshot(idx)
+    args, says = SHARDED_UPDATES[case]
+    r = cli(*[a.format(idx=idx, docs=docs) for a in args])
+    one_line_error(r, str(idx), says, "not supported for a sharded index")
+    assert snapshot(idx) == before
+    assert cli("verify", idx).exit_code == 0

@@ -89,7 +89,14 @@ def evaluate_index(
 
     set_threads(threads)
     if run_out is not None:
-        check_run_path(run_out)  # before loading anything, not after the whole evaluation
+        # before loading anything, not after the whole evaluation: never over its inputs
+        check_run_path(
+            run_out,
+            [
+                questions.source if isinstance(questions, Questions) else questions,
+                index.path if isinstance(index, Index) else index,
+            ],
+        )
     idx = index if isinstance(index, Index) else Index.load(index)
     errors = errors if errors is not None else ErrorLog()
     if isinstance(questions, Questions):

@@ -75,7 +75,9 @@ OnErrorOpt = Annotated[
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars")]
 VerifyOpt = Annotated[
     Verify,
-    typer.Option(help="Check the index files on open: sizes | small (files <= 64 MB) | full"),
+    typer.Option(
+        help="Check the index files on open: sizes | small (files <= 64 MB, and model weights whatever their size, once per process) | full"
+    ),
 ]
 FusionOpt = Annotated[
     Optional[FusionMethod],  # noqa: UP045  (typer reads the annotation at run time)

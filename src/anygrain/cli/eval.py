@@ -90,10 +90,13 @@ def eval_cmd(
 ) -> None:
     """Evaluate an index on a question set."""
     from anygrain.api import evaluate_index
+    from anygrain.eval.runs import check_run_path
     from anygrain.index.base import Index
 
     errors = ErrorLog(on_error)
     try:
+        if run_out is not None:  # never over the questions, never inside the index
+            check_run_path(run_out, [questions, index_dir])
         opts = fusion_options(index_dir, fusion, fusion_weight, fusion_depth, sparse_weight)
         idx = Index.load(
             index_dir, verify=verify, **model_option(index_dir, model), **device_option(device)
@@ -183,6 +186,7 @@ def eval_domains_cmd(
     from anygrain.corpus.readers.multicpr import read_multicpr_questions as read_qs
     from anygrain.eval.domains import evaluate_domains
     from anygrain.eval.evaluate import Searcher
+    from anygrain.eval.runs import check_run_path
     from anygrain.index.base import Index
 
     try:
@@ -195,9 +199,17 @@ def eval_domains_cmd(
         )
         if not names:
             raise AnygrainError(f"{root}: no domain directory with {split}{QUERY_SUFFIX}")
+        per_domain = DOMAIN_SLOT in index
+        if run_out is not None:  # never over a query or qrels file, never inside an index
+            read = [
+                root / name / f
+                for name in names
+                for f in (f"{split}{QUERY_SUFFIX}", f"qrels.{split}.tsv", f"qrels.{split}.txt")
+            ]
+            for name in names if per_domain else [""]:
+                check_run_path(f"{run_out}.{name}" if name else run_out, read)
         if limit is not None and limit < 1:
             raise AnygrainError(f"--limit must be at least 1, got {limit}")
-        per_domain = DOMAIN_SLOT in index
         errors = ErrorLog()
         questions: dict[str, list[Question]] = {}
         for name in names:

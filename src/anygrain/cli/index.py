@@ -65,20 +65,29 @@ def _report_files(errors: ErrorLog, *, quiet: bool) -> None:
         console.print(line if f.read else f"[yellow]{line}[/]", highlight=False, soft_wrap=True)
 
 
-def _ray_executor(kind: IndexKind, address: str, workers: int | None, retries: int | None) -> Any:
-    """The Ray executor ``index --ray`` asked for (importable without Ray, which it needs)."""
-    from anygrain.encode.ray_executor import RayConfig, RayExecutor
+def _ray_executor(
+    kind: IndexKind,
+    address: str,
+    workers: int | None,
+    retries: int | None,
+    timeout: float | None = None,
+) -> Any:
+    """The Ray executor ``index --ray`` asked for (importable without Ray, which it needs).
+    A ``HOST:PORT`` that accepts no connection within the timeout fails here, before the
+    build reads anything; joining the cluster is bounded by the same timeout later."""
+    from anygrain.encode.ray_executor import RayConfig, RayExecutor, check_reachable
 
     if kind not in (IndexKind.DENSE, IndexKind.HYBRID, IndexKind.PHRASE):
         raise AnygrainError(f"--ray encodes dense, hybrid and phrase indexes, not {kind.value}")
     defaults = RayConfig()
-    return RayExecutor(
-        RayConfig(
-            address=address,
-            workers=defaults.workers if workers is None else workers,
-            retries=defaults.retries if retries is None else retries,
-        )
+    config = RayConfig(
+        address=address,
+        workers=defaults.workers if workers is None else workers,
+        retries=defaults.retries if retries is None else retries,
+        timeout=defaults.timeout if timeout is None else timeout,
     )
+    check_reachable(config)
+    return RayExecutor(config)
 
 
 def index_cmd(
@@ -199,6 +208,15 @@ def index_cmd(
         int | None,
         typer.Option("--retries", help="With --ray: tries again per failed shard (default 2)"),
     ] = None,
+    ray_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--ray-timeout",
+            metavar="SECONDS",
+            help="With --ray auto or HOST:PORT: how long to wait for the cluster to answer "
+            "before failing (default 30)",
+        ),
+    ] = None,
 ) -> None:
     """Build an index from a corpus (or a hybrid index from a BM25 and a dense index)."""
     from anygrain.api import build_index, combine_hybrid
@@ -248,9 +266,13 @@ def index_cmd(
             if threshold is not None:
                 settings["threshold"] = threshold
             if ray_address is not None:
-                settings["executor"] = _ray_executor(kind, ray_address, ray_workers, ray_retries)
+                settings["executor"] = _ray_executor(
+                    kind, ray_address, ray_workers, ray_retries, ray_timeout
+                )
             elif ray_workers is not None or ray_retries is not None:
                 raise AnygrainError("--workers and --retries apply with --ray")
+            elif ray_timeout is not None:
+                raise AnygrainError("--ray-timeout applies with --ray")
             # only the options given: a kind without them refuses them by name
             # (Index.build checks its settings)
             if compress is not Compress.NONE:
@@ -310,10 +332,14 @@ def index_cmd(
 def verify_cmd(
     index_dir: Annotated[Path, typer.Argument(help="Index directory")],
 ) -> None:
-    """Check every file of an index against the checksums recorded when it was built.
+    """Check every file of an index against the checksums recorded when it was built,
+    then open it as search does.
 
-    Lists each damaged, missing or unexpected file; exits 1 when there is any."""
-    from anygrain.index.base import check_index_files, read_manifest
+    Lists each damaged, missing or unexpected file; exits 1 when there is any.  An index
+    whose files match but that search would refuse (an edited index.json: another
+    corpus, an unknown kind or version) is one error line, exit 2, as search says it."""
+    from anygrain.index.base import Index, check_index_files, read_manifest
+    from anygrain.utils.checksums import Verify
 
     try:
         m = read_manifest(index_dir)
@@ -329,7 +355,13 @@ def verify_cmd(
             highlight=False,
         )
         raise typer.Exit(1)
-    out.print(f"ok: {n} files match their checksums", highlight=False)
+    try:
+        # every checksum was just compared: open it as search does (kind, version, corpus,
+        # models, tombstones) without hashing the files a second time
+        Index.load(index_dir, verify=Verify.SIZES)
+    except AnygrainError as e:
+        fail(e)
+    out.print(f"ok: {n} files match their checksums and the index opens", highlight=False)
 
 
 def refilter_cmd(
@@ -419,6 +451,8 @@ def convert_script_cmd(
         rep = convert_squad_file(source, target, to)
     except AnygrainError as e:
         fail(e)
+    except OSError as e:  # anything the converter did not name: the path and why, one line
+        fail(AnygrainError(f"{e.filename or target}: {e.strerror or e}"))
     out.print(
         f"{rep.paragraphs} paragraphs, {rep.questions} questions, {rep.answers} answers: "
         f"{rep.changed_characters} characters converted to {to.value} → {escape(str(target))}",

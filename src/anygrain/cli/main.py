@@ -3,46 +3,62 @@
 This module is the typer app (``--version``, the command groups registered); each group
 lives in its own module of :mod:`anygrain.cli`, parses its options, calls the API and prints
 the result; errors anygrain raises on purpose are printed without a traceback.
+
+The module itself imports only the standard library: ``app`` is built on first use (PEP
+562), inside :func:`main`, so that a Ctrl-C while typer, NumPy and the command modules
+are imported -- a second or more of start-up -- exits 130 without a traceback, like a
+Ctrl-C while a command runs.  The console script (``anygrain = anygrain.cli.main:main``)
+and ``python -m anygrain.cli`` both import this module and call :func:`main`.
 """
 
 from __future__ import annotations
 
-import logging
 import signal
-from typing import Annotated
+import sys
+from typing import TYPE_CHECKING, Any
 
-import typer
+if TYPE_CHECKING:
+    import typer
 
-from anygrain.cli.common import out
+#: the exit status of a command stopped by Ctrl-C (or SIGTERM): 128 + SIGINT
+EXIT_INTERRUPTED = 130
 
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    help="Dense retrieval at any grain: phrases, sentences, passages, documents.",
-)
-
-
-def _version(value: bool) -> None:
-    if value:
-        from anygrain import __version__
-
-        out.print(f"anygrain {__version__}", highlight=False)
-        raise typer.Exit()
+_app: typer.Typer | None = None
 
 
-@app.callback()
-def _main(
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version", callback=_version, is_eager=True, help="Print the version and exit"
+def _build_app() -> typer.Typer:
+    import typer
+
+    from anygrain.cli.common import out
+
+    app = typer.Typer(
+        add_completion=False,
+        no_args_is_help=True,
+        help="Dense retrieval at any grain: phrases, sentences, passages, documents.",
+    )
+
+    def _version(value: bool) -> None:
+        if value:
+            from anygrain import __version__
+
+            out.print(f"anygrain {__version__}", highlight=False)
+            raise typer.Exit()
+
+    @app.callback()
+    def _main(
+        # a default, not Annotated[...]: annotations here are strings that typer evaluates in
+        # this module's globals, where typer is not imported (start-up stays light)
+        version: bool = typer.Option(
+            False, "--version", callback=_version, is_eager=True, help="Print the version and exit"
         ),
-    ] = False,
-) -> None:
-    """Dense retrieval at any grain: phrases, sentences, passages, documents."""
+    ) -> None:
+        """Dense retrieval at any grain: phrases, sentences, passages, documents."""
+
+    _register_commands(app)
+    return app
 
 
-def _register_commands() -> None:
+def _register_commands(app: typer.Typer) -> None:
     # One module per command group, each thin; registered here in the order `--help` lists them.
     from anygrain.cli import demo, index, maintain, phrase, reader, search, serve
     from anygrain.cli import eval as eval_
@@ -71,7 +87,19 @@ def _register_commands() -> None:
     app.add_typer(train_app, name="train")
 
 
-_register_commands()
+def get_app() -> typer.Typer:
+    """The typer app, built (and its command modules imported) on the first call."""
+    global _app
+    if _app is None:
+        _app = _build_app()
+    return _app
+
+
+def __getattr__(name: str) -> Any:
+    # ``from anygrain.cli.main import app``: the app, built on first use
+    if name == "app":
+        return get_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def stop_on_sigterm() -> None:
@@ -85,16 +113,40 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
-def main() -> None:
-    stop_on_sigterm()
+def _enable_faulthandler() -> None:
+    """A fatal signal (SIGSEGV, SIGBUS: a memory-mapped file truncated under a search) at
+    least prints where every thread was, instead of dying without a word."""
+    import contextlib
+    import faulthandler
+
+    if not faulthandler.is_enabled():
+        # a stderr without a file descriptor (a test runner's) cannot take it: no matter
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            faulthandler.enable(all_threads=True)
+
+
+def _log_warnings() -> None:
     # The library warns through logging (e.g. qrels ids missing from the corpus); show those
     # warnings on stderr as one line each, apart from stdout's results.  Only anygrain's:
     # other libraries keep Python's default handling (bm25s logs at DEBUG, for one).
+    import logging
+
     handler = logging.StreamHandler()
     handler.setLevel(logging.WARNING)
     handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
     logging.getLogger("anygrain").addHandler(handler)
-    app()
+
+
+def main() -> None:
+    try:
+        stop_on_sigterm()
+        _enable_faulthandler()
+        _log_warnings()
+        app = get_app()  # imports typer, NumPy and every command module
+        app()  # typer turns a Ctrl-C inside a command into exit 130 itself
+    except KeyboardInterrupt:
+        # Ctrl-C (or SIGTERM) during start-up: no traceback, the conventional status
+        sys.exit(EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":

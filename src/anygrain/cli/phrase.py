@@ -33,7 +33,12 @@ def pack_cmd(
         settings = PackSettings(bits=bits, group=group)
         text = card.read_text(encoding="utf-8") if card else None
         path = pack_phrase_model(
-            PhraseEncoder.load(model_dir), out_dir, settings=settings, card=text
+            PhraseEncoder.load(model_dir),
+            out_dir,
+            settings=settings,
+            card=text,
+            source=model_dir,
+            inputs=[card],
         )
     except (AnygrainError, OSError) as e:
         fail(e)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import faulthandler
+import socket
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -11,39 +14,98 @@ from rich.markup import escape
 from anygrain.cli.common import DeviceOpt, TorchThreadsOpt, console, device_option, fail
 from anygrain.errors import AnygrainError
 
+#: uvicorn's log levels (it raises a KeyError for any other)
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
+
+def enable_faulthandler() -> None:
+    """Print the Python traceback of every thread to stderr on a fatal signal (SIGSEGV,
+    SIGBUS, SIGABRT, ...), so a crash in native code at least says where it happened."""
+    if faulthandler.is_enabled():
+        return
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            faulthandler.enable(file=stream, all_threads=True)  # type: ignore[arg-type]
+            return
+        except (AttributeError, OSError, ValueError):  # a stream without a file descriptor
+            continue
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (as uvicorn binds one), or an error in one line.
+
+    Bound before the index loads: a port in use is reported at once, not after a long load,
+    and no other process can take it meanwhile."""
+    if not 1 <= port <= 65535:
+        raise AnygrainError(f"--port must be between 1 and 65535, got {port}")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as e:
+        raise AnygrainError(f"--host {host}: not an address of this machine ({e})") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        why = e.strerror or str(e)
+        hint = "; choose another --port" if "in use" in why.lower() else ""
+        raise AnygrainError(f"cannot listen on {host}:{port}: {why}{hint}") from None
+    sock.set_inheritable(True)
+    return sock
+
 
 def serve_cmd(
     index_dir: Annotated[Path, typer.Argument(help="Index directory (any kind)")],
     host: Annotated[
         str, typer.Option(help="Address to bind (loopback by default; 0.0.0.0 exposes it)")
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port")] = 8000,
+    port: Annotated[int, typer.Option(help="TCP port (1 to 65535)")] = 8000,
     threads: TorchThreadsOpt = None,
     device: DeviceOpt = None,
     log_level: Annotated[
-        str, typer.Option("--log-level", help="uvicorn log level: critical, error, warning, info")
+        str,
+        typer.Option(
+            "--log-level", help="uvicorn log level: critical, error, warning, info, debug"
+        ),
     ] = "info",
 ) -> None:
     """Serve an index over HTTP: a JSON search API and a search page at /."""
+    enable_faulthandler()
+    if log_level.lower() not in LOG_LEVELS:
+        fail(AnygrainError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, not {log_level}"))
     try:
         import uvicorn
 
         from anygrain.serve.app import create_app
     except ImportError as e:
         fail(AnygrainError(f"anygrain serve needs fastapi and uvicorn ({e}); run ./install.sh"))
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
     try:
-        app = create_app(index_dir, **device_option(device))
+        sock = bind(host, port)  # before anything loads: a bad or busy port fails at once
     except AnygrainError as e:
         fail(e)
-    info = app.state.info
-    console.print(
-        f"serving {escape(str(index_dir))} ({info['kind']}, units: {', '.join(info['units'])}) "
-        f"on http://{escape(host)}:{port}/",
-        highlight=False,
-        soft_wrap=True,
-    )
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    try:
+        if threads is not None:
+            import torch
+
+            torch.set_num_threads(threads)
+        try:
+            app = create_app(index_dir, **device_option(device))
+        except AnygrainError as e:
+            fail(e)
+        info = app.state.info
+        console.print(
+            f"serving {escape(str(index_dir))} ({info['kind']}, units: "
+            f"{', '.join(info['units'])}) on http://{escape(host)}:{port}/",
+            highlight=False,
+            soft_wrap=True,
+        )
+        server = uvicorn.Server(
+            uvicorn.Config(app, host=host, port=port, log_level=log_level.lower())
+        )
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+    if not server.started:
+        fail(AnygrainError(f"the server on {host}:{port} did not start (see the log above)"))

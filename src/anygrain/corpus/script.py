@@ -66,9 +66,20 @@ def convert_squad_file(src: str | Path, out: str | Path, script: Script) -> Conv
     ``script``: titles, contexts, questions and answers; offsets stay valid.  An answer is
     cut from the converted context at its offset, so it matches the context exactly."""
     src, out = Path(src), Path(out)
+    if not src.exists():
+        raise AnygrainError(f"{src}: no such file")
+    if src.is_dir():
+        raise AnygrainError(f"{src}: is a directory; give the SQuAD-format JSON file to convert")
+    if out.is_dir():
+        raise AnygrainError(
+            f"{out}: is a directory; give the path of the file to write (e.g. {out / src.name})"
+        )
     if out.resolve() == src.resolve():
         raise AnygrainError(f"{out}: the output would replace the source; give another path")
-    data: Any = load_json(src)
+    try:
+        data: Any = load_json(src)
+    except OSError as e:  # unreadable (permissions, a vanished file): the path and why
+        raise AnygrainError(f"{src}: cannot read it ({e.strerror or e})") from None
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise InputError("not a SQuAD-format file (no top-level 'data' list)", path=str(src))
     conv = converter(Script(script))
@@ -98,5 +109,8 @@ def convert_squad_file(src: str | Path, out: str | Path, script: Script) -> Conv
                     else:  # no usable offset: the answer alone
                         ans["text"] = c(text)
                     rep.answers += 1
-    atomic_write_text(out, json.dumps(data, ensure_ascii=False))
+    try:
+        atomic_write_text(out, json.dumps(data, ensure_ascii=False))
+    except OSError as e:  # a directory in the way, no permission, no space: one line
+        raise AnygrainError(f"{e.filename or out}: cannot write it ({e.strerror or e})") from None
     return rep

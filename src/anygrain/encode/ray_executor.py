@@ -17,12 +17,27 @@ Workers write their shards straight into the output directory, so every worker m
 see it at the same path: on one machine that is always so; a cluster of several
 machines needs the output directory (and the corpus and model) on a shared filesystem.
 
+Joining a cluster is bounded by ``RayConfig.timeout`` (``--ray-timeout``): ``ray.init``
+itself retries a silent address for ever.  A ``HOST:PORT`` (or ``ray://HOST:PORT``)
+address must first accept a TCP connection -- tried again until the timeout, so a cluster
+still starting is waited for -- and then ``ray.init`` runs in a helper thread that is
+given the rest of the time (an address that accepts connections but is no Ray GCS, or
+``auto`` finding a stale cluster file, hangs there).  When it does not return in time the
+encode fails with one line; the helper thread is left behind (a daemon: it does not keep
+the process alive).  Starting a local Ray (``None`` or ``local``) is not bounded.
+
 Ray is an optional dependency (``pip install anygrain[ray]``): this module imports
 without it, and only running an encode needs it.
 """
 
 from __future__ import annotations
 
+import logging
+import math
+import os
+import socket
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -39,6 +54,10 @@ J = TypeVar("J")
 R = TypeVar("R")
 
 INSTALL_HINT = "the Ray executor needs Ray: pip install anygrain[ray]"
+#: seconds ``RayConfig.timeout`` gives joining a cluster by default
+DEFAULT_TIMEOUT = 30.0
+#: addresses that start a Ray of their own instead of joining one
+_LOCAL = (None, "local")
 
 
 @dataclass(frozen=True)
@@ -48,6 +67,7 @@ class RayConfig:
     ``address``: None starts a local Ray for the encode (and stops it after); ``"auto"``
     joins the cluster running on this machine; ``HOST:PORT`` or ``ray://HOST:PORT`` a
     given one.  Ray already initialised in this process (a test, a notebook) is used as is.
+    ``timeout``: seconds to wait for a cluster to join (see the module docstring).
     """
 
     address: str | None = None
@@ -55,12 +75,128 @@ class RayConfig:
     retries: int = 2  # times a failed or lost shard is tried again before the run stops
     cpus_per_worker: float = 1.0
     gpus_per_worker: float | None = None  # None: one per worker when the cluster has GPUs
+    timeout: float = DEFAULT_TIMEOUT
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise AnygrainError(f"Ray workers must be at least 1, not {self.workers}")
         if self.retries < 0:
             raise AnygrainError(f"Ray retries must be 0 or more, not {self.retries}")
+        if not (math.isfinite(self.timeout) and self.timeout > 0):
+            raise AnygrainError(
+                f"the Ray timeout must be a number of seconds > 0, not {self.timeout}"
+            )
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a ``HOST:PORT`` or ``ray://HOST:PORT`` address (IPv6 in
+    brackets); None for ``auto`` or anything else without a port."""
+    a = address.strip()
+    if a.startswith("ray://"):
+        a = a[len("ray://") :]
+    host, sep, port = a.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def _wait_reachable(address: str, host: str, port: int, deadline: float, timeout: float) -> None:
+    """Return once ``host:port`` accepts a TCP connection; raise at ``deadline``."""
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host, port), timeout=max(0.1, min(left, 5.0))):
+                return
+        except socket.gaierror as e:
+            raise AnygrainError(
+                f"cannot join the Ray cluster at {address}: unknown host {host} ({e.strerror})"
+            ) from None
+        except OSError as e:
+            why = e.strerror or str(e) or type(e).__name__
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AnygrainError(
+                f"no Ray cluster answers at {address} within {timeout:g} s ({why}): start one "
+                f"there (`ray start --head --port {port}`) or fix the address; --ray-timeout "
+                "sets the wait"
+            )
+        time.sleep(min(0.5, left))
+
+
+class _NoSigtermWarning(logging.Filter):
+    """Ray warns that it sets no SIGTERM handler when ``ray.init`` runs outside the main
+    thread; anygrain keeps its own (SIGTERM stops a command like Ctrl-C), so that is right."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "SIGTERM handler is not set" not in record.getMessage()
+
+
+def _init_within(address: str, deadline: float, timeout: float, **kwargs: Any) -> None:
+    """``ray.init(address, **kwargs)`` in a helper thread, waited for until ``deadline``
+    (at least a few seconds once the address answered: joining takes one or two)."""
+    box: dict[str, BaseException] = {}
+
+    def init() -> None:
+        try:
+            ray.init(address=address, **kwargs)
+        except BaseException as e:  # handed to the waiting thread, raised there
+            box["error"] = e
+
+    quiet = _NoSigtermWarning()
+    ray_log = logging.getLogger("ray._private.worker")
+    ray_log.addFilter(quiet)
+    try:
+        thread = threading.Thread(target=init, name="anygrain-ray-init", daemon=True)
+        thread.start()
+        thread.join(max(deadline - time.monotonic(), min(timeout, 5.0)))
+    finally:
+        ray_log.removeFilter(quiet)
+    if thread.is_alive():
+        raise AnygrainError(
+            f"the Ray cluster at {address} did not answer within {timeout:g} s (its address "
+            "accepts connections, but Ray could not join it: is it a Ray head's GCS port, of "
+            f"Ray {getattr(ray, '__version__', '?')}?); --ray-timeout sets the wait"
+        )
+    err = box.get("error")
+    if err is None:
+        return
+    if not isinstance(err, Exception):
+        raise err
+    raise AnygrainError(f"cannot join the Ray cluster at {address}: {err}") from err
+
+
+def check_reachable(config: RayConfig) -> None:
+    """Fail now, in one line, when ``config`` names a ``HOST:PORT`` that accepts no
+    connection within ``config.timeout`` (before a build reads its corpus and model)."""
+    hp = None if config.address in _LOCAL else _host_port(config.address or "")
+    if hp is not None:
+        assert config.address is not None
+        deadline = time.monotonic() + config.timeout
+        _wait_reachable(config.address, hp[0], hp[1], deadline, config.timeout)
+
+
+def connect(config: RayConfig) -> None:
+    """``ray.init`` for ``config``: a local Ray is started as Ray starts it; joining a
+    cluster (``auto``, ``HOST:PORT``, ``ray://HOST:PORT``, or ``RAY_ADDRESS`` when no
+    address is given) waits at most ``config.timeout`` seconds, then fails in one line."""
+    if ray is None:
+        raise AnygrainError(INSTALL_HINT)
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
+    address = config.address
+    if address is None:
+        address = os.environ.get("RAY_ADDRESS") or None  # what ray.init(None) would join
+    if address in _LOCAL:
+        try:
+            ray.init(address=config.address, **kwargs)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise AnygrainError(f"cannot start a local Ray: {e}") from e
+        return
+    assert address is not None
+    deadline = time.monotonic() + config.timeout
+    hp = _host_port(address)
+    if hp is not None:
+        _wait_reachable(address, hp[0], hp[1], deadline, config.timeout)
+    _init_within(address, deadline, config.timeout, **kwargs)
 
 
 class _ShardWorker:
@@ -87,7 +223,7 @@ class RayExecutor:
             raise AnygrainError(INSTALL_HINT)
         started = not ray.is_initialized()
         if started:
-            ray.init(address=self.config.address, include_dashboard=False, log_to_driver=True)
+            connect(self.config)  # joining a cluster is bounded by config.timeout
         try:
             yield from self._run(task, jobs)
         finally:

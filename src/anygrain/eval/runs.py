@@ -5,7 +5,8 @@ A run line is ``qid Q0 docid rank score tag``; a qrels line is ``qid 0 docid rel
 Readers raise :class:`~anygrain.errors.InputError` naming the file, line and field
 of the first bad record; blank lines are skipped.
 
-Runs are written atomically (a crash leaves no half file).  A unit id appears at
+Runs are written atomically (a crash leaves no half file), never over the command's
+inputs nor inside an index, model or corpus directory (:func:`check_run_path`).  A unit id appears at
 most once per query -- trec_eval rejects duplicate documents -- so when several
 hits share an id (phrases or sentences of one passage) only the first, best
 ranked, is written and ranks are renumbered.  ``read_run`` orders each query by the
@@ -52,13 +53,21 @@ def _check_id(kind: str, value: str) -> str:
     return value
 
 
-def check_run_path(path: str | os.PathLike[str]) -> Path:
-    """Fail now, not after a whole evaluation, when a run file cannot be written at ``path``."""
+def check_run_path(
+    path: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None] = ()
+) -> Path:
+    """Fail now, not after a whole evaluation, when a run file cannot or must not be
+    written at ``path``: a directory, an unwritable place, one of ``inputs`` (the question
+    set, qrels, the index: paths or ``FORMAT:PATH``), or a file inside an anygrain index,
+    model or corpus directory (:func:`anygrain.utils.targets.check_output_file`)."""
+    from anygrain.utils.targets import check_output_file
+
     p = Path(path)
     if p.is_dir():
         raise AnygrainError(
             f"{p}: is a directory; give the run file's path (e.g. {p / 'run.trec'})"
         )
+    check_output_file(p, inputs, what="the run")
     parent = p.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent  # the directories RunWriter would create go here

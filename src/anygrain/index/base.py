@@ -7,8 +7,11 @@ size and checksum of every other file in the directory (``files``; see
 kind from ``index.json`` (never from the file name) and dispatches to the
 registered class, importing the kind's module (:mod:`anygrain.index.registry`) on
 first use.  ``Index.build`` refuses, before anything is written, an output
-directory that holds anything but an index (or an index, unless ``overwrite``),
-and one that overlaps the source.
+directory that holds anything but an index (or an index, unless ``overwrite``; and
+with it, an index holding files its manifest does not list), one that overlaps the
+source, and one inside another index, model or corpus directory
+(:mod:`anygrain.utils.targets`, the check every writer makes).  Opening hashes the
+index's model weights whatever their size, once per process per version of a file.
 
 Indexes written before checksums were recorded still open, with a warning that
 their files cannot be checked; rebuilding one records them.
@@ -41,6 +44,12 @@ from anygrain.utils.checksums import (
     Verify,
     check_files,
     file_table,
+)
+from anygrain.utils.targets import (
+    MODEL_CONFIG_FILES,
+    name_some,
+    refuse_inside_artefact,
+    unowned_files,
 )
 
 if TYPE_CHECKING:
@@ -161,6 +170,14 @@ def _external_corpus(path: Path, manifest: dict[str, Any]) -> Path | None:
     return None if c.is_relative_to(root) else c
 
 
+def model_files(files: dict[str, Any]) -> set[str]:
+    """The entries of a manifest's ``files`` that belong to a saved model inside the index
+    (every file under a directory holding a model config): the weights every query goes
+    through, hashed on open whatever their size (:func:`anygrain.utils.checksums.check_files`)."""
+    dirs = {rel.rpartition("/")[0] for rel in files if rel.rpartition("/")[2] in MODEL_CONFIG_FILES}
+    return {rel for rel in files if any(d == "" or rel.startswith(d + "/") for d in dirs)}
+
+
 def check_index_files(
     path: str | Path,
     manifest: dict[str, Any] | None = None,
@@ -180,7 +197,13 @@ def check_index_files(
         )
     v = Verify(verify)
     problems = check_files(
-        p, m["files"], verify=v, small_limit=small_limit, extra=extra, exclude=[MANIFEST]
+        p,
+        m["files"],
+        verify=v,
+        small_limit=small_limit,
+        extra=extra,
+        exclude=[MANIFEST],
+        always=model_files(m["files"]),
     )
     corpus = _external_corpus(p, m)
     if corpus is not None and "corpus_files" in m:
@@ -194,8 +217,10 @@ def check_build_target(source: Any, out: str | Path, *, overwrite: bool = False)
     """Refuse, before anything is written, an ``out`` whose replacement would lose data.
 
     ``out`` may be missing, an empty directory, or (with ``overwrite``) an anygrain
-    index.  Anything else it holds (user files, a corpus, a regular file) is refused,
-    and so is an ``out`` that is, contains or lies inside the source.
+    index holding only the files its manifest lists.  Anything else it holds (user
+    files, a corpus, a regular file, files put inside an index) is refused, and so is
+    an ``out`` that is, contains or lies inside the source, or lies inside another
+    index, model or corpus directory (:func:`anygrain.utils.targets.enclosing_artefact`).
     """
     o = Path(out)
     src = _source_path(source)
@@ -211,6 +236,7 @@ def check_build_target(source: Any, out: str | Path, *, overwrite: bool = False)
             raise AnygrainError(
                 f"{o}: the output directory lies inside the source {src}; give an --out outside it"
             )
+    refuse_inside_artefact(o, "an index")  # the walk every writer's target check makes
     if not o.exists() and not o.is_symlink():
         return
     if not o.is_dir():
@@ -218,11 +244,10 @@ def check_build_target(source: Any, out: str | Path, *, overwrite: bool = False)
     if not any(o.iterdir()):
         return
     try:
-        read_manifest(o)
-        is_index = True
+        m = read_manifest(o)
     except AnygrainError:
-        is_index = False
-    if not is_index:
+        m = None
+    if m is None:
         raise AnygrainError(
             f"{o}: not empty and not an anygrain index; refusing to replace what it holds "
             "(give a new or empty directory)"
@@ -230,6 +255,14 @@ def check_build_target(source: Any, out: str | Path, *, overwrite: bool = False)
     if not overwrite:
         raise AnygrainError(
             f"{o}: already holds an anygrain index; pass --overwrite (overwrite=True) to replace it"
+        )
+    # --overwrite replaces the index's own files (its manifest lists them), never a user's;
+    # an index from before the table was recorded cannot tell them apart
+    unknown = unowned_files(o, m["files"]) if "files" in m else []
+    if unknown:
+        raise AnygrainError(
+            f"{o}: holds files the index did not write ({name_some(unknown)}); --overwrite "
+            "replaces only an index's own files: move them out, or give another --out"
         )
 
 
@@ -362,7 +395,9 @@ class Index(ABC):
         """Open an index directory, whatever its kind, after checking its files.
 
         ``verify``: ``sizes`` (every file's size), ``small`` (sizes, and the checksum of
-        files up to ``small_limit`` bytes; the default) or ``full`` (every checksum)."""
+        files up to ``small_limit`` bytes and of the index's model weights whatever their
+        size, once per process for each version of a weight file; the default) or
+        ``full`` (every checksum)."""
         p = Path(path)
         m = read_manifest(p)
         try:
@@ -500,7 +535,10 @@ class Index(ABC):
         from anygrain.corpus.questions import Question
         from anygrain.eval import evaluate
         from anygrain.eval.coverage import check_qrels_coverage, judge_by_gold
+        from anygrain.eval.runs import check_run_path
 
+        if run_out is not None:  # never over the question file (API callers too)
+            check_run_path(run_out, [questions.source or None, self.path])
         items: list[Question] = list(questions)
         if scope is Scope.GOLD_PASSAGE:
             for q in items:

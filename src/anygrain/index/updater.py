@@ -492,6 +492,16 @@ def _compact_hybrid(u: Update) -> None:
 
 # --- operations ---------------------------------------------------------------------------
 def _updater(table: dict[IndexKind, Updater], index: Index, what: str) -> Updater:
+    """The update of ``index``'s kind in ``table``; refused, naming the index, for a kind
+    that has none, a hybrid index combined from existing ones, or a sharded index (it
+    opens as a view of its shards' kind, so its manifest says what it is)."""
+    if index.manifest.get("kind") == IndexKind.SHARDED.value:
+        of = ((index.manifest.get("settings") or {}).get("build") or {}).get("of")
+        raise AnygrainError(
+            f"{index.path}: {what} is not supported for a sharded index yet"
+            + (f" (of {of} shards)" if of else "")
+            + "; rebuild it from the grown source with --shards, or build an unsharded index"
+        )
     fn = table.get(index.kind)
     if fn is None or (
         index.kind is IndexKind.HYBRID

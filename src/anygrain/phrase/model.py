@@ -132,16 +132,42 @@ def _quiet_transformers() -> Iterator[None]:
 
 
 def _load_hf(path: Path) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` of a Hugging Face directory (typed Any: HF classes vary)."""
+    """``(model, tokenizer)`` of a Hugging Face directory (typed Any: HF classes vary); a
+    truncated or corrupt weights, config or tokenizer file is an :class:`AnygrainError`
+    naming it, not a traceback."""
+    import pickle
+
+    from safetensors import SafetensorError
     from transformers import AutoModel, AutoTokenizer
 
     if not (path / "config.json").exists():
         raise AnygrainError(f"{path}: missing model files (no config.json)")
+    # what from_pretrained raises for a damaged file: safetensors' own error (a truncated
+    # file, a bad header), OSError (missing or unreadable), ValueError (bad JSON), ...
+    bad_weights = (SafetensorError, EOFError, pickle.UnpicklingError)
+    damaged = (*bad_weights, OSError, ValueError, RuntimeError, KeyError)
+    weights = next(
+        (path / n for n in ("model.safetensors", "pytorch_model.bin") if (path / n).is_file()),
+        path,
+    )
     with _quiet_transformers():
-        # float32 whatever the file stores: weights saved in half precision would otherwise
-        # load as such and train badly (autocast gives the speed where it is wanted)
-        model = AutoModel.from_pretrained(str(path), dtype=torch.float32)
-        return model, AutoTokenizer.from_pretrained(str(path))
+        try:
+            # float32 whatever the file stores: weights saved in half precision would
+            # otherwise load as such and train badly (autocast gives the speed where wanted)
+            model = AutoModel.from_pretrained(str(path), dtype=torch.float32)
+        except damaged as e:
+            where = weights if isinstance(e, bad_weights) else path
+            raise AnygrainError(
+                f"{where}: cannot load the model ({type(e).__name__}: {e}); a file is "
+                "truncated or damaged: save or download the model again"
+            ) from None
+        try:
+            return model, AutoTokenizer.from_pretrained(str(path))
+        except damaged as e:
+            raise AnygrainError(
+                f"{path}: cannot load the tokenizer ({type(e).__name__}: {e}); its files are "
+                "missing or damaged: save or download the model again"
+            ) from None
 
 
 def _saved_phrase_dir(name: str | Path) -> Path | None:

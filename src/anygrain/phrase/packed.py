@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -148,16 +149,39 @@ def pack_phrase_model(
     settings: PackSettings | None = None,
     cache_dir: Path | None = None,
     card: str | None = None,
+    source: str | Path | None = None,
+    inputs: Sequence[str | Path | None] = (),
 ) -> Path:
     """Write ``model`` (a :class:`~anygrain.phrase.model.PhraseEncoder`) packed into ``out``.
 
     Tensors equal to the backbone's (frozen embeddings, buffers) are not stored at all.
     The written model is what :func:`load_packed` rebuilds: its fingerprints are those of
-    the rebuilt weights, not of ``model``'s (they differ by the quantisation)."""
+    the rebuilt weights, not of ``model``'s (they differ by the quantisation).
+
+    Refused before any work: an ``out`` that is, or contains, the model's directory
+    (``source``, or the packed directory it was loaded from) or another of ``inputs``, or
+    that lies inside an index or model (:func:`anygrain.utils.targets.check_output_dir`);
+    and a model that is already packed (loaded from a packed directory, weights unchanged):
+    packing it again would quantise the quantised weights, so it is refused too."""
     from safetensors.torch import save_file
+
+    from anygrain.utils.targets import check_output_dir
 
     s = settings or PackSettings()
     out = Path(out)
+    packed: PackedSource | None = getattr(model, "packed", None)
+    check_output_dir(
+        out,
+        [source, packed.path if packed is not None else None, *inputs],
+        what="the packed model",
+        may_be=("model",),
+        replaces=True,
+    )
+    if packed is not None and full_fingerprint(model) == packed.full_fingerprint:
+        raise AnygrainError(
+            f"{packed.path}: is already a packed model; packing it again would quantise its "
+            "weights a second time. Pack the full (unpacked) model it was made from"
+        )
     base, tok = _backbone(model.config.base_model, cache_dir)
     base_fp = fingerprint_modules([base])
     base_state = base.state_dict()

@@ -4,8 +4,11 @@ Endpoints: ``GET /`` (the search page), ``GET /search``, ``POST /search`` (a bat
 ``GET /health``, ``GET /info``, and FastAPI's schema at ``/openapi.json``.  FastAPI's
 ``/docs`` and ``/redoc`` pages are off: they load their scripts from a CDN.
 Every refused request gets a 4xx with ``{"error": "..."}``; nothing a client sends can
-stop the server.  Handlers are plain functions, so FastAPI runs them in its threadpool
-and a search never blocks the event loop.
+stop the server.  When the index's files change on disk and it no longer opens (see
+:mod:`.service`), searches get a 503 with the same ``{"error": ...}`` naming the file and
+``/health`` answers 503 ``unhealthy``; both recover once the index opens again.
+Handlers are plain functions, so FastAPI runs them in its threadpool and a search never
+blocks the event loop.
 """
 
 import logging
@@ -35,6 +38,7 @@ from anygrain.serve.service import (
     DEFAULT_K,
     MAX_K,
     MAX_QUESTION_CHARS,
+    IndexUnavailable,
     RequestError,
     SearchService,
 )
@@ -44,6 +48,7 @@ log = logging.getLogger("anygrain.serve")
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorResponse, "description": "Malformed request body"},
     422: {"model": ErrorResponse, "description": "Invalid question, unit, k or batch"},
+    503: {"model": ErrorResponse, "description": "The index changed on disk and does not open"},
 }
 
 # The page runs only its own inline script and talks only to this server.
@@ -96,7 +101,18 @@ def create_app(
     if warm_up:
         service.warm_up()
     info = service.info()
-    html = page.render(info)  # the index never changes while served: render the page once
+    # rendered once per index: again only when the service reloads a replaced index
+    described: dict[str, Any] = {"generation": service.generation, "info": info}
+    described["html"] = page.render(info)
+
+    def current() -> dict[str, Any]:
+        if described["generation"] != service.generation:
+            gen = service.generation
+            fresh = service.info()
+            described.update(generation=gen, info=fresh, html=page.render(fresh))
+            app.state.info = fresh
+        return described
+
     app = FastAPI(
         title=title or f"anygrain: {info['index']}",
         docs_url=None,  # Swagger UI and ReDoc load scripts from a CDN: nothing external here
@@ -114,6 +130,10 @@ def create_app(
     async def on_request_error(request: Request, exc: RequestError) -> JSONResponse:
         return _error(422, str(exc))
 
+    @app.exception_handler(IndexUnavailable)
+    async def on_index_unavailable(request: Request, exc: IndexUnavailable) -> JSONResponse:
+        return _error(503, str(exc))  # the service logged it when it happened
+
     @app.exception_handler(RequestValidationError)
     async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         return _error(*_validation_message(exc))
@@ -130,7 +150,7 @@ def create_app(
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def home() -> HTMLResponse:
-        return HTMLResponse(html, headers={"Content-Security-Policy": PAGE_CSP})
+        return HTMLResponse(current()["html"], headers={"Content-Security-Policy": PAGE_CSP})
 
     @app.get("/search", response_model=SearchResponse, responses=ERRORS)
     def search_get(
@@ -165,20 +185,35 @@ def create_app(
         ]
         return BatchResponse(unit=r.unit, k=r.k, results=results, latency_ms=r.latency_ms)
 
-    @app.get("/health", response_model=HealthResponse)
-    def health() -> HealthResponse:
-        """The index is loaded and the server answers."""
-        return HealthResponse(
-            status="ok",
+    @app.get(
+        "/health",
+        response_model=HealthResponse,
+        responses={503: {"model": HealthResponse, "description": "The index cannot be searched"}},
+    )
+    def health() -> Any:
+        """Whether the index can be searched: its files are as loaded (or it was reloaded
+        after they changed) and the server answers; 503 ``unhealthy`` with the error when not."""
+        try:
+            service.check_index()
+            error = None
+        except IndexUnavailable as e:
+            error = str(e)
+        body = HealthResponse(
+            status="ok" if error is None else "unhealthy",
             kind=service.index.kind.value,
             uptime_s=round(time.time() - service.started, 3),
             searches=service.n_searches,
             questions=service.n_questions,
+            reloads=service.n_reloads,
+            error=error,
         )
+        if error is None:
+            return body
+        return JSONResponse(body.model_dump(), status_code=503)
 
     @app.get("/info", response_model=InfoResponse)
     def index_info() -> InfoResponse:
         """The index: kind, format version, model, corpus, counts, allowed units, limits."""
-        return InfoResponse(**info)
+        return InfoResponse(**current()["info"])
 
     return app

@@ -89,11 +89,19 @@ class BatchResponse(BaseModel):
 
 
 class HealthResponse(BaseModel):
-    status: str
+    status: str = Field(
+        description="ok, or unhealthy (with a 503) when the index cannot be searched"
+    )
     kind: str
     uptime_s: float
     searches: int = Field(description="Search calls made (queued requests are batched)")
     questions: int = Field(description="Questions answered")
+    reloads: int = Field(
+        default=0, description="Times the index was reopened after its files changed on disk"
+    )
+    error: str | None = Field(
+        default=None, description="Why the index cannot be searched (unhealthy only)"
+    )
 
 
 class InfoResponse(BaseModel):
@@ -113,4 +121,6 @@ class InfoResponse(BaseModel):
 
 
 class ErrorResponse(BaseModel):
-    error: str = Field(description="What was wrong with the request")
+    error: str = Field(
+        description="What was wrong with the request (4xx), or with the index on disk (503)"
+    )

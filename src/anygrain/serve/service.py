@@ -15,11 +15,24 @@ questions) and searches it as one batch per (unit, k): one encoder pass and one 
 for several clients, which is where concurrent load gains over a plain lock.  Each question
 gets the hits it would get alone (questions are searched independently; only the padding
 of the encoder's batch differs).  The latency a response reports includes the wait.
+
+Files changed under a running server: the index memory-maps its arrays (``.npy``, FAISS,
+Arrow), and a mapped file truncated in place kills the process with SIGBUS at the next
+read of a page past the new end -- no exception can be raised for it.  So before each
+batch the worker compares the mapped files' size, mtime and inode with what they were
+when the index was loaded (one ``stat`` per file).  On a difference it reopens the index
+from its directory (``Index.load``, which checks the files against their recorded
+checksums): the index was replaced, and the new one is searched from then on.  When it
+does not open, the batch is refused with :class:`IndexUnavailable` (a 503 naming the
+file), ``/health`` says unhealthy, and the reload is tried again once the files change
+again (the index is rebuilt or restored).
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 import queue
 import threading
 import time
@@ -30,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from anygrain.errors import AnygrainError
-from anygrain.index.base import Index
+from anygrain.index.base import MANIFEST, Index, _external_corpus
 from anygrain.search.hit import Hit, Unit
 
 #: A question longer than this many characters is refused (encoders truncate far earlier).
@@ -44,8 +57,60 @@ DEFAULT_K = 10
 MAX_BATCH_QUESTIONS = 64
 
 
+log = logging.getLogger("anygrain.serve")
+
+#: Suffixes of the index files that are memory-mapped (NumPy arrays, FAISS, Arrow tables).
+MAPPED_SUFFIXES = (".npy", ".faiss", ".arrow")
+
+
 class RequestError(ValueError):
     """A request the index cannot answer as asked (the client's fault: a 4xx)."""
+
+
+class IndexUnavailable(AnygrainError):
+    """The index's files changed on disk and it does not open again (the server's state: a
+    503 until the index is whole again)."""
+
+
+#: A file's identity as loaded: size, mtime (ns) and inode; None when it was missing.
+_Stamp = tuple[int, int, int] | None
+
+
+def mapped_files(index: Index) -> list[Path]:
+    """The files ``index`` may have memory-mapped: the ``.npy``, ``.faiss`` and ``.arrow``
+    files its manifest lists (``files``, and ``corpus_files`` of a corpus kept outside it).
+    Nothing for an index object with no directory (a stand-in built in memory)."""
+    m = getattr(index, "manifest", None)
+    if getattr(index, "path", None) is None or not isinstance(m, dict):
+        return []
+    root = Path(index.path)
+    out = [root / rel for rel in m.get("files") or {} if rel.endswith(MAPPED_SUFFIXES)]
+    corpus = _external_corpus(root, m)
+    if corpus is not None:
+        files = m.get("corpus_files") or {}
+        out += [corpus / rel for rel in files if rel.endswith(MAPPED_SUFFIXES)]
+    return out
+
+
+def _stamp(path: Path) -> _Stamp:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def _change(path: Path, was: _Stamp, now: _Stamp) -> str:
+    """What happened to one mapped file, in words."""
+    if now is None:
+        return f"{path}: missing (deleted, or being replaced)"
+    if was is None:
+        return f"{path}: appeared after the index was loaded"
+    if now[0] != was[0]:
+        return f"{path}: its size changed from {was[0]} to {now[0]} bytes (truncated or rewritten)"
+    if now[2] != was[2]:
+        return f"{path}: replaced by another file"
+    return f"{path}: rewritten (its modification time changed)"
 
 
 @dataclass
@@ -70,14 +135,27 @@ class SearchService:
 
     ``batching=False`` searches each request on its own (still one at a time)."""
 
-    def __init__(self, index: Index, *, batching: bool = True) -> None:
-        self.index = index
-        self.units = index.units  # the grains this kind returns, its default first
-        self.default_unit = index.default_unit
+    def __init__(
+        self,
+        index: Index,
+        *,
+        batching: bool = True,
+        load_options: dict[str, Any] | None = None,
+    ) -> None:
         self.batching = batching
         self.n_searches = 0  # search calls the index has made
         self.n_questions = 0
+        self.n_reloads = 0  # times the index was reopened after its files changed
+        self.generation = 0  # counts reloads: what describes the index is recomputed on change
         self.started = time.time()
+        # how the index is reopened when its files change (Index.load's options)
+        self._load_options = dict(load_options or {})
+        # held while the index is checked, reloaded or searched: a reload never swaps the
+        # index under a running search
+        self._lock = threading.Lock()
+        self._error: str | None = None  # why the index is unavailable; None while it is fine
+        self._failed: dict[Path, _Stamp] | None = None  # the files when the reload failed
+        self._use(index)
         self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._worker = threading.Thread(target=self._work, name="anygrain-search", daemon=True)
         self._worker.start()
@@ -87,7 +165,62 @@ class SearchService:
         cls, index: str | Path | Index, *, batching: bool = True, **load_options: Any
     ) -> SearchService:
         idx = index if isinstance(index, Index) else Index.load(index, **load_options)
-        return cls(idx, batching=batching)
+        return cls(idx, batching=batching, load_options=load_options)
+
+    # --- the files under the index ------------------------------------------------------
+    def _use(self, index: Index) -> None:
+        self.index = index
+        self.units = index.units  # the grains this kind returns, its default first
+        self.default_unit = index.default_unit
+        files = mapped_files(index)
+        if files:  # and index.json: rewritten when the index is updated or rebuilt
+            files.append(Path(index.path) / MANIFEST)
+        self._files = {p: _stamp(p) for p in files}
+
+    def _changed(self) -> tuple[dict[Path, _Stamp], str | None]:
+        """The files' stamps now, and what changed since the index was loaded (None: nothing)."""
+        now = {p: _stamp(p) for p in self._files}
+        for p, was in self._files.items():
+            if now[p] != was:
+                return now, _change(p, was, now[p])
+        return now, None
+
+    def check_index(self) -> None:
+        """Raise :class:`IndexUnavailable` unless the index can be searched: its mapped
+        files are as they were when it was loaded, or they changed and it opens again
+        (reloaded here, once per change of the files).  The worker calls it before each
+        batch, ``/health`` on each probe; only ``stat`` calls when nothing changed."""
+        with self._lock:
+            self._check_locked()
+
+    def _check_locked(self) -> None:
+        now, change = self._changed()
+        if change is None:
+            self._error = self._failed = None
+            return
+        if self._failed == now:  # the reload failed with the files as they are: no retry
+            raise IndexUnavailable(self._error)
+        try:
+            idx = Index.load(self.index.path, **self._load_options)
+        except Exception as e:  # the index is damaged or half-written: refuse until it opens
+            why = str(e) if isinstance(e, AnygrainError) else f"{type(e).__name__}: {e}"
+            self._error = (
+                f"{change}, while the index was being served; it does not reopen ({why}); "
+                "searches resume once it does"
+            )
+            self._failed = now
+            log.error("%s", self._error)  # once per change of the files, not per request
+            raise IndexUnavailable(self._error) from None
+        self._use(idx)  # replaced: the old arrays are unmapped once nothing uses them
+        self._error = self._failed = None
+        self.n_reloads += 1
+        self.generation += 1
+        log.warning("%s; the index was reopened from %s", change, idx.path)
+
+    @property
+    def error(self) -> str | None:
+        """Why the index cannot be searched now (None while it can), as of the last check."""
+        return self._error
 
     # --- checks -------------------------------------------------------------------------
     def check_unit(self, unit: Unit | str | None) -> Unit:
@@ -185,8 +318,18 @@ class SearchService:
             groups: dict[tuple[Unit, int, float | None], list[_Job]] = {}
             for job in jobs:
                 groups.setdefault((job.unit, job.k, job.sparse_weight), []).append(job)
-            for (unit, k, w), group in groups.items():
-                self._run(group, unit, k, w)
+            with self._lock:
+                # A mapped file truncated after this check but before the search reads it
+                # still kills the process with SIGBUS: the check narrows that window to one
+                # batch, it cannot close it (only copying every array into memory would).
+                try:
+                    self._check_locked()
+                except Exception as e:  # IndexUnavailable, or a bug: the worker goes on
+                    for job in jobs:
+                        job.future.set_exception(e)
+                    continue
+                for (unit, k, w), group in groups.items():
+                    self._run(group, unit, k, w)
 
     def _run(self, jobs: list[_Job], unit: Unit, k: int, sparse_weight: float | None) -> None:
         qs = [q for job in jobs for q in job.questions]

@@ -4,7 +4,11 @@ Every trainer writes the same things into its output directory: its config file,
 ``train_log.jsonl`` (a ``start`` event, log steps, a ``done`` event carrying the
 trajectory and data fingerprint) and ``checkpoints/``.  :class:`RunDir` owns those
 steps so the four ``train_*`` functions keep only what differs: their data, model and
-the fields of their start and done events.
+the fields of their start and done events.  It also checks ``out`` before anything is
+written (:func:`anygrain.utils.targets.check_output_dir`): never one of the run's inputs
+(a data file, the starting model, the index of query-side training), never an index or
+corpus directory nor a place inside one or inside a saved model; an existing model
+directory is fine (the run resumes or replaces what it trained there).
 """
 
 from __future__ import annotations
@@ -17,15 +21,32 @@ from anygrain.errors import AnygrainError
 from anygrain.train.checkpoint import latest_checkpoint, remove_checkpoints
 from anygrain.train.runlog import TrainLog
 from anygrain.train.saved_config import SavedConfig
+from anygrain.utils.targets import check_output_dir
 
 LOG_FILE = "train_log.jsonl"
+
+
+def config_inputs(config: SavedConfig) -> list[str]:
+    """What a run of ``config`` reads that may name a path: every string setting (or list
+    of them) but ``out`` -- training data, corpora, the starting model, an index, a teacher.
+    Those naming no existing path (a model alias, a device) are ignored by the check."""
+    found: list[str] = []
+    for key, value in config.to_dict().items():
+        if key == "out":
+            continue
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, str) and v:
+                found.append(v)
+    return found
 
 
 class RunDir:
     """``out`` for one training run of ``config``; ``progress`` echoes log messages."""
 
     def __init__(self, out: str | Path, config: SavedConfig, *, progress: bool) -> None:
-        self.out = Path(out)
+        self.out = check_output_dir(
+            out, config_inputs(config), what="a training run", may_be=("model",)
+        )
         self.out.mkdir(parents=True, exist_ok=True)
         self.config = config
         self.log = TrainLog(self.out / LOG_FILE, echo=progress)

@@ -77,6 +77,17 @@ def _stale_pattern(name: str) -> re.Pattern[str]:
     )
 
 
+_ANY_TEMPORARY = re.compile(
+    r"\..+\.(?:pid\d+\.[A-Za-z0-9_]+\.tmp|\d+(?:\.[A-Za-z0-9_]+)?\.tmp|old\.\d+)"
+)
+
+
+def is_temporary_name(name: str) -> bool:
+    """Whether ``name`` is one this module (or a shard writer) gives a temporary file or
+    directory, whatever its target: such a name is a writer's, never a user's."""
+    return _ANY_TEMPORARY.fullmatch(name) is not None
+
+
 def remove_stale(target: str | os.PathLike[str]) -> list[Path]:
     """Remove what killed writers of ``target`` left beside it; return what was removed.
 

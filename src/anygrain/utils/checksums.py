@@ -4,8 +4,9 @@ A flipped byte in an index file would otherwise change rankings or passage text
 without any error.  :func:`file_table` records the size and BLAKE2b digest of each
 file under a directory; :func:`check_files` compares a directory with such a table
 at one of three depths (:class:`Verify`): sizes only (catches truncation, costs a
-``stat`` per file), full hashes of files up to a size limit (the default on open),
-or full hashes of every file (``anygrain verify``).  BLAKE2b comes with Python and
+``stat`` per file), full hashes of files up to a size limit plus the model weights
+whatever their size (the default on open; a weight file is hashed once per process for
+each version of it), or full hashes of every file (``anygrain verify``).  BLAKE2b comes with Python and
 hashes several hundred MB/s, fast enough that no extra dependency is needed.
 """
 
@@ -29,7 +30,7 @@ class Verify(str, enum.Enum):
     """How much of an index is checked against its recorded checksums when it is opened."""
 
     SIZES = "sizes"  # sizes only
-    SMALL = "small"  # sizes, plus the hash of each file up to SMALL_LIMIT bytes
+    SMALL = "small"  # sizes, the hash of each file up to SMALL_LIMIT bytes and of model weights
     FULL = "full"  # sizes and the hash of every file
 
 
@@ -81,6 +82,24 @@ class Problem:
         return f"{self.path}: {says}" + (f" ({self.detail})" if self.detail else "")
 
 
+# (device, inode, size, mtime, ctime, path, recorded digest) of the files this process has
+# hashed and found matching under Verify.SMALL's ``always``: a file is hashed again only
+# once any of them changes (a rewrite, a replacement, another file at that path)
+_VERIFIED: set[tuple[int, int, int, int, int, str, str]] = set()
+
+
+def _matches_once(p: Path, st: os.stat_result, want: str) -> bool:
+    """Whether ``p`` hashes to ``want``, hashing it only the first time this process sees
+    this version of it (same size, mtime, ctime and inode); a mismatch is not cached."""
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, str(p.resolve()), want)
+    if key in _VERIFIED:
+        return True
+    if hash_file(p) != want:
+        return False
+    _VERIFIED.add(key)
+    return True
+
+
 def check_files(
     root: Path,
     table: dict[str, dict[str, Any]],
@@ -89,19 +108,31 @@ def check_files(
     small_limit: int = SMALL_LIMIT,
     extra: bool = False,
     exclude: Iterable[str] = (),
+    always: Iterable[str] = (),
 ) -> list[Problem]:
-    """Files under ``root`` that differ from ``table``; ``extra`` also lists unrecorded files."""
+    """Files under ``root`` that differ from ``table``; ``extra`` also lists unrecorded files.
+
+    ``always`` (entries of ``table``: model weights) are hashed under ``Verify.SMALL``
+    whatever their size, once per process for each version of the file (its size,
+    mtime, ctime and inode); ``Verify.FULL`` hashes every file afresh, and
+    ``Verify.SIZES`` none."""
     root = Path(root)
+    must = set(always)
     problems = []
     for rel, want in table.items():
         p = root / rel
         try:
-            size = p.stat().st_size
+            st = p.stat()
         except FileNotFoundError:
             problems.append(Problem(p, "missing"))
             continue
+        size = st.st_size
         if size != want["size"]:
             problems.append(Problem(p, "size", f"{size} bytes, expected {want['size']}"))
+            continue
+        if verify is Verify.SMALL and rel in must:
+            if not _matches_once(p, st, want[ALGORITHM]):
+                problems.append(Problem(p, "checksum"))
             continue
         full = verify is Verify.FULL or (verify is Verify.SMALL and size <= small_limit)
         if full and hash_file(p) != want[ALGORITHM]:
