@@ -144,7 +144,9 @@ def test_each_kind_declares_its_defaults() -> None:
     assert phrase.units[0] is phrase.default_unit is Unit.PHRASE and phrase.cuts_units()
     assert set(phrase.units) == set(Unit)
     assert phrase.default_metrics(None, Unit.PHRASE) == ["em", "f1", "top@1", "top@10"]
-    assert phrase.default_metrics(5, Unit.SENTENCE) == ["top@1", "top@5"]
+    # one default set for passage-grain results, whatever the kind
+    for unit in (Unit.SENTENCE, Unit.PASSAGE, Unit.DOCUMENT):
+        assert phrase.default_metrics(5, unit) == list(PASSAGE_METRICS)
     assert [k for k in IndexKind if index_class(k).takes_query_model] == [
         IndexKind.DENSE,
         IndexKind.PHRASE,

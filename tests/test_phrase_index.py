@@ -17,7 +17,7 @@ from anygrain.api import evaluate_index, load_questions
 from anygrain.cli.main import app
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, IndexMismatchError
-from anygrain.index.base import Index
+from anygrain.index.base import PASSAGE_METRICS, Index
 from anygrain.phrase import PhraseEncoder, PhraseIndex, QuestionEncoderKind
 from anygrain.phrase.model import MODEL_CONFIG
 from anygrain.search.hit import Unit
@@ -290,8 +290,15 @@ def test_evaluate_phrase_in_gold_passage_and_open_corpus(index: PhraseIndex, squ
     assert rc.n_evaluated["em"] == len(qs)
     open_ = evaluate_index(index.path, qs, k=5, progress=False)
     assert 0.0 <= open_.metrics["top@5"] <= 1.0
-    passages = evaluate_index(index, qs, k=3, unit="passage", progress=False)
-    assert set(passages.metrics) == {"top@1", "top@3"}
+    # passage-grain results report the set every kind reports, k from the largest cutoff
+    passages = evaluate_index(index, qs, unit="passage", progress=False)
+    assert tuple(passages.metrics) == PASSAGE_METRICS and passages.k == 20
+    with pytest.raises(AnygrainError, match="k=3 is smaller than the cutoff 20"):
+        evaluate_index(index, qs, k=3, unit="passage", progress=False)
+    # a cutoff above the old default k of 10 needs no -k (it failed with "k=10 is smaller")
+    deep = evaluate_index(index, qs, metrics=["top@20"], progress=False)
+    assert list(deep.metrics) == ["top@20"] and deep.k == 20
+    assert evaluate_index(index, qs, progress=False).k == 10  # em,f1,top@1,top@10
     qs.items[0].gold = ["nope"]
     with pytest.raises(AnygrainError, match="not in the index"):
         evaluate_index(index, qs, k=5, scope="gold-passage", progress=False)
@@ -363,6 +370,12 @@ def test_cli_search_and_eval(index: PhraseIndex, squad: Path) -> None:
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["scope"] == "gold-passage" and {"em", "f1", "top@5"} <= set(d["metrics"])
+    r = runner.invoke(
+        app,
+        ["eval", str(index.path), "--questions", f"squad:{squad}", "--metrics", "top@20", "--json"],
+    )
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["k"] == 20
     r = runner.invoke(
         app, ["eval", str(index.path), "--questions", f"squad:{squad}", "--scope", "nowhere"]
     )

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from anygrain.corpus.formats import parse_source
+from anygrain.corpus.formats import names_format, parse_source
 from anygrain.corpus.questions import Question, Questions
 from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.errors import AnygrainError, ErrorLog, parse_enum
@@ -57,6 +57,99 @@ def search_index(
     return idx.search(list(queries), k, **idx.unit_options(u), **options)
 
 
+@dataclass
+class QuestionHits:
+    """One question of a batch search with its hits (one JSON line of
+    ``anygrain search --questions``)."""
+
+    id: str
+    question: str
+    hits: list[Hit]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "question": self.question, "hits": [h.to_dict() for h in self.hits]}
+
+
+def read_question_lines(path: str | Path) -> Questions:
+    """Questions one per line of a UTF-8 text file (``-``: stdin); blank lines are skipped,
+    and each question's id is its line number."""
+    import sys
+
+    if str(path) == "-":
+        text, where = sys.stdin.read(), "stdin"
+    else:
+        p = Path(path)
+        where = str(p)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (FileNotFoundError, IsADirectoryError):
+            raise AnygrainError(f"{p}: no such file") from None
+        except UnicodeDecodeError as e:
+            raise AnygrainError(f"{p}: not UTF-8 text (byte {e.start})") from None
+    items = [
+        Question(id=str(n), text=line.strip())
+        for n, line in enumerate(text.splitlines(), 1)
+        if line.strip()
+    ]
+    if not items:
+        raise AnygrainError(f"{where}: holds no question (one question per line)")
+    return Questions(items, source=where, format="lines")
+
+
+def batch_questions(spec: str | Path, *, errors: ErrorLog | None = None) -> Questions:
+    """The questions of a batch search: ``FORMAT:PATH`` (any question format,
+    :func:`load_questions`), else a text file with one question per line (``-``: stdin)."""
+    if names_format(str(spec)):
+        return load_questions(spec, errors=errors)
+    return read_question_lines(spec)
+
+
+def search_questions(
+    index: str | Path | Index,
+    questions: str | Path | Questions | Sequence[str],
+    k: int = 10,
+    *,
+    unit: Unit | str | None = None,
+    threads: int | None = None,
+    chunk: int = 64,
+    progress: bool = False,
+    errors: ErrorLog | None = None,
+    **options: Any,
+) -> Iterator[QuestionHits]:
+    """Batch search: the top-``k`` hits of each question, in order, as they come.
+
+    ``questions`` are a question set, plain strings (ids 1, 2, ...), or a spec for
+    :func:`batch_questions` (``FORMAT:PATH``, or a file with one question per line).
+    Questions are searched ``chunk`` at a time, so results stream and memory stays
+    bounded; ``progress`` shows a bar on stderr.  ``options`` are the index's search
+    options, as for :func:`search_index`."""
+    from tqdm import tqdm
+
+    if chunk < 1:
+        raise AnygrainError(f"chunk must be at least 1, got {chunk}")
+    if isinstance(questions, Questions):
+        qs = list(questions)
+    elif isinstance(questions, str | Path):
+        qs = list(batch_questions(questions, errors=errors))
+    else:
+        qs = [Question(id=str(i), text=q) for i, q in enumerate(questions, 1)]
+    idx = index if isinstance(index, Index) else Index.load(index)
+    # checked once, before the first search: a bad k or unit fails with no output
+    if k < 1:
+        raise AnygrainError(f"k must be at least 1, got {k}")
+    for q in qs:
+        if not isinstance(q.text, str) or not q.text.strip():
+            raise AnygrainError(f"question {q.id} is empty")
+    idx.check_unit(unit)
+    with tqdm(total=len(qs), disable=not progress, desc="searching", unit="q") as bar:
+        for start in range(0, len(qs), chunk):
+            batch = qs[start : start + chunk]
+            found = search_index(idx, [q.text for q in batch], k, unit=unit, threads=threads, **options)
+            for q, hits in zip(batch, found, strict=True):
+                yield QuestionHits(q.id, q.text, hits)
+            bar.update(len(batch))
+
+
 def evaluate_index(
     index: str | Path | Index,
     questions: str | Path | Questions,
@@ -79,9 +172,11 @@ def evaluate_index(
     (:mod:`anygrain.index.base`); with
     ``scope="gold-passage"`` they are judged by each question's gold passage id instead
     of by answer strings (the whole corpus is still searched). Phrase
-    indexes default to EM/F1 of the top phrase plus top@1 and top@k (``k`` defaults to
-    10), at the grain ``unit``, over the whole index or (``scope="gold-passage"``) each
-    question's own passage. ``errors`` collects records skipped under
+    indexes search at the grain ``unit``, over the whole index or
+    (``scope="gold-passage"``) each question's own passage; at ``unit="phrase"`` they
+    default to EM/F1 of the top phrase plus top@1 and top@k (``k``: 10), at a sentence,
+    passage or document to ``PASSAGE_METRICS`` as every other kind.  ``k`` (hits per
+    question) defaults to the largest cutoff the metrics ask for. ``errors`` collects records skipped under
     ``ErrorPolicy.SKIP``; the report counts them. Qrels that name no unit of the index
     raise an error; some missing ones are logged and counted (``n_qrels_ids_missing``).
     """

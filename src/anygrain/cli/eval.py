@@ -43,8 +43,8 @@ def eval_cmd(
     metrics: Annotated[
         str | None,
         typer.Option(
-            help="Comma-separated metrics (default: top@1,top@5,top@20,mrr@20,p@20; "
-            "phrase indexes: em,f1,top@1,top@k)"
+            help="Comma-separated metrics (default: top@1,top@5,top@20,mrr@20; "
+            "phrase indexes at --unit phrase: em,f1,top@1,top@k)"
         ),
     ] = None,
     k: Annotated[

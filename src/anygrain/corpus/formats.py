@@ -78,6 +78,14 @@ def _ensure_loaded() -> None:
     import anygrain.corpus.readers  # noqa: F401
 
 
+def names_format(spec: str | os.PathLike[str]) -> bool:
+    """Whether ``spec`` is ``FORMAT:PATH`` with a known format (and not itself a path)."""
+    _ensure_loaded()
+    text = os.fspath(spec)
+    name, sep, _ = text.partition(":")
+    return bool(sep) and name.lower() in FORMATS and not Path(text).exists()
+
+
 def parse_source(spec: str | os.PathLike[str], *, want: str = "documents") -> Source:
     """Parse ``FORMAT:PATH`` or ``PATH``; detect the format when not forced.
 

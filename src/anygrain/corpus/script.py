@@ -21,6 +21,7 @@ from typing import Any
 from anygrain.corpus.readers._io import load_json
 from anygrain.errors import AnygrainError, InputError
 from anygrain.utils.atomic import atomic_write_text
+from anygrain.utils.targets import check_output_file
 
 
 class Script(str, enum.Enum):
@@ -74,8 +75,9 @@ def convert_squad_file(src: str | Path, out: str | Path, script: Script) -> Conv
         raise AnygrainError(
             f"{out}: is a directory; give the path of the file to write (e.g. {out / src.name})"
         )
-    if out.resolve() == src.resolve():
-        raise AnygrainError(f"{out}: the output would replace the source; give another path")
+    # the one check every writer uses: never over its input (a hard link included), never
+    # inside an anygrain index, model or corpus
+    check_output_file(out, [src], what="the converted file")
     try:
         data: Any = load_json(src)
     except OSError as e:  # unreadable (permissions, a vanished file): the path and why

@@ -59,8 +59,11 @@ if TYPE_CHECKING:
 MANIFEST = "index.json"
 FORMAT = "anygrain.index"
 
-# the passage-index metrics ``evaluate_index`` and ``anygrain eval`` report by default
-PASSAGE_METRICS = ("top@1", "top@5", "top@20", "mrr@20", "p@20")
+# the metrics ``evaluate_index`` and ``anygrain eval`` report by default for passage-grain
+# results, whatever the kind (dense, BM25, hybrid, and a phrase index at passage, sentence
+# or document), so two indexes compare without flags; the same as
+# ``anygrain.eval.DEFAULT_METRICS`` for a searcher that is no index
+PASSAGE_METRICS = ("top@1", "top@5", "top@20", "mrr@20")
 
 
 class IndexKind(str, enum.Enum):

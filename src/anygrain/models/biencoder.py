@@ -23,6 +23,7 @@ from torch import nn
 
 from anygrain.models.base import Model, ModelType, config_file, register_model
 from anygrain.models.encoder import EncoderConfig, Pooling, TextEncoder
+from anygrain.models.hf import load_hf_dir
 from anygrain.models.resolve import resolve_model
 from anygrain.utils.device import module_device
 
@@ -64,41 +65,8 @@ class BiEncoderConfig:
 
 
 def _load_hf(path: Path) -> tuple[nn.Module, Any]:
-    """``(model, tokenizer)`` of a Hugging Face directory; a truncated or corrupt weights,
-    config or tokenizer file is an :class:`AnygrainError` naming it, not a traceback."""
-    import pickle
-
-    from safetensors import SafetensorError
-    from transformers import AutoModel, AutoTokenizer
-
-    from anygrain.errors import AnygrainError
-
-    # what from_pretrained raises for a damaged file: safetensors' own error (a truncated
-    # file, a bad header), OSError (missing or unreadable), ValueError (bad JSON), ...
-    bad_weights = (SafetensorError, EOFError, pickle.UnpicklingError)
-    damaged = (*bad_weights, OSError, ValueError, RuntimeError, KeyError)
-    weights = next(
-        (path / n for n in ("model.safetensors", "pytorch_model.bin") if (path / n).is_file()),
-        path,
-    )
-    try:
-        # float32 whatever the file stores: half-precision weights would train badly and run
-        # slowly on a CPU (autocast gives the speed where it is wanted)
-        model = AutoModel.from_pretrained(str(path), dtype=torch.float32)
-    except damaged as e:
-        where = weights if isinstance(e, bad_weights) else path
-        raise AnygrainError(
-            f"{where}: cannot load the model ({type(e).__name__}: {e}); a file is "
-            "truncated or damaged: save or download the model again"
-        ) from None
-    try:
-        tok = AutoTokenizer.from_pretrained(str(path))
-    except damaged as e:
-        raise AnygrainError(
-            f"{path}: cannot load the tokenizer ({type(e).__name__}: {e}); its files are "
-            "missing or damaged: save or download the model again"
-        ) from None
-    return model, tok
+    """``(model, tokenizer)`` of a Hugging Face directory (see :func:`load_hf_dir`)."""
+    return load_hf_dir(path)  # type: ignore[no-any-return]
 
 
 @register_model(ModelType.BIENCODER)

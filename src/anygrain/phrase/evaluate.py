@@ -48,7 +48,7 @@ def evaluate_phrase(
     index: Index,
     questions: Questions,
     *,
-    k: int,
+    k: int | None,
     unit: Unit,
     scope: Scope,
     metrics: Sequence[str],
@@ -60,14 +60,15 @@ def evaluate_phrase(
 ) -> EvalReport:
     """EM, F1 (of the top-1 phrase) and top@k of a phrase index, at ``unit`` (checked by the
     caller, :meth:`PhraseIndex.evaluate_questions`; everyone else calls
-    :func:`anygrain.api.evaluate_index`).
+    :func:`anygrain.api.evaluate_index`).  ``k`` (hits per question) defaults to the
+    largest cutoff the metrics ask for, as in :func:`anygrain.eval.evaluate`.
 
     ``scope`` is the corpus (open retrieval over the whole index) or the gold passage
     (D = {p}: each question searched in its gold passage only).  Over the corpus at a
     coarser ``unit`` the report's ``unit_search`` summarises the search rounds
     (:class:`~anygrain.search.hit.UnitSearchStats`).
     """
-    if k < 1:
+    if k is not None and k < 1:
         raise AnygrainError(f"k must be at least 1, got {k}")
     qs = list(questions)
     ms = list(metrics)

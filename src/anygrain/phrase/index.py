@@ -40,6 +40,7 @@ from anygrain.dense.faiss_index import (
 from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.errors import AnygrainError, IndexMismatchError, parse_enum
 from anygrain.index.base import (
+    PASSAGE_METRICS,
     Index,
     IndexKind,
     check_build_target,
@@ -219,10 +220,12 @@ class PhraseIndex(Index):
 
     @classmethod
     def default_metrics(cls, k: int | None, unit: Unit) -> list[str]:
-        """EM/F1 only mean something for phrases; every unit gets top@1 and top@k (k: 10)."""
+        """Phrases: EM/F1 of the top phrase, top@1 and top@k (k: 10).  Sentences, passages
+        and documents: the passage-grain set every kind reports (``PASSAGE_METRICS``)."""
+        if unit is not Unit.PHRASE:
+            return list(PASSAGE_METRICS)
         k = 10 if k is None else k
-        ms = ["em", "f1"] if unit is Unit.PHRASE else []
-        return ms + ["top@1"] + ([f"top@{k}"] if k > 1 else [])
+        return ["em", "f1", "top@1"] + ([f"top@{k}"] if k > 1 else [])
 
     @classmethod
     def default_model_fingerprint(cls, lang: str) -> str | None:
@@ -256,7 +259,7 @@ class PhraseIndex(Index):
         report = evaluate_phrase(
             self,
             questions,
-            k=10 if k is None else k,
+            k=k,
             unit=unit,
             scope=scope,
             metrics=metrics,

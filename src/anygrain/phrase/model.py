@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import copy
 import enum
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -47,6 +46,7 @@ from anygrain.models.base import (
     saved_model_dir,
 )
 from anygrain.models.encoder import Pooling, check_finite, pool
+from anygrain.models.hf import load_hf_dir, load_tensors, quiet_transformers
 from anygrain.models.resolve import resolve_model
 from anygrain.phrase.tokens import Window, best_windows, tokenize_windows
 from anygrain.utils.device import autocast, module_device
@@ -117,57 +117,9 @@ def identity_linear(dim: int) -> nn.Linear:
     return lin
 
 
-@contextmanager
-def _quiet_transformers() -> Iterator[None]:
-    """No per-file progress bars from transformers: a model here is several small HF dirs."""
-    from transformers.utils import logging as hf_logging
-
-    was = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was:
-            hf_logging.enable_progress_bar()
-
-
 def _load_hf(path: Path) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` of a Hugging Face directory (typed Any: HF classes vary); a
-    truncated or corrupt weights, config or tokenizer file is an :class:`AnygrainError`
-    naming it, not a traceback."""
-    import pickle
-
-    from safetensors import SafetensorError
-    from transformers import AutoModel, AutoTokenizer
-
-    if not (path / "config.json").exists():
-        raise AnygrainError(f"{path}: missing model files (no config.json)")
-    # what from_pretrained raises for a damaged file: safetensors' own error (a truncated
-    # file, a bad header), OSError (missing or unreadable), ValueError (bad JSON), ...
-    bad_weights = (SafetensorError, EOFError, pickle.UnpicklingError)
-    damaged = (*bad_weights, OSError, ValueError, RuntimeError, KeyError)
-    weights = next(
-        (path / n for n in ("model.safetensors", "pytorch_model.bin") if (path / n).is_file()),
-        path,
-    )
-    with _quiet_transformers():
-        try:
-            # float32 whatever the file stores: weights saved in half precision would
-            # otherwise load as such and train badly (autocast gives the speed where wanted)
-            model = AutoModel.from_pretrained(str(path), dtype=torch.float32)
-        except damaged as e:
-            where = weights if isinstance(e, bad_weights) else path
-            raise AnygrainError(
-                f"{where}: cannot load the model ({type(e).__name__}: {e}); a file is "
-                "truncated or damaged: save or download the model again"
-            ) from None
-        try:
-            return model, AutoTokenizer.from_pretrained(str(path))
-        except damaged as e:
-            raise AnygrainError(
-                f"{path}: cannot load the tokenizer ({type(e).__name__}: {e}); its files are "
-                "missing or damaged: save or download the model again"
-            ) from None
+    """``(model, tokenizer)`` of a Hugging Face directory (see :func:`load_hf_dir`)."""
+    return load_hf_dir(path)
 
 
 def _saved_phrase_dir(name: str | Path) -> Path | None:
@@ -322,9 +274,7 @@ class PhraseEncoder(Model):
         heads = path / HEADS_FILE
         if not heads.exists():
             raise AnygrainError(f"{path}: missing {HEADS_FILE}")
-        from safetensors.torch import load_file
-
-        state = load_file(str(heads))
+        state = load_tensors(heads)
         try:
             model.head_modules().load_state_dict(state, strict=True)
         except RuntimeError as e:
@@ -377,7 +327,7 @@ class PhraseEncoder(Model):
         ):
             packed.copy_packed(self.packed, path)
             return path
-        with _quiet_transformers():
+        with quiet_transformers():
             return self.save_into(path)
 
     def write_weights(self, directory: Path) -> None:

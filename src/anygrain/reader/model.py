@@ -30,6 +30,7 @@ from torch import nn
 
 from anygrain.errors import AnygrainError
 from anygrain.models.base import Model, ModelType, config_file, register_model
+from anygrain.models.hf import load_hf_dir, load_tensors
 from anygrain.models.resolve import resolve_model
 
 __all__ = ["HEADS_FILE", "READER_CONFIG", "Reader", "ReaderConfig", "ReaderOutput"]
@@ -150,23 +151,16 @@ class Reader(Model):
         p = Path(str(name)).expanduser()
         if (p / READER_CONFIG).exists():
             return cls.load(p)
-        from transformers import AutoModel, AutoTokenizer
-
         path, _ = resolve_model(name, cache_dir=cache_dir)
-        encoder = AutoModel.from_pretrained(str(path))
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        encoder, tokenizer = load_hf_dir(path)
         return cls(encoder, tokenizer, ReaderConfig(base_model=str(name), **settings))
 
     @classmethod
     def from_saved(cls, path: Path, config: dict[str, Any]) -> Reader:
-        from safetensors.torch import load_file
-        from transformers import AutoModel, AutoTokenizer
-
         cfg = ReaderConfig.from_dict(config, str(path / READER_CONFIG))
-        encoder = AutoModel.from_pretrained(str(path))
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        encoder, tokenizer = load_hf_dir(path)
         reader = cls(encoder, tokenizer, cfg)
-        heads = load_file(str(path / HEADS_FILE))
+        heads = load_tensors(path / HEADS_FILE)
         reader.qa.load_state_dict({"weight": heads["qa.weight"], "bias": heads["qa.bias"]})
         reader.selector.load_state_dict(
             {"weight": heads["selector.weight"], "bias": heads["selector.bias"]}

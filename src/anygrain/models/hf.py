@@ -1,0 +1,90 @@
+"""Loading Hugging Face model directories and safetensors files, with damage reported as
+one :class:`~anygrain.errors.AnygrainError` naming the file rather than a traceback from
+deep inside transformers or safetensors."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from anygrain.errors import AnygrainError
+
+
+def _damaged() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """``(bad weights, any damage)``: what from_pretrained and load_file raise for a damaged
+    file: safetensors' own error (truncated file, bad header), OSError (missing or
+    unreadable), ValueError (bad JSON), ..."""
+    from safetensors import SafetensorError
+
+    bad_weights: tuple[type[BaseException], ...] = (
+        SafetensorError,
+        EOFError,
+        pickle.UnpicklingError,
+    )
+    return bad_weights, (*bad_weights, OSError, ValueError, RuntimeError, KeyError)
+
+
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """No per-file progress bars from transformers: a model here is several small HF dirs."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
+def load_hf_dir(path: Path) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of a Hugging Face directory (typed Any: HF classes vary), the
+    weights in float32 whatever the file stores (half-precision weights train badly and run
+    slowly on a CPU; autocast gives the speed where it is wanted)."""
+    from transformers import AutoModel, AutoTokenizer
+
+    if not (path / "config.json").exists():
+        raise AnygrainError(f"{path}: missing model files (no config.json)")
+    bad_weights, damaged = _damaged()
+    weights = next(
+        (path / n for n in ("model.safetensors", "pytorch_model.bin") if (path / n).is_file()),
+        path,
+    )
+    with quiet_transformers():
+        try:
+            model = AutoModel.from_pretrained(str(path), dtype=torch.float32)
+        except damaged as e:
+            where = weights if isinstance(e, bad_weights) else path
+            raise AnygrainError(
+                f"{where}: cannot load the model ({type(e).__name__}: {e}); a file is "
+                "truncated or damaged: save or download the model again"
+            ) from None
+        try:
+            return model, AutoTokenizer.from_pretrained(str(path))
+        except damaged as e:
+            raise AnygrainError(
+                f"{path}: cannot load the tokenizer ({type(e).__name__}: {e}); its files are "
+                "missing or damaged: save or download the model again"
+            ) from None
+
+
+def load_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors (heads and other small parts of a saved model)."""
+    from safetensors.torch import load_file
+
+    if not path.is_file():
+        raise AnygrainError(f"{path}: missing")
+    _, damaged = _damaged()
+    try:
+        return load_file(str(path))
+    except damaged as e:
+        raise AnygrainError(
+            f"{path}: cannot read the tensors ({type(e).__name__}: {e}); the file is "
+            "truncated or damaged: save the model again"
+        ) from None
