@@ -156,3 +156,30 @@ def test_chinese_manifest_records_what_is_applied(tmp_path: Path) -> None:
     assert en["settings"]["bm25"]["stemming"] is True
     assert en["settings"]["bm25"]["stopwords"] is True
     assert Index.load(tmp_path / "zh").search_one("中国的首都")[0].doc_id == "a"
+
+
+def test_cli_sets_k1_and_b_for_bm25_only(squad_file: Path, tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from anygrain.cli.main import app
+
+    runner = CliRunner()
+    out = tmp_path / "bm25"
+    args = ["index", str(squad_file), "-q", "--bm25-k1", "1.2", "--bm25-b", "0.75"]
+    r = runner.invoke(app, [*args, "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    m = json.loads((out / "index.json").read_text(encoding="utf-8"))
+    assert (m["settings"]["build"]["k1"], m["settings"]["build"]["b"]) == (1.2, 0.75)
+    assert (m["settings"]["bm25"]["k1"], m["settings"]["bm25"]["b"]) == (1.2, 0.75)
+    # only the options given are passed, so a kind without them refuses them by name
+    r = runner.invoke(
+        app, [*args[:3], "--kind", "dense", "--bm25-k1", "1.2", "--out", str(tmp_path / "d")]
+    )
+    assert r.exit_code == 2 and "index kind 'dense' does not take the option 'k1'" in " ".join(
+        r.output.split()
+    ), r.output
+    r = runner.invoke(app, [*args[:3], "--bm25-b", "2", "--out", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "0 <= b <= 1" in r.output, r.output
+    assert not (tmp_path / "d").exists() and not (tmp_path / "x").exists()

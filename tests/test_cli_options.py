@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import faiss
 import pytest
@@ -100,6 +101,45 @@ def test_search_question_from_file_or_stdin(squad_file: Path, tmp_path: Path) ->
     assert r.exit_code == 2 and "--question-file PATH (- for stdin)" in r.output
     r = runner.invoke(app, ["search", str(idx), "--question-file", "-"], input="  \n")
     assert r.exit_code == 2 and "the question is empty" in r.output
+    # many lines are not one concatenated question: the error points to batch search
+    many = tmp_path / "many.txt"
+    many.write_text("Who created Python?\n\nHow long is the Great Wall?\n", encoding="utf-8")
+    r = runner.invoke(app, ["search", str(idx), "--question-file", str(many)])
+    assert r.exit_code == 2 and f"use --questions {many}" in " ".join(r.output.split())
+
+
+def test_batch_search_one_json_line_per_question(squad_file: Path, tmp_path: Path) -> None:
+    from anygrain.api import search_questions
+
+    idx = tmp_path / "i"
+    assert runner.invoke(app, ["index", str(squad_file), "--out", str(idx), "-q"]).exit_code == 0
+    lines = tmp_path / "qs.txt"
+    lines.write_text("Who created Python?\n\nHow long is the Great Wall?\n", encoding="utf-8")
+    r = runner.invoke(app, ["search", str(idx), "--questions", str(lines), "-k", "2"])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [(d["id"], d["question"]) for d in rows] == [
+        ("1", "Who created Python?"),
+        ("3", "How long is the Great Wall?"),  # ids are line numbers; blank lines skipped
+    ]
+    assert len(rows[0]["hits"]) == 2 and rows[0]["hits"][0]["passage_id"] == "Python_(language)_0"
+    assert rows[1]["hits"][0]["passage_id"].startswith("Great_Wall")
+    assert "searching" in r.stderr  # the progress bar, on stderr
+    # a question file in any format: FORMAT:PATH, ids from the file
+    r = runner.invoke(app, ["search", str(idx), "--questions", f"squad:{squad_file}", "-q"])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in r.stdout.splitlines()]
+    assert len(rows) == 8 and all(len(d["hits"]) == 10 or d["hits"] for d in rows)
+    assert "searching" not in r.stderr
+    r = runner.invoke(app, ["search", str(idx), "--questions", "-", "-q"], input="Who?\nWhy?\n")
+    assert r.exit_code == 0 and len(r.stdout.splitlines()) == 2, r.output
+    r = runner.invoke(app, ["search", str(idx), "x", "--questions", str(lines)])
+    assert r.exit_code == 2 and "not both" in r.output
+    r = runner.invoke(app, ["search", str(idx), "--questions", "-"], input="\n  \n")
+    assert r.exit_code == 2 and "holds no question" in r.output
+    # the library call behind it streams one result per question, in order
+    got = list(search_questions(idx, ["Who created Python?", "Why?"], 1))
+    assert [g.id for g in got] == ["1", "2"] and len(got[0].hits) == 1
 
 
 def test_threads_option_sets_torch_and_faiss(squad_file: Path, tmp_path: Path) -> None:
@@ -271,3 +311,54 @@ def test_library_threads_parameter(squad_file: Path, tmp_path: Path) -> None:
     assert torch.get_num_threads() == 1
     with pytest.raises(AnygrainError, match="threads must be at least 1"):
         set_threads(0)
+
+
+def test_question_batch_size_default_and_option(
+    squad_file: Path, tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dense question batch defaults to the measured best (32, not 256) and
+    --batch-size sets it for search (one question or a batch) and eval."""
+    import inspect
+
+    from anygrain.dense.index import QUESTION_BATCH, DenseIndex
+
+    assert QUESTION_BATCH == 32
+    for f in (DenseIndex.search, DenseIndex.search_rows, DenseIndex.encode_queries):
+        assert inspect.signature(f).parameters["batch_size"].default == QUESTION_BATCH
+    dense, bm25 = tmp_path / "dense", tmp_path / "bm25"
+    r = runner.invoke(
+        app,
+        ["index", str(squad_file), "--kind", "dense", "--model", str(tiny_model_dir)]
+        + ["--out", str(dense), "-q"],
+    )
+    assert r.exit_code == 0, r.output
+    seen: list[int] = []
+    encode = DenseIndex.encode_queries
+
+    def spy(self: DenseIndex, queries: Any, *, batch_size: int = QUESTION_BATCH) -> Any:
+        seen.append(batch_size)
+        return encode(self, queries, batch_size=batch_size)
+
+    monkeypatch.setattr(DenseIndex, "encode_queries", spy)
+    assert runner.invoke(app, ["search", str(dense), "Who?"]).exit_code == 0
+    assert seen == [QUESTION_BATCH]
+    seen.clear()
+    r = runner.invoke(app, ["search", str(dense), "Who?", "--batch-size", "3", "--json"])
+    assert r.exit_code == 0 and seen == [3], r.output
+    seen.clear()
+    r = runner.invoke(
+        app, ["eval", str(dense), "--questions", f"squad:{squad_file}", "--batch-size", "3", "-q"]
+    )
+    assert r.exit_code == 0 and seen == [3, 3, 3], r.output  # 8 questions, 3 at a time
+    seen.clear()
+    r = runner.invoke(
+        app,
+        ["search", str(dense), "--questions", "-", "--batch-size", "2", "-q"],
+        input="A\nB\nC\n",
+    )
+    assert r.exit_code == 0 and seen == [2, 2], r.output
+    r = runner.invoke(app, ["search", str(dense), "Who?", "--batch-size", "0"])
+    assert r.exit_code == 2 and "--batch-size must be at least 1" in r.output
+    assert runner.invoke(app, ["index", str(squad_file), "--out", str(bm25), "-q"]).exit_code == 0
+    r = runner.invoke(app, ["search", str(bm25), "Who?", "--batch-size", "8"])
+    assert r.exit_code == 2 and "a bm25 index encodes none" in " ".join(r.output.split())

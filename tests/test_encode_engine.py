@@ -212,3 +212,18 @@ def test_executors_by_kind() -> None:
     assert type(make_executor(ExecutorKind.RAY)).__name__ == "RayExecutor"
     with pytest.raises(AnygrainError, match="unknown executor 'dask'"):
         make_executor("dask")
+
+
+def test_the_bar_counts_rows_with_resumed_shards_done(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """By rows, not shards: a one-shard encode would read 0/1 until the end."""
+    lay, two = LAYOUTS["shard-list"]
+    spec = EncodeSpec(identity={"format": "fake", "n": N}, shard_size=10, layout=lay, unit="row")
+    with pytest.raises(KeyboardInterrupt):
+        ShardedEncode(tmp_path / "o", N, FakeEncoder(two_files=two), spec).run(_stop_at(1))
+    capsys.readouterr()
+    ShardedEncode(tmp_path / "o", N, FakeEncoder(two_files=two), spec).run()
+    err = capsys.readouterr().err
+    assert f"{N}/{N}" in err and "row" in err and "shard" not in err
+    assert f"20/{N}" in err  # the two shards done before count from the start

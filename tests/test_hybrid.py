@@ -119,3 +119,19 @@ def test_combine_refuses_other_corpora_and_wrong_kinds(tmp_path: Path) -> None:
                 tmp_path / "bm25", tmp_path / "dense4", tmp_path / "x", fusion="sum"
             )
         assert not (tmp_path / "x").exists()
+
+
+def test_hybrid_bm25_part_takes_k1_and_b(tmp_path: Path) -> None:
+    import json
+
+    with single_threaded():
+        model = tiny_biencoder(seed=3)
+        idx = Index.build(
+            DOCS, kind="hybrid", out=tmp_path / "h", model=model, progress=False, k1=1.5, b=0.8
+        )
+    assert isinstance(idx, HybridIndex)
+    m = json.loads((tmp_path / "h" / "sparse" / "index.json").read_text(encoding="utf-8"))
+    assert (m["settings"]["bm25"]["k1"], m["settings"]["bm25"]["b"]) == (1.5, 0.8)
+    assert Index.load(tmp_path / "h").build_settings.k1 == 1.5  # type: ignore[union-attr]
+    with pytest.raises(AnygrainError, match="0 <= b <= 1"):
+        Index.build(DOCS, kind="hybrid", out=tmp_path / "x", model=model, b=1.5, progress=False)

@@ -304,6 +304,33 @@ def test_evaluate_phrase_in_gold_passage_and_open_corpus(index: PhraseIndex, squ
         evaluate_index(index, qs, k=5, scope="gold-passage", progress=False)
 
 
+@pytest.mark.parametrize("unit", ["passage", "document"])
+def test_unit_metrics_in_one_gold_passage_are_refused(
+    index: PhraseIndex, squad: Path, unit: str
+) -> None:
+    """One passage searched is one candidate passage: top@1 = top@20, a figure of nothing."""
+    qs = load_questions(f"squad:{squad}")
+    rep = evaluate_index(index, qs, unit=unit, scope="gold-passage", progress=False)
+    assert list(rep.metrics) == ["em", "f1"]  # the default there: EM/F1 only
+    for metrics in (["top@1"], ["em", "mrr@20"], ["recall@5"]):
+        with pytest.raises(AnygrainError, match=f"at unit {unit} it has a single candidate"):
+            evaluate_index(
+                index, qs, unit=unit, scope="gold-passage", metrics=metrics, progress=False
+            )
+    # sentences of one passage still rank, and the whole corpus still has many passages
+    sentences = evaluate_index(index, qs, unit="sentence", scope="gold-passage", progress=False)
+    assert tuple(sentences.metrics) == PASSAGE_METRICS
+    assert evaluate_index(index, qs, unit=unit, metrics=["top@1"], progress=False).metrics
+    r = CliRunner().invoke(
+        app,
+        ["eval", str(index.path), "--questions", f"squad:{squad}", "--unit", unit]
+        + ["--scope", "gold-passage", "--metrics", "top@1,top@20", "-q"],
+    )
+    text = " ".join(r.output.split())
+    assert r.exit_code == 2 and "top@1, top@20 would be 1 or 0 at every cutoff" in text, r.output
+    assert "(--metrics em,f1)" in text
+
+
 def test_gold_passage_with_other_text_under_the_same_id_is_refused(
     index: PhraseIndex, squad: Path
 ) -> None:
@@ -398,3 +425,25 @@ def test_cli_search_and_eval(index: PhraseIndex, squad: Path) -> None:
     assert r.exit_code == 2 and "empty" in r.output, r.output
     with pytest.raises(AnygrainError, match="unknown scope"):
         evaluate_index(index, load_questions(f"squad:{squad}"), scope="nowhere", progress=False)
+
+
+def test_encoding_reports_passages_and_the_summary_names_the_model(
+    model_dir: Path, squad: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Progress inside a shard, by passages with an ETA (a shard bar stayed at 0/1)."""
+    store = CorpusStore.build(f"squad:{squad}", tmp_path / "c", progress=False)
+    m = PhraseEncoder.load(model_dir)
+    n = len(store)
+    m.encode_passages(store.texts(), store.titles(), batch_size=2, progress=True, desc="enc")
+    err = capsys.readouterr().err
+    assert "enc: 100%" in err and f"{n}/{n}" in err and "passage" in err
+    r = CliRunner().invoke(
+        app,
+        ["index", f"squad:{squad}", "--kind", "phrase", "--model", str(model_dir)]
+        + ["--out", str(tmp_path / "p"), "--sparse-weight", "0"],
+    )
+    assert r.exit_code == 0, r.output
+    assert "dumping phrases (shard 1/1)" in r.stderr and f"{n}/{n}" in r.stderr
+    assert "shard/s" not in r.stderr  # no bar over shards
+    assert f"as phrase with model {model_dir}" in " ".join(r.stdout.split())
+    assert Index.load(tmp_path / "p").manifest["model"]["name"] == str(model_dir)

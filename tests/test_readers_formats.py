@@ -535,3 +535,40 @@ def test_qa_json(tmp_path: Path) -> None:
     # Without an id the record's line number stands in.
     assert path.read_text().splitlines()[int(qs[1].id) - 1].strip() == "{"
     assert qs[1].meta == {"split": "dev"}
+
+
+def test_squad_answers_off_their_answer_start_are_counted_and_warned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Annotator spans cut mid-word keep their answers (matched by text), but never silently."""
+    from anygrain.corpus.readers.squad import MISPLACED_ANSWERS
+
+    ctx = "Guido van Rossum created Python in 1991."
+    qas = [
+        {"id": "ok", "question": "Who?", "answers": [{"text": "Guido van Rossum", "answer_start": 0}]},
+        {"id": "cut", "question": "What?", "answers": [{"text": "ython", "answer_start": 24}]},
+        {"id": "off", "question": "When?", "answers": [
+            {"text": "1991", "answer_start": 3}, {"text": "in 1991", "answer_start": 32}]},
+        {"id": "none", "question": "Where?", "answers": [{"text": "Python"}]},  # no offset
+    ]  # fmt: skip
+    f = tmp_path / "s.json"
+    data = {"data": [{"title": "T", "paragraphs": [{"context": ctx, "qas": qas}]}]}
+    f.write_text(json.dumps(data), encoding="utf-8")
+    errors = ErrorLog()
+    with caplog.at_level("WARNING", logger="anygrain"):
+        qs = parse_source(f"squad:{f}", want="questions").questions(errors)
+    assert [q.answers for q in qs] == [
+        ["Guido van Rossum"],
+        ["ython"],
+        ["1991", "in 1991"],
+        ["Python"],
+    ]
+    assert errors.noted == {MISPLACED_ANSWERS: 2} and errors.n_skipped == 0
+    assert f"{f}: 2 answers do not occur at their answer_start; matched by text" in caplog.text
+    caplog.clear()
+    data["data"][0]["paragraphs"][0]["qas"] = qas[:1]
+    f.write_text(json.dumps(data), encoding="utf-8")
+    errors = ErrorLog()
+    with caplog.at_level("WARNING", logger="anygrain"):
+        parse_source(f"squad:{f}", want="questions").questions(errors)
+    assert errors.noted == {} and "answer_start" not in caplog.text

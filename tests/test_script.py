@@ -71,7 +71,7 @@ def test_converted_file_keeps_every_answer_at_its_offset(tmp_path: Path) -> None
 
 def test_bad_input_is_named_and_the_source_is_never_replaced(tmp_path: Path) -> None:
     src = _squad(tmp_path / "t.json")
-    with pytest.raises(AnygrainError, match="replace the source"):
+    with pytest.raises(AnygrainError, match="would replace it"):
         convert_squad_file(src, src, Script.SIMPLIFIED)
     bad = tmp_path / "bad.json"
     bad.write_text('{"version": 1}', encoding="utf-8")

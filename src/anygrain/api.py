@@ -141,10 +141,14 @@ def search_questions(
         if not isinstance(q.text, str) or not q.text.strip():
             raise AnygrainError(f"question {q.id} is empty")
     idx.check_unit(unit)
+    # a question batch larger than a chunk would never fill
+    chunk = max(chunk, int(options.get("batch_size") or 0))
     with tqdm(total=len(qs), disable=not progress, desc="searching", unit="q") as bar:
         for start in range(0, len(qs), chunk):
             batch = qs[start : start + chunk]
-            found = search_index(idx, [q.text for q in batch], k, unit=unit, threads=threads, **options)
+            found = search_index(
+                idx, [q.text for q in batch], k, unit=unit, threads=threads, **options
+            )
             for q, hits in zip(batch, found, strict=True):
                 yield QuestionHits(q.id, q.text, hits)
             bar.update(len(batch))
@@ -200,18 +204,21 @@ def evaluate_index(
         qs = load_questions(questions, errors=errors, limit=limit)
     # each kind knows its units, scopes and default metrics (IndexKind-free here)
     u = idx.check_unit(unit)
+    sc = idx.check_scope(scope)
     report = idx.evaluate_questions(
         qs,
         unit=u,
-        scope=idx.check_scope(scope),
+        scope=sc,
         k=k,
-        metrics=list(metrics) if metrics is not None else idx.default_metrics(k, u),
+        metrics=list(metrics) if metrics is not None else idx.default_metrics(k, u, sc),
         run_out=run_out,
         drop_empty=drop_empty,
         progress=progress,
         search_options=search_options,
     )
     report.n_skipped_records = errors.n_skipped
+    if errors.noted:  # records kept despite an irregularity, counted by the reader
+        report.extra["noted_records"] = dict(errors.noted)
     return report
 
 

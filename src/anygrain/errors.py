@@ -97,6 +97,15 @@ class ErrorLog:
     policy: ErrorPolicy = ErrorPolicy.STOP
     skipped: list[InputError] = field(default_factory=list)
     files: list[FileNote] = field(default_factory=list)
+    # irregular records that were kept (not skipped): how many of each, by what was
+    # irregular (e.g. SQuAD answers not at their answer_start), counted by ``note``
+    noted: dict[str, int] = field(default_factory=dict)
+
+    def note(self, what: str, n: int = 1) -> None:
+        """Count ``n`` records kept despite ``what`` (under either policy: nothing is
+        dropped); the reader warns once with the count."""
+        if n:
+            self.noted[what] = self.noted.get(what, 0) + n
 
     def file_read(self, path: object) -> None:
         self.files.append(FileNote(str(path), True))

@@ -124,6 +124,36 @@ def model_option(index_dir: Path, model: str | None) -> dict[str, Any]:
     return {"model": model}
 
 
+BatchSizeOpt = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option(
+        "--batch-size",
+        help="Questions encoded at once (dense, hybrid, phrase; default: the index's, "
+        "32 for dense)",
+    ),
+]
+
+
+def batch_options(index_dir: Path, batch_size: int | None) -> dict[str, Any]:
+    """The ``search`` option for ``--batch-size``, when given: BM25 encodes no question."""
+    if batch_size is None:
+        return {}
+    if batch_size < 1:
+        raise AnygrainError(f"--batch-size must be at least 1, got {batch_size}")
+    from anygrain.index.base import read_manifest
+
+    m = read_manifest(index_dir)
+    kind = m.get("kind")
+    if kind == IndexKind.SHARDED.value:
+        kind = (m.get("settings") or {}).get("sharding", {}).get("kind")
+    if kind == IndexKind.BM25.value:
+        raise AnygrainError(
+            f"{index_dir}: --batch-size sets how many questions are encoded at once; "
+            "a bm25 index encodes none (dense, hybrid and phrase indexes take it)"
+        )
+    return {"batch_size": batch_size}
+
+
 def sparse_options(index_dir: Path, sparse_weight: float | None) -> dict[str, Any]:
     """The search-time BM25 weight of a phrase index (sharded or not), when given."""
     if sparse_weight is None:

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from anygrain.cli.common import (
+    BatchSizeOpt,
     BF16Opt,
     DeviceOpt,
     FusionDepthOpt,
@@ -22,6 +23,7 @@ from anygrain.cli.common import (
     ThreadsOpt,
     TorchThreadsOpt,
     VerifyOpt,
+    batch_options,
     console,
     device_option,
     fail,
@@ -87,6 +89,7 @@ def eval_cmd(
     threads: ThreadsOpt = None,
     device: DeviceOpt = None,
     verify: VerifyOpt = Verify.SMALL,
+    batch_size: BatchSizeOpt = None,
 ) -> None:
     """Evaluate an index on a question set."""
     from anygrain.api import evaluate_index
@@ -98,6 +101,7 @@ def eval_cmd(
         if run_out is not None:  # never over the questions, never inside the index
             check_run_path(run_out, [questions, index_dir])
         opts = fusion_options(index_dir, fusion, fusion_weight, fusion_depth, sparse_weight)
+        opts.update(batch_options(index_dir, batch_size))
         idx = Index.load(
             index_dir, verify=verify, **model_option(index_dir, model), **device_option(device)
         )

@@ -41,6 +41,10 @@ def _index_summary(idx: Any, out_dir: Path, errors: ErrorLog) -> dict[str, Any]:
     dense = getattr(idx, "dense", idx)
     if getattr(dense, "kind", None) is IndexKind.DENSE:
         d["model"] = dense.settings["model"].get("name") or dense.settings["model"]["base_model"]
+    else:  # a phrase index records the model it encoded with (its name, when it had one)
+        info = idx.manifest.get("model")
+        if isinstance(info, dict) and (info.get("name") or info.get("base_model")):
+            d["model"] = info.get("name") or info["base_model"]
     shards = getattr(idx, "shards", None)
     if shards is not None:
         d["shards"] = len(shards)
@@ -185,6 +189,21 @@ def index_cmd(
             "--sparse-weight", help="Phrase indexes: weight of the BM25 part (0: dense only)"
         ),
     ] = None,
+    bm25_k1: Annotated[
+        float | None,
+        typer.Option(
+            "--bm25-k1",
+            help="BM25 (bm25, and hybrid's BM25 part): term-frequency saturation k1 (default 0.9)",
+        ),
+    ] = None,
+    bm25_b: Annotated[
+        float | None,
+        typer.Option(
+            "--bm25-b",
+            help="BM25 (bm25, and hybrid's BM25 part): length normalisation b, 0 to 1 "
+            "(default 0.4)",
+        ),
+    ] = None,
     on_error: OnErrorOpt = ErrorPolicy.STOP,
     quiet: QuietOpt = False,
     device: DeviceOpt = None,
@@ -289,6 +308,10 @@ def index_cmd(
                 settings["sparse_from"] = str(sparse_from)
             if sparse_weight is not None:
                 settings["sparse_weight"] = sparse_weight
+            if bm25_k1 is not None:
+                settings["k1"] = bm25_k1
+            if bm25_b is not None:
+                settings["b"] = bm25_b
             if kind is IndexKind.SHARDED:
                 raise AnygrainError(
                     "give the kind of the shards and their number: --kind dense --shards 4"

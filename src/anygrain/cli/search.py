@@ -1,4 +1,5 @@
-"""``anygrain search``: one question, its hits printed as a table or as JSON lines."""
+"""``anygrain search``: one question, its hits printed as a table or as JSON lines; or a batch
+of questions (``--questions``), one JSON line of hits per question."""
 
 from __future__ import annotations
 
@@ -14,13 +15,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from anygrain.cli.common import (
+    BatchSizeOpt,
     DeviceOpt,
     FusionDepthOpt,
     FusionOpt,
     FusionWeightOpt,
+    QuietOpt,
     SparseWeightOpt,
     ThreadsOpt,
     VerifyOpt,
+    batch_options,
     console,
     device_option,
     fail,
@@ -57,9 +61,14 @@ def _read_question(query: str | None, question_file: str | None) -> str:
         except UnicodeDecodeError as e:
             raise AnygrainError(f"{p}: not UTF-8 text (byte {e.start})") from None
     text = text.strip()
+    where = "stdin" if question_file == "-" else question_file
     if not text:
+        raise AnygrainError(f"{where}: the question is empty")
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) > 1:  # never one concatenated question, silently
         raise AnygrainError(
-            f"{'stdin' if question_file == '-' else question_file}: the question is empty"
+            f"{where}: holds {len(lines)} lines, and --question-file reads one question; "
+            f"for one search per line use --questions {question_file} (JSON lines out)"
         )
     return text
 
@@ -91,7 +100,18 @@ def search_cmd(
     ] = None,
     question_file: Annotated[
         str | None,
-        typer.Option("--question-file", help="Read the question from this file, or stdin with -"),
+        typer.Option(
+            "--question-file",
+            help="Read the one question from this file, or stdin with - (one line)",
+        ),
+    ] = None,
+    questions: Annotated[
+        str | None,
+        typer.Option(
+            "--questions",
+            help="Batch search: a file with one question per line (- for stdin), or "
+            "FORMAT:PATH of any question format; one JSON line per question on stdout",
+        ),
     ] = None,
     k: Annotated[int, typer.Option("-k", help="How many hits")] = 10,
     unit: Annotated[
@@ -116,15 +136,27 @@ def search_cmd(
         bool,
         typer.Option("--stats", help="Phrase indexes: print the unit search's rounds (stderr)"),
     ] = False,
+    quiet: QuietOpt = False,
+    batch_size: BatchSizeOpt = None,
 ) -> None:
-    """Search an index with one question (phrase indexes: answer phrases in their context)."""
+    """Search an index with one question (phrase indexes: answer phrases in their context),
+    or with many (--questions: one JSON line of hits per question)."""
     from anygrain.api import search_index
     from anygrain.index.base import Index
 
+    if questions is not None:
+        _search_batch(
+            index_dir, questions, query, question_file, k, unit, model, stats, quiet,
+            verify, device, threads,
+            fusion_options(index_dir, fusion, fusion_weight, fusion_depth, sparse_weight),
+            batch_size,
+        )  # fmt: skip
+        return
     collected: list[Any] = []
     try:
         question = _read_question(query, question_file)
         opts = fusion_options(index_dir, fusion, fusion_weight, fusion_depth, sparse_weight)
+        opts.update(batch_options(index_dir, batch_size))
         idx = Index.load(
             index_dir, verify=verify, **model_option(index_dir, model), **device_option(device)
         )
@@ -153,3 +185,44 @@ def search_cmd(
         text = h.text if len(h.text) < 400 else h.text[:400] + "…"
         table.add_row(str(i), f"{h.score:.3f}", h.title, text)
     out.print(table)
+
+
+def _search_batch(
+    index_dir: Path,
+    questions: str,
+    query: str | None,
+    question_file: str | None,
+    k: int,
+    unit: Unit | None,
+    model: str | None,
+    stats: bool,
+    quiet: bool,
+    verify: Verify,
+    device: str | None,
+    threads: int | None,
+    opts: dict[str, Any],
+    batch_size: int | None,
+) -> None:
+    """``search --questions``: one JSON line per question, ``{"id", "question", "hits"}``,
+    printed as each chunk of questions comes back; the progress bar is on stderr."""
+    from anygrain.api import search_questions
+    from anygrain.index.base import Index
+
+    try:
+        if query is not None or question_file is not None:
+            raise AnygrainError(
+                "give the questions with --questions, or one question as an argument or "
+                "with --question-file, not both"
+            )
+        if stats:
+            raise AnygrainError("--stats takes one question, not --questions")
+        opts = {**opts, **batch_options(index_dir, batch_size)}
+        idx = Index.load(
+            index_dir, verify=verify, **model_option(index_dir, model), **device_option(device)
+        )
+        for result in search_questions(
+            idx, questions, k, unit=unit, threads=threads, progress=not quiet, **opts
+        ):
+            print(json.dumps(result.to_dict(), ensure_ascii=False), flush=True)
+    except AnygrainError as e:
+        fail(e)

@@ -36,7 +36,7 @@ from anygrain.encode.jobs import ShardJob, ShardRecord, plan_shards
 from anygrain.encode.manifest import ManifestLayout
 from anygrain.errors import AnygrainError, IndexMismatchError
 from anygrain.utils.atomic import atomic_write_text, remove_stale, remove_stale_files
-from anygrain.utils.progress import progress_bar
+from anygrain.utils.progress import progress_counter
 
 TMP_STEM = "shard"  # temporary shard directories are .shard.pidPID.XXXX.tmp
 
@@ -71,7 +71,10 @@ class EncodeSpec:
     on_mismatch: OnMismatch = OnMismatch.REFUSE
     what: str = "shards"  # what the directory holds, for messages
     desc: str = "encoding"  # the progress bar's label
-    progress: bool = True  # a bar over shards (off when the encoder reports within shards)
+    # a bar over the rows (advanced as each shard is saved, with an ETA; off when the
+    # encoder reports within shards), counted in ``unit``
+    progress: bool = True
+    unit: str = "passage"
 
 
 @dataclass(frozen=True)
@@ -149,22 +152,23 @@ class ShardedEncode:
                 records[job.index] = rec
         resumed = len(records)
         pending = [j for j in self.jobs if j.index not in records]
-        finished = progress_bar(
-            self.executor.run(
+        # by rows, not shards: one shard of a small corpus would read 0/1 until the end
+        with progress_counter(
+            desc=self.spec.desc,
+            unit=self.spec.unit,
+            total=sum(j.n for j in self.jobs),
+            initial=sum(self.jobs[i].n for i in records),
+            disable=not self.spec.progress,
+        ) as bar:
+            for job, (tmp, info) in self.executor.run(
                 # absolute: an executor may run the task in a process with another cwd
                 _task(self.out.absolute(), self.encoder),
                 pending,
-            ),
-            desc=self.spec.desc,
-            unit="shard",
-            total=len(self.jobs),
-            initial=resumed,
-            disable=not self.spec.progress,
-        )
-        for job, (tmp, info) in finished:
-            records[job.index] = self._commit(manifest, job, tmp, info)
-            if on_shard is not None:
-                on_shard(job.index, len(self.jobs))
+            ):
+                records[job.index] = self._commit(manifest, job, tmp, info)
+                bar.update(job.n)
+                if on_shard is not None:
+                    on_shard(job.index, len(self.jobs))
         # every shard is recorded, so a temporary shard left now is a killed worker's whose
         # process was still exiting when this run began (Ray kills actors asynchronously)
         for entry in self.out.glob(f".{TMP_STEM}.pid*.tmp"):

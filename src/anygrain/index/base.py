@@ -459,8 +459,9 @@ class Index(ABC):
         return len(cls.units) > 1
 
     @classmethod
-    def default_metrics(cls, k: int | None, unit: Unit) -> list[str]:
-        """The metrics an evaluation at ``unit`` with ``k`` hits reports by default."""
+    def default_metrics(cls, k: int | None, unit: Unit, scope: Scope = Scope.CORPUS) -> list[str]:
+        """The metrics an evaluation at ``unit`` with ``k`` hits, in ``scope``, reports by
+        default."""
         return list(PASSAGE_METRICS)
 
     @classmethod

@@ -37,7 +37,7 @@ from anygrain.index.fusion import FusionConfig, FusionMethod, fuse_scores, rrf, 
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.search.hit import Hit
 from anygrain.search.results import hits_from_rows
-from anygrain.sparse.bm25 import BM25Index
+from anygrain.sparse.bm25 import BM25Index, Bm25Settings
 from anygrain.utils.atomic import atomic_dir
 from anygrain.utils.checksums import SMALL_LIMIT, Verify
 
@@ -54,7 +54,7 @@ def fusion_config(
 @dataclass(frozen=True)
 class HybridSettings(IndexSettings):
     """What ``Index.build(kind="hybrid")`` takes besides the shared options: the fusion,
-    and the dense part's settings (the BM25 part takes only ``lang``)."""
+    and the dense part's settings (the BM25 part takes ``lang``, ``k1`` and ``b``)."""
 
     fusion: FusionMethod = FusionMethod.ZSCORE
     weight: float | None = None  # of the dense side (default: the method's)
@@ -66,9 +66,13 @@ class HybridSettings(IndexSettings):
     batch_size: int = 64
     bf16: bool = False
     shard_size: int = 50_000
+    k1: float = Bm25Settings.k1  # the BM25 part's term-frequency saturation
+    b: float = Bm25Settings.b  # the BM25 part's length normalisation
 
     def __post_init__(self) -> None:
         from anygrain.dense.index import check_dense_options
+
+        Bm25Settings(k1=self.k1, b=self.b)  # checked as a BM25 index checks them
 
         # a name from JSON or the command line becomes the enum (frozen: set it directly)
         object.__setattr__(
@@ -116,7 +120,7 @@ class HybridIndex(Index):
             store = open_or_build_corpus(
                 source, tmp / "corpus", split=c.split, errors=c.errors, progress=c.progress
             )
-            BM25Index.write(tmp / "sparse", store, lang=s.lang, progress=c.progress)
+            BM25Index.write(tmp / "sparse", store, lang=s.lang, k1=s.k1, b=s.b, progress=c.progress)
             name = encoder_name(s.model, store, s.lang)  # without a model: the language's
             DenseIndex.write(
                 tmp / "dense",
@@ -252,9 +256,12 @@ class HybridIndex(Index):
         fusion: str | None = None,
         weight: float | None = None,
         depth: int | None = None,
+        batch_size: int | None = None,
         **options: Any,
     ) -> list[list[Hit]]:
-        rows, scores = self.search_rows(queries, k, fusion=fusion, weight=weight, depth=depth)
+        rows, scores = self.search_rows(
+            queries, k, fusion=fusion, weight=weight, depth=depth, batch_size=batch_size
+        )
         return hits_from_rows(self.corpus, rows, scores)
 
     def search_rows(
@@ -265,7 +272,9 @@ class HybridIndex(Index):
         fusion: str | None = None,
         weight: float | None = None,
         depth: int | None = None,
+        batch_size: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
+        """``batch_size``: questions the dense part encodes at once (default: its own)."""
         cfg = FusionConfig(
             FusionMethod(fusion) if fusion else self.fusion.method,
             weight if weight is not None else (self.fusion.weight if fusion is None else None),
@@ -273,7 +282,11 @@ class HybridIndex(Index):
         )
         n_depth = max(cfg.depth, k)
         s_rows, _ = self.sparse.search_rows(queries, n_depth)
-        qvecs = self.dense.encode_queries(list(queries))
+        qvecs = (
+            self.dense.encode_queries(list(queries))
+            if batch_size is None
+            else self.dense.encode_queries(list(queries), batch_size=batch_size)
+        )
         d_rows, _ = self.dense.search_vectors(qvecs, n_depth)
         if cfg.method is FusionMethod.RRF:
             return rrf(s_rows, d_rows, k, cfg.dense_weight)

@@ -80,12 +80,17 @@ def encode_shard(
     *,
     batch_size: int,
     bf16: bool,
+    progress: bool = False,
+    desc: str = "dumping phrases",
 ) -> dict[str, np.ndarray]:
-    """Encode passages ``rows`` and keep the tokens that pass; arrays as in the module docstring."""
+    """Encode passages ``rows`` and keep the tokens that pass; arrays as in the module
+    docstring.  ``progress``: a bar (``desc``) over the shard's passages, with an ETA."""
     idx = np.arange(rows.start, rows.stop)
     texts = store.texts(idx)
     titles = store.titles(idx)
-    enc = model.encode_passages(texts, titles, batch_size=batch_size, bf16=bf16)
+    enc = model.encode_passages(
+        texts, titles, batch_size=batch_size, bf16=bf16, progress=progress, desc=desc
+    )
     d = model.dim
     starts, ends, toks, filts, counts = [], [], [], [], []
     seen = 0
@@ -144,6 +149,7 @@ class _PhraseShards:
     batch_size: int
     bf16: bool
     device: str | None = None  # None: auto (in a Ray actor, the GPU it reserved)
+    progress: bool = False  # a bar over each shard's passages
 
     def files(self, job: ShardJob) -> tuple[str, ...]:
         return tuple(_shard_file(job.index, a) for a in ARRAYS)
@@ -157,6 +163,8 @@ class _PhraseShards:
             self.threshold,
             batch_size=self.batch_size,
             bf16=self.bf16,
+            progress=self.progress,
+            desc=f"dumping phrases (shard {job.index + 1}/{job.n_shards})",
         )
         for a in ARRAYS:
             np.save(into / _shard_file(job.index, a), arrays[a])
@@ -191,10 +199,12 @@ def dump_phrases(
         on_mismatch=OnMismatch.RESTART,  # the work directory is ours: start it again
         what="phrase shards",
         desc="dumping phrases",
-        progress=progress,
+        # the bar is the encoder's, within each shard, by passages with an ETA: a shard
+        # bar stays at 0/1 for the whole of a small corpus
+        progress=False,
     )
     resolve_device(device)  # a missing GPU is refused before any work
-    encoder = _PhraseShards(store, model, threshold, batch_size, bf16, device)
+    encoder = _PhraseShards(store, model, threshold, batch_size, bf16, device, progress)
     result = ShardedEncode(work, len(store), encoder, spec, executor=executor).run(
         None if on_shard is None else lambda i, _n: on_shard(i)
     )

@@ -44,6 +44,29 @@ class _Scoped:
         return self.index.search(list(queries), k, scope_rows=rows, **options)  # type: ignore[no-any-return]
 
 
+# the grains at which a question searched in its one gold passage has a single candidate
+ONE_CANDIDATE_UNITS = (Unit.PASSAGE, Unit.DOCUMENT)
+
+
+def refuse_one_candidate_metrics(
+    where: str | Path, unit: Unit, scope: Scope, metrics: Sequence[str]
+) -> None:
+    """Refuse unit metrics (top@k, mrr, recall, ...) at a passage or document searched in
+    its one gold passage: each question has a single candidate there, so they read 1 or 0
+    at every cutoff (top@1 = top@20), a figure that measures nothing.  EM/F1 of the top
+    hit's phrase still mean what they do at any grain."""
+    if scope is not Scope.GOLD_PASSAGE or unit not in ONE_CANDIDATE_UNITS:
+        return
+    bad = [m.name for m in parse_metrics(list(metrics)) if m.family not in ("em", "f1")]
+    if bad:
+        raise AnygrainError(
+            f"{where}: with scope gold-passage each question is searched in its one gold "
+            f"passage, so at unit {unit.value} it has a single candidate and "
+            f"{', '.join(bad)} would be 1 or 0 at every cutoff; ask for em,f1 only "
+            f"(--metrics em,f1), --unit phrase or sentence, or --scope corpus"
+        )
+
+
 def evaluate_phrase(
     index: Index,
     questions: Questions,

@@ -47,6 +47,7 @@ from anygrain.index.base import (
     register_index,
     write_manifest,
 )
+from anygrain.index.scope import Scope
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.phrase.compress import (
     Compress,
@@ -85,7 +86,6 @@ from anygrain.utils.device import place
 if TYPE_CHECKING:
     from anygrain.corpus.questions import Questions
     from anygrain.eval.evaluate import EvalReport
-    from anygrain.index.scope import Scope
 
 SUBDIR = "phrase"
 #: The float16 vectors; optional once the FAISS indexes hold codes to decode.
@@ -219,9 +219,15 @@ class PhraseIndex(Index):
     settings_type = PhraseSettings
 
     @classmethod
-    def default_metrics(cls, k: int | None, unit: Unit) -> list[str]:
+    def default_metrics(cls, k: int | None, unit: Unit, scope: Scope = Scope.CORPUS) -> list[str]:
         """Phrases: EM/F1 of the top phrase, top@1 and top@k (k: 10).  Sentences, passages
-        and documents: the passage-grain set every kind reports (``PASSAGE_METRICS``)."""
+        and documents: the passage-grain set every kind reports (``PASSAGE_METRICS``), but
+        only EM/F1 for a passage or document searched in its one gold passage (any unit
+        metric would be 1 or 0 at every cutoff: :func:`refuse_one_candidate_metrics`)."""
+        from anygrain.phrase.evaluate import ONE_CANDIDATE_UNITS
+
+        if unit in ONE_CANDIDATE_UNITS and scope is Scope.GOLD_PASSAGE:
+            return ["em", "f1"]
         if unit is not Unit.PHRASE:
             return list(PASSAGE_METRICS)
         k = 10 if k is None else k
@@ -253,8 +259,9 @@ class PhraseIndex(Index):
         """EM/F1 and top@k at ``unit``, over the whole index or (``gold-passage``) each
         question's own passage (D = {p}); see :func:`anygrain.phrase.evaluate.evaluate_phrase`."""
         from anygrain.eval.coverage import check_qrels_coverage
-        from anygrain.phrase.evaluate import evaluate_phrase
+        from anygrain.phrase.evaluate import evaluate_phrase, refuse_one_candidate_metrics
 
+        refuse_one_candidate_metrics(self.path, unit, scope, metrics)
         coverage = check_qrels_coverage(questions, self.unit_ids(unit), where=self._on(questions))
         report = evaluate_phrase(
             self,
@@ -350,10 +357,14 @@ class PhraseIndex(Index):
                 errors=c.errors,
                 progress=c.progress,
             )
+            name = str(s.model) if isinstance(s.model, str | Path) else None
             if enc is None:
                 from anygrain.corpus.lang import detect_lang
+                from anygrain.models.shipped import default_phrase_model
 
-                enc = as_phrase_model(None, lang=s.lang or detect_lang(store).value)
+                lang = s.lang or detect_lang(store).value
+                enc = as_phrase_model(None, lang=lang)
+                name = default_phrase_model(lang)
             cls.write(
                 tmp,
                 store,
@@ -375,6 +386,7 @@ class PhraseIndex(Index):
                 lexical_from=s.sparse_from,
                 lexical_lang=s.lang,
                 device=c.device,
+                model_name=name,
             )
         shutil.rmtree(partial, ignore_errors=True)
         return Index.load(out)  # type: ignore[return-value]
@@ -404,12 +416,15 @@ class PhraseIndex(Index):
         lexical_from: str | Path | None = None,
         lexical_lang: str | None = None,
         device: str | None = None,
+        model_name: str | None = None,
     ) -> dict[str, Any]:
         """Dump, build both MIPS indexes and write ``index.json`` under ``out`` (``build``:
         the settings the index was asked for, recorded as ``settings.build``; ``executor``
         runs the dump's shards, default in this process; not recorded: the dump is the same).
         ``lexical``: fuse BM25 into phrase scores, with a BM25 index built here (language
-        ``lexical_lang``, default detected) or copied from ``lexical_from``."""
+        ``lexical_lang``, default detected) or copied from ``lexical_from``.
+        ``model_name``: how the model was named (a shipped name or a directory), recorded
+        beside its fingerprint for summaries."""
         out = Path(out)
         if lexical is not None:
             if lexical_from is not None:
@@ -456,6 +471,8 @@ class PhraseIndex(Index):
             "base_model": model.config.base_model,
             "path": f"{SUBDIR}/model",
         }
+        if model_name is not None:
+            model_info["name"] = model_name
         return finish_index(
             out,
             store,

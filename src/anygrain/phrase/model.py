@@ -50,7 +50,7 @@ from anygrain.models.hf import load_hf_dir, load_tensors, quiet_transformers
 from anygrain.models.resolve import resolve_model
 from anygrain.phrase.tokens import Window, best_windows, tokenize_windows
 from anygrain.utils.device import autocast, module_device
-from anygrain.utils.progress import progress_bar
+from anygrain.utils.progress import progress_counter
 
 MODEL_CONFIG = config_file(ModelType.PHRASE)
 FORMAT = "anygrain.phrase-model"
@@ -470,11 +470,13 @@ class PhraseEncoder(Model):
         batch_size: int = 32,
         bf16: bool = False,
         progress: bool = False,
+        desc: str = "encoding phrases",
     ) -> list[EncodedPassage]:
         """Every passage token's start/end vectors and filter logits, in text order.
 
         Windows are batched by length; a token seen by several windows takes its
-        vectors from the one giving it most context.
+        vectors from the one giving it most context.  ``progress`` shows a bar (``desc``)
+        counting passages, each once its last window is encoded, with an ETA.
         """
         self.eval()
         wins = self.windows(texts, titles)
@@ -492,16 +494,31 @@ class PhraseEncoder(Model):
         order = np.argsort([-len(w) for w in wins], kind="stable")
         batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
         dev = self.device
-        for b in progress_bar(batches, desc="encoding phrases", unit="batch", disable=not progress):
-            batch = self.collate([wins[i] for i in b])
-            with autocast(dev, bf16):
-                ts, te, tf = self.phrase_forward(**{k: v.to(dev) for k, v in batch.items()})
-            s, e, f = ts.float().cpu().numpy(), te.float().cpu().numpy(), tf.float().cpu().numpy()
-            for arr, what in ((s, "phrase start"), (e, "phrase end"), (f, "filter logit")):
-                check_finite(arr, self.config.base_model, what)
-            for r, wi in enumerate(b):
-                pos = owned[wi]
-                vec_s[wi], vec_e[wi], logit[wi] = s[r, pos], e[r, pos], f[r, pos]
+        left = [len(ids) for ids in by_passage]  # windows of each passage not encoded yet
+        bar = progress_counter(desc=desc, unit="passage", total=len(texts), disable=not progress)
+        # a passage with no window (empty text) has nothing to wait for
+        bar.update(sum(1 for n in left if n == 0))
+        try:
+            for b in batches:
+                batch = self.collate([wins[i] for i in b])
+                with autocast(dev, bf16):
+                    ts, te, tf = self.phrase_forward(**{k: v.to(dev) for k, v in batch.items()})
+                s, e, f = (
+                    ts.float().cpu().numpy(),
+                    te.float().cpu().numpy(),
+                    tf.float().cpu().numpy(),
+                )
+                for arr, what in ((s, "phrase start"), (e, "phrase end"), (f, "filter logit")):
+                    check_finite(arr, self.config.base_model, what)
+                done = 0
+                for r, wi in enumerate(b):
+                    pos = owned[wi]
+                    vec_s[wi], vec_e[wi], logit[wi] = s[r, pos], e[r, pos], f[r, pos]
+                    left[wins[wi].passage] -= 1
+                    done += left[wins[wi].passage] == 0
+                bar.update(done)
+        finally:
+            bar.close()
         out: list[EncodedPassage] = []
         for ids in by_passage:
             parts = [(wins[i], owned[i], i) for i in ids]

@@ -23,3 +23,12 @@ def progress_bar(
     return iter(
         tqdm(items, desc=desc, unit=unit, total=total, disable=disable, dynamic_ncols=True, **kw)
     )
+
+
+def progress_counter(
+    *, desc: str, unit: str = "it", total: int | None = None, disable: bool = False, **kw: Any
+) -> Any:
+    """A tqdm bar on stderr to advance by hand (``bar.update(n)``; a context manager), for
+    work whose items finish out of the order it is done in (passages of length-sorted
+    batches); disabled for quiet runs and when callers ask."""
+    return tqdm(total=total, desc=desc, unit=unit, disable=disable, dynamic_ncols=True, **kw)

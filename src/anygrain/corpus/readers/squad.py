@@ -10,6 +10,7 @@ the gold passage.  Unanswerable v2 questions are kept with no answers.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,11 @@ from anygrain.corpus.records import SourceDocument, Span
 from anygrain.errors import ErrorLog, InputError
 
 PARAGRAPH_SEP = "\n\n"
+
+log = logging.getLogger(__name__)
+
+#: what ``ErrorLog.note`` counts for an answer whose text is not at its ``answer_start``
+MISPLACED_ANSWERS = "answers do not occur at their answer_start; matched by text"
 
 
 def _sniff(path: Path) -> bool:
@@ -127,6 +133,7 @@ def read_questions(path: Path, errors: ErrorLog) -> Questions:
     loc = _Locator(path)
     out: list[Question] = []
     seen: set[str] = set()
+    misplaced = 0  # answers whose text is not at their answer_start (spans cut mid-word)
     for ai, art, doc_id, _title in _article_ids(_articles(path), path, errors):
         paras = art.get("paragraphs")
         if not isinstance(paras, list):
@@ -177,9 +184,28 @@ def read_questions(path: Path, errors: ErrorLog) -> Questions:
                     continue
                 seen.add(q.id)
                 out.append(q)
+                misplaced += _misplaced(qa, ctx)
     if not out:
         raise InputError("no questions found", path=str(path))
+    if misplaced:
+        # kept as they are (evaluation matches answers by text), but never silently
+        errors.note(MISPLACED_ANSWERS, misplaced)
+        log.warning("%s: %d %s", path, misplaced, MISPLACED_ANSWERS)
     return Questions(out, source=str(path), format="squad")
+
+
+def _misplaced(qa: dict[str, Any], ctx: str) -> int:
+    """How many of a (valid) question's answers have an ``answer_start`` where their text
+    does not occur (annotator spans cut mid-word, offsets of another version of the text);
+    none without a context or an offset to check."""
+    if not ctx:
+        return 0
+    n = 0
+    for ans in qa.get("answers", []):
+        text, start = ans["text"], ans.get("answer_start", -1)
+        if start >= 0 and ctx[start : start + len(text)] != text:
+            n += 1
+    return n
 
 
 def _question(qa: Any, pid: str, ctx: str, where: str, path: Path) -> Question:
