@@ -921,3 +921,20 @@ def test_sharded_index_refuses_add_and_compact_clearly(
     one_line_error(r, str(idx), says, "not supported for a sharded index")
     assert snapshot(idx) == before
     assert cli("verify", idx).exit_code == 0
+
+
+def test_add_keeps_a_users_file_but_never_takes_it_as_the_index_s(
+    tmp_path: Path, squad: Path, bm25: Path
+) -> None:
+    """add carries a file the user put inside the index over, unrecorded, so a later
+    --overwrite still refuses to delete it."""
+    idx = tmp_path / "idx"
+    shutil.copytree(bm25, idx)
+    (idx / "notes.md").write_text("the user's")
+    more = write_squad(tmp_path / "more.json", [("New", "A passage about lighthouses.", [])])
+    r = cli("add", idx, f"squad:{more}", "-q")
+    assert r.exit_code == 0, r.output
+    assert (idx / "notes.md").read_text() == "the user's"
+    assert "notes.md" not in read_manifest(idx)["files"]
+    one_line_error(cli("index", squad, "--out", idx, "--overwrite", "-q"), "notes.md")
+    assert (idx / "notes.md").read_text() == "the user's"

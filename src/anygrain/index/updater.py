@@ -64,7 +64,7 @@ from anygrain.phrase.index import SUBDIR as PHRASE_DIR
 from anygrain.phrase.index import PhraseIndex, finish_index
 from anygrain.phrase.lexical import SPARSE_SUBDIR
 from anygrain.sparse.bm25 import BM25Index
-from anygrain.utils.atomic import atomic_dir, atomic_write_text
+from anygrain.utils.atomic import atomic_dir, atomic_write_text, is_temporary_name
 from anygrain.utils.checksums import ALGORITHM, hash_file
 from anygrain.utils.device import resolve_device
 
@@ -90,12 +90,30 @@ def _staged(path: Path) -> Iterator[tuple[Path, Path]]:
     work = Path(
         tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.pid{os.getpid()}.", suffix=".tmp")
     )
+    # files a user put inside the index: carried over (the staged directory replaces the
+    # index), but never recorded as the index's own, so --overwrite still refuses them
+    listed = set((read_manifest(path).get("files") or {}).keys())
+    foreign = sorted(
+        rel
+        for rel in _relative_files(path)
+        if rel not in listed and rel != MANIFEST and not is_temporary_name(Path(rel).name)
+    )
     try:
         with atomic_dir(path) as tmp:
             _link_tree(path, tmp)
             yield tmp, work
+            if foreign:
+                m = read_manifest(tmp)
+                m["files"] = {k: v for k, v in (m.get("files") or {}).items() if k not in foreign}
+                atomic_write_text(tmp / MANIFEST, json.dumps(m, indent=2, ensure_ascii=False))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _relative_files(root: Path) -> list[str]:
+    return [
+        str((Path(d) / n).relative_to(root)) for d, _dirs, names in os.walk(root) for n in names
+    ]
 
 
 def _corpus_rel(path: Path, manifest: dict[str, Any], store: CorpusStore) -> Path:
