@@ -11,12 +11,20 @@ differences onto the installed backbone and packs again).
     python bench/gpu_phrase_train.py --train squad:train.json --work /tmp/runs --out OUT \\
         --recipe A '{"in_batch_negatives": "gold"}' --recipe B '{"hard_negatives": 1}' \\
         --common '{"batch_size": 128, "lr": 2e-4, "max_minutes": 7, "bf16": true}'
+
+On a borrowed machine whose command is cut at a time limit, point ``--out`` at the folder
+that comes back (the device tool's ``$OUT``): each recipe's tar lands there as soon as that
+recipe is done, so a run cut short still returns the recipes that finished (a session lost
+a finished model by copying results only at the end).  Keep ``max_minutes`` well inside the
+limit: it counts data loading and BM25 mining, not packing.  bm25s imports JAX, which takes
+75% of a GPU at import unless ``JAX_PLATFORMS=cpu`` is set.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -54,6 +62,9 @@ def rebase(packed: Path, out: Path) -> None:
 
 
 def main() -> None:
+    # bm25s (hard-negative mining) imports JAX: keep it off the GPU the recipes share
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--train", action="append", default=[])
     ap.add_argument("--work", type=Path, default=Path("/tmp/anygrain-gpu"))
