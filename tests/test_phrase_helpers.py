@@ -75,6 +75,19 @@ def make_tiny_model(out: Path, seed: int = 0) -> Path:
     return out
 
 
+def make_tiny_phrase_model(factory: pytest.TempPathFactory, seed: int = 0) -> Path:
+    """A phrase model over :func:`make_tiny_model` (short windows, phrases of at most 4
+    words), saved; the fixture most phrase tests build."""
+    from anygrain.phrase import PhraseEncoder
+
+    tiny = make_tiny_model(factory.mktemp("tiny-bert"))
+    torch.manual_seed(seed)
+    m = PhraseEncoder.from_pretrained(
+        tiny, max_passage_length=40, doc_stride=10, max_phrase_words=4
+    )
+    return m.save(factory.mktemp("phrase-model") / "m")
+
+
 def write_squad(
     path: Path, paragraphs: list[tuple[str, str, list[tuple[str, str]]]] | None = None
 ) -> Path:

@@ -8,15 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from test_phrase_helpers import make_tiny_model, write_squad
+from test_phrase_helpers import make_tiny_phrase_model, write_squad
 from test_phrase_search import brute_force
 from typer.testing import CliRunner
 
 from anygrain.cli.main import app
 from anygrain.errors import AnygrainError, IndexMismatchError
 from anygrain.index.base import Index, check_index_files
-from anygrain.phrase import PhraseEncoder, PhraseIndex
+from anygrain.phrase import PhraseIndex
 from anygrain.phrase.lexical import (
     FusionNorm,
     SparseFusion,
@@ -43,12 +42,7 @@ def squad(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tiny = make_tiny_model(tmp_path_factory.mktemp("tiny-bert"))
-    torch.manual_seed(0)
-    m = PhraseEncoder.from_pretrained(
-        tiny, max_passage_length=40, doc_stride=10, max_phrase_words=4
-    )
-    return m.save(tmp_path_factory.mktemp("phrase-model") / "m")
+    return make_tiny_phrase_model(tmp_path_factory)
 
 
 def _build(squad: Path, model_dir: Path, out: Path, **opts: object) -> PhraseIndex:

@@ -26,27 +26,17 @@ from typing import Any
 import pytest
 from dense_helpers import single_threaded, tiny_biencoder
 from test_phrase_helpers import write_squad
-from typer.testing import CliRunner, Result
+from test_reliability import cli
+from typer.testing import Result
 
-from anygrain.cli.main import app
 from anygrain.errors import AnygrainError
 from anygrain.index.base import Index
-
-runner = CliRunner()
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _single_threaded() -> Iterator[None]:
     with single_threaded():
         yield
-
-
-def cli(*args: object) -> Result:
-    """Run the CLI; a Python exception escaping it (a traceback for the user) fails the test."""
-    r = runner.invoke(app, [str(a) for a in args])
-    if r.exception is not None and not isinstance(r.exception, SystemExit):
-        raise AssertionError(f"traceback from {args}: {r.exception!r}\n{r.output}")
-    return r
 
 
 def one_line_error(r: Result, *needles: str) -> str:

@@ -1036,13 +1036,12 @@ class _Mips:
 
 def _bound_map(mips: _Mips, j: int, lex: LexicalQuery, fusion: SparseFusion) -> Any:
     """The fused score a phrase with dense score ``b`` could at most have (its passage at
-    BM25's best), for certifying a fused unit search."""
+    BM25's best: the first of the question's top rows, or any row when none scored), for
+    certifying a fused unit search."""
     stats = dense_stats(mips.ss[j], mips.se[j], fusion.norm_depth)
-    best = np.array([int(np.argmax(lex.scores))]) if len(lex.scores) else np.zeros(0, np.int64)
+    best = lex.top_rows[:1] if len(lex.top_rows) else np.zeros(1, np.int64)
 
     def to_fused(b: float) -> float:
-        if not len(best):
-            return b
         return float(fuse(np.array([b], np.float32), best, stats, lex, fusion)[0])
 
     return to_fused

@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 import json
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +80,7 @@ class SparseFusion:
         """These settings with a per-query weight override (None keeps the saved one)."""
         if weight is None:
             return self
-        return SparseFusion(float(weight), self.norm, self.norm_depth, self.passages)
+        return replace(self, weight=float(weight))
 
 
 @dataclass
