@@ -11,13 +11,13 @@ import numpy as np
 
 from anygrain import Index
 from anygrain.api import build_index
+from anygrain.composite.fusion import FusionConfig, FusionMethod, fuse_scores
 from anygrain.corpus.questions import Questions
 from anygrain.corpus.store import CorpusStore
 from anygrain.eval import evaluate_run
-from anygrain.index.fusion import FusionConfig, FusionMethod, fuse_scores
+from anygrain.hits.hit import Unit
+from anygrain.hits.results import hits_from_rows
 from anygrain.phrase.index import PhraseIndex
-from anygrain.search.hit import Unit
-from anygrain.search.results import hits_from_rows
 
 PASSAGE_METRICS = ["top@1", "top@5", "top@20", "mrr@20"]
 

@@ -56,15 +56,15 @@ from _common import build_or_open, fuse, log, passage_metrics, phrase_passage_ro
 
 from anygrain import Index
 from anygrain.api import evaluate_index, load_questions
+from anygrain.composite.fusion import union_candidates
 from anygrain.corpus.questions import Questions
 from anygrain.dense.index import DenseIndex
 from anygrain.eval import evaluate_run
 from anygrain.eval.answers import has_answer
-from anygrain.index.fusion import union_candidates
+from anygrain.hits.hit import Hit, Unit
 from anygrain.index.scope import gold_rows
 from anygrain.phrase.index import PhraseIndex
 from anygrain.phrase.search import _sentence_of
-from anygrain.search.hit import Hit, Unit
 from anygrain.sparse.bm25 import BM25Index
 from anygrain.utils.threads import set_threads
 

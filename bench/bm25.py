@@ -27,7 +27,7 @@ import Stemmer
 
 from anygrain import Index, load_questions
 from anygrain.eval import evaluate_run
-from anygrain.search.results import hits_from_rows
+from anygrain.hits.results import hits_from_rows
 from anygrain.sparse.bm25 import BM25Index, passage_field
 
 METRICS = ["top@1", "top@5", "top@20", "mrr@20"]

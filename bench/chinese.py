@@ -38,12 +38,12 @@ import numpy as np
 from _common import build_or_open, fuse, log, passage_metrics, phrase_passage_rows
 
 from anygrain.api import evaluate_index, load_questions
+from anygrain.composite.fusion import union_candidates
 from anygrain.corpus.formats import parse_source
 from anygrain.corpus.questions import Questions
 from anygrain.corpus.store import CorpusStore
 from anygrain.dense.index import DenseIndex
 from anygrain.errors import ErrorLog
-from anygrain.index.fusion import union_candidates
 from anygrain.phrase.index import PhraseIndex
 from anygrain.sparse.bm25 import BM25Index
 from anygrain.utils.threads import set_threads

@@ -4,7 +4,7 @@ The corpus is the 2,067 dev paragraphs and the questions are all 10,570. Metrics
 mrr@20 and p@20 with DPR answer matching. One JSON object is printed.
 
 Hybrids rerank the union of each system's top ``--depth`` passages with the exact scores of both
-systems (``anygrain.index.fusion``). The fusions are z-score (the default, lambda 1.0), the DPR
+systems (``anygrain.composite.fusion``). The fusions are z-score (the default, lambda 1.0), the DPR
 paper's raw ``BM25 + 1.1 * sim``, and reciprocal-rank fusion.
 
 A query-side model (``anygrain train dpr --mode query-side``) keeps the base passage encoder, so
@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 
 from anygrain import Index, load_questions
+from anygrain.composite.fusion import FusionConfig, FusionMethod, fuse_scores, rrf, union_candidates
 from anygrain.dense.index import DenseIndex
 from anygrain.eval import evaluate_run
-from anygrain.index.fusion import FusionConfig, FusionMethod, fuse_scores, rrf, union_candidates
+from anygrain.hits.results import hits_from_rows
 from anygrain.models.biencoder import BiEncoder
-from anygrain.search.results import hits_from_rows
 from anygrain.sparse.bm25 import BM25Index
 
 METRICS = ["top@1", "top@5", "top@20", "mrr@20", "p@20"]

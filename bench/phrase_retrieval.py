@@ -39,11 +39,11 @@ import torch
 from anygrain import load_questions
 from anygrain.api import evaluate_index
 from anygrain.corpus.formats import parse_source
+from anygrain.hits.hit import Unit
 from anygrain.index.base import Index
 from anygrain.phrase import PhraseIndex
 from anygrain.phrase.refilter import refilter, threshold_for_fraction
 from anygrain.phrase.search import aggregate, unit_hits
-from anygrain.search.hit import Unit
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SQUAD_DEV = SHARED / "squad-v1.1" / "dev-v1.1.json"

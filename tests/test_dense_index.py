@@ -14,9 +14,9 @@ from anygrain.corpus.records import SourceDocument
 from anygrain.dense import index as dense_mod
 from anygrain.dense.index import DenseIndex
 from anygrain.errors import AnygrainError, IndexMismatchError
+from anygrain.hits.hit import Hit, Unit
 from anygrain.index.base import Index, IndexKind, read_manifest
 from anygrain.models.biencoder import BiEncoder
-from anygrain.search.hit import Hit, Unit
 
 TOPICS = [
     ("Paris", "Paris is the capital of France and sits on the Seine."),

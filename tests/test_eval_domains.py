@@ -18,8 +18,8 @@ from anygrain.corpus.readers.multicpr import read_multicpr_questions
 from anygrain.errors import ErrorLog
 from anygrain.eval import evaluate, evaluate_run
 from anygrain.eval.domains import evaluate_domains
+from anygrain.hits.hit import Hit, Unit
 from anygrain.index.base import Index
-from anygrain.search.hit import Hit, Unit
 
 TOL = 1e-9
 

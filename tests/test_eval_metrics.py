@@ -18,7 +18,7 @@ from anygrain.eval.metrics import (
     get_metric,
     parse_metrics,
 )
-from anygrain.search.hit import Hit, Unit
+from anygrain.hits.hit import Hit, Unit
 
 
 def passage(

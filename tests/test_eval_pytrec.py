@@ -12,7 +12,7 @@ import pytrec_eval
 
 from anygrain.corpus.questions import Question
 from anygrain.eval import evaluate, evaluate_run
-from anygrain.search.hit import Hit, Unit
+from anygrain.hits.hit import Hit, Unit
 
 CUTOFFS = (1, 3, 5, 10, 20)
 TOL = 1e-6

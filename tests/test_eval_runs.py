@@ -10,7 +10,7 @@ from conftest import SHARED  # noqa: E402
 
 from anygrain.errors import AnygrainError, InputError
 from anygrain.eval.runs import RunWriter, read_qrels, read_run, write_run
-from anygrain.search.hit import Hit, Unit
+from anygrain.hits.hit import Hit, Unit
 
 
 def hit(pid: str, score: float) -> Hit:

@@ -153,7 +153,7 @@ def test_judge_by_gold_keeps_qrels_and_unanswerable_questions() -> None:
 
 def test_qrels_are_checked_at_the_grain_they_judge(bm25: Index) -> None:
     """Document-grain hits are judged by doc id, so their qrels are looked up among doc ids."""
-    from anygrain.search.hit import Unit
+    from anygrain.hits.hit import Unit
 
     passages, documents = bm25.unit_ids(Unit.PASSAGE), bm25.unit_ids(Unit.DOCUMENT)
     assert passages("Python_(language)_0") and not passages("Python_(language)")

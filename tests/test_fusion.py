@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from anygrain.index.fusion import FusionConfig, FusionMethod, fuse_scores, rrf, union_candidates
+from anygrain.composite.fusion import FusionConfig, FusionMethod, fuse_scores, rrf, union_candidates
 
 
 def test_union_keeps_each_row_once() -> None:

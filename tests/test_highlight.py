@@ -1,10 +1,10 @@
-"""anygrain.search.highlight: the answer in its passage, shared by the CLI and the server."""
+"""anygrain.hits.highlight: the answer in its passage, shared by the CLI and the server."""
 
 from __future__ import annotations
 
 from anygrain.cli.search import phrase_context as cli_phrase_context
-from anygrain.search.highlight import Highlight, highlight, phrase_context
-from anygrain.search.hit import Hit, Unit
+from anygrain.hits.highlight import Highlight, highlight, phrase_context
+from anygrain.hits.hit import Hit, Unit
 
 TEXT = "Python was created by Guido van Rossum and first released in 1991."
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from dense_helpers import single_threaded, tiny_biencoder
 
+from anygrain.composite.fusion import FusionConfig, FusionMethod, fuse_scores, union_candidates
+from anygrain.composite.hybrid import HybridIndex
 from anygrain.corpus.records import SourceDocument
 from anygrain.errors import AnygrainError, IndexMismatchError
 from anygrain.index.base import Index
-from anygrain.index.fusion import FusionConfig, FusionMethod, fuse_scores, union_candidates
-from anygrain.index.hybrid import HybridIndex
 
 DOCS = [
     SourceDocument("a", "Cats", "The cat sat on the mat."),

@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 from anygrain.cli.main import app
 from anygrain.corpus.records import SourceDocument
 from anygrain.errors import AnygrainError, UsageError
+from anygrain.hits.hit import Unit
 from anygrain.index.base import MANIFEST, PASSAGE_METRICS, Index, IndexKind, index_class
 from anygrain.index.scope import Scope
-from anygrain.search.hit import Unit
 
 DOCS = [
     SourceDocument("d0", "Cats", "The cat sat on the mat."),
@@ -75,8 +75,8 @@ def test_settings_are_validated_before_building(
 
 
 def test_names_become_enums() -> None:
-    from anygrain.index.fusion import FusionMethod
-    from anygrain.index.hybrid import HybridSettings
+    from anygrain.composite.fusion import FusionMethod
+    from anygrain.composite.hybrid import HybridSettings
     from anygrain.phrase.compress import Compress
     from anygrain.phrase.index import PhraseSettings
 

@@ -26,11 +26,11 @@ from anygrain.cli.main import app
 from anygrain.corpus.records import SourceDocument
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, IndexMismatchError, InputError
+from anygrain.hits.hit import Hit, Unit
 from anygrain.index import updater
 from anygrain.index.base import Index, check_index_files, read_manifest
 from anygrain.models.biencoder import BiEncoder
 from anygrain.phrase import PhraseEncoder
-from anygrain.search.hit import Hit, Unit
 from anygrain.utils.checksums import file_table
 
 TOPICS_A = [

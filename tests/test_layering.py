@@ -38,8 +38,7 @@ KIND_MODULES = (
     "anygrain.sparse",
     "anygrain.dense",
     "anygrain.phrase",
-    "anygrain.index.hybrid",
-    "anygrain.index.sharded",
+    "anygrain.composite",
     "anygrain.index.kinds",
 )
 INDEX_BASE = "anygrain.index.base"
@@ -167,8 +166,8 @@ def test_layers() -> None:
         # (a) at the top, inside a function, relative, as a submodule, by importlib
         ("anygrain.eval.x", "from anygrain.api import search_index", "top layer"),
         ("anygrain.eval.x", "def f():\n    import anygrain.cli.train\n", "top layer"),
-        ("anygrain.search.x", "from anygrain.cli.search import print_phrase_hits", "top layer"),
-        ("anygrain.search.x", "from anygrain import cli", "top layer"),
+        ("anygrain.hits.x", "from anygrain.cli.search import print_phrase_hits", "top layer"),
+        ("anygrain.hits.x", "from anygrain import cli", "top layer"),
         ("anygrain.train.x", "from .. import api", "top layer"),
         ("anygrain.train.x", "from anygrain import serve", "top layer"),
         ("anygrain.models.x", "from anygrain.serve.app import create_app", "top layer"),
@@ -178,7 +177,7 @@ def test_layers() -> None:
         # (c)
         (INDEX_BASE, "def f():\n    import anygrain.index.kinds\n", "index kind"),
         (INDEX_BASE, "from anygrain.dense.index import DenseIndex", "index kind"),
-        (INDEX_BASE, "from anygrain.index import hybrid", "index kind"),
+        (INDEX_BASE, "from anygrain.composite import hybrid", "index kind"),
         # (d)
         (MODEL_BASE, "def f():\n    from anygrain.phrase.packed import X\n", "model type"),
         (MODEL_BASE, "from anygrain.models import biencoder", "model type"),
@@ -203,7 +202,7 @@ def test_the_checker_flags_violations(module: str, source: str, rule: str) -> No
         ("anygrain.eval.x", "import anygrain.client\nfrom anygrain.index.base import Index"),
         (INDEX_BASE, "from anygrain.index.registry import KIND_MODULES"),
         (INDEX_BASE, "from anygrain.index.settings import IndexSettings"),
-        ("anygrain.index.hybrid", "from anygrain.dense.index import DenseIndex"),
+        ("anygrain.composite.hybrid", "from anygrain.dense.index import DenseIndex"),
         (MODEL_BASE, "from anygrain.models.shipped import SHIPPED"),
     ],
 )

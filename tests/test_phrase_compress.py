@@ -20,12 +20,12 @@ from typer.testing import CliRunner
 from anygrain.api import evaluate_index, load_questions
 from anygrain.cli.main import app
 from anygrain.errors import AnygrainError
+from anygrain.hits.hit import Unit, UnitSearchStats
 from anygrain.index.base import Index
 from anygrain.phrase import PhraseIndex
 from anygrain.phrase.compress import Compress, DecodedVectors, compressed_factory
 from anygrain.phrase.refilter import refilter
 from anygrain.phrase.search import _sentence_of
-from anygrain.search.hit import Unit, UnitSearchStats
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 

@@ -17,10 +17,10 @@ from anygrain.api import evaluate_index, load_questions
 from anygrain.cli.main import app
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, IndexMismatchError
+from anygrain.hits.hit import Unit
 from anygrain.index.base import PASSAGE_METRICS, Index
 from anygrain.phrase import PhraseEncoder, PhraseIndex, QuestionEncoderKind
 from anygrain.phrase.model import MODEL_CONFIG
-from anygrain.search.hit import Unit
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 

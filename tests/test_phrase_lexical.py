@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from anygrain.cli.main import app
 from anygrain.errors import AnygrainError, IndexMismatchError
+from anygrain.hits.hit import Unit
 from anygrain.index.base import Index, check_index_files
 from anygrain.phrase import PhraseIndex
 from anygrain.phrase.lexical import (
@@ -23,7 +24,6 @@ from anygrain.phrase.lexical import (
     dense_stats,
     fuse,
 )
-from anygrain.search.hit import Unit
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 

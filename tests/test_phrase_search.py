@@ -7,6 +7,7 @@ import pytest
 
 from anygrain.corpus.records import SourceDocument, Span
 from anygrain.corpus.store import CorpusStore
+from anygrain.hits.hit import Unit
 from anygrain.phrase.dump import END_OK, START_OK
 from anygrain.phrase.search import (
     Phrases,
@@ -16,7 +17,6 @@ from anygrain.phrase.search import (
     search_candidates,
     search_scope,
 )
-from anygrain.search.hit import Unit
 
 DIM = 6
 

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError
+from anygrain.hits.hit import Hit, Unit
 from anygrain.reader import (
     Reader,
     ReaderConfig,
@@ -28,7 +29,6 @@ from anygrain.reader import (
 )
 from anygrain.reader.losses import selection_nll, span_marginal_nll
 from anygrain.reader.model import READER_CONFIG
-from anygrain.search.hit import Hit, Unit
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 

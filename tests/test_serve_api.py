@@ -22,9 +22,9 @@ from typer.testing import CliRunner
 
 from anygrain.cli.main import app as cli_app
 from anygrain.errors import AnygrainError
+from anygrain.hits.hit import Hit, Unit
 from anygrain.index.base import Index, IndexKind
 from anygrain.phrase import PhraseEncoder
-from anygrain.search.hit import Hit, Unit
 from anygrain.serve import create_app
 from anygrain.serve.page import render
 from anygrain.serve.service import (

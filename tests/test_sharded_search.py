@@ -14,12 +14,7 @@ from test_phrase_helpers import make_tiny_model, write_squad
 from typer.testing import CliRunner
 
 from anygrain.cli.main import app
-from anygrain.corpus.records import SourceDocument
-from anygrain.corpus.store import CorpusStore
-from anygrain.dense.index import DenseIndex
-from anygrain.errors import AnygrainError, IndexMismatchError
-from anygrain.index.base import Index
-from anygrain.index.sharded import (
+from anygrain.composite.sharded import (
     ConcatRows,
     ShardedBM25,
     ShardedDense,
@@ -27,8 +22,13 @@ from anygrain.index.sharded import (
     merge_top_k,
     shard_bounds,
 )
+from anygrain.corpus.records import SourceDocument
+from anygrain.corpus.store import CorpusStore
+from anygrain.dense.index import DenseIndex
+from anygrain.errors import AnygrainError, IndexMismatchError
+from anygrain.hits.hit import Hit, Unit
+from anygrain.index.base import Index
 from anygrain.phrase import PhraseEncoder, PhraseIndex
-from anygrain.search.hit import Hit, Unit
 from anygrain.sparse.bm25 import BM25Index
 
 WORDS = [

@@ -27,8 +27,8 @@ _WHERE = {
     "InputError": "anygrain.errors",
     "Index": "anygrain.index.base",
     "IndexKind": "anygrain.index.base",
-    "Hit": "anygrain.search.hit",
-    "Unit": "anygrain.search.hit",
+    "Hit": "anygrain.hits.hit",
+    "Unit": "anygrain.hits.hit",
 }
 
 if TYPE_CHECKING:
@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from anygrain.corpus.questions import Question, Questions
     from anygrain.corpus.store import CorpusStore
     from anygrain.errors import AnygrainError, ErrorPolicy, InputError
+    from anygrain.hits.hit import Hit, Unit
     from anygrain.index.base import Index, IndexKind
-    from anygrain.search.hit import Hit, Unit
 
 
 def __getattr__(name: str) -> Any:

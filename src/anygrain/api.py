@@ -7,15 +7,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from anygrain.composite.fusion import FusionMethod
 from anygrain.corpus.formats import names_format, parse_source
 from anygrain.corpus.questions import Question, Questions
 from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.errors import AnygrainError, ErrorLog, parse_enum
 from anygrain.eval.evaluate import EvalReport
+from anygrain.hits.hit import Hit, Unit
 from anygrain.index.base import Index, IndexKind, index_class, read_manifest
-from anygrain.index.fusion import FusionMethod
 from anygrain.index.scope import Scope
-from anygrain.search.hit import Hit, Unit
 from anygrain.utils.threads import set_threads
 
 
@@ -240,7 +240,7 @@ def build_index(
     ``executor`` runs the corpus encode of a dense, hybrid or phrase index (default: in
     this process; e.g. ``RayExecutor(RayConfig(workers=4))``, see docs/scale.md).
     ``shards`` > 1 builds that many indexes of ``kind`` over row ranges of the corpus,
-    searched as one and merged exactly (:mod:`anygrain.index.sharded`)."""
+    searched as one and merged exactly (:mod:`anygrain.composite.sharded`)."""
     set_threads(threads)
     if executor is not None:
         settings["executor"] = executor
@@ -264,7 +264,7 @@ def combine_hybrid(
 ) -> Index:
     """A hybrid index reusing an existing BM25 index and dense index over the same corpus,
     given in either order; see :meth:`HybridIndex.combine`."""
-    from anygrain.index.hybrid import HybridIndex
+    from anygrain.composite.hybrid import HybridIndex
 
     return HybridIndex.combine(
         first, second, out, fusion=fusion, weight=weight, depth=depth, overwrite=overwrite

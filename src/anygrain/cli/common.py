@@ -17,10 +17,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from anygrain.composite.fusion import FusionMethod
 from anygrain.corpus.splitters import split_help
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.index.base import IndexKind
-from anygrain.index.fusion import FusionMethod
 from anygrain.train.saved_config import BF16_HELP
 from anygrain.utils.checksums import Verify
 

@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from anygrain.cli.common import QuietOpt, console, fail, out
 from anygrain.errors import AnygrainError
-from anygrain.search.hit import Unit
+from anygrain.hits.hit import Unit
 
 
 def demo_cmd(
@@ -30,7 +30,7 @@ def demo_cmd(
     """Index CPython's bundled reference topics (offline) and answer ten questions: the answer
     phrase, its sentence and its passage (phrase index), or passages (other kinds)."""
     from anygrain.api import run_demo
-    from anygrain.search.highlight import phrase_context
+    from anygrain.hits.highlight import phrase_context
 
     try:
         result = run_demo(out_dir, kind=kind, progress=not quiet, max_documents=max_documents)

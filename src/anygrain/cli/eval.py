@@ -32,8 +32,8 @@ from anygrain.cli.common import (
     out,
 )
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
+from anygrain.hits.hit import Unit
 from anygrain.index.scope import Scope
-from anygrain.search.hit import Unit
 from anygrain.utils.checksums import Verify
 
 

@@ -21,10 +21,10 @@ from anygrain.cli.common import (
     fail,
     out,
 )
+from anygrain.composite.fusion import FusionMethod
 from anygrain.corpus.script import Script
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.index.base import IndexKind
-from anygrain.index.fusion import FusionMethod
 from anygrain.phrase.compress import Compress
 
 

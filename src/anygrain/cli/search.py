@@ -33,8 +33,8 @@ from anygrain.cli.common import (
     out,
 )
 from anygrain.errors import AnygrainError
-from anygrain.search.highlight import phrase_context
-from anygrain.search.hit import Hit, Unit
+from anygrain.hits.highlight import phrase_context
+from anygrain.hits.hit import Hit, Unit
 from anygrain.utils.checksums import Verify
 
 

@@ -35,6 +35,8 @@ from anygrain.dense.faiss_index import FaissIndex, plan_training
 from anygrain.dense.shards import DTYPES, ShardSet, encode_corpus
 from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.errors import AnygrainError, IndexMismatchError, parse_enum
+from anygrain.hits.hit import Hit
+from anygrain.hits.results import hits_from_rows
 from anygrain.index.base import (
     Index,
     IndexKind,
@@ -45,8 +47,6 @@ from anygrain.index.base import (
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.models.biencoder import BiEncoder
 from anygrain.models.resolve import default_model
-from anygrain.search.hit import Hit
-from anygrain.search.results import hits_from_rows
 from anygrain.utils.atomic import atomic_dir, atomic_write_text
 from anygrain.utils.device import place
 

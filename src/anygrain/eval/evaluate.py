@@ -38,7 +38,7 @@ from anygrain.errors import AnygrainError
 from anygrain.eval.metrics import Metric, parse_metrics
 from anygrain.eval.relevance import Judged
 from anygrain.eval.runs import RunWriter
-from anygrain.search.hit import Hit
+from anygrain.hits.hit import Hit
 
 __all__ = ["DEFAULT_METRICS", "EvalReport", "evaluate", "evaluate_run"]
 

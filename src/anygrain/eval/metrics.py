@@ -29,7 +29,7 @@ from anygrain.errors import AnygrainError
 from anygrain.eval.answers import phrase_match
 from anygrain.eval.relevance import Judged, gold_sets
 from anygrain.eval.squad import exact_match, f1
-from anygrain.search.hit import Hit
+from anygrain.hits.hit import Hit
 
 __all__ = [
     "Metric",

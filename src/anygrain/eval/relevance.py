@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from anygrain.corpus.questions import Question
 from anygrain.eval.answers import AnswerMatcher
 from anygrain.eval.runs import dedupe_hits
-from anygrain.search.hit import Hit, Unit
+from anygrain.hits.hit import Hit, Unit
 
 __all__ = ["Judged", "gold_sets"]
 

@@ -25,7 +25,7 @@ from types import TracebackType
 from typing import IO
 
 from anygrain.errors import AnygrainError, InputError
-from anygrain.search.hit import Hit, Unit
+from anygrain.hits.hit import Hit, Unit
 
 __all__ = ["RunWriter", "dedupe_hits", "read_qrels", "read_run", "write_run"]
 

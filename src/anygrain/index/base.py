@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError, parse_enum
+from anygrain.hits.hit import Hit, Unit
 from anygrain.index.registry import KIND_MODULES
 from anygrain.index.scope import Scope, gold_rows
 from anygrain.index.settings import BuildOptions, IndexSettings
-from anygrain.search.hit import Hit, Unit
 from anygrain.utils.atomic import atomic_write_text
 from anygrain.utils.checksums import (
     ALGORITHM,

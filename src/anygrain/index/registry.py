@@ -12,7 +12,7 @@ from __future__ import annotations
 KIND_MODULES: dict[str, str] = {
     "bm25": "anygrain.sparse.bm25",
     "dense": "anygrain.dense.index",
-    "hybrid": "anygrain.index.hybrid",
+    "hybrid": "anygrain.composite.hybrid",
     "phrase": "anygrain.phrase.index",
-    "sharded": "anygrain.index.sharded",
+    "sharded": "anygrain.composite.sharded",
 }

@@ -43,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from anygrain.composite.hybrid import HybridIndex
 from anygrain.corpus.append import append_segment, write_subset
 from anygrain.corpus.splitters import SplitSpec
 from anygrain.corpus.store import CorpusStore
@@ -57,7 +58,6 @@ from anygrain.index.base import (
     read_manifest,
     rewrite_manifest,
 )
-from anygrain.index.hybrid import HybridIndex
 from anygrain.index.tombstones import Tombstones, read_tombstones, tombstone_name
 from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_phrases
 from anygrain.phrase.index import SUBDIR as PHRASE_DIR

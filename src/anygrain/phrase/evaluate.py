@@ -16,9 +16,9 @@ from typing import Any
 from anygrain.corpus.questions import Question, Questions
 from anygrain.errors import AnygrainError
 from anygrain.eval import EvalReport, evaluate, parse_metrics
+from anygrain.hits.hit import Hit, Unit, UnitSearchStats
 from anygrain.index.base import Index, IndexKind
 from anygrain.index.scope import Scope, gold_rows
-from anygrain.search.hit import Hit, Unit, UnitSearchStats
 
 
 class _Scoped:
@@ -89,7 +89,7 @@ def evaluate_phrase(
     ``scope`` is the corpus (open retrieval over the whole index) or the gold passage
     (D = {p}: each question searched in its gold passage only).  Over the corpus at a
     coarser ``unit`` the report's ``unit_search`` summarises the search rounds
-    (:class:`~anygrain.search.hit.UnitSearchStats`).
+    (:class:`~anygrain.hits.hit.UnitSearchStats`).
     """
     if k is not None and k < 1:
         raise AnygrainError(f"k must be at least 1, got {k}")

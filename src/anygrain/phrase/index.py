@@ -39,6 +39,7 @@ from anygrain.dense.faiss_index import (
 )
 from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.errors import AnygrainError, IndexMismatchError, parse_enum
+from anygrain.hits.hit import Hit, Unit, UnitSearchStats
 from anygrain.index.base import (
     PASSAGE_METRICS,
     Index,
@@ -79,7 +80,6 @@ from anygrain.phrase.search import (
     single_thread,
     unit_hits,
 )
-from anygrain.search.hit import Hit, Unit, UnitSearchStats
 from anygrain.utils.atomic import atomic_dir
 from anygrain.utils.device import place
 

@@ -28,8 +28,8 @@ import numpy as np
 import torch
 
 from anygrain.corpus.store import CorpusStore
+from anygrain.hits.hit import Hit, Unit
 from anygrain.phrase.dump import END_OK, START_OK
-from anygrain.search.hit import Hit, Unit
 
 _BIG = np.int64(1) << np.int64(31)  # row stride in the (row, word) sort keys
 _NEG = np.float32(-np.inf)

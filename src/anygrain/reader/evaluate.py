@@ -22,9 +22,9 @@ from anygrain.corpus.questions import Question
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError
 from anygrain.eval.squad import exact_match, f1
+from anygrain.hits.hit import Hit, Unit
 from anygrain.reader.model import Reader
 from anygrain.reader.read import Answer, read_many
-from anygrain.search.hit import Hit, Unit
 
 __all__ = ["evaluate_reader", "gold_hits"]
 

@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from anygrain.hits.hit import Hit
 from anygrain.reader.features import Batch, Window, collate, make_windows
 from anygrain.reader.model import Reader, ReaderOutput
 from anygrain.reader.spans import best_spans
-from anygrain.search.hit import Hit
 from anygrain.utils.precision import cpu_autocast
 from anygrain.utils.progress import progress_bar
 

@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from anygrain.search.highlight import highlight
-from anygrain.search.hit import Hit, Unit
+from anygrain.hits.highlight import highlight
+from anygrain.hits.hit import Hit, Unit
 from anygrain.serve.service import DEFAULT_K, MAX_BATCH, MAX_K, MAX_QUESTION_CHARS
 
 

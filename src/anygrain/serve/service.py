@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from anygrain.errors import AnygrainError
+from anygrain.hits.hit import Hit, Unit
 from anygrain.index.base import MANIFEST, Index, _external_corpus
-from anygrain.search.hit import Hit, Unit
 
 #: A question longer than this many characters is refused (encoders truncate far earlier).
 MAX_QUESTION_CHARS = 1000

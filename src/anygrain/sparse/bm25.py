@@ -19,6 +19,8 @@ from anygrain.corpus.lang import Lang, detect_lang
 from anygrain.corpus.source import corpus_ref, open_corpus_of, open_or_build_corpus
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, parse_enum
+from anygrain.hits.hit import Hit
+from anygrain.hits.results import hits_from_rows
 from anygrain.index.base import (
     Index,
     IndexKind,
@@ -27,8 +29,6 @@ from anygrain.index.base import (
     write_manifest,
 )
 from anygrain.index.settings import BuildOptions, IndexSettings
-from anygrain.search.hit import Hit
-from anygrain.search.results import hits_from_rows
 from anygrain.sparse.analyzers import Analyzer, analyzer_from_config, make_analyzer
 from anygrain.utils.atomic import atomic_dir
 from anygrain.utils.progress import progress_bar

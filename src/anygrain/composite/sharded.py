@@ -48,6 +48,7 @@ from anygrain.dense.faiss_index import FaissIndex
 from anygrain.dense.index import DenseIndex
 from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError, UsageError, parse_enum
+from anygrain.hits.hit import Hit
 from anygrain.index.base import (
     Index,
     IndexKind,
@@ -62,7 +63,6 @@ from anygrain.phrase.index import SUBDIR as PHRASE_SUBDIR
 from anygrain.phrase.index import PhraseIndex, PhraseSettings
 from anygrain.phrase.lexical import copy_sparse, write_sparse
 from anygrain.phrase.search import PhraseTable
-from anygrain.search.hit import Hit
 from anygrain.sparse.bm25 import BM25Index, Bm25Settings, bm25_analyzer, collection_stats
 from anygrain.utils.atomic import atomic_dir
 from anygrain.utils.checksums import Verify

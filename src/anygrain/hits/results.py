@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from anygrain.corpus.store import CorpusStore
-from anygrain.search.hit import Hit, Unit
+from anygrain.hits.hit import Hit, Unit
 
 
 def hits_from_rows(

@@ -22,8 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from anygrain.composite.fusion import FusionConfig, FusionMethod, fuse_scores, rrf, union_candidates
 from anygrain.corpus.source import corpus_ref, open_corpus_of, open_or_build_corpus, path_ref
 from anygrain.errors import AnygrainError, IndexMismatchError, UsageError, parse_enum
+from anygrain.hits.hit import Hit
+from anygrain.hits.results import hits_from_rows
 from anygrain.index.base import (
     Index,
     IndexKind,
@@ -33,10 +36,7 @@ from anygrain.index.base import (
     register_index,
     write_manifest,
 )
-from anygrain.index.fusion import FusionConfig, FusionMethod, fuse_scores, rrf, union_candidates
 from anygrain.index.settings import BuildOptions, IndexSettings
-from anygrain.search.hit import Hit
-from anygrain.search.results import hits_from_rows
 from anygrain.sparse.bm25 import BM25Index, Bm25Settings
 from anygrain.utils.atomic import atomic_dir
 from anygrain.utils.checksums import SMALL_LIMIT, Verify

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from anygrain.search.hit import Hit
+from anygrain.hits.hit import Hit
 
 ELLIPSIS = "…"
 
