@@ -161,8 +161,9 @@ def main() -> None:
         child(*args.child)
         return
 
-    from anygrain.dense.index import DenseIndex
+    from anygrain.dense.index import DenseIndex, DenseSettings, write_dense_index
     from anygrain.dense.shards import save_vectors
+    from anygrain.index.settings import BuildOptions
     from anygrain.models.biencoder import BiEncoder
 
     report: dict[str, Any] = {
@@ -212,7 +213,8 @@ def main() -> None:
         # The vectors just timed are written as shards, so building the index encodes nothing.
         out = tmp / "index"
         save_vectors(vec_a[-1], store, model, tmp / "vectors")
-        DenseIndex.write(out, store, model, progress=False, vectors_dir=tmp / "vectors")
+        options = BuildOptions(progress=False)
+        write_dense_index(out, store, model, DenseSettings(), options, vectors_dir=tmp / "vectors")
         idx = DenseIndex.open(out, json.loads((out / "index.json").read_text()))
         qs = (questions * (1 + args.queries // max(1, len(questions))))[: args.queries]
         qv = idx.encode_queries(qs)

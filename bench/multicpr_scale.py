@@ -6,7 +6,7 @@ words) into a temporary directory, then runs each phase in its own process so ea
 peak RSS is its own:
 
 * ``store``: ``CorpusStore.build("multicpr:corpus.tsv")`` (read, split, Arrow write, id table)
-* ``bm25``: ``BM25Index.write`` on that store (jieba analysis, score matrix, save)
+* ``bm25``: ``write_bm25_index`` on that store (jieba analysis, score matrix, save)
 
 and prints one JSON object: per phase seconds, passages/s and peak RSS (MiB, from
 ``resource.getrusage``), the RSS of a process that has only imported the modules
@@ -63,7 +63,7 @@ def generate(path: Path, n: int, seed: int = 0, vocab: int = 50_000) -> int:
 
 def phase(name: str, work: Path) -> dict[str, object]:
     from anygrain.corpus.store import CorpusStore
-    from anygrain.sparse.bm25 import BM25Index
+    from anygrain.sparse.bm25 import Bm25Settings, write_bm25_index
 
     base = _rss_mib()
     t0 = time.perf_counter()
@@ -75,7 +75,7 @@ def phase(name: str, work: Path) -> dict[str, object]:
     elif name == "bm25":
         store = CorpusStore(work / "corpus")
         (work / "bm25").mkdir(exist_ok=True)
-        settings = BM25Index.write(work / "bm25", store, lang="zh", progress=False)
+        settings = write_bm25_index(work / "bm25", store, Bm25Settings(lang="zh"), progress=False)
         extra = {"lang": settings["bm25"]["lang"]}
         data = np.load(work / "bm25" / "bm25" / "data.csc.index.npy", mmap_mode="r")
         extra["nnz"] = int(data.shape[0])

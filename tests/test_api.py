@@ -71,6 +71,37 @@ def test_search_checks_k_queries_and_unit(bm25: Index) -> None:
         search_index(bm25, ["Who created Python?"], 3, unit="phrase")
 
 
+def test_a_kind_refuses_the_options_it_does_not_take_by_name(bm25: Index, squad_file: Path) -> None:
+    """The CLI passes options through: Index.load and search_index refuse one the kind does
+    not take, naming the option and the kinds that take it; None is no option."""
+    from anygrain.api import load_index
+    from anygrain.errors import UsageError
+
+    assert load_index(bm25.path, model=None, device=None).kind is bm25.kind
+    with pytest.raises(UsageError) as e:
+        load_index(bm25.path, model="minilm")
+    assert str(e.value) == (
+        f"{bm25.path}: the load option 'model' needs a dense, hybrid or phrase index, not bm25"
+    )
+    with pytest.raises(UsageError, match="'sparse_weight' needs a phrase index, not bm25"):
+        search_index(bm25, ["Who?"], 2, sparse_weight=1.0)
+    with pytest.raises(UsageError, match="'fusion' needs a hybrid index, not bm25"):
+        evaluate_index(bm25, f"squad:{squad_file}", search_options={"fusion": "rrf"})
+    with pytest.raises(UsageError, match="no index kind takes the search option 'colour'"):
+        search_index(bm25, ["Who?"], 2, colour="red")
+    assert search_index(bm25, ["Who created Python?"], 2, batch_size=None, fusion=None)
+    # the report names its scope (and the unit of an index with several)
+    d = evaluate_index(bm25, f"squad:{squad_file}", progress=False).to_dict()
+    assert d["scope"] == "corpus" and "unit" not in d
+
+
+def test_index_summary_is_what_the_cli_and_the_server_report(bm25: Index) -> None:
+    s = bm25.summary()
+    assert s["kind"] == "bm25" and s["path"] == str(bm25.path) and s["model"] is None
+    assert s["corpus"]["n_passages"] == len(bm25.corpus) and "path" not in s["corpus"]
+    assert s["units"] == ["passage"] and s["default_unit"] == "passage"
+
+
 def test_skipped_question_records_are_counted_and_reported(
     bm25: Index, squad_file: Path, tmp_path: Path
 ) -> None:

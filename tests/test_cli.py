@@ -22,6 +22,11 @@ def test_index_search_eval(squad_file: Path, tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     first = json.loads(r.stdout.splitlines()[0])
     assert first["passage_id"] == "Python_(language)_0" and first["unit"] == "passage"
+    # one hit shape for the CLI and the server (Hit.to_json)
+    from anygrain.serve.schemas import HitOut
+
+    assert set(first) == set(HitOut.model_fields) and first["rank"] == 1
+    assert first["before"] == first["text"] and first["answer"] == "" and first["span"] is None
 
     run = tmp_path / "run.trec"
     r = runner.invoke(
@@ -49,7 +54,7 @@ def test_index_search_eval(squad_file: Path, tmp_path: Path) -> None:
     r = runner.invoke(app, ["search", str(out), "Who created Python?", "--unit", "phrase"])
     assert r.exit_code == 2 and "needs a phrase index" in r.output
     r = runner.invoke(app, ["search", str(out), "Who created Python?", "--model", "minilm"])
-    assert r.exit_code == 2 and "--model needs a dense or phrase index" in r.output
+    assert r.exit_code == 2 and "option 'model' needs a dense, hybrid or phrase index" in r.output
 
 
 def test_bad_input_is_one_clear_line(tmp_path: Path) -> None:

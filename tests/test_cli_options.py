@@ -226,11 +226,11 @@ def test_hybrid_from_existing_indexes(
     assert json.loads(r.stdout)["fusion"] == {"method": "minmax", "weight": 0.3, "depth": 100}
     # refused: fusion options on another kind, --from without hybrid or with one index
     r = runner.invoke(app, ["search", str(bm25), "Who?", "--fusion", "rrf"])
-    assert r.exit_code == 2 and "need a hybrid index, not bm25" in r.output
+    assert r.exit_code == 2 and "option 'fusion' needs a hybrid index, not bm25" in r.output
     r = runner.invoke(
         app, ["index", str(squad_file), "--out", str(tmp_path / "x"), "--fusion", "rrf"]
     )
-    assert r.exit_code == 2 and "need --kind hybrid" in r.output
+    assert r.exit_code == 2 and "index kind 'bm25' does not take the option 'fusion'" in r.output
     r = runner.invoke(app, ["index", "--from", str(bm25), "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "--from needs --kind hybrid" in r.output
     r = runner.invoke(
@@ -361,4 +361,7 @@ def test_question_batch_size_default_and_option(
     assert r.exit_code == 2 and "--batch-size must be at least 1" in r.output
     assert runner.invoke(app, ["index", str(squad_file), "--out", str(bm25), "-q"]).exit_code == 0
     r = runner.invoke(app, ["search", str(bm25), "Who?", "--batch-size", "8"])
-    assert r.exit_code == 2 and "a bm25 index encodes none" in " ".join(r.output.split())
+    msg = " ".join(r.output.split())
+    assert (
+        r.exit_code == 2 and "'batch_size' needs a dense, hybrid or phrase index, not bm25" in msg
+    )

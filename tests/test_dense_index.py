@@ -12,10 +12,11 @@ from dense_helpers import single_threaded, tiny_biencoder, tiny_tokenizer
 
 from anygrain.corpus.records import SourceDocument
 from anygrain.dense import index as dense_mod
-from anygrain.dense.index import DenseIndex
+from anygrain.dense.index import DenseIndex, DenseSettings, write_dense_index
 from anygrain.errors import AnygrainError, IndexMismatchError
 from anygrain.hits.hit import Hit, Unit
 from anygrain.index.base import Index, IndexKind, read_manifest
+from anygrain.index.settings import BuildOptions
 from anygrain.models.biencoder import BiEncoder
 
 TOPICS = [
@@ -195,7 +196,8 @@ def test_nested_write_for_hybrid(tmp_path: Path, model: BiEncoder) -> None:
 
     root = tmp_path / "hybrid"
     store = CorpusStore.build(_docs(), root / "corpus", progress=False)
-    DenseIndex.write(root / "dense", store, model, progress=False, subdir="part")
+    options = BuildOptions(progress=False)
+    write_dense_index(root / "dense", store, model, DenseSettings(), options, subdir="part")
     m = read_manifest(root / "dense")
     assert m["corpus"]["path"] == "../corpus"
     moved = tmp_path / "moved"

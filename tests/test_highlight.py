@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from anygrain.cli.search import phrase_context as cli_phrase_context
 from anygrain.hits.highlight import Highlight, highlight, phrase_context
 from anygrain.hits.hit import Hit, Unit
 
@@ -36,8 +35,10 @@ def test_hits_without_span_have_no_answer() -> None:
     assert highlight(hit(None, Unit.DOCUMENT), width=5) == Highlight(TEXT[:10] + "…", "", "")
 
 
-def test_cli_keeps_its_phrase_context() -> None:
-    assert cli_phrase_context is phrase_context
+def test_a_hit_gives_its_phrase_context() -> None:
+    # the CLI calls Hit.context (it imports no library function): the same as phrase_context
     s = TEXT.index("1991")
     assert phrase_context(hit((s, s + 4)), width=8) == ("…ased in ", "1991", ".")
+    assert hit((s, s + 4)).context(width=8) == phrase_context(hit((s, s + 4)), width=8)
+    assert hit(None, Unit.PASSAGE).context() == phrase_context(hit(None, Unit.PASSAGE))
     assert phrase_context(hit(None, Unit.PASSAGE), width=5) == ("", TEXT[:10], "")

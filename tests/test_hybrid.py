@@ -132,6 +132,50 @@ def test_hybrid_bm25_part_takes_k1_and_b(tmp_path: Path) -> None:
     assert isinstance(idx, HybridIndex)
     m = json.loads((tmp_path / "h" / "sparse" / "index.json").read_text(encoding="utf-8"))
     assert (m["settings"]["bm25"]["k1"], m["settings"]["bm25"]["b"]) == (1.5, 0.8)
-    assert Index.load(tmp_path / "h").build_settings.k1 == 1.5  # type: ignore[union-attr]
+    assert Index.load(tmp_path / "h").build_settings.bm25.k1 == 1.5  # type: ignore[union-attr]
     with pytest.raises(AnygrainError, match="0 <= b <= 1"):
         Index.build(DOCS, kind="hybrid", out=tmp_path / "x", model=model, b=1.5, progress=False)
+
+
+def test_flat_build_settings_of_an_older_hybrid_index_still_read(tmp_path: Path) -> None:
+    """A hybrid index recorded its build settings flat (its options as given) before they
+    nested a DenseSettings, a Bm25Settings and a FusionConfig: it opens, read as nested."""
+    import json
+
+    from anygrain.composite.hybrid import HybridSettings
+    from anygrain.dense.index import DenseSettings
+    from anygrain.sparse.bm25 import Bm25Settings
+
+    with single_threaded():
+        model = tiny_biencoder(seed=3)
+        built = Index.build(
+            DOCS, kind="hybrid", out=tmp_path / "h", model=model, progress=False, k1=1.2,
+            fusion="rrf", depth=50, shard_size=3,
+        )  # fmt: skip
+        q = ["cat on the mat"]
+        want_hits = [h.passage_id for h in built.search(q, k=3)[0]]
+    f = tmp_path / "h" / "index.json"
+    m = json.loads(f.read_text(encoding="utf-8"))
+    nested = m["settings"]["build"]
+    assert set(nested) == {"dense", "bm25", "fusion"}
+    assert nested["fusion"] == {"method": "rrf", "weight": None, "depth": 50}
+    assert (nested["bm25"]["k1"], nested["dense"]["shard_size"]) == (1.2, 3)
+    # the manifest as an older anygrain wrote it: every option flat
+    m["settings"]["build"] = {
+        "fusion": "rrf", "weight": None, "depth": 50, "model": None, "lang": "en",
+        "factory": None, "dtype": "float32", "batch_size": 64, "bf16": False,
+        "shard_size": 3, "k1": 1.2, "b": 0.4,
+    }  # fmt: skip
+    f.write_text(json.dumps(m, indent=2), encoding="utf-8")
+    with single_threaded():
+        old = Index.load(tmp_path / "h")
+        assert [h.passage_id for h in old.search(q, k=3)[0]] == want_hits
+    s = old.build_settings
+    assert isinstance(s, HybridSettings)
+    assert s.fusion == FusionConfig(FusionMethod.RRF, None, 50)
+    assert s.bm25 == Bm25Settings(lang="en", k1=1.2, b=0.4)
+    assert s.dense == DenseSettings(lang="en", shard_size=3)
+    # an older flat form without k1 and b (before the BM25 part took them): the defaults
+    assert HybridSettings.from_dict({"fusion": "zscore", "depth": 100}) == HybridSettings()
+    # and the nested form round-trips
+    assert HybridSettings.from_dict(json.loads(json.dumps(s.to_dict()))) == s

@@ -75,13 +75,16 @@ def test_settings_are_validated_before_building(
 
 
 def test_names_become_enums() -> None:
-    from anygrain.composite.fusion import FusionMethod
+    from anygrain.composite.fusion import FusionConfig, FusionMethod
     from anygrain.composite.hybrid import HybridSettings
+    from anygrain.phrase.build import PhraseSettings
     from anygrain.phrase.compress import Compress
-    from anygrain.phrase.index import PhraseSettings
 
     assert PhraseSettings(compress="sq8").compress is Compress.SQ8  # type: ignore[arg-type]
-    assert HybridSettings(fusion="rrf").fusion is FusionMethod.RRF  # type: ignore[arg-type]
+    rrf = FusionConfig("rrf")  # type: ignore[arg-type]
+    assert HybridSettings(fusion=rrf).fusion.method is FusionMethod.RRF
+    flat = HybridSettings.from_options("hybrid", {"fusion": "rrf"})
+    assert flat.fusion.method is FusionMethod.RRF
 
 
 @pytest.mark.parametrize("kind", list(IndexKind))

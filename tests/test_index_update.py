@@ -25,10 +25,9 @@ from anygrain.api import add_documents, compact_index, delete_documents
 from anygrain.cli.main import app
 from anygrain.corpus.records import SourceDocument
 from anygrain.corpus.store import CorpusStore
-from anygrain.errors import AnygrainError, IndexMismatchError, InputError
+from anygrain.errors import AnygrainError, IndexMismatchError, InputError, UsageError
 from anygrain.hits.hit import Hit, Unit
-from anygrain.index import updater
-from anygrain.index.base import Index, check_index_files, read_manifest
+from anygrain.index.base import Index, check_index_files, index_class, read_manifest
 from anygrain.models.biencoder import BiEncoder
 from anygrain.phrase import PhraseEncoder
 from anygrain.utils.checksums import file_table
@@ -204,11 +203,14 @@ def test_an_interrupted_add_leaves_the_index_as_it_was(
     before = file_table(p)
     hits = Index.load(p).search(QUERIES, 3, **_search_opts(case["kind"]))
 
-    def crash(*args: Any, **kw: Any) -> None:
-        raise RuntimeError("power cut")
+    cls = index_class(case["kind"])
+    add_rows = cls.add_rows
 
-    # the last step of every kind: everything else was written by then
-    monkeypatch.setattr(updater, "rewrite_manifest", crash)
+    def crash(update: Any) -> None:
+        add_rows(update)  # the kind's update has written everything in the staged copy
+        raise RuntimeError("power cut")  # before the swap
+
+    monkeypatch.setattr(cls, "add_rows", crash)
     with pytest.raises(RuntimeError, match="power cut"):
         add_documents(p, case["b"], progress=False)
     assert file_table(p) == before
@@ -297,6 +299,45 @@ def test_hybrid_add_and_compact_equal_fresh_builds(model: BiEncoder, tmp_path: P
         [d for d in a + b if d.doc_id != "mars"], kind="hybrid", out=tmp_path / "rest", **opts
     )
     assert_same_search(compact_index(p, progress=False), rest)
+    assert check_index_files(p, extra=True) == []
+
+
+def test_a_combined_hybrid_index_is_refused_naming_its_parts(
+    model: BiEncoder, tmp_path: Path
+) -> None:
+    from anygrain.composite.hybrid import HybridIndex
+
+    sparse = _build("bm25", _docs(TOPICS_A), tmp_path / "bm25", model)
+    dense = Index.build(
+        sparse.corpus, kind="dense", out=tmp_path / "dense", model=model, progress=False
+    )
+    p = HybridIndex.combine(sparse.path, dense.path, tmp_path / "h").path
+    before = file_table(p)
+    with pytest.raises(UsageError, match="combined from existing indexes; update its parts"):
+        add_documents(p, _docs(TOPICS_B), progress=False)
+    assert file_table(p) == before
+
+
+def test_compacting_a_compressed_phrase_index_dumps_the_kept_passages_again(
+    phrase_model: Path, tmp_path: Path
+) -> None:
+    opts: dict[str, Any] = {
+        "progress": False,
+        "lang": "en",
+        "model": phrase_model,
+        "shard_size": 2,
+        "compress": "sq8",
+    }
+    gone = PHRASE_B[0].doc_id
+    p = Index.build(PHRASE_A + PHRASE_B, kind="phrase", out=tmp_path / "ab", **opts).path
+    assert not (p / "phrase" / "start.npy").exists()  # no float16 dump to take vectors from
+    delete_documents(p, [gone])
+    rest = [d for d in PHRASE_A + PHRASE_B if d.doc_id != gone]
+    fresh = Index.build(rest, kind="phrase", out=tmp_path / "rest", **opts)
+    compacted = compact_index(p, progress=False)
+    assert compacted.manifest["settings"]["compress"] == "sq8"
+    assert compacted.build_settings == fresh.build_settings
+    assert_same_search(compacted, fresh, k=3, unit=Unit.PASSAGE)
     assert check_index_files(p, extra=True) == []
 
 

@@ -10,17 +10,23 @@ name.  The rules (docs/design.md, "Layers"):
     ``anygrain.cli`` or ``anygrain.serve``: those are the top layers built on them;
 (b) ``anygrain/serve/`` never imports ``anygrain.cli``;
 (c) the index base ``anygrain/index/base.py`` imports no index kind: it finds a
-    kind's module by name in ``anygrain.index.registry``;
+    kind's module by name in ``anygrain.index.registry``; nor does the updater
+    ``anygrain/index/updater.py``: it runs each kind's update through its class's hooks;
 (d) the model base ``anygrain/models/base.py`` imports no model type's module: it finds
     one by name in its ``MODEL_FORMS`` table;
 (e) the encode engine ``anygrain/encode/`` imports no model, index or method package: what
     a shard holds is the caller's ``ShardEncoder``, so the engine and its executors (local,
-    Ray) serve dense vectors, phrase dumps and training caches alike.
+    Ray) serve dense vectors, phrase dumps and training caches alike;
+(f) the command line ``anygrain/cli/`` imports ``anygrain.api``, ``anygrain.serve``,
+    ``anygrain.errors`` and itself; any other anygrain name it imports is an option type
+    (an Enum or a dataclass, checked by importing it): the commands make no domain decisions.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
+import enum
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +48,7 @@ KIND_MODULES = (
     "anygrain.index.kinds",
 )
 INDEX_BASE = "anygrain.index.base"
+INDEX_UPDATER = "anygrain.index.updater"
 # the modules defining model types, which the model base knows by name only
 MODEL_TYPE_MODULES = ("anygrain.models.biencoder", "anygrain.phrase", "anygrain.reader")
 MODEL_BASE = "anygrain.models.base"
@@ -131,7 +138,7 @@ def check_source(source: str, module: str, *, is_package: bool = False) -> list[
             out.append(Violation(module, line, name, "library imports a top layer"))
         if _within(module, "anygrain.serve") and _is_cli(name):
             out.append(Violation(module, line, name, "serve imports the CLI"))
-        if module == INDEX_BASE and any(_within(name, k) for k in KIND_MODULES):
+        if module in (INDEX_BASE, INDEX_UPDATER) and any(_within(name, k) for k in KIND_MODULES):
             out.append(Violation(module, line, name, "index base imports an index kind"))
         if module == MODEL_BASE and any(_within(name, k) for k in MODEL_TYPE_MODULES):
             out.append(Violation(module, line, name, "model base imports a model type"))
@@ -178,6 +185,7 @@ def test_layers() -> None:
         (INDEX_BASE, "def f():\n    import anygrain.index.kinds\n", "index kind"),
         (INDEX_BASE, "from anygrain.dense.index import DenseIndex", "index kind"),
         (INDEX_BASE, "from anygrain.composite import hybrid", "index kind"),
+        (INDEX_UPDATER, "def f():\n    from anygrain.phrase.update import X\n", "index kind"),
         # (d)
         (MODEL_BASE, "def f():\n    from anygrain.phrase.packed import X\n", "model type"),
         (MODEL_BASE, "from anygrain.models import biencoder", "model type"),
@@ -229,3 +237,127 @@ def test_every_model_type_has_a_home() -> None:
     for kind in ModelType:
         importlib.import_module(MODEL_FORMS[kind].module)
         assert kind in _REGISTRY
+
+
+# (f) the command line makes no domain decisions: modules under ``anygrain.cli`` import the
+# top layers (``anygrain.api``, ``anygrain.serve``), each other, ``anygrain.errors`` and the
+# package's version; any other anygrain name they import must be an option type -- an Enum
+# (``IndexKind``, ``Unit``, ``Verify``, ...) or a dataclass (a trainer's config), checked by
+# importing it.  A helper a command needs from the library goes behind ``anygrain.api``.
+CLI_MAY_IMPORT = ("anygrain.api", "anygrain.serve", "anygrain.cli", "anygrain.errors")
+CLI_MAY_IMPORT_NAMES = ("anygrain.__version__",)
+
+
+def cli_imports_of(
+    source: str, module: str, *, is_package: bool = False
+) -> list[tuple[int, str, str | None]]:
+    """(line, module, name) for every anygrain import in ``source``: ``name`` is what
+    ``from module import name`` takes, None for ``import module`` (and ``import_module``)."""
+    package = module if is_package else module.rpartition(".")[0]
+    found: list[tuple[int, str, str | None]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name, None) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found += [(node.lineno, target, a.name) for a in node.names]
+        elif isinstance(node, ast.Call) and node.args:
+            f = node.func
+            fname = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+            arg = node.args[0]
+            if (
+                fname in ("import_module", "__import__")
+                and isinstance(arg, ast.Constant)
+                and isinstance(arg.value, str)
+            ):
+                found.append((node.lineno, arg.value, None))
+    return [x for x in found if _within(x[1], "anygrain")]
+
+
+def is_option_type(obj: object) -> bool:
+    """An Enum subclass or a dataclass type: what a command's options are made of."""
+    return isinstance(obj, type) and (issubclass(obj, enum.Enum) or dataclasses.is_dataclass(obj))
+
+
+def check_cli_source(source: str, module: str, *, is_package: bool = False) -> list[Violation]:
+    """Rule (f) for ``source``, the text of ``module`` (only modules under anygrain.cli)."""
+    if not _is_cli(module):
+        return []
+    out: list[Violation] = []
+    for line, target, name in cli_imports_of(source, module, is_package=is_package):
+        full = target if name is None else f"{target}.{name}"
+        # ``from anygrain import api`` as much as ``from anygrain.api import x``
+        if any(_within(target, m) or _within(full, m) for m in CLI_MAY_IMPORT):
+            continue
+        if full in CLI_MAY_IMPORT_NAMES:
+            continue
+        if name is None or name == "*":
+            out.append(Violation(module, line, full, "CLI imports a library module"))
+            continue
+        obj = getattr(importlib.import_module(target), name, None)
+        if not is_option_type(obj):
+            out.append(
+                Violation(module, line, full, "CLI imports a library name that is no option type")
+            )
+    return out
+
+
+def test_the_cli_imports_only_the_api_and_option_types() -> None:
+    bad: list[Violation] = []
+    for p in all_modules():
+        name = module_name(p)
+        if _is_cli(name):
+            bad += check_cli_source(
+                p.read_text(encoding="utf-8"), name, is_package=p.name == "__init__.py"
+            )
+    assert not bad, "the CLI imports the library:\n" + "\n".join(map(str, bad))
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("anygrain.cli.search", "from anygrain.index.base import read_manifest"),
+        ("anygrain.cli.search", "def f():\n    from anygrain.index.base import Index\n"),
+        ("anygrain.cli.eval", "from anygrain.eval.domains import evaluate_domains"),
+        ("anygrain.cli.common", "from anygrain.train.saved_config import BF16_HELP"),
+        ("anygrain.cli.train", "from anygrain.train import dpr"),  # a module, not a type
+        ("anygrain.cli.index", "import anygrain.index.base"),
+        ("anygrain.cli.index", "import importlib\nimportlib.import_module('anygrain.phrase')"),
+        ("anygrain.cli", "from ..utils.threads import set_threads"),
+        ("anygrain.cli.search", "from anygrain.hits.highlight import phrase_context"),
+    ],
+)
+def test_the_checker_flags_the_cli_importing_the_library(module: str, source: str) -> None:
+    bad = check_cli_source(source, module, is_package=module == "anygrain.cli")
+    assert bad and all("CLI imports" in v.rule for v in bad), bad
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("anygrain.cli.search", "from anygrain.index.base import IndexKind"),  # an Enum
+        (
+            "anygrain.cli.search",
+            "from anygrain.hits.hit import Unit\nfrom anygrain.hits.hit import Hit",
+        ),
+        ("anygrain.cli.eval", "from anygrain.index.scope import Scope"),
+        ("anygrain.cli.train", "from anygrain.train.dpr.config import DprTrainConfig"),  # dataclass
+        (
+            "anygrain.cli.search",
+            "def f():\n    from anygrain.api import load_index, search_index\n",
+        ),
+        ("anygrain.cli.serve", "from anygrain.serve.app import create_app"),
+        ("anygrain.cli.main", "from anygrain.cli import index\nfrom anygrain import __version__"),
+        ("anygrain.cli.common", "from anygrain.errors import AnygrainError, ErrorLog"),
+        ("anygrain.cli", "from .common import fail\nfrom ..api import ask"),
+        ("anygrain.cli.index", "from anygrain import api, serve"),
+        ("anygrain.api", "from anygrain.index.base import read_manifest"),  # not the CLI
+    ],
+)
+def test_the_checker_allows_the_cli_its_imports(module: str, source: str) -> None:
+    assert check_cli_source(source, module, is_package=module == "anygrain.cli") == []

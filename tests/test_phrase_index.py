@@ -19,7 +19,9 @@ from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, IndexMismatchError
 from anygrain.hits.hit import Unit
 from anygrain.index.base import PASSAGE_METRICS, Index
+from anygrain.index.settings import BuildOptions
 from anygrain.phrase import PhraseEncoder, PhraseIndex, QuestionEncoderKind
+from anygrain.phrase.build import PhraseSettings, write_index
 from anygrain.phrase.model import MODEL_CONFIG
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -194,6 +196,8 @@ def test_coarser_units_take_the_max_over_their_phrases(index: PhraseIndex) -> No
 def test_dump_resumes_after_an_interruption(model_dir: Path, squad: Path, tmp_path: Path) -> None:
     store = CorpusStore.build(f"squad:{squad}", tmp_path / "corpus", progress=False)
     model = PhraseEncoder.load(model_dir)
+    assert model.config.filter_threshold is None  # the default threshold keeps every token
+    two, quiet = PhraseSettings(shard_size=2, sparse=False), BuildOptions(progress=False)
 
     def stop(i: int) -> None:
         if i == 1:
@@ -201,39 +205,13 @@ def test_dump_resumes_after_an_interruption(model_dir: Path, squad: Path, tmp_pa
 
     work = tmp_path / "work"
     with pytest.raises(KeyboardInterrupt):
-        PhraseIndex.write(
-            tmp_path / "a",
-            store,
-            model,
-            work=work,
-            threshold=None,
-            shard_size=2,
-            progress=False,
-            on_shard=stop,
-        )
+        write_index(tmp_path / "a", store, model, two, quiet, work=work, on_shard=stop)
     done = json.loads((work / "dump.json").read_text())["done"]
     assert sorted(done) == ["0", "1"]
     encoded: list[int] = []
-    PhraseIndex.write(
-        tmp_path / "a",
-        store,
-        model,
-        work=work,
-        threshold=None,
-        shard_size=2,
-        progress=False,
-        on_shard=encoded.append,
-    )
+    write_index(tmp_path / "a", store, model, two, quiet, work=work, on_shard=encoded.append)
     assert encoded == [2]  # shards 0 and 1 were not encoded again
-    PhraseIndex.write(
-        tmp_path / "b",
-        store,
-        model,
-        work=tmp_path / "work-b",
-        threshold=None,
-        shard_size=2,
-        progress=False,
-    )
+    write_index(tmp_path / "b", store, model, two, quiet, work=tmp_path / "work-b")
     for name in ("start", "end", "tokens", "filter", "passage_ptr"):
         a = np.load(tmp_path / "a" / "phrase" / f"{name}.npy")
         b = np.load(tmp_path / "b" / "phrase" / f"{name}.npy")
@@ -241,16 +219,8 @@ def test_dump_resumes_after_an_interruption(model_dir: Path, squad: Path, tmp_pa
     assert json.loads((tmp_path / "a" / "index.json").read_text())["timings"]["shards_resumed"] == 2
     # A dump started with another threshold is not mixed in: it starts again.
     redone: list[int] = []
-    PhraseIndex.write(
-        tmp_path / "c",
-        store,
-        model,
-        work=work,
-        threshold=0.0,
-        shard_size=2,
-        progress=False,
-        on_shard=redone.append,
-    )
+    at_zero = PhraseSettings(threshold=0.0, shard_size=2, sparse=False)
+    write_index(tmp_path / "c", store, model, at_zero, quiet, work=work, on_shard=redone.append)
     assert redone == [0, 1, 2]
 
 

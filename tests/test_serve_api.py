@@ -42,6 +42,7 @@ HIT_FIELDS = {
     "rank",
     "unit",
     "score",
+    "passage_row",
     "text",
     "title",
     "passage_id",
@@ -458,6 +459,9 @@ def test_dense_and_hybrid_indexes(squad: Path, tmp_path: Path, kind: str) -> Non
         info = c.get("/info").json()
         assert info["kind"] == kind and info["units"] == ["passage"]
         assert info["model"]["base_model"] == "tiny-bert-1" and info["model"]["fingerprint"]
+        # Index.summary: the hybrid kind adds its fusion; no path on the server's disk
+        assert (info["fusion"] is not None) == (kind == "hybrid") and "path" not in info
+        assert info["shards"] is None and "components" not in info
         d = c.get("/search", params={"q": "Who created Python?", "k": 3}).json()
         assert len(d["hits"]) == 3
         for h in d["hits"]:

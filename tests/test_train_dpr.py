@@ -20,14 +20,14 @@ from anygrain.errors import AnygrainError
 from anygrain.eval.answers import has_answer
 from anygrain.models.biencoder import BiEncoder
 from anygrain.sparse.bm25 import BM25Index
-from anygrain.train.batching import tokenize
 from anygrain.train.checkpoint import list_checkpoints
 from anygrain.train.dpr import DprTrainConfig, TrainMode
+from anygrain.train.dpr.batching import tokenize
 from anygrain.train.dpr.config import CONFIG_FILE
 from anygrain.train.dpr.data import load_training_data, mine_bm25_hard_negatives
+from anygrain.train.dpr.grad_cache import Side, backward_grad_cache, backward_plain
+from anygrain.train.dpr.losses import dpr_nll, false_negative_mask, full_softmax_nll
 from anygrain.train.dpr.trainer import train_dpr
-from anygrain.train.grad_cache import Side, backward_grad_cache, backward_plain
-from anygrain.train.losses import dpr_nll, false_negative_mask, full_softmax_nll
 from anygrain.train.run_dir import LOG_FILE
 
 # --- fixtures -----------------------------------------------------------------------------------

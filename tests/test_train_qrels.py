@@ -28,9 +28,9 @@ from anygrain.train.dpr.data import (
     mine_bm25_hard_negatives,
     supervision_of,
 )
+from anygrain.train.dpr.losses import false_negative_mask
 from anygrain.train.dpr.recipe import builtin_recipes, load_recipe, parse_vars, recipe_config
 from anygrain.train.dpr.trainer import train_dpr
-from anygrain.train.losses import false_negative_mask
 from anygrain.train.run_dir import LOG_FILE
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")

@@ -2,21 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from anygrain.composite.fusion import FusionMethod
-from anygrain.corpus.formats import names_format, parse_source
+from anygrain.corpus.formats import Format, names_format, parse_source
 from anygrain.corpus.questions import Question, Questions
+from anygrain.corpus.script import ConversionReport, Script
+from anygrain.corpus.splitters import split_help as split_help  # help text of split options
 from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.errors import AnygrainError, ErrorLog, parse_enum
+from anygrain.eval.domains import MULTICPR_METRICS, DomainTable
 from anygrain.eval.evaluate import EvalReport
-from anygrain.hits.hit import Hit, Unit
+from anygrain.hits.hit import Hit, Unit, hits_json
 from anygrain.index.base import Index, IndexKind, index_class, read_manifest
 from anygrain.index.scope import Scope
+from anygrain.train.saved_config import BF16_HELP as BF16_HELP  # help text of --bf16
+from anygrain.utils.checksums import Problem, Verify
 from anygrain.utils.threads import set_threads
+
+if TYPE_CHECKING:
+    from anygrain.phrase.compress import Compress
+    from anygrain.phrase.packed import PackedInfo
+    from anygrain.reader import Answer
+    from anygrain.train.dpr.config import DprTrainConfig
+    from anygrain.train.dpr.recipe import Recipe
+    from anygrain.train.phrase.config import PhraseQuerySideConfig, PhraseTrainConfig
+    from anygrain.train.reader.config import ReaderTrainConfig
 
 
 def load_questions(
@@ -34,6 +48,14 @@ def _first(qs: Questions, limit: int | None) -> Questions:
     return Questions(qs.items[:limit], source=qs.source, format=qs.format)
 
 
+def load_index(path: str | Path, *, verify: Verify | str = Verify.SMALL, **options: Any) -> Index:
+    """Open the index at ``path``, whatever its kind, after checking its files (``verify``:
+    sizes | small | full).  ``options`` are what the kind's ``open`` takes (``model``: a
+    question-side model, ``device``: where questions are encoded); None is no option, and
+    one the kind does not take raises :class:`~anygrain.errors.UsageError` naming it."""
+    return Index.load(path, verify=verify, **options)
+
+
 def search_index(
     index: str | Path | Index,
     queries: Sequence[str],
@@ -45,7 +67,10 @@ def search_index(
 ) -> list[list[Hit]]:
     """Top-``k`` hits per query. ``unit`` (phrase, sentence, passage, document) needs a
     phrase index unless it is ``passage``; phrase indexes default to phrases. ``threads``
-    sets torch's and FAISS's thread count (default: theirs)."""
+    sets torch's and FAISS's thread count (default: theirs).  ``options`` are the kind's
+    search options (``batch_size``, hybrid ``fusion``/``weight``/``depth``, phrase
+    ``sparse_weight``/``stats``, ...); None is no option, and one the kind does not take
+    raises :class:`~anygrain.errors.UsageError` naming it."""
     set_threads(threads)
     idx = index if isinstance(index, Index) else Index.load(index)
     if k < 1:
@@ -54,7 +79,8 @@ def search_index(
         if not isinstance(q, str) or not q.strip():
             raise AnygrainError(f"query {i + 1} is empty")
     u = idx.check_unit(unit)
-    return idx.search(list(queries), k, **idx.unit_options(u), **options)
+    opts = idx.check_search_options(options)
+    return idx.search(list(queries), k, **idx.unit_options(u), **opts)
 
 
 @dataclass
@@ -67,7 +93,7 @@ class QuestionHits:
     hits: list[Hit]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "question": self.question, "hits": [h.to_dict() for h in self.hits]}
+        return {"id": self.id, "question": self.question, "hits": hits_json(self.hits)}
 
 
 def read_question_lines(path: str | Path) -> Questions:
@@ -141,6 +167,7 @@ def search_questions(
         if not isinstance(q.text, str) or not q.text.strip():
             raise AnygrainError(f"question {q.id} is empty")
     idx.check_unit(unit)
+    options = idx.check_search_options(options)
     # a question batch larger than a chunk would never fill
     chunk = max(chunk, int(options.get("batch_size") or 0))
     with tqdm(total=len(qs), disable=not progress, desc="searching", unit="q") as bar:
@@ -169,8 +196,10 @@ def evaluate_index(
     unit: Unit | str | None = None,
     scope: Scope | str | None = None,
     threads: int | None = None,
+    load_options: Mapping[str, Any] | None = None,
 ) -> EvalReport:
-    """Score an index on a question set; index and questions may be given as paths.
+    """Score an index on a question set; index and questions may be given as paths
+    (``load_options``: :func:`load_index`'s, for an index given as a path).
 
     Passage indexes (BM25, dense, hybrid) default to ``PASSAGE_METRICS``
     (:mod:`anygrain.index.base`); with
@@ -183,6 +212,7 @@ def evaluate_index(
     question) defaults to the largest cutoff the metrics ask for. ``errors`` collects records skipped under
     ``ErrorPolicy.SKIP``; the report counts them. Qrels that name no unit of the index
     raise an error; some missing ones are logged and counted (``n_qrels_ids_missing``).
+    The report names the ``scope``, and the ``unit`` of an index with several.
     """
     from anygrain.eval.runs import check_run_path
 
@@ -196,7 +226,7 @@ def evaluate_index(
                 index.path if isinstance(index, Index) else index,
             ],
         )
-    idx = index if isinstance(index, Index) else Index.load(index)
+    idx = index if isinstance(index, Index) else load_index(index, **(load_options or {}))
     errors = errors if errors is not None else ErrorLog()
     if isinstance(questions, Questions):
         qs = _first(questions, limit)
@@ -205,6 +235,7 @@ def evaluate_index(
     # each kind knows its units, scopes and default metrics (IndexKind-free here)
     u = idx.check_unit(unit)
     sc = idx.check_scope(scope)
+    search_options = idx.check_search_options(search_options or {}) or None
     report = idx.evaluate_questions(
         qs,
         unit=u,
@@ -219,7 +250,139 @@ def evaluate_index(
     report.n_skipped_records = errors.n_skipped
     if errors.noted:  # records kept despite an irregularity, counted by the reader
         report.extra["noted_records"] = dict(errors.noted)
+    report.extra["scope"] = sc.value
+    if idx.cuts_units():
+        report.extra["unit"] = u.value
     return report
+
+
+#: the slot of ``evaluate_domains``' index path that names one index per domain
+DOMAIN_SLOT = "{domain}"
+
+
+def evaluate_domains(
+    root: str | Path,
+    index: str | Path,
+    *,
+    split: str = "dev",
+    domains: Sequence[str] | None = None,
+    metrics: Sequence[str] = MULTICPR_METRICS,
+    drop_empty: bool = False,
+    run_out: str | Path | None = None,
+    limit: int | None = None,
+    progress: bool = False,
+) -> DomainTable:
+    """Multi-CPR's table: each domain of ``root`` (a subdirectory holding
+    ``SPLIT.query.txt`` and its qrels; default every one with the split) scored on its own.
+
+    ``index`` with ``{domain}`` in it names one index per domain (``idx/{domain}``, the
+    paper's setting); without, one merged index whose ids are prefixed ``DOMAIN-`` (built
+    from ``multicpr:ROOT``).  ``run_out``: a TREC run file (per-domain indexes:
+    ``FILE.DOMAIN`` each), never over a query or qrels file.  ``limit``: the first N
+    questions of each domain."""
+    from anygrain.corpus.readers.multicpr import QUERY_SUFFIX, domain_prefix
+    from anygrain.corpus.readers.multicpr import read_multicpr_questions as read_qs
+    from anygrain.eval.domains import evaluate_domains as evaluate
+    from anygrain.eval.evaluate import Searcher
+    from anygrain.eval.runs import check_run_path
+
+    root = Path(root)
+    if not root.is_dir():
+        raise AnygrainError(f"{root}: not a directory")
+    names = (
+        list(domains)
+        if domains
+        else sorted(d.name for d in root.iterdir() if (d / f"{split}{QUERY_SUFFIX}").is_file())
+    )
+    if not names:
+        raise AnygrainError(f"{root}: no domain directory with {split}{QUERY_SUFFIX}")
+    per_domain = DOMAIN_SLOT in str(index)
+    if run_out is not None:  # never over a query or qrels file, never inside an index
+        read = [
+            root / name / f
+            for name in names
+            for f in (f"{split}{QUERY_SUFFIX}", f"qrels.{split}.tsv", f"qrels.{split}.txt")
+        ]
+        for name in names if per_domain else [""]:
+            check_run_path(f"{run_out}.{name}" if name else run_out, read)
+    if limit is not None and limit < 1:
+        raise AnygrainError(f"limit must be at least 1, got {limit}")
+    errors = ErrorLog()
+    questions: dict[str, list[Question]] = {}
+    for name in names:
+        prefix = "" if per_domain else domain_prefix(root / name)
+        qs = list(read_qs(root / name / f"{split}{QUERY_SUFFIX}", errors, prefix=prefix))
+        questions[name] = qs[:limit] if limit is not None else qs
+    target: Searcher | dict[str, Searcher]
+    if per_domain:
+        target = {name: Index.load(str(index).replace(DOMAIN_SLOT, name)) for name in names}
+    else:
+        target = Index.load(index)
+    return evaluate(
+        questions, target, list(metrics), drop_empty=drop_empty, progress=progress, run_out=run_out
+    )
+
+
+def evaluate_reader(
+    questions: str | Path | Questions,
+    reader: str | Path,
+    index: str | Path | Index | None = None,
+    *,
+    k: int = 5,
+    gold_passage: bool = False,
+    corpus: str | Path | None = None,
+    limit: int | None = None,
+    bf16: bool = False,
+    threads: int | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """SQuAD EM/F1 of the reader at ``reader``: end to end, reading the top ``k`` passages
+    ``index`` retrieves, or (``gold_passage``) each question with its gold passage alone,
+    from ``corpus`` (a corpus directory, or any source, built into a temporary store) or
+    the index's corpus.  ``threads`` sets torch's and FAISS's thread count."""
+    import tempfile
+
+    from anygrain.corpus.store import CorpusStore
+    from anygrain.reader import Reader
+    from anygrain.reader.evaluate import evaluate_reader as evaluate
+
+    set_threads(threads)
+    qs = questions if isinstance(questions, Questions) else load_questions(questions)
+    qs = _first(qs, limit)
+    model = Reader.load(reader)
+    idx = index if isinstance(index, Index) or index is None else Index.load(index)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = None
+        if corpus is not None:
+            cp = Path(corpus)
+            store = (
+                CorpusStore(cp)
+                if (cp / "corpus.json").exists()
+                else CorpusStore.build(str(corpus), Path(tmp) / "corpus", progress=progress)
+            )
+        return evaluate(
+            idx,
+            model,
+            list(qs),
+            k=k,
+            gold_passage=gold_passage,
+            store=store,
+            bf16=bf16,
+            progress=progress,
+        )
+
+
+def ask(
+    index: str | Path | Index, question: str, reader: str | Path, *, k: int = 5
+) -> tuple[Answer, list[Hit]]:
+    """Retrieve ``k`` passages for ``question``, read them with the reader at ``reader``:
+    the answer with its evidence, and the passages read."""
+    from anygrain.reader import Reader, read
+
+    idx = index if isinstance(index, Index) else Index.load(index)
+    model = Reader.load(reader)
+    hits = idx.search_one(question, k)
+    return read(model, question, hits), hits
 
 
 def build_index(
@@ -246,7 +409,10 @@ def build_index(
         settings["executor"] = executor
     k = parse_enum(IndexKind, kind)
     if k is IndexKind.SHARDED:
-        raise AnygrainError("give the kind of the shards and their number: kind=dense, shards=4")
+        raise AnygrainError(
+            "give the kind of the shards and their number: kind=dense, shards=4 "
+            "(--kind dense --shards 4)"
+        )
     if shards != 1:
         return Index.build(source, kind=IndexKind.SHARDED, of=k, shards=shards, out=out, **settings)
     return Index.build(source, kind=k, out=out, **settings)
@@ -261,13 +427,246 @@ def combine_hybrid(
     weight: float | None = None,
     depth: int = 100,
     overwrite: bool = False,
+    threads: int | None = None,
 ) -> Index:
     """A hybrid index reusing an existing BM25 index and dense index over the same corpus,
-    given in either order; see :meth:`HybridIndex.combine`."""
+    given in either order; see :meth:`HybridIndex.combine`.  ``threads`` sets torch's and
+    FAISS's thread count."""
     from anygrain.composite.hybrid import HybridIndex
 
+    set_threads(threads)
     return HybridIndex.combine(
         first, second, out, fusion=fusion, weight=weight, depth=depth, overwrite=overwrite
+    )
+
+
+#: the kinds whose build encodes a corpus, which an executor (Ray) can spread over workers
+ENCODING_KINDS = (IndexKind.DENSE, IndexKind.HYBRID, IndexKind.PHRASE)
+
+
+def ray_executor(
+    kind: IndexKind | str,
+    address: str,
+    *,
+    workers: int | None = None,
+    retries: int | None = None,
+    timeout: float | None = None,
+) -> Executor:
+    """The Ray executor for a build of ``kind`` (``build_index(executor=...)``):
+    ``address`` is local (start one for this build), auto (join the cluster on this
+    machine) or ``HOST:PORT``; None takes :class:`RayConfig`'s default.  A ``HOST:PORT``
+    that accepts no connection within the timeout fails here, before the build reads
+    anything.  Importable without Ray, which running it needs."""
+    from anygrain.encode.ray_executor import RayConfig, RayExecutor, check_reachable
+
+    k = parse_enum(IndexKind, kind)
+    if k not in ENCODING_KINDS:
+        raise AnygrainError(f"--ray encodes dense, hybrid and phrase indexes, not {k.value}")
+    defaults = RayConfig()
+    config = RayConfig(
+        address=address,
+        workers=defaults.workers if workers is None else workers,
+        retries=defaults.retries if retries is None else retries,
+        timeout=defaults.timeout if timeout is None else timeout,
+    )
+    check_reachable(config)
+    return RayExecutor(config)
+
+
+@dataclass
+class IndexCheck:
+    """What :func:`verify_index` found: the files that differ from their recorded
+    checksums (none: the index also opened), out of ``n_files`` checked."""
+
+    problems: list[Problem]
+    n_files: int
+
+
+def verify_index(path: str | Path) -> IndexCheck:
+    """Check every file of the index at ``path`` (and of a corpus kept outside it) against
+    the checksums recorded when it was built, listing damaged, missing and unexpected
+    files; when none differs, open it as a search does (kind, version, corpus, models,
+    tombstones) without hashing the files again, raising what the open raises."""
+    from anygrain.index.base import check_index_files
+
+    m = read_manifest(Path(path))
+    problems = check_index_files(path, m, extra=True)
+    n = len(m["files"]) + len(m.get("corpus_files") or {})
+    if not problems:
+        Index.load(path, verify=Verify.SIZES)  # every checksum was just compared
+    return IndexCheck(problems, n)
+
+
+def refilter_index(
+    index: str | Path,
+    out: str | Path,
+    threshold: float | None = None,
+    *,
+    keep: float | None = None,
+    factory: str | None = None,
+    compress: Compress | str | None = None,
+    pq_m: int | None = None,
+    keep_dump: bool | None = None,
+    progress: bool = True,
+    overwrite: bool = False,
+) -> Index:
+    """A smaller phrase index at a higher filter ``threshold`` (or keeping about the
+    fraction ``keep`` of the vectors), from the stored vectors of the phrase index at
+    ``index`` (no re-encoding); see :func:`anygrain.phrase.refilter.refilter`."""
+    from anygrain.phrase.compress import Compress
+    from anygrain.phrase.refilter import refilter
+
+    return refilter(
+        index,
+        out,
+        threshold,
+        keep=keep,
+        factory=factory,
+        progress=progress,
+        overwrite=overwrite,
+        compress=Compress.NONE if compress is None else compress,
+        pq_m=pq_m,
+        keep_dump=keep_dump,
+    )
+
+
+def source_formats() -> list[Format]:
+    """Every source format anygrain reads (documents, questions or both), by name."""
+    from anygrain.corpus.formats import FORMATS, _ensure_loaded
+
+    _ensure_loaded()
+    return sorted(FORMATS.values(), key=lambda f: f.name)
+
+
+def convert_script(source: str | Path, target: str | Path, to: Script | str) -> ConversionReport:
+    """Convert a Chinese SQuAD-format file to Simplified or Traditional characters (OpenCC),
+    keeping answer offsets valid."""
+    from anygrain.corpus.script import convert_squad_file
+
+    return convert_squad_file(source, target, parse_enum(Script, to))
+
+
+def pack_phrase_model(
+    model: str | Path,
+    out: str | Path,
+    *,
+    bits: int = 4,
+    group: int = 64,
+    card: str | Path | None = None,
+) -> PackedInfo:
+    """Store the phrase model at ``model`` as quantised differences from its backbone
+    (``bits`` per difference, ``group`` values sharing a scale), with the Markdown model
+    ``card`` beside the weights when given; what was written."""
+    from anygrain.phrase.model import PhraseEncoder
+    from anygrain.phrase.packed import PackedInfo, PackSettings
+    from anygrain.phrase.packed import pack_phrase_model as pack
+
+    settings = PackSettings(bits=bits, group=group)
+    text = Path(card).read_text(encoding="utf-8") if card else None
+    path = pack(
+        PhraseEncoder.load(model),
+        out,
+        settings=settings,
+        card=text,
+        source=model,
+        inputs=[card],
+    )
+    return PackedInfo.read(path)
+
+
+def attach_sparse(
+    index: str | Path,
+    *,
+    bm25_from: str | Path | None = None,
+    weight: float | None = None,
+    lang: str | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Fuse BM25 into the phrase index at ``index`` (its phrase vectors stay as they are),
+    built anew or copied from the BM25 index ``bm25_from`` over the same corpus; the
+    fusion saved."""
+    from anygrain.phrase.lexical import attach_sparse as attach
+
+    return attach(index, bm25_from=bm25_from, weight=weight, lang=lang, progress=progress)
+
+
+def training_recipes() -> list[tuple[str, Recipe]]:
+    """The saved DPR training recipes (``recipes/*.json``), by name."""
+    from anygrain.train.dpr.recipe import builtin_recipes, load_recipe
+
+    return [(name, load_recipe(name)) for name in builtin_recipes()]
+
+
+def recipe_config(
+    recipe: str,
+    variables: Sequence[str] = (),
+    overrides: Mapping[str, Any] | None = None,
+) -> DprTrainConfig:
+    """The DPR training config of a saved ``recipe`` (a name or a JSON file), its
+    ``${NAME}`` slots filled from ``variables`` (``NAME=VALUE`` each) and the fields in
+    ``overrides`` replacing the recipe's."""
+    from anygrain.train.dpr.recipe import load_recipe, parse_vars
+    from anygrain.train.dpr.recipe import recipe_config as config_of
+
+    return config_of(
+        load_recipe(recipe), parse_vars(list(variables)), overrides=dict(overrides or {})
+    )
+
+
+def train_dpr(
+    config: DprTrainConfig,
+    *,
+    progress: bool = True,
+    resume: bool = True,
+    errors: ErrorLog | None = None,
+) -> Path:
+    """Train a DPR bi-encoder; the model's directory (``config.out``)."""
+    from anygrain.train import dpr
+
+    return dpr.train(config, progress=progress, resume=resume, errors=errors)
+
+
+def train_phrase(
+    config: PhraseTrainConfig,
+    *,
+    progress: bool = True,
+    resume: bool = True,
+    errors: ErrorLog | None = None,
+) -> Path:
+    """Train a DensePhrases model; the model's directory."""
+    from anygrain.train import phrase
+
+    return phrase.train(config, progress=progress, resume=resume, errors=errors)
+
+
+def train_phrase_query_side(
+    config: PhraseQuerySideConfig,
+    *,
+    progress: bool = True,
+    resume: bool = True,
+    errors: ErrorLog | None = None,
+) -> Path:
+    """Fine-tune a phrase model's question encoder against a built phrase index; the
+    model's directory (``load_index(index, model=...)`` searches with it)."""
+    from anygrain.train import phrase
+
+    return phrase.train_query_side(config, progress=progress, resume=resume, errors=errors)
+
+
+def train_reader(
+    config: ReaderTrainConfig,
+    *,
+    retriever: str | Path | None = None,
+    progress: bool = True,
+    resume: bool = True,
+    errors: ErrorLog | None = None,
+) -> Path:
+    """Train an extractive reader (negatives drawn from the index ``retriever`` when
+    given); the model's directory."""
+    from anygrain.train import reader
+
+    return reader.train(
+        config, retriever_index=retriever, progress=progress, resume=resume, errors=errors
     )
 
 

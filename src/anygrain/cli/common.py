@@ -17,11 +17,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from anygrain.api import BF16_HELP, split_help
 from anygrain.composite.fusion import FusionMethod
-from anygrain.corpus.splitters import split_help
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
-from anygrain.index.base import IndexKind
-from anygrain.train.saved_config import BF16_HELP
 from anygrain.utils.checksums import Verify
 
 console = Console(stderr=True)
@@ -30,7 +28,7 @@ out = Console()
 # Options with the same meaning in several commands (each sets its own default); a trainer's
 # own options come from its config (config_options).
 BF16Opt = Annotated[bool, typer.Option("--bf16/--no-bf16", help=BF16_HELP)]
-# index, search, eval, add, compact: torch and FAISS; eval-reader and serve: torch only
+# every command that encodes or searches: torch's and FAISS's pools, set by the API
 ThreadsOpt = Annotated[
     Optional[int],  # noqa: UP045  (typer reads the annotation at run time)
     typer.Option(
@@ -45,24 +43,6 @@ DeviceOpt = Annotated[
         "--device",
         help="Where models run: auto (a CUDA GPU when torch sees one, else the CPU), cpu, "
         "cuda or cuda:N",
-    ),
-]
-
-
-def device_option(device: str | None) -> dict[str, Any]:
-    """``Index.load`` options for ``--device`` (checked here, before anything loads)."""
-    if device is None:
-        return {}
-    from anygrain.utils.device import resolve_device
-
-    resolve_device(device)
-    return {"device": device}
-
-
-TorchThreadsOpt = Annotated[
-    Optional[int],  # noqa: UP045  (typer reads the annotation at run time)
-    typer.Option(
-        "--threads", help="torch threads (default: torch's); 1 on a CPU shared with other jobs"
     ),
 ]
 ResumeOpt = Annotated[
@@ -111,19 +91,6 @@ def fail(e: Exception) -> NoReturn:
     raise typer.Exit(2)
 
 
-def model_option(index_dir: Path, model: str | None) -> dict[str, Any]:
-    """``Index.load`` options for ``--model``: a question-side model replacing the index's own
-    (the index checks that it makes the same passage or phrase vectors)."""
-    if model is None:
-        return {}
-    from anygrain.index.base import index_class, read_manifest
-
-    kind = read_manifest(index_dir).get("kind")
-    if kind not in {k.value for k in IndexKind} or not index_class(kind).takes_query_model:
-        raise AnygrainError(f"{index_dir}: --model needs a dense or phrase index, not {kind}")
-    return {"model": model}
-
-
 BatchSizeOpt = Annotated[
     Optional[int],  # noqa: UP045
     typer.Option(
@@ -134,73 +101,10 @@ BatchSizeOpt = Annotated[
 ]
 
 
-def batch_options(index_dir: Path, batch_size: int | None) -> dict[str, Any]:
-    """The ``search`` option for ``--batch-size``, when given: BM25 encodes no question."""
-    if batch_size is None:
-        return {}
-    if batch_size < 1:
-        raise AnygrainError(f"--batch-size must be at least 1, got {batch_size}")
-    from anygrain.index.base import read_manifest
-
-    m = read_manifest(index_dir)
-    kind = m.get("kind")
-    if kind == IndexKind.SHARDED.value:
-        kind = (m.get("settings") or {}).get("sharding", {}).get("kind")
-    if kind == IndexKind.BM25.value:
-        raise AnygrainError(
-            f"{index_dir}: --batch-size sets how many questions are encoded at once; "
-            "a bm25 index encodes none (dense, hybrid and phrase indexes take it)"
-        )
-    return {"batch_size": batch_size}
-
-
-def sparse_options(index_dir: Path, sparse_weight: float | None) -> dict[str, Any]:
-    """The search-time BM25 weight of a phrase index (sharded or not), when given."""
-    if sparse_weight is None:
-        return {}
-    from anygrain.index.base import read_manifest
-
-    m = read_manifest(index_dir)
-    kind = m.get("kind")
-    if kind == IndexKind.SHARDED.value:
-        kind = (m.get("settings") or {}).get("sharding", {}).get("kind")
-    if kind != IndexKind.PHRASE.value:
-        raise AnygrainError(f"{index_dir}: --sparse-weight needs a phrase index, not {kind}")
-    return {"sparse_weight": sparse_weight}
-
-
-def fusion_options(
-    index_dir: Path,
-    fusion: FusionMethod | None,
-    weight: float | None,
-    depth: int | None,
-    sparse_weight: float | None = None,
-) -> dict[str, Any]:
-    """Search-time fusion overrides: ``--fusion*`` for hybrid indexes, ``--sparse-weight``
-    for phrase indexes."""
-    opts: dict[str, Any] = sparse_options(index_dir, sparse_weight)
-    if opts and (fusion is not None or weight is not None or depth is not None):
-        raise AnygrainError("--fusion options are for hybrid indexes, --sparse-weight for phrase")
-    if opts:
-        return opts
-    if fusion is not None:
-        opts["fusion"] = fusion.value
-    if weight is not None:
-        opts["weight"] = weight
-    if depth is not None:
-        if depth < 1:
-            raise AnygrainError(f"--fusion-depth must be at least 1, got {depth}")
-        opts["depth"] = depth
-    if opts:
-        from anygrain.index.base import read_manifest
-
-        kind = read_manifest(index_dir).get("kind")
-        if kind != IndexKind.HYBRID.value:
-            raise AnygrainError(
-                f"{index_dir}: --fusion, --fusion-weight and --fusion-depth need a hybrid "
-                f"index, not {kind}"
-            )
-    return opts
+def at_least_one(option: str, value: int | None) -> None:
+    """Refuse a count option below 1 (``--batch-size``, ``--fusion-depth``) by its name."""
+    if value is not None and value < 1:
+        raise AnygrainError(f"{option} must be at least 1, got {value}")
 
 
 def run_trainer(train: Callable[[ErrorLog], Path], on_error: ErrorPolicy, what: str) -> Path:

@@ -30,7 +30,6 @@ def demo_cmd(
     """Index CPython's bundled reference topics (offline) and answer ten questions: the answer
     phrase, its sentence and its passage (phrase index), or passages (other kinds)."""
     from anygrain.api import run_demo
-    from anygrain.hits.highlight import phrase_context
 
     try:
         result = run_demo(out_dir, kind=kind, progress=not quiet, max_documents=max_documents)
@@ -48,7 +47,7 @@ def demo_cmd(
             h = hits[0]
             if unit is Unit.PHRASE:
                 # the phrase marked inside its context: what the demo is about
-                before, phrase, after = (x.replace("\n", " ") for x in phrase_context(h, width=40))
+                before, phrase, after = (x.replace("\n", " ") for x in h.context(width=40))
                 line = (
                     f"[bold yellow]{escape(phrase)}[/]  [green]{escape(h.title)}[/]  "
                     f"{escape(before)}[bold yellow]{escape(phrase)}[/]{escape(after)}"

@@ -21,14 +21,10 @@ from anygrain.cli.common import (
     QuietOpt,
     SparseWeightOpt,
     ThreadsOpt,
-    TorchThreadsOpt,
     VerifyOpt,
-    batch_options,
+    at_least_one,
     console,
-    device_option,
     fail,
-    fusion_options,
-    model_option,
     out,
 )
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
@@ -93,20 +89,13 @@ def eval_cmd(
 ) -> None:
     """Evaluate an index on a question set."""
     from anygrain.api import evaluate_index
-    from anygrain.eval.runs import check_run_path
-    from anygrain.index.base import Index
 
     errors = ErrorLog(on_error)
     try:
-        if run_out is not None:  # never over the questions, never inside the index
-            check_run_path(run_out, [questions, index_dir])
-        opts = fusion_options(index_dir, fusion, fusion_weight, fusion_depth, sparse_weight)
-        opts.update(batch_options(index_dir, batch_size))
-        idx = Index.load(
-            index_dir, verify=verify, **model_option(index_dir, model), **device_option(device)
-        )
+        at_least_one("--batch-size", batch_size)
+        at_least_one("--fusion-depth", fusion_depth)
         report = evaluate_index(
-            idx,
+            index_dir,  # the run file is checked before the index loads
             questions,
             metrics=[m.strip() for m in metrics.split(",") if m.strip()] if metrics else None,
             k=k,
@@ -118,18 +107,22 @@ def eval_cmd(
             progress=not quiet,
             unit=unit,
             scope=scope,
-            search_options=opts or None,
+            search_options={
+                "fusion": fusion,
+                "weight": fusion_weight,
+                "depth": fusion_depth,
+                "sparse_weight": sparse_weight,
+                "batch_size": batch_size,
+            },
             threads=threads,
+            load_options={"verify": verify, "model": model, "device": device},
         )
     except AnygrainError as e:
         fail(e)
         return
     if errors.n_skipped:
         console.print(f"[yellow]{escape(errors.summary())}[/]", soft_wrap=True)
-    d = report.to_dict()
-    d["scope"] = scope.value
-    if idx.cuts_units():
-        d["unit"] = idx.check_unit(unit).value
+    d = report.to_dict()  # with the scope, and the unit of an index with several
     if as_json:
         print(json.dumps(d, ensure_ascii=False))
         return
@@ -141,9 +134,6 @@ def eval_cmd(
     out.print(table)
     if "unit_search" in d:
         console.print(f"unit search: {json.dumps(d['unit_search'])}", soft_wrap=True)
-
-
-DOMAIN_SLOT = "{domain}"
 
 
 def eval_domains_cmd(
@@ -185,53 +175,19 @@ def eval_domains_cmd(
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
     """Evaluate every Multi-CPR domain and print one row per domain, as in the paper."""
-    from anygrain.corpus.questions import Question
-    from anygrain.corpus.readers.multicpr import QUERY_SUFFIX, domain_prefix
-    from anygrain.corpus.readers.multicpr import read_multicpr_questions as read_qs
-    from anygrain.eval.domains import evaluate_domains
-    from anygrain.eval.evaluate import Searcher
-    from anygrain.eval.runs import check_run_path
-    from anygrain.index.base import Index
+    from anygrain.api import evaluate_domains
 
     try:
-        if not root.is_dir():
-            raise AnygrainError(f"{root}: not a directory")
-        names = (
-            [d.strip() for d in domains.split(",") if d.strip()]
-            if domains
-            else sorted(d.name for d in root.iterdir() if (d / f"{split}{QUERY_SUFFIX}").is_file())
-        )
-        if not names:
-            raise AnygrainError(f"{root}: no domain directory with {split}{QUERY_SUFFIX}")
-        per_domain = DOMAIN_SLOT in index
-        if run_out is not None:  # never over a query or qrels file, never inside an index
-            read = [
-                root / name / f
-                for name in names
-                for f in (f"{split}{QUERY_SUFFIX}", f"qrels.{split}.tsv", f"qrels.{split}.txt")
-            ]
-            for name in names if per_domain else [""]:
-                check_run_path(f"{run_out}.{name}" if name else run_out, read)
-        if limit is not None and limit < 1:
-            raise AnygrainError(f"--limit must be at least 1, got {limit}")
-        errors = ErrorLog()
-        questions: dict[str, list[Question]] = {}
-        for name in names:
-            prefix = "" if per_domain else domain_prefix(root / name)
-            qs = read_qs(root / name / f"{split}{QUERY_SUFFIX}", errors, prefix=prefix)
-            questions[name] = list(qs)[:limit] if limit is not None else list(qs)
-        target: Searcher | dict[str, Searcher]
-        if per_domain:
-            target = {name: Index.load(index.replace(DOMAIN_SLOT, name)) for name in names}
-        else:
-            target = Index.load(index)
         table = evaluate_domains(
-            questions,
-            target,
-            [m.strip() for m in metrics.split(",") if m.strip()],
+            root,
+            index,
+            split=split,
+            domains=[d.strip() for d in domains.split(",") if d.strip()] if domains else None,
+            metrics=[m.strip() for m in metrics.split(",") if m.strip()],
             drop_empty=drop_empty,
-            progress=not quiet and not as_json,
             run_out=run_out,
+            limit=limit,
+            progress=not quiet and not as_json,
         )
     except AnygrainError as e:
         fail(e)
@@ -240,13 +196,6 @@ def eval_domains_cmd(
         print(json.dumps(table.to_dict(), ensure_ascii=False))
         return
     out.print(table.format(), markup=False, highlight=False)
-
-
-def _threads(n: int | None) -> None:
-    if n is not None:
-        import torch
-
-        torch.set_num_threads(max(1, n))
 
 
 def eval_reader_cmd(
@@ -276,42 +225,25 @@ def eval_reader_cmd(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object on stdout")
     ] = False,
-    threads: TorchThreadsOpt = None,
+    threads: ThreadsOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """SQuAD EM/F1 of a reader: end to end over an index, or with the gold passage."""
-    import tempfile
+    from anygrain.api import evaluate_reader
 
-    from anygrain.api import load_questions
-    from anygrain.corpus.store import CorpusStore
-    from anygrain.index.base import Index
-    from anygrain.reader import Reader
-    from anygrain.reader.evaluate import evaluate_reader
-
-    _threads(threads)
     try:
-        qs = load_questions(questions, limit=limit)
-        reader = Reader.load(reader_dir)
-        index = Index.load(index_dir) if index_dir is not None else None
-        with tempfile.TemporaryDirectory() as tmp:
-            store = None
-            if corpus is not None:
-                cp = Path(corpus)
-                store = (
-                    CorpusStore(cp)
-                    if (cp / "corpus.json").exists()
-                    else CorpusStore.build(corpus, Path(tmp) / "corpus", progress=not quiet)
-                )
-            report = evaluate_reader(
-                index,
-                reader,
-                list(qs),
-                k=k,
-                gold_passage=gold_passage,
-                store=store,
-                bf16=bf16,
-                progress=not quiet,
-            )
+        report = evaluate_reader(
+            questions,
+            reader_dir,
+            index_dir,
+            k=k,
+            gold_passage=gold_passage,
+            corpus=corpus,
+            limit=limit,
+            bf16=bf16,
+            threads=threads,
+            progress=not quiet,
+        )
     except (AnygrainError, ValueError, OSError) as e:
         fail(e)
         return

@@ -17,7 +17,6 @@ from anygrain.cli.common import (
     QuietOpt,
     ThreadsOpt,
     console,
-    device_option,
     fail,
     out,
 )
@@ -29,28 +28,21 @@ from anygrain.phrase.compress import Compress
 
 
 def _index_summary(idx: Any, out_dir: Path, errors: ErrorLog) -> dict[str, Any]:
-    """What ``index`` reports: counts, kind, where, the model used, the files read."""
-    c = idx.corpus
+    """What ``index`` reports (from ``Index.summary``): counts, kind, where, the model used
+    (its name), the shards or fusion of the kinds that have them, the files read."""
+    s = idx.summary()
+    corpus = s["corpus"]
     d: dict[str, Any] = {
-        "kind": idx.kind.value,
+        "kind": s["kind"],
         "out": str(out_dir),
-        "n_passages": len(c),
-        "n_documents": c.n_documents,
-        "source_format": c.manifest["source_format"],
+        "n_passages": corpus["n_passages"],
+        "n_documents": corpus["n_documents"],
+        "source_format": corpus["source_format"],
     }
-    dense = getattr(idx, "dense", idx)
-    if getattr(dense, "kind", None) is IndexKind.DENSE:
-        d["model"] = dense.settings["model"].get("name") or dense.settings["model"]["base_model"]
-    else:  # a phrase index records the model it encoded with (its name, when it had one)
-        info = idx.manifest.get("model")
-        if isinstance(info, dict) and (info.get("name") or info.get("base_model")):
-            d["model"] = info.get("name") or info["base_model"]
-    shards = getattr(idx, "shards", None)
-    if shards is not None:
-        d["shards"] = len(shards)
-    if idx.kind is IndexKind.HYBRID:
-        d["fusion"] = idx.manifest["settings"]["fusion"]
-        d["components"] = idx.manifest.get("components", {})
+    model = s["model"] or {}
+    if model.get("name") or model.get("base_model"):
+        d["model"] = model.get("name") or model["base_model"]
+    d.update({key: s[key] for key in ("shards", "fusion", "components") if key in s})
     if errors.files:
         d["files"] = {
             "read": [f.path for f in errors.files if f.read],
@@ -67,31 +59,6 @@ def _report_files(errors: ErrorLog, *, quiet: bool) -> None:
             continue
         line = escape(str(f))
         console.print(line if f.read else f"[yellow]{line}[/]", highlight=False, soft_wrap=True)
-
-
-def _ray_executor(
-    kind: IndexKind,
-    address: str,
-    workers: int | None,
-    retries: int | None,
-    timeout: float | None = None,
-) -> Any:
-    """The Ray executor ``index --ray`` asked for (importable without Ray, which it needs).
-    A ``HOST:PORT`` that accepts no connection within the timeout fails here, before the
-    build reads anything; joining the cluster is bounded by the same timeout later."""
-    from anygrain.encode.ray_executor import RayConfig, RayExecutor, check_reachable
-
-    if kind not in (IndexKind.DENSE, IndexKind.HYBRID, IndexKind.PHRASE):
-        raise AnygrainError(f"--ray encodes dense, hybrid and phrase indexes, not {kind.value}")
-    defaults = RayConfig()
-    config = RayConfig(
-        address=address,
-        workers=defaults.workers if workers is None else workers,
-        retries=defaults.retries if retries is None else retries,
-        timeout=defaults.timeout if timeout is None else timeout,
-    )
-    check_reachable(config)
-    return RayExecutor(config)
 
 
 def index_cmd(
@@ -238,7 +205,7 @@ def index_cmd(
     ] = None,
 ) -> None:
     """Build an index from a corpus (or a hybrid index from a BM25 and a dense index)."""
-    from anygrain.api import build_index, combine_hybrid
+    from anygrain import api
 
     errors = ErrorLog(on_error)
     fuse: dict[str, Any] = {}
@@ -249,8 +216,6 @@ def index_cmd(
     if fusion_depth is not None:
         fuse["depth"] = fusion_depth
     try:
-        if fuse and kind is not IndexKind.HYBRID:
-            raise AnygrainError("--fusion, --fusion-weight and --fusion-depth need --kind hybrid")
         if from_dirs:
             if kind is not IndexKind.HYBRID:
                 raise AnygrainError("--from needs --kind hybrid")
@@ -264,10 +229,9 @@ def index_cmd(
                     "--model, --faiss, --lang and --split apply when encoding; "
                     "--from reuses the indexes as they were built"
                 )
-            from anygrain.utils.threads import set_threads
-
-            set_threads(threads)
-            idx = combine_hybrid(from_dirs[0], from_dirs[1], out_dir, overwrite=overwrite, **fuse)
+            idx = api.combine_hybrid(
+                from_dirs[0], from_dirs[1], out_dir, overwrite=overwrite, threads=threads, **fuse
+            )
         else:
             if source is None:
                 raise AnygrainError("give a SOURCE to index (or --kind hybrid --from two indexes)")
@@ -285,15 +249,15 @@ def index_cmd(
             if threshold is not None:
                 settings["threshold"] = threshold
             if ray_address is not None:
-                settings["executor"] = _ray_executor(
-                    kind, ray_address, ray_workers, ray_retries, ray_timeout
+                settings["executor"] = api.ray_executor(
+                    kind, ray_address, workers=ray_workers, retries=ray_retries, timeout=ray_timeout
                 )
             elif ray_workers is not None or ray_retries is not None:
                 raise AnygrainError("--workers and --retries apply with --ray")
             elif ray_timeout is not None:
                 raise AnygrainError("--ray-timeout applies with --ray")
             # only the options given: a kind without them refuses them by name
-            # (Index.build checks its settings)
+            # (Index.build checks its settings: --fusion* on a kind other than hybrid, say)
             if compress is not Compress.NONE:
                 settings["compress"] = compress
             if pq_m is not None:
@@ -301,7 +265,7 @@ def index_cmd(
             if keep_dump is not None:
                 settings["keep_dump"] = keep_dump
             if device is not None:
-                settings.update(device_option(device))
+                settings["device"] = device
             if sparse is not None:
                 settings["sparse"] = sparse
             if sparse_from is not None:
@@ -312,11 +276,7 @@ def index_cmd(
                 settings["k1"] = bm25_k1
             if bm25_b is not None:
                 settings["b"] = bm25_b
-            if kind is IndexKind.SHARDED:
-                raise AnygrainError(
-                    "give the kind of the shards and their number: --kind dense --shards 4"
-                )
-            idx = build_index(
+            idx = api.build_index(
                 source,
                 kind=kind,
                 out=out_dir,
@@ -361,30 +321,25 @@ def verify_cmd(
     Lists each damaged, missing or unexpected file; exits 1 when there is any.  An index
     whose files match but that search would refuse (an edited index.json: another
     corpus, an unknown kind or version) is one error line, exit 2, as search says it."""
-    from anygrain.index.base import Index, check_index_files, read_manifest
-    from anygrain.utils.checksums import Verify
+    from anygrain.api import verify_index
 
     try:
-        m = read_manifest(index_dir)
-        problems = check_index_files(index_dir, m, extra=True)
+        # when every file matches, the index is also opened as search opens it
+        check = verify_index(index_dir)
     except AnygrainError as e:
         fail(e)
-    for p in problems:
+    for p in check.problems:
         out.print(escape(str(p)), highlight=False, soft_wrap=True)
-    n = len(m["files"]) + len(m.get("corpus_files") or {})
-    if problems:
+    if check.problems:
         console.print(
-            f"[bold red]{len(problems)} problem(s)[/] in {escape(str(index_dir))}; rebuild the index",
+            f"[bold red]{len(check.problems)} problem(s)[/] in {escape(str(index_dir))}; "
+            "rebuild the index",
             highlight=False,
         )
         raise typer.Exit(1)
-    try:
-        # every checksum was just compared: open it as search does (kind, version, corpus,
-        # models, tombstones) without hashing the files a second time
-        Index.load(index_dir, verify=Verify.SIZES)
-    except AnygrainError as e:
-        fail(e)
-    out.print(f"ok: {n} files match their checksums and the index opens", highlight=False)
+    out.print(
+        f"ok: {check.n_files} files match their checksums and the index opens", highlight=False
+    )
 
 
 def refilter_cmd(
@@ -422,10 +377,10 @@ def refilter_cmd(
     ] = False,
 ) -> None:
     """A smaller phrase index at a higher filter threshold, from stored vectors (no re-encoding)."""
-    from anygrain.phrase.refilter import refilter
+    from anygrain.api import refilter_index
 
     try:
-        idx = refilter(
+        idx = refilter_index(
             index_dir,
             out_dir,
             threshold,
@@ -449,10 +404,9 @@ def refilter_cmd(
 
 def formats_cmd() -> None:
     """List the source formats anygrain reads."""
-    from anygrain.corpus.formats import FORMATS, _ensure_loaded
+    from anygrain.api import source_formats
 
-    _ensure_loaded()
-    for f in sorted(FORMATS.values(), key=lambda f: f.name):
+    for f in source_formats():
         what = "+".join(
             x for x, fn in (("documents", f.read_documents), ("questions", f.read_questions)) if fn
         )
@@ -468,10 +422,10 @@ def convert_script_cmd(
 ) -> None:
     """Convert a Chinese SQuAD-format file to Simplified or Traditional characters (OpenCC),
     keeping answer offsets valid; needs OpenCC (the `zh` extra)."""
-    from anygrain.corpus.script import convert_squad_file
+    from anygrain.api import convert_script
 
     try:
-        rep = convert_squad_file(source, target, to)
+        rep = convert_script(source, target, to)
     except AnygrainError as e:
         fail(e)
     except OSError as e:  # anything the converter did not name: the path and why, one line

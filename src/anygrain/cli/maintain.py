@@ -51,13 +51,14 @@ def add_cmd(
         )
     except AnygrainError as e:
         fail(e)
+    s = idx.summary()
     out.print(
         json.dumps(
             {
-                "kind": idx.kind.value,
+                "kind": s["kind"],
                 "index": str(index_dir),
-                "n_passages": len(idx.corpus),
-                "n_documents": idx.corpus.n_documents,
+                "n_passages": s["corpus"]["n_passages"],
+                "n_documents": s["corpus"]["n_documents"],
                 "n_skipped_records": errors.n_skipped,
             }
         ),
@@ -93,7 +94,7 @@ def compact_cmd(
     except AnygrainError as e:
         fail(e)
     out.print(
-        json.dumps({"index": str(index_dir), "n_passages": len(idx.corpus)}),
+        json.dumps({"index": str(index_dir), "n_passages": idx.summary()["corpus"]["n_passages"]}),
         highlight=False,
         soft_wrap=True,
     )

@@ -26,25 +26,14 @@ def pack_cmd(
     ] = None,
 ) -> None:
     """Store a phrase model as quantised differences from its backbone (a few MB)."""
-    from anygrain.phrase.model import PhraseEncoder
-    from anygrain.phrase.packed import PackedInfo, PackSettings, pack_phrase_model
+    from anygrain.api import pack_phrase_model
 
     try:
-        settings = PackSettings(bits=bits, group=group)
-        text = card.read_text(encoding="utf-8") if card else None
-        path = pack_phrase_model(
-            PhraseEncoder.load(model_dir),
-            out_dir,
-            settings=settings,
-            card=text,
-            source=model_dir,
-            inputs=[card],
-        )
+        info = pack_phrase_model(model_dir, out_dir, bits=bits, group=group, card=card)
     except (AnygrainError, OSError) as e:
         fail(e)
         return
-    info = PackedInfo.read(path)
-    console.print(f"packed {model_dir} at {bits} bits: {info.size_bytes / 1e6:.1f} MB → {path}")
+    console.print(f"packed {model_dir} at {bits} bits: {info.size_bytes / 1e6:.1f} MB → {out_dir}")
 
 
 def attach_sparse_cmd(
@@ -64,7 +53,7 @@ def attach_sparse_cmd(
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress bar")] = False,
 ) -> None:
     """Fuse BM25 into an existing phrase index's scores (the phrase vectors stay as they are)."""
-    from anygrain.phrase.lexical import attach_sparse
+    from anygrain.api import attach_sparse
 
     try:
         fusion = attach_sparse(

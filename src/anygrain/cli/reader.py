@@ -27,14 +27,10 @@ def ask_cmd(
     ] = False,
 ) -> None:
     """Retrieve k passages, read them, and print the answer with its evidence."""
-    from anygrain.index.base import Index
-    from anygrain.reader import Reader, read
+    from anygrain.api import ask
 
     try:
-        index = Index.load(index_dir)
-        reader = Reader.load(reader_dir)
-        hits = index.search_one(question, k)
-        answer = read(reader, question, hits)
+        answer, hits = ask(index_dir, question, reader_dir, k=k)
     except (AnygrainError, ValueError, OSError) as e:
         fail(e)
         return

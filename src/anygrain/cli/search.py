@@ -24,16 +24,13 @@ from anygrain.cli.common import (
     SparseWeightOpt,
     ThreadsOpt,
     VerifyOpt,
-    batch_options,
+    at_least_one,
     console,
-    device_option,
     fail,
-    fusion_options,
-    model_option,
     out,
 )
+from anygrain.composite.fusion import FusionMethod
 from anygrain.errors import AnygrainError
-from anygrain.hits.highlight import phrase_context
 from anygrain.hits.hit import Hit, Unit
 from anygrain.utils.checksums import Verify
 
@@ -78,19 +75,44 @@ def print_phrase_hits(
 ) -> None:
     """Answer phrases (or sentences) highlighted in their context; passages and documents in brief."""
     if as_json:
-        for h in hits:
-            print(json.dumps(h.to_dict(), ensure_ascii=False))
+        print_json_hits(hits)
         return
     c = console_ or out
     table = Table(show_lines=True)
     for col in ("#", "score", "answer", "title", "context"):
         table.add_column(col)
     for i, h in enumerate(hits, 1):
-        before, phrase, after = phrase_context(h)
+        before, phrase, after = h.context()
         answer = phrase if h.span is not None else ""
         ctx = f"{escape(before)}[bold yellow]{escape(phrase)}[/]{escape(after)}"
         table.add_row(str(i), f"{h.score:.3f}", escape(answer), escape(h.title), ctx)
     c.print(table)
+
+
+def print_json_hits(hits: Sequence[Hit]) -> None:
+    """One JSON object per hit (:meth:`Hit.to_json`, the server's shape), best first."""
+    for i, h in enumerate(hits, 1):
+        print(json.dumps(h.to_json(i), ensure_ascii=False))
+
+
+def _options(
+    fusion: FusionMethod | None,
+    fusion_weight: float | None,
+    fusion_depth: int | None,
+    sparse_weight: float | None,
+    batch_size: int | None,
+) -> dict[str, Any]:
+    """The search options given on the command line (None: not given), which the index
+    refuses by name when its kind does not take them."""
+    at_least_one("--batch-size", batch_size)
+    at_least_one("--fusion-depth", fusion_depth)
+    return {
+        "fusion": fusion,
+        "weight": fusion_weight,
+        "depth": fusion_depth,
+        "sparse_weight": sparse_weight,
+        "batch_size": batch_size,
+    }
 
 
 def search_cmd(
@@ -141,27 +163,21 @@ def search_cmd(
 ) -> None:
     """Search an index with one question (phrase indexes: answer phrases in their context),
     or with many (--questions: one JSON line of hits per question)."""
-    from anygrain.api import search_index
-    from anygrain.index.base import Index
+    from anygrain.api import load_index, search_index
 
     if questions is not None:
         _search_batch(
             index_dir, questions, query, question_file, k, unit, model, stats, quiet,
             verify, device, threads,
-            fusion_options(index_dir, fusion, fusion_weight, fusion_depth, sparse_weight),
-            batch_size,
+            (fusion, fusion_weight, fusion_depth, sparse_weight, batch_size),
         )  # fmt: skip
         return
     collected: list[Any] = []
     try:
         question = _read_question(query, question_file)
-        opts = fusion_options(index_dir, fusion, fusion_weight, fusion_depth, sparse_weight)
-        opts.update(batch_options(index_dir, batch_size))
-        idx = Index.load(
-            index_dir, verify=verify, **model_option(index_dir, model), **device_option(device)
-        )
-        if stats and idx.cuts_units():
-            opts["stats"] = collected
+        opts = _options(fusion, fusion_weight, fusion_depth, sparse_weight, batch_size)
+        idx = load_index(index_dir, verify=verify, model=model, device=device)
+        opts["stats"] = collected if stats else None
         hits = search_index(idx, [question], k, unit=unit, threads=threads, **opts)[0]
     except AnygrainError as e:
         fail(e)
@@ -175,8 +191,7 @@ def search_cmd(
         print_phrase_hits(hits, as_json=as_json)
         return
     if as_json:
-        for h in hits:
-            print(json.dumps(h.to_dict(), ensure_ascii=False))
+        print_json_hits(hits)
         return
     table = Table(show_lines=True)
     for col in ("#", "score", "title", "text"):
@@ -200,13 +215,11 @@ def _search_batch(
     verify: Verify,
     device: str | None,
     threads: int | None,
-    opts: dict[str, Any],
-    batch_size: int | None,
+    given: tuple[FusionMethod | None, float | None, int | None, float | None, int | None],
 ) -> None:
     """``search --questions``: one JSON line per question, ``{"id", "question", "hits"}``,
     printed as each chunk of questions comes back; the progress bar is on stderr."""
-    from anygrain.api import search_questions
-    from anygrain.index.base import Index
+    from anygrain.api import load_index, search_questions
 
     try:
         if query is not None or question_file is not None:
@@ -216,10 +229,8 @@ def _search_batch(
             )
         if stats:
             raise AnygrainError("--stats takes one question, not --questions")
-        opts = {**opts, **batch_options(index_dir, batch_size)}
-        idx = Index.load(
-            index_dir, verify=verify, **model_option(index_dir, model), **device_option(device)
-        )
+        opts = _options(*given)
+        idx = load_index(index_dir, verify=verify, model=model, device=device)
         for result in search_questions(
             idx, questions, k, unit=unit, threads=threads, progress=not quiet, **opts
         ):

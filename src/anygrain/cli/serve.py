@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from anygrain.cli.common import DeviceOpt, TorchThreadsOpt, console, device_option, fail
+from anygrain.cli.common import DeviceOpt, ThreadsOpt, console, fail
 from anygrain.errors import AnygrainError
 
 #: uvicorn's log levels (it raises a KeyError for any other)
@@ -62,7 +62,7 @@ def serve_cmd(
         str, typer.Option(help="Address to bind (loopback by default; 0.0.0.0 exposes it)")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port (1 to 65535)")] = 8000,
-    threads: TorchThreadsOpt = None,
+    threads: ThreadsOpt = None,
     device: DeviceOpt = None,
     log_level: Annotated[
         str,
@@ -86,12 +86,8 @@ def serve_cmd(
     except AnygrainError as e:
         fail(e)
     try:
-        if threads is not None:
-            import torch
-
-            torch.set_num_threads(threads)
         try:
-            app = create_app(index_dir, **device_option(device))
+            app = create_app(index_dir, threads=threads, device=device)
         except AnygrainError as e:
             fail(e)
         info = app.state.info

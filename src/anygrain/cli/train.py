@@ -72,24 +72,22 @@ def dpr_cmd(
     **settings: Any,
 ) -> None:
     """Train a DPR bi-encoder (in-batch + BM25 hard negatives) and save it to --out."""
-    from anygrain.train import dpr
+    from anygrain.api import recipe_config, train_dpr
 
     def run(errors: ErrorLog) -> Path:
         if recipe is not None:
-            from anygrain.train.dpr.recipe import load_recipe, parse_vars, recipe_config
-
             # Typer may vendor click: compare the source by name, not by class.
             given = {
                 k: v
                 for k, v in settings.items()
                 if getattr(ctx.get_parameter_source(k), "name", None) == "COMMANDLINE"
             }
-            config = recipe_config(load_recipe(recipe), parse_vars(var or []), overrides=given)
+            config = recipe_config(recipe, var or [], overrides=given)
         else:
             if not settings["train"] or settings["out"] is None:
                 raise AnygrainError("give --train and --out, or a --recipe")
-            config = dpr.DprTrainConfig(**settings)
-        return dpr.train(config, progress=not quiet, resume=resume, errors=errors)
+            config = DprTrainConfig(**settings)
+        return train_dpr(config, progress=not quiet, resume=resume, errors=errors)
 
     run_trainer(run, on_error, "trained model")
 
@@ -97,10 +95,9 @@ def dpr_cmd(
 @train_app.command("recipes")
 def recipes_cmd() -> None:
     """List the saved training recipes and the variables each needs."""
-    from anygrain.train.dpr.recipe import builtin_recipes, load_recipe
+    from anygrain.api import training_recipes
 
-    for name in builtin_recipes():
-        r = load_recipe(name)
+    for name, r in training_recipes():
         typer.echo(f"{name}: {r.description}")
         for key, what in r.variables.items():
             typer.echo(f"    --var {key}=...  {what}")
@@ -145,11 +142,11 @@ def train_phrase_cmd(
     **settings: Any,
 ) -> None:
     """Train a DensePhrases model (single-passage, in-batch and pre-batch losses, filter)."""
-    from anygrain.train import phrase
+    from anygrain.api import train_phrase
 
     def run(errors: ErrorLog) -> Path:
-        cfg = phrase.PhraseTrainConfig(**settings, pre_batch=2 if prebatch else 0)
-        return phrase.train(cfg, progress=not quiet, resume=resume, errors=errors)
+        cfg = PhraseTrainConfig(**settings, pre_batch=2 if prebatch else 0)
+        return train_phrase(cfg, progress=not quiet, resume=resume, errors=errors)
 
     run_trainer(run, on_error, "trained phrase model")
 
@@ -187,12 +184,12 @@ def train_reader_cmd(
     **settings: Any,
 ) -> None:
     """Train an extractive reader (span + passage selection, DPR section 6) and save it to --out."""
-    from anygrain.train import reader
+    from anygrain.api import train_reader
 
     def run(errors: ErrorLog) -> Path:
-        config = reader.ReaderTrainConfig(**settings)
-        return reader.train(
-            config, retriever_index=retriever, progress=not quiet, resume=resume, errors=errors
+        config = ReaderTrainConfig(**settings)
+        return train_reader(
+            config, retriever=retriever, progress=not quiet, resume=resume, errors=errors
         )
 
     run_trainer(run, on_error, "trained reader")
@@ -222,11 +219,11 @@ def train_query_side_cmd(
     **settings: Any,
 ) -> None:
     """Fine-tune a phrase model's question encoder against a built phrase index."""
-    from anygrain.train import phrase
+    from anygrain.api import train_phrase_query_side
 
     def run(errors: ErrorLog) -> Path:
-        cfg = phrase.PhraseQuerySideConfig(**settings)
-        return phrase.train_query_side(cfg, progress=not quiet, resume=resume, errors=errors)
+        cfg = PhraseQuerySideConfig(**settings)
+        return train_phrase_query_side(cfg, progress=not quiet, resume=resume, errors=errors)
 
     path = run_trainer(run, on_error, "phrase model (query side fine-tuned)")
     console.print(f"use it with `anygrain eval INDEX --model {escape(str(path))}`")

@@ -15,31 +15,35 @@ re-encoded or copied, and the two must stay where they are.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from anygrain.composite.fusion import FusionConfig, FusionMethod, fuse_scores, rrf, union_candidates
-from anygrain.corpus.source import corpus_ref, open_corpus_of, open_or_build_corpus, path_ref
+from anygrain.corpus.source import corpus_ref, open_corpus_of, path_ref
+from anygrain.corpus.store import CorpusStore
+from anygrain.dense.index import DenseSettings, encoder_name, write_dense_index
 from anygrain.errors import AnygrainError, IndexMismatchError, UsageError, parse_enum
 from anygrain.hits.hit import Hit
 from anygrain.hits.results import hits_from_rows
 from anygrain.index.base import (
     Index,
     IndexKind,
-    _check_on_open,
+    UpdateOp,
     check_build_target,
     read_manifest,
     register_index,
     write_manifest,
 )
 from anygrain.index.settings import BuildOptions, IndexSettings
-from anygrain.sparse.bm25 import BM25Index, Bm25Settings
+from anygrain.sparse.bm25 import BM25Index, Bm25Settings, write_bm25_index
 from anygrain.utils.atomic import atomic_dir
-from anygrain.utils.checksums import SMALL_LIMIT, Verify
+
+if TYPE_CHECKING:
+    from anygrain.index.updater import StagedUpdate
 
 
 def fusion_config(
@@ -51,39 +55,84 @@ def fusion_config(
     return FusionConfig(parse_enum(FusionMethod, fusion), weight, depth)
 
 
+#: the flat options a hybrid build takes (the API's and the command line's) that go to its
+#: dense part and to its BM25 part; ``lang`` goes to both, ``fusion``, ``weight`` and
+#: ``depth`` make the fusion (:meth:`HybridSettings.from_values`)
+DENSE_OPTIONS = ("model", "factory", "dtype", "batch_size", "bf16", "shard_size")
+BM25_OPTIONS = ("k1", "b")
+FUSION_OPTIONS = ("fusion", "weight", "depth")
+
+
 @dataclass(frozen=True)
 class HybridSettings(IndexSettings):
-    """What ``Index.build(kind="hybrid")`` takes besides the shared options: the fusion,
-    and the dense part's settings (the BM25 part takes ``lang``, ``k1`` and ``b``)."""
+    """What ``Index.build(kind="hybrid")`` takes besides the shared options: the settings of
+    its dense part and of its BM25 part, and the fusion.
 
-    fusion: FusionMethod = FusionMethod.ZSCORE
-    weight: float | None = None  # of the dense side (default: the method's)
-    depth: int = 100  # candidates taken from each system
-    model: Any = None  # the dense encoder (default: the corpus language's)
-    lang: str | None = None  # en | zh: BM25's analyzer and the default encoder
-    factory: str | None = None
-    dtype: str = "float32"
-    batch_size: int = 64
-    bf16: bool = False
-    shard_size: int = 50_000
-    k1: float = Bm25Settings.k1  # the BM25 part's term-frequency saturation
-    b: float = Bm25Settings.b  # the BM25 part's length normalisation
+    A build takes them as flat options (``fusion``, ``weight``, ``depth``, ``model``,
+    ``lang``, ``factory``, ..., ``k1``, ``b``: :meth:`option_names`), nested in one place,
+    :meth:`from_values`; ``index.json`` records them nested, and the flat form hybrid
+    indexes were recorded with before is read too (:meth:`from_dict`)."""
+
+    dense: DenseSettings = field(default_factory=DenseSettings)
+    bm25: Bm25Settings = field(default_factory=Bm25Settings)
+    fusion: FusionConfig = field(default_factory=FusionConfig)
 
     def __post_init__(self) -> None:
-        from anygrain.dense.index import check_dense_options
+        f = self.fusion
+        # checked, a method's name becoming the enum (frozen: set it directly)
+        object.__setattr__(self, "fusion", fusion_config(f.method, f.weight, f.depth))
 
-        Bm25Settings(k1=self.k1, b=self.b)  # checked as a BM25 index checks them
+    @classmethod
+    def option_names(cls) -> list[str]:
+        return [*FUSION_OPTIONS, "model", "lang", *DENSE_OPTIONS[1:], *BM25_OPTIONS]
 
-        # a name from JSON or the command line becomes the enum (frozen: set it directly)
-        object.__setattr__(
-            self, "fusion", fusion_config(self.fusion, self.weight, self.depth).method
+    @classmethod
+    def from_values(cls, options: Mapping[str, Any]) -> HybridSettings:
+        """The nested settings of flat options (:meth:`option_names`): ``lang`` for both
+        parts, the dense and BM25 options for their part, the rest for the fusion."""
+        o = dict(options)
+        lang = o.get("lang")
+        default = FusionConfig()
+        return cls(
+            # BM25 first: a wrong k1 or b is named as a BM25 index names it
+            bm25=Bm25Settings(lang=lang, **{k: o[k] for k in BM25_OPTIONS if k in o}),
+            fusion=fusion_config(
+                o.get("fusion", default.method), o.get("weight"), o.get("depth", default.depth)
+            ),
+            dense=DenseSettings(lang=lang, **{k: o[k] for k in DENSE_OPTIONS if k in o}),
         )
-        check_dense_options(self.lang, self.dtype, self.batch_size, self.shard_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        f = self.fusion
+        return {
+            "dense": self.dense.to_dict(),
+            "bm25": self.bm25.to_dict(),
+            "fusion": {"method": f.method.value, "weight": f.weight, "depth": f.depth},
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> HybridSettings:
+        """Settings saved by :meth:`to_dict` (nested), or the flat form of a hybrid index
+        recorded before the settings nested (the build options as given)."""
+        if not any(isinstance(d.get(k), Mapping) for k in ("dense", "bm25", "fusion")):
+            names = set(cls.option_names())
+            return cls.from_values({k: v for k, v in d.items() if k in names})
+        f = d.get("fusion") or {}
+        default = FusionConfig()
+        return cls(
+            dense=DenseSettings.from_dict(d.get("dense") or {}),
+            bm25=Bm25Settings.from_dict(d.get("bm25") or {}),
+            fusion=fusion_config(
+                f.get("method", default.method), f.get("weight"), f.get("depth", default.depth)
+            ),
+        )
 
 
 @register_index(IndexKind.HYBRID)
 class HybridIndex(Index):
     settings_type = HybridSettings
+    load_options = frozenset({"model", "device"})  # handed to its dense part
+    updates = frozenset(UpdateOp)
 
     def __init__(
         self,
@@ -102,54 +151,81 @@ class HybridIndex(Index):
     def corpus(self):  # type: ignore[no-untyped-def]
         return self.sparse.store
 
-    @classmethod
-    def build_with(
-        cls, source: Any, out: Path, settings: IndexSettings, common: BuildOptions
-    ) -> HybridIndex:
-        from anygrain.dense.index import DenseIndex, as_biencoder, encoder_name
+    def summary(self) -> dict[str, Any]:
+        return {
+            **super().summary(),
+            "model": self.dense.summary()["model"],  # the encoder of its dense part
+            "fusion": self.manifest["settings"]["fusion"],
+            "components": self.manifest.get("components", {}),
+        }
 
+    # --- updates: each part as its kind's, over the shared corpus (hybrid_update) ----------
+    @classmethod
+    def check_update(cls, index: Index, op: UpdateOp) -> None:
+        """A built hybrid index is updated; one combined from existing indexes is not (its
+        parts live elsewhere and are updated on their own)."""
+        super().check_update(index, op)
+        if (index.manifest.get("components") or {}).get("sparse", {}).get("reused"):
+            raise UsageError(
+                f"{index.path}: {op.value} is not supported for a {cls.kind.value} index "
+                "combined from existing indexes; update its parts"
+            )
+
+    @classmethod
+    def add_rows(cls, update: StagedUpdate) -> None:
+        from anygrain.composite.hybrid_update import add_hybrid
+
+        add_hybrid(update)
+
+    @classmethod
+    def compact_rows(cls, update: StagedUpdate) -> None:
+        from anygrain.composite.hybrid_update import compact_hybrid
+
+        compact_hybrid(update)
+
+    @classmethod
+    def check_build(cls, settings: IndexSettings, options: BuildOptions) -> None:
         assert isinstance(settings, HybridSettings)
-        s, c = settings, common
-        if c.corpus_dir is not None:
+        if options.corpus_dir is not None:
             raise UsageError("a hybrid index keeps its passage store inside it: no corpus_dir")
-        check_build_target(source, out, overwrite=c.overwrite)
-        cfg = fusion_config(s.fusion, s.weight, s.depth)
-        # a named model is loaded first, so a wrong name fails before the corpus is read
-        enc = as_biencoder(s.model) if s.model is not None else None
-        with atomic_dir(out) as tmp:
-            store = open_or_build_corpus(
-                source, tmp / "corpus", split=c.split, errors=c.errors, progress=c.progress
-            )
-            BM25Index.write(tmp / "sparse", store, lang=s.lang, k1=s.k1, b=s.b, progress=c.progress)
-            name = encoder_name(s.model, store, s.lang)  # without a model: the language's
-            DenseIndex.write(
-                tmp / "dense",
-                store,
-                model=enc or as_biencoder(name),
-                model_name=name,
-                progress=c.progress,
-                subdir="",
-                factory=s.factory,
-                dtype=s.dtype,
-                batch_size=s.batch_size,
-                bf16=s.bf16,
-                shard_size=s.shard_size,
-                executor=c.executor,
-                device=c.device,
-            )
-            sub = {name: read_manifest(tmp / name) for name in ("sparse", "dense")}
-            write_manifest(
-                tmp,
-                IndexKind.HYBRID,
-                cls.format_version,
-                corpus={"path": "corpus", "checksum": store.checksum, "n_passages": len(store)},
-                settings={
-                    "fusion": {**asdict(cfg), "method": cfg.method.value},
-                    "build": s.to_dict(),
-                },
-                components={name: {"kind": m["kind"], "path": name} for name, m in sub.items()},
-            )
-        return Index.load(out)  # type: ignore[return-value]
+        settings.dense.encoder  # noqa: B018 -- a named model is loaded before the corpus is read
+
+    @classmethod
+    def write(
+        cls,
+        out: Path,
+        corpus: CorpusStore,
+        settings: IndexSettings,
+        options: BuildOptions,
+        work: Path,
+    ) -> None:
+        """Its BM25 part in ``sparse/`` and its dense part in ``dense/``, both over ``corpus``
+        (the store inside the index), and ``index.json`` with the fusion."""
+        assert isinstance(settings, HybridSettings)
+        s = settings
+        write_bm25_index(out / "sparse", corpus, s.bm25, progress=options.progress)
+        name = encoder_name(s.dense.model, corpus, s.dense.lang)  # without one: the language's
+        write_dense_index(
+            out / "dense",
+            corpus,
+            s.dense.encoder or name,  # loaded there (as a name is)
+            s.dense,
+            options,
+            subdir="",
+            model_name=name,
+        )
+        sub = {name: read_manifest(out / name) for name in ("sparse", "dense")}
+        write_manifest(
+            out,
+            IndexKind.HYBRID,
+            cls.format_version,
+            corpus={"path": "corpus", "checksum": corpus.checksum, "n_passages": len(corpus)},
+            settings={
+                "fusion": {**asdict(s.fusion), "method": s.fusion.method.value},
+                "build": s.to_dict(),
+            },
+            components={name: {"kind": m["kind"], "path": name} for name, m in sub.items()},
+        )
 
     @classmethod
     def combine(
@@ -211,20 +287,22 @@ class HybridIndex(Index):
         return Index.load(out)  # type: ignore[return-value]
 
     @classmethod
+    def part_dirs(cls, path: Path, manifest: dict[str, Any]) -> list[Path]:
+        """Its BM25 part and its dense part: nested in a built hybrid index, named in a
+        combined one's ``components`` (where they are)."""
+        parts = manifest.get("components") or {}
+        return [path / (parts.get(name) or {}).get("path", name) for name in ("sparse", "dense")]
+
+    @classmethod
     def open(cls, path: Path, manifest: dict[str, Any], **options: Any) -> HybridIndex:
         from anygrain.dense.index import DenseIndex
 
         store = open_corpus_of(path, manifest)
-        parts = manifest.get("components") or {}
-        # a built hybrid index nests its parts; a combined one names where they are
-        sparse_dir, dense_dir = (
-            path / (parts.get(name) or {}).get("path", name) for name in ("sparse", "dense")
-        )
+        # Index.load checked the parts' files (those of a combined index's parts, which live
+        # elsewhere, beside its own) at the depth asked for
+        sparse_dir, dense_dir = cls.part_dirs(path, manifest)
         sm, dm = read_manifest(sparse_dir), read_manifest(dense_dir)
         for d, m in ((sparse_dir, sm), (dense_dir, dm)):
-            if not d.resolve().is_relative_to(path.resolve()):
-                # a combined index's parts live elsewhere: Index.load checked only its own files
-                _check_on_open(d, m, Verify.SMALL, SMALL_LIMIT)
             if (m.get("corpus") or {}).get("checksum") != store.checksum:
                 raise IndexMismatchError(
                     f"{path}: its part {d} is now built over another corpus than the hybrid "

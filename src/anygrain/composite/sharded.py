@@ -42,7 +42,7 @@ import faiss
 import numpy as np
 
 from anygrain.corpus.lang import Lang, detect_lang
-from anygrain.corpus.source import corpus_ref, open_corpus_of, open_or_build_corpus
+from anygrain.corpus.source import corpus_ref, open_corpus_of
 from anygrain.corpus.store import CorpusStore
 from anygrain.dense.faiss_index import FaissIndex
 from anygrain.dense.index import DenseIndex
@@ -52,19 +52,25 @@ from anygrain.hits.hit import Hit
 from anygrain.index.base import (
     Index,
     IndexKind,
-    check_build_target,
+    UpdateOp,
     index_class,
     read_manifest,
     register_index,
     write_manifest,
 )
 from anygrain.index.settings import BuildOptions, IndexSettings
-from anygrain.phrase.index import SUBDIR as PHRASE_SUBDIR
-from anygrain.phrase.index import PhraseIndex, PhraseSettings
+from anygrain.phrase.build import SUBDIR as PHRASE_SUBDIR
+from anygrain.phrase.build import PhraseSettings
+from anygrain.phrase.index import PhraseIndex
 from anygrain.phrase.lexical import copy_sparse, write_sparse
 from anygrain.phrase.search import PhraseTable
-from anygrain.sparse.bm25 import BM25Index, Bm25Settings, bm25_analyzer, collection_stats
-from anygrain.utils.atomic import atomic_dir
+from anygrain.sparse.bm25 import (
+    BM25Index,
+    Bm25Settings,
+    bm25_analyzer,
+    collection_stats,
+    write_bm25_index,
+)
 from anygrain.utils.checksums import Verify
 from anygrain.utils.device import resolve_device
 
@@ -206,6 +212,9 @@ class _Shards:
             for s, (a, b) in zip(self.shards, self.bounds, strict=True)
         ]
 
+    def summary(self) -> dict[str, Any]:
+        return {**super().summary(), "shards": len(self.shards)}  # type: ignore[misc]
+
 
 class ShardedDense(_Shards, DenseIndex):
     """A dense index over shards: one ``IndexShards`` search, exact scores from the shards."""
@@ -335,6 +344,18 @@ class ShardedIndex(Index):
     """Builds and opens sharded indexes; :meth:`open` returns a view of the shards' kind."""
 
     settings_type = ShardedSettings
+    load_options = frozenset({"model", "device"})  # each shard's kind checks them again
+
+    @classmethod
+    def check_update(cls, index: Index, op: UpdateOp) -> None:
+        """Refused: a sharded index opens as a view of its shards' kind, which would update
+        one index where there are several."""
+        of = ((index.manifest.get("settings") or {}).get("build") or {}).get("of")
+        raise UsageError(
+            f"{index.path}: {op.value} is not supported for a sharded index yet"
+            + (f" (of {of} shards)" if of else "")
+            + "; rebuild it from the grown source with --shards, or build an unsharded index"
+        )
 
     @classmethod
     def build_from(
@@ -374,107 +395,100 @@ class ShardedIndex(Index):
         return cls.build_with(source, Path(out), settings, common)
 
     @classmethod
-    def build_with(
-        cls, source: Any, out: Path, settings: IndexSettings, common: BuildOptions
-    ) -> Index:
+    def write(
+        cls,
+        out: Path,
+        corpus: CorpusStore,
+        settings: IndexSettings,
+        options: BuildOptions,
+        work: Path,
+    ) -> None:
+        """The shards under ``out/shards/``, each an index of the shards' kind over its rows
+        of ``corpus`` (written beside it), and ``index.json`` naming them."""
         assert isinstance(settings, ShardedSettings)
-        s, c = settings, common
+        s = settings
         kind = IndexKind(s.of)
-        check_build_target(source, out, overwrite=c.overwrite)
-        with atomic_dir(out) as tmp:
-            store = open_or_build_corpus(
-                source,
-                c.corpus_dir or tmp / "corpus",
-                split=c.split,
-                errors=c.errors,
-                progress=c.progress,
+        bounds = shard_bounds(len(corpus), s.shards)
+        # one language for all shards: each shard detecting its own could pick another
+        # analyzer or default model
+        lang_v = Lang(s.lang) if s.lang else detect_lang(corpus)
+        collection = None
+        if kind is IndexKind.BM25:
+            bm = Bm25Settings.from_options(kind.value, {**s.shard, "lang": lang_v.value})
+            collection = collection_stats(
+                corpus, bm25_analyzer(lang_v, bm.stemming), include_title=bm.include_title
             )
-            bounds = shard_bounds(len(store), s.shards)
-            # one language for all shards: each shard detecting its own could pick another
-            # analyzer or default model
-            lang_v = Lang(s.lang) if s.lang else detect_lang(store)
-            collection = None
-            if kind is IndexKind.BM25:
-                bm = Bm25Settings.from_options(kind.value, {**s.shard, "lang": lang_v.value})
-                collection = collection_stats(
-                    store, bm25_analyzer(lang_v, bm.stemming), include_title=bm.include_title
+        shard_opts = dict(s.shard)
+        lexical = None
+        if kind is IndexKind.PHRASE:
+            # one BM25 part over the whole corpus (its statistics corpus-wide), not one
+            # per shard: fused scores must compare across shards
+            ps = PhraseSettings.from_options(kind.value, {**s.shard, "lang": lang_v.value})
+            lexical, lexical_from = ps.fusion(), ps.sparse_from
+            shard_opts = {**shard_opts, "sparse": False, "sparse_from": None}
+        parts: list[dict[str, Any]] = []
+        for i, (a, b) in enumerate(bounds):
+            rel = f"{SHARDS_DIR}/{i:05d}"
+            # beside the shard, not inside it: a build refuses a source inside its output
+            sub = corpus.write_rows(a, b, out / f"{rel}.corpus")
+            if collection is not None:
+                # BM25 shards score with the whole corpus's statistics, so that merged
+                # scores equal the unsharded index's
+                write_bm25_index(
+                    out / rel, sub, bm, progress=options.progress, build=bm, collection=collection
                 )
-            shard_opts = dict(s.shard)
-            lexical = None
-            if kind is IndexKind.PHRASE:
-                # one BM25 part over the whole corpus (its statistics corpus-wide), not one
-                # per shard: fused scores must compare across shards
-                ps = PhraseSettings.from_options(kind.value, {**s.shard, "lang": lang_v.value})
-                lexical, lexical_from = ps.fusion(), ps.sparse_from
-                shard_opts = {**shard_opts, "sparse": False, "sparse_from": None}
-            parts: list[dict[str, Any]] = []
-            for i, (a, b) in enumerate(bounds):
-                rel = f"{SHARDS_DIR}/{i:05d}"
-                # beside the shard, not inside it: a build refuses a source inside its output
-                sub = store.write_rows(a, b, tmp / f"{rel}.corpus")
-                if collection is not None:
-                    # BM25 shards score with the whole corpus's statistics, so that merged
-                    # scores equal the unsharded index's
-                    BM25Index.write(
-                        tmp / rel,
-                        sub,
-                        lang=bm.lang,
-                        k1=bm.k1,
-                        b=bm.b,
-                        include_title=bm.include_title,
-                        stemming=bm.stemming,
-                        method=bm.method,
-                        progress=c.progress,
-                        build=bm,
-                        collection=collection,
-                    )
-                else:
-                    Index.build(
-                        sub,
-                        kind=kind,
-                        out=tmp / rel,
-                        lang=lang_v.value,
-                        progress=c.progress,
-                        executor=c.executor,
-                        device=c.device,
-                        **shard_opts,
-                    )
-                parts.append({"path": rel, "rows": [a, b]})
-            first = read_manifest(tmp / parts[0]["path"])
-            if lexical is not None:
-                if lexical_from is not None:
-                    copy_sparse(Path(lexical_from), tmp, store)
-                else:
-                    write_sparse(tmp, store, lang=lang_v.value, progress=c.progress)
-                first["settings"]["sparse"] = lexical.to_dict()
-            extra: dict[str, Any] = {}
-            if "model" in first:
-                extra["model"] = {
-                    **first["model"],
-                    "path": f"{parts[0]['path']}/{first['model'].get('path', '')}",
-                }
-            write_manifest(
-                tmp,
-                IndexKind.SHARDED,
-                cls.format_version,
-                corpus={
-                    "path": corpus_ref(tmp, store),  # "corpus", or an existing store reused
-                    "checksum": store.checksum,
-                    "n_passages": len(store),
-                },
-                settings={
-                    **first.get("settings", {}),
-                    "sharding": {"kind": kind.value, "shards": parts},
-                    "build": s.to_dict(),
-                },
-                **extra,
-            )
-        return Index.load(out)
+            else:
+                Index.build(
+                    sub,
+                    kind=kind,
+                    out=out / rel,
+                    lang=lang_v.value,
+                    progress=options.progress,
+                    executor=options.executor,
+                    device=options.device,
+                    **shard_opts,
+                )
+            parts.append({"path": rel, "rows": [a, b]})
+        first = read_manifest(out / parts[0]["path"])
+        if lexical is not None:
+            if lexical_from is not None:
+                copy_sparse(Path(lexical_from), out, corpus)
+            else:
+                write_sparse(out, corpus, lang=lang_v.value, progress=options.progress)
+            first["settings"]["sparse"] = lexical.to_dict()
+        extra: dict[str, Any] = {}
+        if "model" in first:
+            extra["model"] = {
+                **first["model"],
+                "path": f"{parts[0]['path']}/{first['model'].get('path', '')}",
+            }
+        write_manifest(
+            out,
+            IndexKind.SHARDED,
+            cls.format_version,
+            corpus={
+                "path": corpus_ref(out, corpus),  # "corpus", or an existing store reused
+                "checksum": corpus.checksum,
+                "n_passages": len(corpus),
+            },
+            settings={
+                **first.get("settings", {}),
+                "sharding": {"kind": kind.value, "shards": parts},
+                "build": s.to_dict(),
+            },
+            **extra,
+        )
+
+    @classmethod
+    def part_dirs(cls, path: Path, manifest: dict[str, Any]) -> list[Path]:
+        """Its shards' directories (``shards/NNNNN``, or wherever index.json names)."""
+        return [path / part["path"] for part in manifest["settings"]["sharding"]["shards"]]
 
     @classmethod
     def open(cls, path: Path, manifest: dict[str, Any], **options: Any) -> Index:
         """The shards opened (files checked by size: the sharded index's own check covered
-        their checksums) and viewed as one index of their kind."""
+        their checksums, and those of shards outside it) and viewed as one index of their
+        kind."""
         sharding = manifest["settings"]["sharding"]
         kind = IndexKind(sharding["kind"])
         store = open_corpus_of(path, manifest)

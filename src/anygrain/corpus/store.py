@@ -353,9 +353,6 @@ class CorpusStore:
             meta=json.loads(meta) if meta else {},
         )
 
-    def by_id(self, pid: str) -> Passage:
-        return self.passage(self.row_of(pid))
-
     def column(self, name: str, rows: Sequence[int] | np.ndarray | None = None) -> list[Any]:
         """Values of one column for ``rows`` (all rows when None)."""
         col = self._cols[name]

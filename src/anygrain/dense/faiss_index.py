@@ -209,7 +209,7 @@ class ArrayVectors:
             yield i, self.x[i : i + batch_size]
 
 
-def _unwrap(index: faiss.Index) -> faiss.Index:
+def unwrap_index(index: faiss.Index) -> faiss.Index:
     """The index under pre-transforms (OPQ, PCA) and id maps."""
     index = faiss.downcast_index(index)
     while isinstance(index, faiss.IndexPreTransform | faiss.IndexIDMap):
@@ -219,7 +219,7 @@ def _unwrap(index: faiss.Index) -> faiss.Index:
 
 def _quiet_kmeans(index: faiss.Index) -> None:
     """We already warned once about a small training set; stop FAISS repeating it per sub-quantizer."""
-    base = _unwrap(index)
+    base = unwrap_index(index)
     cps = []
     if isinstance(base, faiss.IndexIVF):
         cps.append(base.cp)
@@ -237,7 +237,7 @@ class FaissIndex:
         self.index = index
         self.factory = factory
         self._d = int(index.d)  # cached: SWIG attribute reads cost more than the check itself
-        base = _unwrap(index)
+        base = unwrap_index(index)
         self.ivf: faiss.IndexIVF | None = base if isinstance(base, faiss.IndexIVF) else None
         self.hnsw: faiss.IndexHNSW | None = base if isinstance(base, faiss.IndexHNSW) else None
         q = faiss.downcast_index(self.ivf.quantizer) if self.ivf is not None else None
@@ -285,7 +285,7 @@ class FaissIndex:
             raise AnygrainError(
                 f"FAISS cannot build factory {spec!r}: {_faiss_message(e)}"
             ) from None
-        base: Any = _unwrap(index)
+        base: Any = unwrap_index(index)
         if getattr(base, "do_polysemous_training", False):
             # Polysemous codes only help with polysemous_ht search, which anygrain never sets;
             # their training takes tens of seconds.
@@ -348,7 +348,7 @@ class FaissIndex:
         """Per-call search parameters; the index itself is left untouched (thread-safe)."""
         if nprobe is None and ef_search is None:
             return None
-        name = self.factory or type(_unwrap(self.index)).__name__
+        name = self.factory or type(unwrap_index(self.index)).__name__
         if nprobe is not None and self.ivf is None:
             raise AnygrainError(f"nprobe applies to IVF indexes; this index is {name!r}")
         if ef_search is not None and self.hnsw is None and self.hnsw_quantizer is None:

@@ -23,32 +23,35 @@ import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from anygrain.corpus.lang import Lang, detect_lang
-from anygrain.corpus.source import corpus_ref, open_corpus_of, open_or_build_corpus
+from anygrain.corpus.source import corpus_ref, open_corpus_of
 from anygrain.corpus.store import CorpusStore
 from anygrain.dense.faiss_index import FaissIndex, plan_training
 from anygrain.dense.shards import DTYPES, ShardSet, encode_corpus
-from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.errors import AnygrainError, IndexMismatchError, parse_enum
 from anygrain.hits.hit import Hit
 from anygrain.hits.results import hits_from_rows
 from anygrain.index.base import (
     Index,
     IndexKind,
-    check_build_target,
+    UpdateOp,
     register_index,
     write_manifest,
 )
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.models.biencoder import BiEncoder
 from anygrain.models.resolve import default_model
-from anygrain.utils.atomic import atomic_dir, atomic_write_text
+from anygrain.utils.atomic import atomic_write_text
 from anygrain.utils.device import place
+
+if TYPE_CHECKING:
+    from anygrain.index.updater import StagedUpdate
 
 SETTINGS_FILE = "dense.json"
 #: questions encoded at once by ``search`` (and hybrid search): measured on a 2-core CPU,
@@ -85,24 +88,124 @@ class DenseSettings(IndexSettings):
     shard_size: int = 50_000
 
     def __post_init__(self) -> None:
-        check_dense_options(self.lang, self.dtype, self.batch_size, self.shard_size)
+        if self.lang is not None:
+            parse_enum(Lang, self.lang)
+        if self.dtype not in DTYPES:
+            raise AnygrainError(
+                f"unknown vector dtype {self.dtype!r}: use one of {', '.join(DTYPES)}"
+            )
+        if self.batch_size < 1 or self.shard_size < 1:
+            raise AnygrainError(
+                "batch_size and shard_size must be at least 1, got "
+                f"{self.batch_size}, {self.shard_size}"
+            )
+
+    @cached_property
+    def encoder(self) -> BiEncoder | None:
+        """The named model, loaded on first use and kept (None without one: the default
+        follows the corpus language, known once the corpus is read)."""
+        return None if self.model is None else as_biencoder(self.model)
 
 
-def check_dense_options(lang: str | None, dtype: str, batch_size: int, shard_size: int) -> None:
-    """The checks dense settings share with the dense part of a hybrid index."""
-    if lang is not None:
-        parse_enum(Lang, lang)
-    if dtype not in DTYPES:
-        raise AnygrainError(f"unknown vector dtype {dtype!r}: use one of {', '.join(DTYPES)}")
-    if batch_size < 1 or shard_size < 1:
-        raise AnygrainError(
-            f"batch_size and shard_size must be at least 1, got {batch_size}, {shard_size}"
-        )
+def write_dense_index(
+    out: Path,
+    store: CorpusStore,
+    model: str | Path | BiEncoder,
+    settings: DenseSettings,
+    options: BuildOptions,
+    *,
+    subdir: str = "dense",
+    vectors_dir: Path | None = None,
+    model_name: str = "",
+    build: DenseSettings | None = None,
+) -> dict[str, Any]:
+    """Write ``model``, the vectors of ``store`` and their FAISS index under ``out/subdir``,
+    and ``out/index.json``; returns the dense settings recorded there.
 
-
-def _partial_vectors_dir(out: Path) -> Path:
-    """Where ``build_from`` encodes: outside the atomic temp dir, so an interrupted build resumes."""
-    return out.with_name(f".{out.name}.vectors.partial")
+    ``settings`` says how (factory, dtype, batch and shard size, bf16; its ``model`` and
+    ``lang`` are the caller's to resolve into ``model``), ``options`` where and how the
+    encode runs (progress, executor, device: not recorded, every executor and device
+    writes the same vectors).  ``vectors_dir`` is where shards are encoded before being
+    moved under ``out``: point it outside a temporary build directory to make the encoding
+    resumable.  ``model_name`` is recorded as the model's name (default: ``model`` when it
+    is a name); ``build`` (the settings the index was asked for) as ``settings.build``.
+    """
+    s = settings
+    out = Path(out)
+    if not model_name and not isinstance(model, BiEncoder):
+        model_name = str(model)
+    enc = as_biencoder(model)
+    base = out / subdir
+    base.mkdir(parents=True, exist_ok=True)
+    plan_training(len(store), enc.dim, s.factory)  # fail now, not after encoding
+    t0 = time.time()
+    fingerprint = enc.passage_fingerprint()
+    enc.save(base / "model")
+    t_model = time.time()
+    target = base / "vectors"
+    shards = encode_corpus(
+        store,
+        enc,
+        vectors_dir or target,
+        shard_size=s.shard_size,
+        dtype=s.dtype,
+        batch_size=s.batch_size,
+        progress=options.progress,
+        bf16=s.bf16,
+        label=model_name,
+        executor=options.executor,
+        device=options.device,
+    )
+    t_encode = time.time()
+    fx = FaissIndex.build(shards, s.factory, progress=options.progress)
+    fx.save(base / "faiss.index")
+    t_faiss = time.time()
+    if vectors_dir is not None and Path(vectors_dir).resolve() != target.resolve():
+        # Moved only once FAISS is built, so a failure there keeps the encoded vectors.
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.move(str(vectors_dir), str(target))  # a rename on the same filesystem
+    recorded = {
+        "subdir": subdir,
+        "model": {
+            "path": "model",
+            "name": model_name or enc.config.base_model,
+            "base_model": enc.config.base_model,
+            "fingerprint": fingerprint,
+            "passage": enc.config.passage.to_dict(),
+            "question": enc.config.question.to_dict(),
+        },
+        "factory": fx.factory,
+        "dim": fx.dim,
+        "dtype": s.dtype,
+        "n_vectors": fx.ntotal,
+        "nprobe": fx.nprobe,
+        "ef_search": fx.ef_search,
+        "bf16": s.bf16,
+        "timings": {
+            "save_model_seconds": round(t_model - t0, 3),
+            "encode_seconds": round(t_encode - t_model, 3),
+            "faiss_seconds": round(t_faiss - t_encode, 3),
+        },
+    }
+    atomic_write_text(base / SETTINGS_FILE, json.dumps(recorded, indent=2))
+    write_manifest(
+        out,
+        IndexKind.DENSE,
+        DenseIndex.format_version,
+        corpus={
+            "path": corpus_ref(out, store),
+            "checksum": store.checksum,
+            "n_passages": len(store),
+        },
+        model={
+            "fingerprint": fingerprint,
+            "base_model": enc.config.base_model,
+            "path": str(Path(subdir) / "model"),
+        },
+        settings={"dense": recorded} | ({"build": build.to_dict()} if build is not None else {}),
+    )
+    return recorded
 
 
 @register_index(IndexKind.DENSE)
@@ -110,7 +213,9 @@ class DenseIndex(Index):
     """Dense passage retrieval; ``search`` returns passage hits scored by inner product."""
 
     takes_query_model = True
+    load_options = frozenset({"model", "device", "store", "mmap"})
     settings_type = DenseSettings
+    updates = frozenset(UpdateOp)
 
     def __init__(
         self,
@@ -145,159 +250,54 @@ class DenseIndex(Index):
             self._vectors = ShardSet.open(self.path / self.subdir / "vectors")
         return self._vectors
 
-    # --- building ------------------------------------------------------------------------
+    # --- updates: new passages encoded, kept ones' vectors reused (anygrain.dense.update) -
     @classmethod
-    def build_with(
-        cls, source: Any, out: Path, settings: IndexSettings, common: BuildOptions
-    ) -> DenseIndex:
-        """Encode ``source`` and write a dense index to ``out`` (atomically; resumable encoding).
+    def add_rows(cls, update: StagedUpdate) -> None:
+        from anygrain.dense.update import add_dense
 
-        Without ``model`` the encoder is the default for the corpus language (``lang``, or
-        detected): ``minilm`` for English, the multilingual ``me5-small`` for Chinese.
-        """
+        add_dense(update)
+
+    @classmethod
+    def compact_rows(cls, update: StagedUpdate) -> None:
+        from anygrain.dense.update import compact_dense
+
+        compact_dense(update)
+
+    # --- building ------------------------------------------------------------------------
+    #: an interrupted build's encoded shards wait in ``.OUT.vectors.partial`` to be resumed
+    scratch_name = "vectors"
+
+    @classmethod
+    def check_build(cls, settings: IndexSettings, options: BuildOptions) -> None:
         assert isinstance(settings, DenseSettings)
-        s, c = settings, common
-        check_build_target(source, out, overwrite=c.overwrite)
-        out = Path(out)
-        # a named model is loaded first, so a wrong name fails before the corpus is read
-        enc = as_biencoder(s.model) if s.model is not None else None
-        partial = _partial_vectors_dir(out)
-        with atomic_dir(out) as tmp:
-            store = open_or_build_corpus(
-                source,
-                c.corpus_dir or tmp / "corpus",
-                split=c.split,
-                errors=c.errors,
-                progress=c.progress,
-            )
-            name = encoder_name(s.model, store, s.lang)
-            cls.write(
-                tmp,
-                store,
-                enc or as_biencoder(name),
-                model_name=name,
-                factory=s.factory,
-                dtype=s.dtype,
-                batch_size=s.batch_size,
-                bf16=s.bf16,
-                shard_size=s.shard_size,
-                progress=c.progress,
-                vectors_dir=partial,
-                build=s,
-                executor=c.executor,
-                device=c.device,
-            )
-        return Index.load(out)  # type: ignore[return-value]
+        settings.encoder  # noqa: B018 -- a named model is loaded before the corpus is read
 
     @classmethod
     def write(
         cls,
         out: Path,
-        store: CorpusStore,
-        model: str | Path | BiEncoder,
-        *,
-        factory: str | None = None,
-        dtype: str = "float32",
-        batch_size: int = 64,
-        bf16: bool = False,
-        shard_size: int = 50_000,
-        train_size: int | None = None,
-        progress: bool = True,
-        subdir: str = "dense",
-        vectors_dir: Path | None = None,
-        manifest: bool = True,
-        model_name: str = "",
-        build: DenseSettings | None = None,
-        executor: Executor | ExecutorKind | str | None = None,
-        device: str | None = None,
-    ) -> dict[str, Any]:
-        """Write model, vectors and FAISS index for ``store`` under ``out/subdir``; returns the settings.
+        corpus: CorpusStore,
+        settings: IndexSettings,
+        options: BuildOptions,
+        work: Path,
+    ) -> None:
+        """Encode ``corpus`` (resumably: shards wait in ``work``) and write the dense index.
 
-        ``vectors_dir`` is where shards are encoded before being moved under ``out``:
-        point it outside a temporary build directory to make the encoding resumable.
-        ``manifest=False`` leaves ``out/index.json`` to the caller (a hybrid index).
-        ``model_name`` is recorded as the model's name (default: ``model`` when it is a name).
-        ``build`` (the settings the index was asked for) is recorded as ``settings.build``.
-        ``executor`` runs the encode's shards (default: in this process); it is not recorded,
-        since every executor writes the same vectors.
+        Without ``model`` the encoder is the default for the corpus language (``lang``, or
+        detected): ``minilm`` for English, the multilingual ``me5-small`` for Chinese.
         """
-        out = Path(out)
-        if not model_name and not isinstance(model, BiEncoder):
-            model_name = str(model)
-        enc = as_biencoder(model)
-        base = out / subdir
-        base.mkdir(parents=True, exist_ok=True)
-        plan_training(len(store), enc.dim, factory, train_size)  # fail now, not after encoding
-        t0 = time.time()
-        fingerprint = enc.passage_fingerprint()
-        enc.save(base / "model")
-        t_model = time.time()
-        target = base / "vectors"
-        shards = encode_corpus(
-            store,
-            enc,
-            vectors_dir or target,
-            shard_size=shard_size,
-            dtype=dtype,
-            batch_size=batch_size,
-            progress=progress,
-            bf16=bf16,
-            label=model_name,
-            executor=executor,
-            device=device,
+        assert isinstance(settings, DenseSettings)
+        name = encoder_name(settings.model, corpus, settings.lang)
+        write_dense_index(
+            out,
+            corpus,
+            settings.encoder or name,  # loaded there (as a name is)
+            settings,
+            options,
+            model_name=name,
+            vectors_dir=work,
+            build=settings,
         )
-        t_encode = time.time()
-        fx = FaissIndex.build(shards, factory, train_size=train_size, progress=progress)
-        fx.save(base / "faiss.index")
-        t_faiss = time.time()
-        if vectors_dir is not None and Path(vectors_dir).resolve() != target.resolve():
-            # Moved only once FAISS is built, so a failure there keeps the encoded vectors.
-            if target.exists():
-                shutil.rmtree(target)
-            shutil.move(str(vectors_dir), str(target))  # a rename on the same filesystem
-        settings = {
-            "subdir": subdir,
-            "model": {
-                "path": "model",
-                "name": model_name or enc.config.base_model,
-                "base_model": enc.config.base_model,
-                "fingerprint": fingerprint,
-                "passage": enc.config.passage.to_dict(),
-                "question": enc.config.question.to_dict(),
-            },
-            "factory": fx.factory,
-            "dim": fx.dim,
-            "dtype": dtype,
-            "n_vectors": fx.ntotal,
-            "nprobe": fx.nprobe,
-            "ef_search": fx.ef_search,
-            "bf16": bf16,
-            "timings": {
-                "save_model_seconds": round(t_model - t0, 3),
-                "encode_seconds": round(t_encode - t_model, 3),
-                "faiss_seconds": round(t_faiss - t_encode, 3),
-            },
-        }
-        atomic_write_text(base / SETTINGS_FILE, json.dumps(settings, indent=2))
-        if manifest:
-            write_manifest(
-                out,
-                IndexKind.DENSE,
-                cls.format_version,
-                corpus={
-                    "path": corpus_ref(out, store),
-                    "checksum": store.checksum,
-                    "n_passages": len(store),
-                },
-                model={
-                    "fingerprint": fingerprint,
-                    "base_model": enc.config.base_model,
-                    "path": str(Path(subdir) / "model"),
-                },
-                settings={"dense": settings}
-                | ({"build": build.to_dict()} if build is not None else {}),
-            )
-        return settings
 
     # --- opening -------------------------------------------------------------------------
     @classmethod
@@ -419,6 +419,16 @@ class DenseIndex(Index):
             qi = np.nonzero(valid)[0]
             out[valid] = np.einsum("ij,ij->i", q[qi], vecs)
         return out
+
+    def summary(self) -> dict[str, Any]:
+        d = super().summary()
+        model = self.settings["model"]  # the name the encoder was given (an alias, a hub name)
+        d["model"] = {
+            "name": model.get("name") or model["base_model"],
+            "base_model": model["base_model"],
+            "fingerprint": model["fingerprint"],
+        }
+        return d
 
     def describe(self) -> dict[str, Any]:
         return {

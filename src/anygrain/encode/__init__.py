@@ -5,7 +5,7 @@ per-kind :class:`~anygrain.encode.engine.ShardEncoder` writes one shard's files,
 :mod:`.manifest` holds the on-disk manifest layouts and :mod:`.executor` decides
 where shards are encoded.  Dense vectors (:mod:`anygrain.dense.shards`), phrase dumps
 (:mod:`anygrain.phrase.dump`) and the training passage cache
-(:mod:`anygrain.train.passage_cache`) are built on it.
+(:mod:`anygrain.train.dpr.passage_cache`) are built on it.
 """
 
 from anygrain.encode.engine import EncodeResult, EncodeSpec, OnMismatch, ShardedEncode, ShardEncoder

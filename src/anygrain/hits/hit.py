@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -80,9 +81,38 @@ class Hit:
             return self.text[self.span[0] : self.span[1]]
         return self.text
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["unit"] = self.unit.value
-        if self.span is not None:
-            d["answer"] = self.answer_text
-        return d
+    def context(self, width: int = 80) -> tuple[str, str, str]:
+        """``(before, phrase, after)``: the phrase with up to ``width`` characters either side
+        (:func:`anygrain.hits.highlight.phrase_context`)."""
+        from anygrain.hits.highlight import phrase_context
+
+        return phrase_context(self, width)
+
+    def to_json(self, rank: int) -> dict[str, Any]:
+        """The one JSON shape of a hit, ``rank`` 1 for the best: ``anygrain search --json``
+        prints it and the HTTP server returns it (:mod:`anygrain.serve.schemas` matches it).
+
+        ``before + answer + after`` is the passage ``text``; ``answer`` is the phrase or
+        sentence at ``span`` (empty, and ``span`` null, for passage and document hits)."""
+        from anygrain.hits.highlight import highlight
+
+        h = highlight(self)
+        return {
+            "rank": rank,
+            "unit": self.unit.value,
+            "score": float(self.score),
+            "passage_row": int(self.passage_row),
+            "passage_id": self.passage_id,
+            "doc_id": self.doc_id,
+            "title": self.title,
+            "text": self.text,
+            "span": list(self.span) if self.span is not None else None,
+            "before": h.before,
+            "answer": h.answer,
+            "after": h.after,
+        }
+
+
+def hits_json(hits: Sequence[Hit]) -> list[dict[str, Any]]:
+    """Each hit's :meth:`Hit.to_json`, ranked from 1 in order."""
+    return [h.to_json(i) for i, h in enumerate(hits, 1)]

@@ -20,23 +20,26 @@ their files cannot be checked; rebuilding one records them.
 from __future__ import annotations
 
 import enum
+import functools
 import importlib
+import inspect
 import json
 import os
+import shutil
 import time
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from anygrain.encode.executor import Executor, ExecutorKind
-from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError, parse_enum
+from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError, UsageError, parse_enum
 from anygrain.hits.hit import Hit, Unit
 from anygrain.index.registry import KIND_MODULES
 from anygrain.index.scope import Scope, gold_rows
 from anygrain.index.settings import BuildOptions, IndexSettings
-from anygrain.utils.atomic import atomic_write_text
+from anygrain.utils.atomic import atomic_dir, atomic_write_text
 from anygrain.utils.checksums import (
     ALGORITHM,
     SMALL_LIMIT,
@@ -54,7 +57,9 @@ from anygrain.utils.targets import (
 
 if TYPE_CHECKING:
     from anygrain.corpus.questions import Questions
+    from anygrain.corpus.store import CorpusStore
     from anygrain.eval.evaluate import EvalReport
+    from anygrain.index.updater import StagedUpdate
 
 MANIFEST = "index.json"
 FORMAT = "anygrain.index"
@@ -72,6 +77,14 @@ class IndexKind(str, enum.Enum):
     HYBRID = "hybrid"
     PHRASE = "phrase"
     SHARDED = "sharded"  # N indexes of one kind over row ranges of a corpus, merged exactly
+
+
+class UpdateOp(str, enum.Enum):
+    """An update of a built index in place of a rebuild (:mod:`anygrain.index.updater`);
+    the value is how messages name it."""
+
+    ADD = "adding documents"
+    COMPACT = "compacting"
 
 
 _REGISTRY: dict[IndexKind, type[Index]] = {}
@@ -189,9 +202,10 @@ def check_index_files(
     small_limit: int = SMALL_LIMIT,
     extra: bool = False,
 ) -> list[Problem]:
-    """Files of the index at ``path`` (and its outside corpus) that differ from what its
-    manifest recorded; ``extra`` also reports files the build did not write.  Raises when
-    the manifest recorded no checksums."""
+    """Files of the index at ``path`` (its outside corpus, and the parts it opens from
+    outside it: :meth:`Index.part_dirs`) that differ from what its manifest recorded;
+    ``extra`` also reports files the build did not write.  Raises when the manifest
+    recorded no checksums."""
     p = Path(path)
     m = manifest if manifest is not None else read_manifest(p)
     if "files" not in m:
@@ -199,21 +213,45 @@ def check_index_files(
             f"{p}: built by an older anygrain that recorded no checksums; rebuild it to check it"
         )
     v = Verify(verify)
-    problems = check_files(
-        p,
-        m["files"],
-        verify=v,
-        small_limit=small_limit,
-        extra=extra,
-        exclude=[MANIFEST],
-        always=model_files(m["files"]),
-    )
-    corpus = _external_corpus(p, m)
-    if corpus is not None and "corpus_files" in m:
+    problems: list[Problem] = []
+    for root, rm in [(p, m), *_parts_outside(p, m)]:
         problems += check_files(
-            corpus, m["corpus_files"], verify=v, small_limit=small_limit, extra=extra
+            root,
+            rm["files"],
+            verify=v,
+            small_limit=small_limit,
+            extra=extra,
+            exclude=[MANIFEST],
+            always=model_files(rm["files"]),
         )
+        corpus = _external_corpus(root, rm)
+        if corpus is not None and "corpus_files" in rm:
+            problems += check_files(
+                corpus, rm["corpus_files"], verify=v, small_limit=small_limit, extra=extra
+            )
     return problems
+
+
+def _parts_outside(path: Path, manifest: dict[str, Any]) -> list[tuple[Path, dict[str, Any]]]:
+    """``(directory, manifest)`` of each part index that the index at ``path`` opens from
+    outside it (a combined hybrid index's, a shard moved elsewhere): its files are not in
+    the index's own table, so they are checked beside it, at the same depth.  A part that
+    recorded no checksums is passed over with a warning, as on open."""
+    try:
+        cls = _index_class(IndexKind(manifest.get("kind")))
+        dirs = cls.part_dirs(path, manifest) if cls is not None else []
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return []  # a broken manifest: opening the index reports it
+    root, out = path.resolve(), []
+    for d in dirs:
+        if d.resolve().is_relative_to(root):
+            continue  # nested: its files are in the index's own table
+        m = read_manifest(d)
+        if "files" in m:
+            out.append((d, m))
+        else:
+            _warn_unchecked(d)
+    return out
 
 
 def check_build_target(source: Any, out: str | Path, *, overwrite: bool = False) -> None:
@@ -284,16 +322,20 @@ def _source_path(source: Any) -> Path | None:
     return Path(rest) if sep and rest else None
 
 
+def _warn_unchecked(path: Path) -> None:
+    warnings.warn(
+        f"{path}: built by an older anygrain that recorded no checksums, so damaged files "
+        "cannot be detected; rebuild the index to record them",
+        UncheckedIndexWarning,
+        stacklevel=4,
+    )
+
+
 def _check_on_open(
     path: Path, manifest: dict[str, Any], verify: Verify | str, small_limit: int
 ) -> None:
     if "files" not in manifest:
-        warnings.warn(
-            f"{path}: built by an older anygrain that recorded no checksums, so damaged files "
-            "cannot be detected; rebuild the index to record them",
-            UncheckedIndexWarning,
-            stacklevel=3,
-        )
+        _warn_unchecked(path)
         return
     problems = check_index_files(path, manifest, verify=verify, small_limit=small_limit)
     if problems:
@@ -302,6 +344,35 @@ def _check_on_open(
             f"{problems[0]}{more}; the index is damaged: rebuild it "
             f"(`anygrain verify {path}` lists every bad file)"
         )
+
+
+@functools.cache
+def _keyword_only(method: Callable[..., Any]) -> frozenset[str]:
+    """The keyword-only parameters of ``method`` (the options a kind's ``search`` takes)."""
+    return frozenset(
+        p.name
+        for p in inspect.signature(method).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    )
+
+
+def _refused(cls: type[Index], what: str, name: str, where: str | Path | None) -> UsageError:
+    """The error for a ``what`` (load or search) option ``name`` that the kind of ``cls``
+    does not take, naming the kinds that take it."""
+
+    def takes(c: type[Index]) -> bool:
+        return name in (c.load_options if what == "load" else c.search_options())
+
+    kinds = [
+        k.value
+        for k in IndexKind
+        if k is not IndexKind.SHARDED and (c := _index_class(k)) is not None and takes(c)
+    ]
+    at = f"{where}: " if where is not None else ""
+    if not kinds:
+        return UsageError(f"{at}no index kind takes the {what} option '{name}'")
+    which = ", ".join(kinds[:-1]) + " or " * (len(kinds) > 1) + kinds[-1]
+    return UsageError(f"{at}the {what} option '{name}' needs a {which} index, not {cls.kind.value}")
 
 
 class Index(ABC):
@@ -317,6 +388,9 @@ class Index(ABC):
     scopes: ClassVar[tuple[Scope, ...]] = (Scope.CORPUS, Scope.GOLD_PASSAGE)
     #: whether ``load(model=...)`` takes a question-side model in place of the index's own
     takes_query_model: ClassVar[bool] = False
+    #: the options :meth:`load` hands to the kind's :meth:`open` (``model``: a question-side
+    #: model, ``device``: where questions are encoded, ...); :meth:`load` refuses any other
+    load_options: ClassVar[frozenset[str]] = frozenset()
     #: the kind's build settings (its options besides the shared :class:`BuildOptions`)
     settings_type: ClassVar[type[IndexSettings]]
 
@@ -379,13 +453,59 @@ class Index(ABC):
         common = BuildOptions(split, errors, progress, corpus_dir, overwrite, executor, device)
         return cls.build_with(source, Path(out), settings, common)
 
+    #: names the scratch directory beside the output a build keeps across an interruption
+    #: (``.OUT.NAME.partial``: what a resumed build picks up); removed once the build is done
+    scratch_name: ClassVar[str] = "build"
+
+    @classmethod
+    def build_with(
+        cls, source: Any, out: Path, settings: IndexSettings, options: BuildOptions
+    ) -> Index:
+        """The build every kind shares: refuse a target whose replacement would lose data
+        (:func:`check_build_target`) and what :meth:`check_build` refuses, before anything
+        is read or written; then, in a temporary sibling renamed onto ``out`` only when
+        complete, open or build the passage store (``options.corpus_dir``, default
+        ``corpus/`` inside the index) and let the kind :meth:`write` its files and
+        ``index.json``; remove the scratch directory and open the index."""
+        from anygrain.corpus.source import open_or_build_corpus
+
+        out = Path(out)
+        check_build_target(source, out, overwrite=options.overwrite)
+        cls.check_build(settings, options)
+        work = out.with_name(f".{out.name}.{cls.scratch_name}.partial")
+        with atomic_dir(out) as tmp:
+            store = open_or_build_corpus(
+                source,
+                options.corpus_dir or tmp / "corpus",
+                split=options.split,
+                errors=options.errors,
+                progress=options.progress,
+            )
+            cls.write(tmp, store, settings, options, work)
+        shutil.rmtree(work, ignore_errors=True)
+        return Index.load(out)
+
+    @classmethod
+    def check_build(cls, settings: IndexSettings, options: BuildOptions) -> None:
+        """Refuse, before the corpus is read, what the kind cannot build (e.g. load a named
+        model, so that a wrong name fails first); nothing by default."""
+        return None
+
     @classmethod
     @abstractmethod
-    def build_with(
-        cls, source: Any, out: Path, settings: IndexSettings, common: BuildOptions
-    ) -> Index:
-        """Write the index (``index.json`` last, with ``settings`` under ``settings.build``)
-        and open it."""
+    def write(
+        cls,
+        out: Path,
+        corpus: CorpusStore,
+        settings: IndexSettings,
+        options: BuildOptions,
+        work: Path,
+    ) -> None:
+        """The kind's part of :meth:`build_with`: write its files for ``corpus`` under
+        ``out`` (a temporary directory), ``index.json`` last with ``write_manifest`` and
+        ``settings`` under ``settings.build``.  ``work`` is a scratch directory outside
+        ``out`` that survives a failed build (where a resumable encode keeps its shards);
+        the template removes it after success."""
 
     @staticmethod
     def load(
@@ -400,7 +520,8 @@ class Index(ABC):
         ``verify``: ``sizes`` (every file's size), ``small`` (sizes, and the checksum of
         files up to ``small_limit`` bytes and of the index's model weights whatever their
         size, once per process for each version of a weight file; the default) or
-        ``full`` (every checksum)."""
+        ``full`` (every checksum).  ``options`` are the kind's :attr:`load_options` (one it
+        does not take raises :class:`UsageError`); a None value is no option."""
         p = Path(path)
         m = read_manifest(p)
         try:
@@ -410,6 +531,7 @@ class Index(ABC):
         cls = _index_class(kind)
         if cls is None:
             raise AnygrainError(f"{p}: index kind '{kind.value}' is not available")
+        options = cls.check_load_options(options, where=p)
         if m.get("format_version") != cls.format_version:
             raise IndexMismatchError(
                 f"{p}: index format version {m.get('format_version')} but this anygrain reads "
@@ -435,6 +557,14 @@ class Index(ABC):
     @abstractmethod
     def open(cls, path: Path, manifest: dict[str, Any], **options: Any) -> Index: ...
 
+    @classmethod
+    def part_dirs(cls, path: Path, manifest: dict[str, Any]) -> list[Path]:
+        """The index directories :meth:`open` opens as parts of the index at ``path`` (a
+        hybrid index's two, a sharded index's shards); none by default.  Those outside
+        ``path`` are checked with the index's own files, at the depth :meth:`load` (or
+        ``anygrain verify``) was asked for."""
+        return []
+
     # --- search ---------------------------------------------------------
     @abstractmethod
     def search(self, queries: Sequence[str], k: int = 10, **options: Any) -> list[list[Hit]]:
@@ -450,6 +580,72 @@ class Index(ABC):
 
     def describe(self) -> dict[str, Any]:
         return {"path": str(self.path), **self.manifest}
+
+    def summary(self) -> dict[str, Any]:
+        """What the index is, JSON-ready, for people and programs (``anygrain index`` and
+        ``add`` print it, the server's ``/info`` returns it): kind, path, format, when it was
+        built, its model (``name``, ``base_model``, ``fingerprint``; None without one), its
+        corpus (checksum and counts), ``counts`` (phrase indexes), units; kinds add their own
+        (a hybrid index its ``fusion`` and ``components``, a sharded one its ``shards``)."""
+        m = self.manifest
+        corpus = {k: v for k, v in (m.get("corpus") or {}).items() if k != "path"}
+        try:
+            store = self.corpus
+            corpus["n_passages"] = len(store)
+            corpus["n_documents"] = store.n_documents
+            corpus["source_format"] = store.manifest.get("source_format")
+        except (NotImplementedError, AttributeError, KeyError):
+            pass
+        model = m.get("model")
+        return {
+            "kind": self.kind.value,
+            "path": str(self.path),
+            "format": m.get("format"),
+            "format_version": m.get("format_version"),
+            "created": m.get("created"),
+            "model": (
+                {k: model[k] for k in ("name", "base_model", "fingerprint") if model.get(k)}
+                if isinstance(model, dict)
+                else None
+            ),
+            "corpus": corpus,
+            "counts": m.get("counts"),
+            "units": [u.value for u in self.units],
+            "default_unit": self.default_unit.value,
+        }
+
+    # --- the options a kind takes ---------------------------------------------------------
+    @classmethod
+    def check_load_options(
+        cls, options: Mapping[str, Any], *, where: str | Path | None = None
+    ) -> dict[str, Any]:
+        """``options`` for :meth:`load` without those set to None; :class:`UsageError` for one
+        the kind does not take (naming the kinds that do), and for a ``device`` that is not
+        here (a missing GPU), before anything is read."""
+        given = {k: v for k, v in options.items() if v is not None}
+        for name in given:
+            if name not in cls.load_options:
+                raise _refused(cls, "load", name, where)
+        if "device" in given:
+            from anygrain.utils.device import resolve_device
+
+            resolve_device(given["device"])
+        return given
+
+    @classmethod
+    def search_options(cls) -> frozenset[str]:
+        """The options the kind's :meth:`search` takes: its keyword-only parameters."""
+        return _keyword_only(cls.search)
+
+    def check_search_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """``options`` for :meth:`search` without those set to None; :class:`UsageError` for
+        one the kind does not take, naming the kinds that do."""
+        given = {k: v for k, v in options.items() if v is not None}
+        takes = self.search_options()
+        for name in given:
+            if name not in takes:
+                raise _refused(type(self), "search", name, self.path)
+        return given
 
     # --- per-kind defaults ----------------------------------------------------------------
     @classmethod
@@ -563,3 +759,34 @@ class Index(ABC):
         report.n_qrels_ids = coverage.n_ids
         report.n_qrels_ids_missing = coverage.n_missing
         return report
+
+    # --- updates: `anygrain add` and `compact` ---------------------------------------------
+    # anygrain.index.updater stages a copy of the index, grows or compacts its corpus and
+    # swaps it in; the kind's hooks bring the rest of the staged copy up to that corpus.
+    #: the updates the kind implements (in :meth:`add_rows` and :meth:`compact_rows`)
+    updates: ClassVar[frozenset[UpdateOp]] = frozenset()
+
+    @classmethod
+    def check_update(cls, index: Index, op: UpdateOp) -> None:
+        """Refuse ``op`` on ``index`` (a UsageError naming it) where the kind cannot do it;
+        asked before anything is staged.  A kind refusing some of its indexes overrides it."""
+        if op not in cls.updates:
+            raise UsageError(
+                f"{index.path}: {op.value} is not supported for a {cls.kind.value} index"
+            )
+
+    @classmethod
+    def add_rows(cls, update: StagedUpdate) -> None:
+        """Add ``update.segment``'s passages (rows after the old ones in ``update.store``,
+        the grown corpus) to the staged copy ``update.staged`` of ``update.index``,
+        rewriting its ``index.json`` last."""
+        cls.check_update(update.index, UpdateOp.ADD)
+        raise NotImplementedError(f"{cls.__name__} lists {UpdateOp.ADD.name} in updates")
+
+    @classmethod
+    def compact_rows(cls, update: StagedUpdate) -> None:
+        """Keep only ``update.keep_rows`` (old rows, in order; ``update.store`` is the
+        compacted corpus) in the staged copy ``update.staged`` of ``update.index``,
+        rewriting its ``index.json`` last."""
+        cls.check_update(update.index, UpdateOp.COMPACT)
+        raise NotImplementedError(f"{cls.__name__} lists {UpdateOp.COMPACT.name} in updates")

@@ -64,6 +64,12 @@ class IndexSettings:
                 f"{', '.join(repr(k) for k in unknown)}; it takes {', '.join(names)} "
                 f"(and, like every kind, {', '.join(SHARED_OPTIONS)})"
             )
+        return cls.from_values(options)
+
+    @classmethod
+    def from_values(cls: type[S], options: Mapping[str, Any]) -> S:
+        """The settings from keyword options named in :meth:`option_names` (settings that
+        nest others', like a hybrid index's, take flat options and nest them here)."""
         return cls(**options)
 
     def to_dict(self) -> dict[str, Any]:

@@ -100,12 +100,6 @@ def default_model(lang: Lang | str) -> str:
     return DEFAULT_MODELS[Lang(lang)]
 
 
-def default_cache_dir() -> Path:
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("anygrain"))
-
-
 def resolve_model(
     name: str | Path, *, cache_dir: Path | None = None, offline: bool = False
 ) -> tuple[Path, ModelDefaults]:

@@ -31,7 +31,7 @@ from typing import Any
 import faiss
 import numpy as np
 
-from anygrain.dense.faiss_index import MIN_POINTS_PER_CENTROID, FaissIndex, _unwrap
+from anygrain.dense.faiss_index import MIN_POINTS_PER_CENTROID, FaissIndex, unwrap_index
 from anygrain.errors import AnygrainError
 
 #: Below this many vectors the codes are scanned exhaustively (no IVF).
@@ -93,7 +93,7 @@ class DecodedVectors:
 
     def __init__(self, index: FaissIndex, ids: np.ndarray, n_tokens: int) -> None:
         self.index = index
-        base = _unwrap(index.index)
+        base = unwrap_index(index.index)
         if isinstance(base, faiss.IndexIVF) and base.direct_map.type == 0:
             base.make_direct_map()  # id -> (list, offset), 8 bytes per vector
         self.pos = np.full(n_tokens, -1, dtype=np.int64)

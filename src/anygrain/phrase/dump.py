@@ -44,7 +44,6 @@ DUMP_MANIFEST = "dump.json"
 FORMAT = "anygrain.phrase-dump"
 FORMAT_VERSION = 1
 START_OK, END_OK = 1, 2
-TOKEN_FIELDS = ("row", "cs", "ce", "flags", "wfirst", "wlast")
 ARRAYS = ("start", "end", "tokens", "filter", "counts")
 
 

@@ -162,11 +162,11 @@ def fuse(
 def write_sparse(out: Path, store: CorpusStore, *, lang: str | None, progress: bool) -> None:
     """Build the BM25 index of ``store`` into ``out/sparse`` (its corpus is the phrase
     index's: the manifest points one level up)."""
-    from anygrain.sparse.bm25 import BM25Index
+    from anygrain.sparse.bm25 import Bm25Settings, write_bm25_index
 
     # never written into: files there may be links to another index's (a staged update)
     shutil.rmtree(out / SPARSE_SUBDIR, ignore_errors=True)
-    BM25Index.write(out / SPARSE_SUBDIR, store, lang=lang, progress=progress)
+    write_bm25_index(out / SPARSE_SUBDIR, store, Bm25Settings(lang=lang), progress=progress)
 
 
 def copy_sparse(bm25_dir: Path, out: Path, store: CorpusStore) -> None:

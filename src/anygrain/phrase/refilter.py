@@ -21,11 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from anygrain.errors import AnygrainError
+from anygrain.errors import AnygrainError, parse_enum
 from anygrain.index.base import Index, check_build_target
+from anygrain.phrase.build import DUMP_FILES, SUBDIR, PhraseSettings, finish_index
 from anygrain.phrase.compress import Compress
 from anygrain.phrase.dump import END_OK, START_OK, DumpStats
-from anygrain.phrase.index import DUMP_FILES, SUBDIR, PhraseIndex, finish_index
+from anygrain.phrase.index import PhraseIndex
 from anygrain.phrase.lexical import SPARSE_SUBDIR
 from anygrain.utils.atomic import atomic_dir
 from anygrain.utils.progress import progress_bar
@@ -98,6 +99,9 @@ def refilter(
         threshold = threshold_for_fraction(src, keep)
     out = Path(out)
     check_build_target(src.path, out, overwrite=overwrite)
+    # the FAISS settings of the new index (checked before any work)
+    comp = parse_enum(Compress, compress)
+    faiss = PhraseSettings(factory=factory, compress=comp, pq_m=pq_m, keep_dump=keep_dump)
     old = src.manifest["settings"].get("threshold")
     if old is not None and threshold < old:
         raise AnygrainError(
@@ -156,14 +160,11 @@ def refilter(
             tmp,
             src.store,
             stats,
-            settings=settings,
+            faiss,
+            recorded=settings,
             model_info=dict(src.manifest["model"]),
-            factory=factory,
             progress=progress,
             timings={"refilter_seconds": round(time.time() - t0, 3)},
-            compress=compress,
-            pq_m=pq_m,
-            keep_dump=keep_dump,
         )
     idx = Index.load(out)
     assert isinstance(idx, PhraseIndex)

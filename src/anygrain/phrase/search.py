@@ -20,8 +20,7 @@ every end with its best start, so the top phrase is the best one in the scope.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +29,7 @@ import torch
 from anygrain.corpus.store import CorpusStore
 from anygrain.hits.hit import Hit, Unit
 from anygrain.phrase.dump import END_OK, START_OK
+from anygrain.utils.threads import single_thread as single_thread  # where phrase/ imports it
 
 _BIG = np.int64(1) << np.int64(31)  # row stride in the (row, word) sort keys
 _NEG = np.float32(-np.inf)
@@ -113,25 +113,6 @@ def _segment_best(scores: np.ndarray, owner: np.ndarray, n: int) -> tuple[np.nda
     keep = np.r_[True, owner[pos][1:] != owner[pos][:-1]]
     arg[owner[pos[keep]]] = pos[keep]
     return best, arg
-
-
-@contextmanager
-def single_thread() -> Iterator[None]:
-    """Run torch single-threaded inside the block.
-
-    Span scoring is many small operations (a few thousand vectors each); with two
-    or more intra-op threads each one pays for waking the pool -- on a loaded CPU
-    ~8 ms per operation instead of ~0.2 ms.
-    """
-    n = torch.get_num_threads()
-    if n == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
 
 
 def exact_scores(vectors: np.ndarray, idx: np.ndarray, q: np.ndarray) -> np.ndarray:

@@ -94,10 +94,6 @@ class Window:
     def __len__(self) -> int:
         return len(self.input_ids)
 
-    @property
-    def in_passage(self) -> np.ndarray:
-        return self.cs >= 0
-
     def passage_positions(self) -> np.ndarray:
         """Token positions that belong to the passage text, in order."""
         return np.nonzero(self.cs >= 0)[0]

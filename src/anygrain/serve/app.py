@@ -42,6 +42,7 @@ from anygrain.serve.service import (
     RequestError,
     SearchService,
 )
+from anygrain.utils.threads import set_threads
 
 log = logging.getLogger("anygrain.serve")
 
@@ -87,12 +88,16 @@ def create_app(
     title: str | None = None,
     batching: bool = True,
     warm_up: bool = True,
+    threads: int | None = None,
     **load_options: Any,
 ) -> FastAPI:
     """The application over one index (a directory, an open :class:`Index`, or a
     :class:`SearchService`), loaded here, once, before the first request.  ``batching``:
     search requests that queue up together as one batch (see :mod:`.service`); ``warm_up``:
-    one search before serving, so the first request is not slowed by torch's first call."""
+    one search before serving, so the first request is not slowed by torch's first call;
+    ``threads``: torch's and FAISS's thread count (default: theirs); ``load_options``:
+    ``Index.load``'s (``device``, ``model``), refused by name where the kind takes none."""
+    set_threads(threads)
     service = (
         index
         if isinstance(index, SearchService)

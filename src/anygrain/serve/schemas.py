@@ -6,22 +6,24 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from anygrain.hits.highlight import highlight
-from anygrain.hits.hit import Hit, Unit
+from anygrain.hits.hit import Hit, Unit, hits_json
 from anygrain.serve.service import DEFAULT_K, MAX_BATCH, MAX_K, MAX_QUESTION_CHARS
 
 
 class HitOut(BaseModel):
-    """One hit. ``before + answer + after`` is the passage text; ``answer`` is the phrase
-    or sentence (empty for passage and document hits, whose ``span`` is null)."""
+    """One hit, as :meth:`anygrain.hits.hit.Hit.to_json` shapes it (the shape of
+    ``anygrain search --json`` too). ``before + answer + after`` is the passage text;
+    ``answer`` is the phrase or sentence (empty for passage and document hits, whose
+    ``span`` is null)."""
 
     rank: int = Field(description="1 for the best hit")
     unit: Unit
     score: float
-    text: str = Field(description="The passage text")
-    title: str
+    passage_row: int = Field(description="The passage's row in the index's corpus")
     passage_id: str
     doc_id: str
+    title: str
+    text: str = Field(description="The passage text")
     span: tuple[int, int] | None = Field(
         description="Character span of the answer inside text (phrase and sentence hits)"
     )
@@ -31,24 +33,11 @@ class HitOut(BaseModel):
 
     @classmethod
     def of(cls, hit: Hit, rank: int) -> HitOut:
-        h = highlight(hit)
-        return cls(
-            rank=rank,
-            unit=hit.unit,
-            score=float(hit.score),
-            text=hit.text,
-            title=hit.title,
-            passage_id=hit.passage_id,
-            doc_id=hit.doc_id,
-            span=hit.span,
-            before=h.before,
-            answer=h.answer,
-            after=h.after,
-        )
+        return cls(**hit.to_json(rank))
 
 
 def hits_out(hits: list[Hit]) -> list[HitOut]:
-    return [HitOut.of(h, i) for i, h in enumerate(hits, 1)]
+    return [HitOut(**h) for h in hits_json(hits)]
 
 
 class SearchResponse(BaseModel):
@@ -112,11 +101,17 @@ class InfoResponse(BaseModel):
     format: str | None
     format_version: int | None
     created: str | None
-    model: dict[str, Any] | None = Field(description="Encoder base model and fingerprint")
+    model: dict[str, Any] | None = Field(
+        description="The encoder: its name (when recorded), base model and fingerprint"
+    )
     corpus: dict[str, Any]
     counts: dict[str, Any] | None = Field(description="Phrase indexes: vector counts and sizes")
     units: list[str] = Field(description="The units this index accepts")
     default_unit: str
+    fusion: dict[str, Any] | None = Field(
+        default=None, description="Hybrid indexes: the fusion method, weight and depth"
+    )
+    shards: int | None = Field(default=None, description="Sharded indexes: how many shards")
     limits: dict[str, int]
 
 

@@ -242,16 +242,13 @@ class SearchService:
     def check_sparse_weight(self, w: float | None) -> float | None:
         if w is None:
             return None
-        if not hasattr(self.index, "search_fusion"):
+        if "sparse_weight" not in self.index.search_options():
             raise RequestError(
                 f"sparse_weight applies to phrase indexes, not {self.index.kind.value}"
             )
         if not math.isfinite(w) or w < 0:
             raise RequestError(f"sparse_weight must be a number >= 0, got {w}")
-        try:
-            self.index.search_fusion(w)
-        except AnygrainError as e:
-            raise RequestError(str(e)) from None
+        # one the index cannot weigh (no lexical part) fails its search: a 422 naming why
         return float(w)
 
     @staticmethod
@@ -360,37 +357,14 @@ class SearchService:
 
     # --- description --------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
-        """What ``GET /info`` reports: kind, format, model, corpus, counts, units, limits."""
-        idx = self.index
-        m = idx.manifest
-        model = m.get("model")
-        dense = getattr(idx, "dense", None)  # a hybrid index keeps its encoder in its dense part
-        if model is None and isinstance(dense, Index):
-            model = dense.manifest.get("model")
-        corpus = dict(m.get("corpus") or {})
-        corpus.pop("path", None)  # a path on the server's disk is no business of a client
-        try:
-            store = idx.corpus
-            corpus["n_passages"] = len(store)
-            corpus["n_documents"] = store.n_documents
-            corpus["source_format"] = store.manifest.get("source_format")
-        except (NotImplementedError, AttributeError, KeyError):
-            pass
+        """What ``GET /info`` reports: the index's :meth:`~Index.summary` (kind, format, model,
+        corpus, counts, units, and a hybrid index's fusion, a sharded one's shard count), its
+        directory's name for its path (a path on the server's disk, like those of a hybrid
+        index's components, is no business of a client), and the limits."""
+        s = self.index.summary()
         return {
-            "index": idx.path.name,
-            "kind": idx.kind.value,
-            "format": m.get("format"),
-            "format_version": m.get("format_version"),
-            "created": m.get("created"),
-            "model": (
-                {k: model[k] for k in ("base_model", "fingerprint") if k in model}
-                if isinstance(model, dict)
-                else None
-            ),
-            "corpus": corpus,
-            "counts": m.get("counts"),
-            "units": [u.value for u in self.units],
-            "default_unit": self.default_unit.value,
+            **{k: v for k, v in s.items() if k not in ("path", "components")},
+            "index": self.index.path.name,
             "limits": {
                 "max_k": MAX_K,
                 "max_question_chars": MAX_QUESTION_CHARS,

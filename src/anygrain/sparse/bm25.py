@@ -10,13 +10,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import bm25s
 import numpy as np
 
 from anygrain.corpus.lang import Lang, detect_lang
-from anygrain.corpus.source import corpus_ref, open_corpus_of, open_or_build_corpus
+from anygrain.corpus.source import corpus_ref, open_corpus_of
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, parse_enum
 from anygrain.hits.hit import Hit
@@ -24,14 +24,16 @@ from anygrain.hits.results import hits_from_rows
 from anygrain.index.base import (
     Index,
     IndexKind,
-    check_build_target,
+    UpdateOp,
     register_index,
     write_manifest,
 )
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.sparse.analyzers import Analyzer, analyzer_from_config, make_analyzer
-from anygrain.utils.atomic import atomic_dir
 from anygrain.utils.progress import progress_bar
+
+if TYPE_CHECKING:
+    from anygrain.index.updater import StagedUpdate
 
 # bm25s's scoring variants; "lucene" is Lucene's (and Pyserini's) BM25.
 BM25_METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
@@ -246,11 +248,79 @@ def index_streaming(
     return retriever
 
 
+def write_bm25_index(
+    out: Path,
+    store: CorpusStore,
+    settings: Bm25Settings,
+    *,
+    progress: bool = True,
+    subdir: str = "bm25",
+    build: Bm25Settings | None = None,
+    collection: CollectionStats | None = None,
+) -> dict[str, Any]:
+    """Write the BM25 arrays for ``store`` under ``out/subdir`` and ``out/index.json``;
+    returns the settings recorded there (``build``: the settings the index was asked for,
+    recorded as ``settings.build``; ``collection``: score with a larger corpus's statistics,
+    for a shard of it)."""
+    t0 = time.time()
+    s = settings
+    detected = s.lang is None
+    lang_v = Lang(s.lang) if s.lang else detect_lang(store)
+    zh = lang_v is Lang.ZH
+    cfg = BM25Config(
+        k1=s.k1,
+        b=s.b,
+        method=s.method,
+        include_title=s.include_title,
+        lang=lang_v.value,
+        # the Chinese analyzer segments words and neither stems nor drops stopwords:
+        # record what is applied, not the English defaults
+        stemming=s.stemming and not zh,
+        stopwords=not zh,
+    )
+    analyzer = bm25_analyzer(lang_v, s.stemming)
+    retriever = index_streaming(
+        store,
+        analyzer,
+        k1=s.k1,
+        b=s.b,
+        method=cfg.method,
+        include_title=s.include_title,
+        progress=progress,
+        collection=collection,
+    )
+    retriever.save(str(out / subdir), show_progress=False)
+    recorded: dict[str, Any] = {
+        "bm25": asdict(cfg),
+        "analyzer": analyzer.config(),
+        "lang_detected": detected,
+        "index_seconds": round(time.time() - t0, 3),
+    }
+    if build is not None:
+        recorded["build"] = build.to_dict()
+    if collection is not None:
+        recorded["collection"] = {"n_docs": collection.n_docs, "avg_len": collection.avg_len}
+    write_manifest(
+        out,
+        IndexKind.BM25,
+        BM25Index.format_version,
+        corpus={
+            "path": corpus_ref(out, store),
+            "checksum": store.checksum,
+            "n_passages": len(store),
+        },
+        settings=recorded,
+    )
+    return recorded
+
+
 @register_index(IndexKind.BM25)
 class BM25Index(Index):
     """Lexical index; ``search`` returns passage hits."""
 
     settings_type = Bm25Settings
+    load_options = frozenset({"store"})  # opened over a corpus store already open
+    updates = frozenset(UpdateOp)
 
     def __init__(
         self,
@@ -271,108 +341,30 @@ class BM25Index(Index):
     def corpus(self) -> CorpusStore:
         return self.store
 
+    # --- updates: rebuilt over the updated corpus (anygrain.sparse.update) ----------------
     @classmethod
-    def build_with(
-        cls, source: Any, out: Path, settings: IndexSettings, common: BuildOptions
-    ) -> BM25Index:
-        assert isinstance(settings, Bm25Settings)
-        s, c = settings, common
-        check_build_target(source, out, overwrite=c.overwrite)
-        with atomic_dir(out) as tmp:
-            store = open_or_build_corpus(
-                source,
-                c.corpus_dir or tmp / "corpus",
-                split=c.split,
-                errors=c.errors,
-                progress=c.progress,
-            )
-            cls.write(
-                tmp,
-                store,
-                lang=s.lang,
-                k1=s.k1,
-                b=s.b,
-                include_title=s.include_title,
-                stemming=s.stemming,
-                method=s.method,
-                progress=c.progress,
-                build=s,
-            )
-        return Index.load(out)  # type: ignore[return-value]
+    def add_rows(cls, update: StagedUpdate) -> None:
+        from anygrain.sparse.update import update_bm25
+
+        update_bm25(update)
+
+    @classmethod
+    def compact_rows(cls, update: StagedUpdate) -> None:
+        from anygrain.sparse.update import update_bm25
+
+        update_bm25(update)
 
     @classmethod
     def write(
         cls,
         out: Path,
-        store: CorpusStore,
-        *,
-        lang: str | None = None,
-        k1: float = 0.9,
-        b: float = 0.4,
-        include_title: bool = True,
-        stemming: bool = True,
-        method: str = "lucene",
-        progress: bool = True,
-        subdir: str = "bm25",
-        build: Bm25Settings | None = None,
-        collection: CollectionStats | None = None,
-    ) -> dict[str, Any]:
-        """Write the BM25 arrays for ``store`` under ``out/subdir``; returns the settings
-        (``build``: the settings the index was asked for, recorded as ``settings.build``;
-        ``collection``: score with a larger corpus's statistics, for a shard of it)."""
-        t0 = time.time()
-        detected = lang is None
-        lang_v = Lang(lang) if lang else detect_lang(store)
-        if method not in BM25_METHODS:
-            raise AnygrainError(
-                f"unknown BM25 method {method!r}: use one of {', '.join(BM25_METHODS)}"
-            )
-        zh = lang_v is Lang.ZH
-        cfg = BM25Config(
-            k1=k1,
-            b=b,
-            method=method,
-            include_title=include_title,
-            lang=lang_v.value,
-            # the Chinese analyzer segments words and neither stems nor drops stopwords:
-            # record what is applied, not the English defaults
-            stemming=stemming and not zh,
-            stopwords=not zh,
-        )
-        analyzer = bm25_analyzer(lang_v, stemming)
-        retriever = index_streaming(
-            store,
-            analyzer,
-            k1=k1,
-            b=b,
-            method=cfg.method,
-            include_title=include_title,
-            progress=progress,
-            collection=collection,
-        )
-        retriever.save(str(out / subdir), show_progress=False)
-        settings = {
-            "bm25": asdict(cfg),
-            "analyzer": analyzer.config(),
-            "lang_detected": detected,
-            "index_seconds": round(time.time() - t0, 3),
-        }
-        if build is not None:
-            settings["build"] = build.to_dict()
-        if collection is not None:
-            settings["collection"] = {"n_docs": collection.n_docs, "avg_len": collection.avg_len}
-        write_manifest(
-            out,
-            IndexKind.BM25,
-            cls.format_version,
-            corpus={
-                "path": corpus_ref(out, store),
-                "checksum": store.checksum,
-                "n_passages": len(store),
-            },
-            settings=settings,
-        )
-        return settings
+        corpus: CorpusStore,
+        settings: IndexSettings,
+        options: BuildOptions,
+        work: Path,
+    ) -> None:
+        assert isinstance(settings, Bm25Settings)
+        write_bm25_index(out, corpus, settings, progress=options.progress, build=settings)
 
     @classmethod
     def open(

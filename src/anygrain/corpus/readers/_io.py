@@ -31,23 +31,8 @@ def head(path: Path, n: int = 4096) -> str:
         return f.read(n).decode("utf-8", errors="replace")
 
 
-def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_number, text)`` with invalid UTF-8 reported by line."""
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise InputError(
-                    f"invalid UTF-8 at byte {e.start}", path=str(path), line=lineno
-                ) from None
-            if lineno == 1 and line.startswith("\ufeff"):
-                line = line[1:]
-            yield lineno, line.rstrip("\r\n")
-
-
 def iter_text_lines(path: Path, errors: ErrorLog) -> Iterator[tuple[int, str]]:
-    """Like :func:`iter_lines`, but a line of invalid UTF-8 goes to ``errors`` (SKIP skips it)."""
+    """Yield ``(line_number, text)``; a line of invalid UTF-8 goes to ``errors`` (SKIP skips it)."""
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, start=1):
             try:

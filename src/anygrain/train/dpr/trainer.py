@@ -35,12 +35,12 @@ from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, ErrorLog
 from anygrain.models.biencoder import MODEL_CONFIG, BiEncoder
 from anygrain.models.encoder import TextEncoder
-from anygrain.train.batching import tokenize
 from anygrain.train.checkpoint import (
     check_compatible,
     load_checkpoint,
     save_checkpoint,
 )
+from anygrain.train.dpr.batching import tokenize
 from anygrain.train.dpr.config import DprTrainConfig, TrainMode
 from anygrain.train.dpr.data import (
     Ctx,
@@ -50,11 +50,11 @@ from anygrain.train.dpr.data import (
     load_training_data,
     mine_bm25_hard_negatives,
 )
-from anygrain.train.grad_cache import Side, backward_grad_cache, backward_plain
+from anygrain.train.dpr.grad_cache import Side, backward_grad_cache, backward_plain
+from anygrain.train.dpr.losses import dpr_nll, false_negative_mask, full_softmax_nll
+from anygrain.train.dpr.passage_cache import cache_key, cached_passage_vectors
 from anygrain.train.loop import EpochPosition, LoopSettings, StepCallback, StepResult, run_loop
-from anygrain.train.losses import dpr_nll, false_negative_mask, full_softmax_nll
 from anygrain.train.optim import apply_update, param_groups
-from anygrain.train.passage_cache import cache_key, cached_passage_vectors
 from anygrain.train.run_dir import RunDir
 from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.utils.device import resolve_device
@@ -86,12 +86,6 @@ def untie(model: BiEncoder) -> None:
     q = model.question
     model.question = TextEncoder(copy.deepcopy(q.model), q.tokenizer, q.config)
     model.config.shared = False
-
-
-def save_model_into(model: BiEncoder, out: Path) -> None:
-    """The model into its run directory ``out`` (``Model.save_into``: config last; the
-    encoder directories of an earlier save go, since a shared model writes fewer)."""
-    model.save_into(out)
 
 
 # --- small helpers ---------------------------------------------------------------------------
@@ -431,7 +425,7 @@ def train_dpr(
     stats = trainer.run(on_step)
     if config.mode is TrainMode.QUERY_SIDE and model.passage_fingerprint() != base_fingerprint:
         raise AnygrainError("internal error: query-side training changed the passage encoder")
-    save_model_into(model, out)
+    model.save_into(out)  # config last; an earlier save's encoder directories go
     run.finish(
         trainer.global_step,
         fingerprint,

@@ -60,7 +60,7 @@ from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.utils.precision import cpu_autocast
 from anygrain.utils.threads import set_threads
 
-__all__ = ["ReaderTrainer", "StepBatch", "save_reader_into", "train_reader"]
+__all__ = ["ReaderTrainer", "StepBatch", "train_reader"]
 
 CHECKPOINT_FORMAT = checkpoint_format("reader")
 
@@ -339,11 +339,6 @@ class ReaderTrainer(EpochPosition):
         return {**stats, "positives_without_gold_span": self.no_gold_windows}
 
 
-def save_reader_into(reader: Reader, out: Path) -> None:
-    """Write the reader into its run directory ``out``, ``anygrain_reader.json`` last."""
-    reader.save_into(out)
-
-
 def train_reader(
     config: ReaderTrainConfig,
     *,
@@ -405,6 +400,6 @@ def train_reader(
         run.resumed(ckpt, trainer.global_step)
     stats = trainer.run(on_step)
     reader.eval()
-    save_reader_into(reader, out)
+    reader.save_into(out)  # anygrain_reader.json last
     run.finish(trainer.global_step, fingerprint, keep_checkpoints=config.keep_checkpoints, **stats)
     return out

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from anygrain.models.encoder import TextEncoder
-from anygrain.train.batching import Tokenized, encode_with_grad, forward_rows
+from anygrain.train.dpr.batching import Tokenized, encode_with_grad, forward_rows
 from anygrain.utils.device import module_device
 
 LossFn = Callable[..., torch.Tensor]

@@ -1,0 +1,388 @@
+"""Building a phrase index: its settings, the model it encodes with, the dump and both MIPS indexes.
+
+Layout written under the index directory (see :mod:`anygrain.phrase.index`)::
+
+    phrase/model/          the phrase model (PhraseEncoder.save), so the index carries its encoder
+    phrase/start.npy ...   token vectors and metadata (see :mod:`anygrain.phrase.dump`)
+    phrase/start.faiss     MIPS over the start vectors of start-capable tokens
+    phrase/end.faiss       MIPS over the end vectors of end-capable tokens
+    phrase/start_ids.npy   FAISS id -> token index (and end_ids.npy)
+    sparse/                the lexical part (a BM25 index), unless built without it
+
+:func:`write_index` dumps the corpus and calls :func:`finish_index`, which builds the MIPS
+indexes and writes ``index.json``; :mod:`anygrain.phrase.refilter` and the updates
+(:mod:`anygrain.phrase.update`) call :func:`finish_index` over a dump of their own.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anygrain.corpus.source import corpus_ref
+from anygrain.corpus.store import CorpusStore
+from anygrain.dense.faiss_index import FaissIndex, plan_training
+from anygrain.errors import AnygrainError, parse_enum
+from anygrain.index.base import IndexKind, write_manifest
+from anygrain.index.settings import BuildOptions, IndexSettings
+from anygrain.phrase.compress import Compress, compressed_factory, default_pq_m, ivf_prefix
+from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_phrases
+from anygrain.phrase.lexical import SparseFusion, copy_sparse, write_sparse
+from anygrain.phrase.model import PhraseEncoder
+
+SUBDIR = "phrase"
+#: The float16 vectors; optional once the FAISS indexes hold codes to decode.
+DUMP_FILES = ("start.npy", "end.npy")
+#: the layout version :class:`~anygrain.phrase.index.PhraseIndex` reads
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class PhraseSettings(IndexSettings):
+    """What ``Index.build(kind="phrase")`` takes besides the shared options."""
+
+    model: str | Path | PhraseEncoder | None = None  # default: the shipped model for ``lang``
+    threshold: float | None = None  # filter tau (a logit); default: the model's recorded one
+    factory: str | None = None  # FAISS factory string (default: from size and ``compress``)
+    lang: str | None = None  # en | zh: picks the default model (detected when None)
+    batch_size: int = 32
+    bf16: bool = False
+    shard_size: int = 2000
+    max_phrase_words: int | None = None  # default: the model's
+    compress: Compress = Compress.NONE
+    pq_m: int | None = None  # opq-pq: bytes per vector (default dim/8)
+    keep_dump: bool | None = None  # keep the float16 vectors (default: only uncompressed)
+    # the lexical part (BM25 of each phrase's passage, fused into its score): built with
+    # the index unless ``sparse`` is off; ``sparse_from`` copies an existing BM25 index
+    sparse: bool = True
+    sparse_from: str | None = None
+    sparse_weight: float | None = None  # default: DEFAULT_SPARSE_WEIGHT
+
+    def __post_init__(self) -> None:
+        if self.lang is not None:
+            from anygrain.corpus.lang import Lang
+
+            parse_enum(Lang, self.lang)
+        # a name from JSON or the command line becomes the enum (frozen: set it directly)
+        object.__setattr__(self, "compress", parse_enum(Compress, self.compress))
+        for name in ("batch_size", "shard_size", "max_phrase_words", "pq_m"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise AnygrainError(f"phrase index {name} must be at least 1, got {v}")
+        if self.sparse_from is not None and not self.sparse:
+            raise AnygrainError("sparse_from needs the lexical part on (sparse=True)")
+        self.fusion()  # checks the weight
+
+    def fusion(self) -> SparseFusion | None:
+        """The lexical fusion these settings ask for (None: a pure dense index)."""
+        if not self.sparse:
+            return None
+        return SparseFusion().with_weight(self.sparse_weight)
+
+    @cached_property
+    def encoder(self) -> PhraseEncoder | None:
+        """The named model, loaded (and checked) on first use and kept (None without one:
+        the default follows the corpus language, known once the corpus is read)."""
+        return None if self.model is None else as_phrase_model(self.model)
+
+
+def recorded_settings(recorded: dict[str, Any], *, lang: str | None = None) -> PhraseSettings:
+    """The settings that write an index again as ``recorded`` (an ``index.json``'s
+    ``settings``) says it was written: its threshold, factory, words per phrase, bf16,
+    compression, dump and lexical part (``lang``: the language of its BM25 part)."""
+    sparse = recorded.get("sparse")
+    return PhraseSettings(
+        threshold=recorded.get("threshold"),
+        factory=recorded.get("factory"),
+        bf16=bool(recorded.get("bf16", False)),
+        max_phrase_words=recorded.get("max_phrase_words"),
+        compress=recorded.get("compress", Compress.NONE),
+        pq_m=recorded.get("pq_m"),
+        keep_dump=recorded.get("dump"),
+        sparse=bool(sparse),
+        sparse_weight=SparseFusion.from_dict(sparse).weight if sparse else None,
+        lang=lang,
+    )
+
+
+def as_phrase_model(
+    model: str | Path | PhraseEncoder | None, *, lang: str | None = None
+) -> PhraseEncoder:
+    """A phrase model from an instance, a shipped model's name (``phrase-minilm``) or a saved
+    directory; ``None`` is the shipped default for ``lang``.  An untrained encoder is refused."""
+    from anygrain.models.shipped import SHIPPED, default_phrase_model, shipped_model_dir
+
+    if isinstance(model, PhraseEncoder):
+        return model
+    if model is None:
+        model = default_phrase_model(lang)
+    if str(model) in SHIPPED:
+        return PhraseEncoder.load(shipped_model_dir(str(model)))
+    p = Path(str(model)).expanduser()
+    if not p.exists():
+        raise AnygrainError(
+            f"{model}: no such phrase model directory (shipped models: {', '.join(SHIPPED)})"
+        )
+    if not (p / "anygrain_phrase.json").exists():
+        raise AnygrainError(
+            f"{model}: not a phrase model; train one with `anygrain train phrase` and pass its "
+            "directory as --model"
+        )
+    return PhraseEncoder.load(p)
+
+
+def build_model(settings: PhraseSettings, store: CorpusStore) -> tuple[PhraseEncoder, str | None]:
+    """The model a build with ``settings`` encodes ``store`` with, and the name to record:
+    the named one, or the shipped default for ``lang`` (detected from the passages)."""
+    if settings.encoder is not None:
+        name = str(settings.model) if isinstance(settings.model, str | Path) else None
+        return settings.encoder, name
+    from anygrain.corpus.lang import detect_lang
+    from anygrain.models.shipped import default_phrase_model
+
+    lang = settings.lang or detect_lang(store).value
+    return as_phrase_model(None, lang=lang), default_phrase_model(lang)
+
+
+#: Above this many vectors fp16 cells get large (~770 bytes per 384-d vector); PQ beyond.
+PQ_LIMIT = 20_000_000
+
+
+def default_phrase_factory(n_vectors: int, dim: int) -> str:
+    """The FAISS factory for phrase vectors when none is given.
+
+    Phrase vectors are stored as float16, so FAISS keeps them as float16 too
+    (``SQfp16``: half of ``Flat``'s memory, the same scores, and faster to scan).
+
+    - ``N < 100k``: ``SQfp16``, exact.
+    - ``N < 20M``: ``IVF{sqrt(N)},SQfp16``: sqrt(N) cells rather than dense's 4·sqrt(N),
+      since a phrase index holds ~100x more vectors than passages and k-means on
+      4·sqrt(N) cells is slow to train on a CPU; ``nprobe`` defaults to sqrt(cells).
+    - beyond: ``IVF{sqrt(N)},PQ{dim/8}`` (8 dimensions per byte).
+    """
+    if n_vectors < PQ_LIMIT:
+        return f"{ivf_prefix(n_vectors)}SQfp16"
+    return f"{ivf_prefix(n_vectors)}PQ{default_pq_m(dim)}"
+
+
+class StoredVectors:
+    """Stored vectors as a FAISS VectorSource: rows ``ids`` of a float16 memory map."""
+
+    def __init__(self, arr: np.ndarray, ids: np.ndarray) -> None:
+        self.arr = arr
+        self.ids = ids
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def dim(self) -> int:
+        return int(self.arr.shape[1])
+
+    def sample(self, n: int, *, seed: int = 0) -> np.ndarray:
+        if n >= len(self.ids):
+            pick = self.ids
+        else:
+            rng = np.random.default_rng(seed)
+            pick = self.ids[np.sort(rng.choice(len(self.ids), size=n, replace=False))]
+        return np.asarray(self.arr[pick], dtype=np.float32)
+
+    def iter_batches(self, batch_size: int = 65536) -> Any:
+        for i in range(0, len(self.ids), batch_size):
+            yield i, np.asarray(self.arr[self.ids[i : i + batch_size]], dtype=np.float32)
+
+
+def write_index(
+    out: Path,
+    store: CorpusStore,
+    model: PhraseEncoder,
+    settings: PhraseSettings,
+    options: BuildOptions,
+    *,
+    work: Path,
+    on_shard: Any = None,
+    model_name: str | None = None,
+    build: PhraseSettings | None = None,
+) -> dict[str, Any]:
+    """Dump ``store`` with ``model``, build both MIPS indexes and write ``index.json`` under
+    ``out``.
+
+    ``settings`` says how (threshold, default: the model's; factory, batch and shard size,
+    bf16, words per phrase, compression, the lexical part); its ``model`` is the caller's
+    to resolve into ``model``.  ``options`` is how the dump runs (progress, executor,
+    device: not recorded, the dump is the same).  ``work`` keeps the dump's shards, so an
+    interrupted dump resumes (``on_shard(i)`` runs after shard ``i``: tests interrupt
+    there).  ``model_name``: how the model was named (a shipped name or a directory),
+    recorded beside its fingerprint; ``build``: the settings the index was asked for,
+    recorded as ``settings.build``.  The lexical part (``settings.fusion()``) is a BM25
+    index built here (language ``settings.lang``, default detected) or copied from
+    ``settings.sparse_from``."""
+    s = settings
+    out = Path(out)
+    lexical = s.fusion()
+    threshold = s.threshold if s.threshold is not None else model.config.filter_threshold
+    if lexical is not None:
+        if s.sparse_from is not None:
+            copy_sparse(Path(s.sparse_from), out, store)
+        else:
+            write_sparse(out, store, lang=s.lang, progress=options.progress)
+    base = out / SUBDIR
+    base.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    model.save(base / "model")  # records the fingerprint of the weights as they are now
+    fingerprint = model.config.phrase_fingerprint
+    stats = dump_phrases(
+        store,
+        model,
+        work,
+        base,
+        threshold=threshold,
+        shard_size=s.shard_size,
+        batch_size=s.batch_size,
+        bf16=s.bf16,
+        progress=options.progress,
+        on_shard=on_shard,
+        executor=options.executor,
+        device=options.device,
+    )
+    recorded: dict[str, Any] = {
+        "max_phrase_words": model.config.max_phrase_words
+        if s.max_phrase_words is None
+        else int(s.max_phrase_words),
+        "threshold": threshold,
+        "dim": model.dim,
+        "dtype": "float16",
+        "include_title": model.config.include_title,
+        "max_passage_length": model.config.max_passage_length,
+        "doc_stride": model.config.doc_stride,
+        "bf16": s.bf16,
+    }
+    if lexical is not None:
+        recorded["sparse"] = lexical.to_dict()
+    if build is not None:
+        recorded["build"] = build.to_dict()
+    model_info = {
+        "fingerprint": fingerprint,
+        "base_model": model.config.base_model,
+        "path": f"{SUBDIR}/model",
+    }
+    if model_name is not None:
+        model_info["name"] = model_name
+    return finish_index(
+        out,
+        store,
+        stats,
+        s,
+        recorded=recorded,
+        model_info=model_info,
+        progress=options.progress,
+        timings={"dump_seconds": round(time.time() - t0, 3)},
+    )
+
+
+def finish_index(
+    out: Path,
+    store: CorpusStore,
+    stats: DumpStats,
+    settings: PhraseSettings,
+    *,
+    recorded: dict[str, Any],
+    model_info: dict[str, Any],
+    progress: bool,
+    timings: dict[str, Any],
+) -> dict[str, Any]:
+    """Build both MIPS indexes over the token arrays in ``out/phrase`` and write ``index.json``.
+
+    Shared by a fresh build (after the dump), :func:`anygrain.phrase.refilter.refilter`
+    (after subsetting an existing dump) and the updates, so all write the same layout and
+    manifest.  Of ``settings``, the FAISS ones count here: ``compress`` picks the factory
+    when ``factory`` is not given; span scoring reads the float16 dump only when the index
+    is uncompressed and the dump is kept (``keep_dump``, default: kept for ``none``),
+    otherwise the vectors decoded from the FAISS codes.  ``recorded`` is what
+    ``index.json`` records as ``settings`` (its ``threshold`` and ``dim`` are read here),
+    completed with the FAISS settings.
+    """
+    comp = settings.compress
+    keep = (comp is Compress.NONE) if settings.keep_dump is None else bool(settings.keep_dump)
+    base = out / SUBDIR
+    t0 = time.time()
+    start = np.load(base / "start.npy", mmap_mode="r")
+    end = np.load(base / "end.npy", mmap_mode="r")
+    flags = np.load(base / "tokens.npy", mmap_mode="r")[:, 3]
+    start_ids = np.flatnonzero(flags & START_OK).astype(np.int64)
+    end_ids = np.flatnonzero(flags & END_OK).astype(np.int64)
+    if not len(start_ids) or not len(end_ids):
+        raise AnygrainError(
+            f"no phrase vectors passed the filter (threshold {recorded['threshold']}); "
+            "lower --threshold"
+        )
+    np.save(base / "start_ids.npy", start_ids)
+    np.save(base / "end_ids.npy", end_ids)
+    dim = int(recorded["dim"])
+    # Both sides use one factory, checked for each before building: chosen for the larger
+    # side, or, compressed, for the smaller (its training points bound the PQ bits).
+    spec = (
+        settings.factory
+        or compressed_factory(comp, min(len(start_ids), len(end_ids)), dim, pq_m=settings.pq_m)
+        or default_phrase_factory(max(len(start_ids), len(end_ids)), dim)
+    )
+    for n_side in (len(start_ids), len(end_ids)):
+        plan_training(n_side, dim, spec)
+    fx_s = FaissIndex.build(StoredVectors(start, start_ids), spec, progress=progress)
+    fx_s.save(base / "start.faiss")
+    fx_e = FaissIndex.build(StoredVectors(end, end_ids), spec, progress=progress)
+    fx_e.save(base / "end.faiss")
+    del start, end
+    if not keep:
+        for name in DUMP_FILES:
+            (base / name).unlink(missing_ok=True)
+    sizes = {f.name: f.stat().st_size for f in base.iterdir() if f.is_file()}
+    n_bytes = sum(sizes.values())
+    recorded = {
+        **recorded,
+        "factory": fx_s.factory,
+        "nprobe": fx_s.nprobe,
+        "compress": comp.value,
+        "pq_m": settings.pq_m,
+        "dump": keep,
+        # where span scoring reads vectors: the float16 dump, or the FAISS codes decoded
+        "span_vectors": "dump" if keep and comp is Compress.NONE else "codes",
+    }
+    counts = {
+        "passages": stats.n_passages,
+        "tokens_seen": stats.n_tokens_seen,
+        "tokens_kept": stats.n_kept,
+        "start_vectors": stats.n_start,
+        "end_vectors": stats.n_end,
+        "vectors_per_passage": round((stats.n_start + stats.n_end) / max(stats.n_passages, 1), 3),
+        "tokens_kept_per_passage": round(stats.n_kept / max(stats.n_passages, 1), 3),
+        "kept_fraction": round(stats.n_kept / max(stats.n_tokens_seen, 1), 4),
+        "bytes": n_bytes,
+        "bytes_per_passage": round(n_bytes / max(stats.n_passages, 1), 1),
+        "faiss_bytes": sizes.get("start.faiss", 0) + sizes.get("end.faiss", 0),
+        "dump_bytes": sum(sizes.get(name, 0) for name in DUMP_FILES),
+    }
+    write_manifest(
+        out,
+        IndexKind.PHRASE,
+        FORMAT_VERSION,
+        corpus={
+            "path": corpus_ref(out, store),
+            "checksum": store.checksum,
+            "n_passages": len(store),
+        },
+        model=model_info,
+        settings=recorded,
+        counts=counts,
+        timings={
+            **timings,
+            "faiss_seconds": round(time.time() - t0, 3),
+            "shards_resumed": stats.shards_done_before,
+        },
+    )
+    return {"settings": recorded, "counts": counts}

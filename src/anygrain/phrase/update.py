@@ -1,0 +1,203 @@
+"""Adding documents to a phrase index and compacting it (``anygrain add`` / ``compact``).
+
+Adding dumps only the new passages: their token arrays are appended and their start/end
+vectors added to both FAISS indexes (with their trained quantisers).  Compacting
+re-encodes nothing: the kept passages' tokens and vectors are taken from the dump and
+both FAISS indexes built over them (:func:`~anygrain.phrase.build.finish_index`, as a
+fresh build); an index whose float16 dump was dropped for compressed codes is dumped
+again.  Either way the BM25 part fused into phrase scores, when the index carries one,
+is rebuilt (its statistics are corpus-wide).
+
+:mod:`anygrain.index.updater` stages the copy these functions write in and swaps it in;
+:class:`~anygrain.phrase.index.PhraseIndex` delegates its ``add_rows`` /
+``compact_rows`` here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anygrain.dense.faiss_index import FaissIndex
+from anygrain.index.base import read_manifest, rewrite_manifest
+from anygrain.index.settings import BuildOptions
+from anygrain.index.updater import StagedUpdate, corpus_field, fresh
+from anygrain.phrase.build import SUBDIR, finish_index, recorded_settings, write_index
+from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_phrases
+from anygrain.phrase.index import PhraseIndex
+from anygrain.phrase.lexical import SPARSE_SUBDIR
+from anygrain.sparse.update import rebuild_bm25
+
+
+def _append_rows(path: Path, extra: np.ndarray, work: Path) -> None:
+    """``path`` (an .npy array) with ``extra`` rows after its own, renamed over it."""
+    old = np.load(path, mmap_mode="r")
+    tmp = work / f"append.{path.name}"
+    mm = np.lib.format.open_memmap(
+        tmp, mode="w+", dtype=old.dtype, shape=(len(old) + len(extra), *old.shape[1:])
+    )
+    mm[: len(old)] = old
+    mm[len(old) :] = extra
+    mm.flush()
+    del mm, old
+    os.replace(tmp, path)
+
+
+def _phrase_sizes(base: Path, c: dict[str, Any]) -> None:
+    """The counts derived from the others and from file sizes, as ``finish_index`` sets them."""
+    sizes = {f.name: f.stat().st_size for f in base.iterdir() if f.is_file()}
+    n_p = max(int(c["passages"]), 1)
+    c["bytes"] = sum(sizes.values())
+    c["bytes_per_passage"] = round(c["bytes"] / n_p, 1)
+    c["vectors_per_passage"] = round((c["start_vectors"] + c["end_vectors"]) / n_p, 3)
+    c["tokens_kept_per_passage"] = round(c["tokens_kept"] / n_p, 3)
+    c["kept_fraction"] = round(c["tokens_kept"] / max(int(c["tokens_seen"]), 1), 4)
+    c["faiss_bytes"] = sizes.get("start.faiss", 0) + sizes.get("end.faiss", 0)
+    c["dump_bytes"] = sizes.get("start.npy", 0) + sizes.get("end.npy", 0)
+
+
+def _phrase_lexical(u: StagedUpdate) -> None:
+    """Rebuild a phrase index's BM25 part over the updated passages (its statistics are
+    corpus-wide); nothing for an index without one."""
+    idx = u.index
+    assert isinstance(idx, PhraseIndex)
+    if idx.lexical is not None:
+        rebuild_bm25(u.staged / SPARSE_SUBDIR, idx.lexical.bm25, u.store, u.progress)
+
+
+def add_phrases(u: StagedUpdate) -> None:
+    """Dump the new passages (``u.segment``) and append them to the staged phrase index."""
+    idx = u.index
+    assert isinstance(idx, PhraseIndex) and u.segment is not None
+    base = u.staged / SUBDIR
+    s = idx.manifest["settings"]
+    seg_dir = u.work / "dump"
+    stats = dump_phrases(
+        u.segment,
+        idx.model,
+        u.work / "shards",
+        seg_dir,
+        threshold=s["threshold"],
+        bf16=bool(s.get("bf16", False)),
+        progress=u.progress,
+        device=u.device,
+    )
+    n_tok = len(idx.table)
+    n_rows = len(idx.table.passage_ptr) - 1
+    tokens = np.array(np.load(seg_dir / "tokens.npy"))
+    tokens[:, 0] += n_rows  # the new passages' rows follow the old ones
+    flags = tokens[:, 3]
+    new_ids = {
+        "start": np.flatnonzero(flags & START_OK).astype(np.int64),
+        "end": np.flatnonzero(flags & END_OK).astype(np.int64),
+    }
+    for side in ("start", "end"):
+        vecs = np.load(seg_dir / f"{side}.npy", mmap_mode="r")
+        index = FaissIndex.load(base / f"{side}.faiss", factory=s.get("factory", ""), mmap=False)
+        if len(new_ids[side]):
+            index.index.add(np.ascontiguousarray(vecs[new_ids[side]], dtype=np.float32))
+        index.save(base / f"{side}.faiss")
+        _append_rows(base / f"{side}_ids.npy", new_ids[side] + n_tok, u.work)
+        if (base / f"{side}.npy").exists():  # the float16 dump, when the index keeps it
+            _append_rows(base / f"{side}.npy", np.asarray(vecs), u.work)
+    _append_rows(base / "tokens.npy", tokens, u.work)
+    _append_rows(base / "filter.npy", np.load(seg_dir / "filter.npy"), u.work)
+    old_ptr = np.load(base / "passage_ptr.npy")
+    seg_ptr = np.load(seg_dir / "passage_ptr.npy")
+    np.save(fresh(base / "passage_ptr.npy"), np.concatenate([old_ptr, seg_ptr[1:] + old_ptr[-1]]))
+    old = idx.manifest
+    c = dict(old["counts"])
+    c["passages"] += stats.n_passages
+    c["tokens_seen"] += stats.n_tokens_seen
+    c["tokens_kept"] += stats.n_kept
+    c["start_vectors"] += stats.n_start
+    c["end_vectors"] += stats.n_end
+    _phrase_sizes(base, c)
+    _phrase_lexical(u)
+    rewrite_manifest(u.staged, read_manifest(u.staged), corpus=corpus_field(old, u.store), counts=c)
+
+
+def compact_phrases(u: StagedUpdate) -> None:
+    """The staged phrase index over the kept rows (``u.keep_rows``) only."""
+    idx = u.index
+    assert isinstance(idx, PhraseIndex) and u.keep_rows is not None
+    base = u.staged / SUBDIR
+    old = idx.manifest
+    s = old["settings"]
+    if not (base / "start.npy").exists():
+        # the float16 dump was dropped for compressed codes: dump the kept passages again
+        shutil.rmtree(base)
+        shutil.rmtree(u.staged / SPARSE_SUBDIR, ignore_errors=True)  # linked to the original
+        lang = idx.lexical.bm25.config.lang if idx.lexical is not None else None
+        write_index(
+            u.staged,
+            u.store,
+            idx.model,
+            recorded_settings(s, lang=lang),
+            BuildOptions(progress=u.progress),
+            work=u.work / "shards",
+            build=idx.build_settings,  # type: ignore[arg-type]
+        )
+        return
+    keep = u.keep_rows
+    ptr = np.asarray(idx.table.passage_ptr)
+    counts = np.diff(ptr)[keep]
+    all_tokens = np.load(base / "tokens.npy", mmap_mode="r")
+    sel = np.flatnonzero(np.isin(idx.table.row, keep))
+    tokens = np.array(all_tokens[sel])
+    tokens[:, 0] = np.searchsorted(keep, tokens[:, 0])  # rows renumbered in order
+    new_ptr = np.zeros(len(keep) + 1, dtype=np.int64)
+    np.cumsum(counts, out=new_ptr[1:])
+    arrays = {
+        "start": np.asarray(np.load(base / "start.npy", mmap_mode="r")[sel]),
+        "end": np.asarray(np.load(base / "end.npy", mmap_mode="r")[sel]),
+        "filter": np.asarray(np.load(base / "filter.npy", mmap_mode="r")[sel]),
+        "tokens": tokens,
+        "passage_ptr": new_ptr,
+    }
+    for name in ("start_ids", "end_ids", "start.faiss", "end.faiss"):
+        fresh(base / name if "." in name else base / f"{name}.npy")
+    for name, arr in arrays.items():
+        np.save(fresh(base / f"{name}.npy"), arr)
+    flags = tokens[:, 3]
+    c = old["counts"]
+    kept = len(tokens)
+    stats = DumpStats(
+        n_passages=len(keep),
+        # tokens seen per passage are not stored: scaled by the kept share
+        n_tokens_seen=round(int(c["tokens_seen"]) * kept / max(int(c["tokens_kept"]), 1)),
+        n_kept=kept,
+        n_start=int(np.count_nonzero(flags & START_OK)),
+        n_end=int(np.count_nonzero(flags & END_OK)),
+        shards_done_before=0,
+    )
+    pre = {
+        k: s[k]
+        for k in (
+            "max_phrase_words",
+            "threshold",
+            "dim",
+            "dtype",
+            "include_title",
+            "max_passage_length",
+            "doc_stride",
+            "bf16",
+            "sparse",
+        )
+        if k in s
+    }
+    _phrase_lexical(u)
+    finish_index(
+        u.staged,
+        u.store,
+        stats,
+        recorded_settings(s),
+        recorded=pre,
+        model_info=old["model"],
+        progress=u.progress,
+        timings={"dump_seconds": 0.0},
+    )
