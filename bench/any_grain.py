@@ -64,7 +64,7 @@ from anygrain.eval.answers import has_answer
 from anygrain.hits.hit import Hit, Unit
 from anygrain.index.scope import gold_rows
 from anygrain.phrase.index import PhraseIndex
-from anygrain.phrase.search import _sentence_of
+from anygrain.phrase.search import sentence_of
 from anygrain.sparse.bm25 import BM25Index
 from anygrain.utils.threads import set_threads
 
@@ -218,8 +218,8 @@ def main() -> None:
         hr = int(phrase.table.row[h.start])
         if q.answer_starts and hr == r and h.span is not None:
             starts = list(starts_of[r] or [])
-            want = _sentence_of(starts, q.answer_starts[0])
-            got = _sentence_of(starts, h.span[0])
+            want = sentence_of(starts, q.answer_starts[0])
+            got = sentence_of(starts, h.span[0])
             gold_hit += int(want == got)
         if hr not in text_of_row:
             text_of_row[hr] = store.texts([hr])[0]

@@ -9,9 +9,11 @@ name.  The rules (docs/design.md, "Layers"):
     ``anygrain/cli/`` and ``anygrain/serve/`` -- never import ``anygrain.api``,
     ``anygrain.cli`` or ``anygrain.serve``: those are the top layers built on them;
 (b) ``anygrain/serve/`` never imports ``anygrain.cli``;
-(c) the index base ``anygrain/index/base.py`` imports no index kind: it finds a
-    kind's module by name in ``anygrain.index.registry``; nor does the updater
-    ``anygrain/index/updater.py``: it runs each kind's update through its class's hooks;
+(c) the floors: ``anygrain/index/`` (the base every kind stands on: base, registry,
+    settings, scope, tombstones, updater) imports no index kind (``sparse``, ``dense``,
+    ``phrase``) and nothing that stands on the kinds (``composite``, ``train``, ``reader``):
+    it finds a kind's module by name in ``anygrain.index.registry`` and runs its updates
+    through the kind's class; and the kinds import nothing that stands on them;
 (d) the model base ``anygrain/models/base.py`` imports no model type's module: it finds
     one by name in its ``MODEL_FORMS`` table;
 (e) the encode engine ``anygrain/encode/`` imports no model, index or method package: what
@@ -19,7 +21,8 @@ name.  The rules (docs/design.md, "Layers"):
     Ray) serve dense vectors, phrase dumps and training caches alike;
 (f) the command line ``anygrain/cli/`` imports ``anygrain.api``, ``anygrain.serve``,
     ``anygrain.errors`` and itself; any other anygrain name it imports is an option type
-    (an Enum or a dataclass, checked by importing it): the commands make no domain decisions.
+    (an Enum or a dataclass, checked by importing it): the commands make no domain decisions;
+(g) no private name (``_x``) is imported from another module: what a module shares is public.
 """
 
 from __future__ import annotations
@@ -39,16 +42,12 @@ PACKAGE = SRC / "anygrain"
 # the top layers: built on the library, never imported by it
 TOP = ("anygrain.api", "anygrain.serve")
 CLI = "anygrain.cli"
-# the index kinds the base must not import (it knows them by name only)
-KIND_MODULES = (
-    "anygrain.sparse",
-    "anygrain.dense",
-    "anygrain.phrase",
-    "anygrain.composite",
-    "anygrain.index.kinds",
-)
 INDEX_BASE = "anygrain.index.base"
 INDEX_UPDATER = "anygrain.index.updater"
+# the floors: index/ (the base every kind stands on) < the kinds < what stands on the kinds
+INDEX_FLOOR = "anygrain.index"
+KINDS = ("anygrain.sparse", "anygrain.dense", "anygrain.phrase")
+ABOVE_KINDS = ("anygrain.composite", "anygrain.train", "anygrain.reader")
 # the modules defining model types, which the model base knows by name only
 MODEL_TYPE_MODULES = ("anygrain.models.biencoder", "anygrain.phrase", "anygrain.reader")
 MODEL_BASE = "anygrain.models.base"
@@ -138,13 +137,31 @@ def check_source(source: str, module: str, *, is_package: bool = False) -> list[
             out.append(Violation(module, line, name, "library imports a top layer"))
         if _within(module, "anygrain.serve") and _is_cli(name):
             out.append(Violation(module, line, name, "serve imports the CLI"))
-        if module in (INDEX_BASE, INDEX_UPDATER) and any(_within(name, k) for k in KIND_MODULES):
-            out.append(Violation(module, line, name, "index base imports an index kind"))
+        if _within(module, INDEX_FLOOR) and any(_within(name, k) for k in KINDS + ABOVE_KINDS):
+            out.append(
+                Violation(
+                    module, line, name, "index/ imports an index kind or what stands on the kinds"
+                )
+            )
+        if any(_within(module, k) for k in KINDS) and any(_within(name, k) for k in ABOVE_KINDS):
+            out.append(Violation(module, line, name, "a kind imports what stands on the kinds"))
+        if _is_private_name(name) and name.rpartition(".")[0] != module:
+            out.append(Violation(module, line, name, "private name imported across modules"))
         if module == MODEL_BASE and any(_within(name, k) for k in MODEL_TYPE_MODULES):
             out.append(Violation(module, line, name, "model base imports a model type"))
         if _within(module, "anygrain.encode") and any(_within(name, k) for k in ENCODE_BELOW):
             out.append(Violation(module, line, name, "encode engine imports what it encodes"))
     return out
+
+
+def _is_private_name(name: str) -> bool:
+    """``anygrain.x._y`` where ``_y`` is a name inside module ``x``, not a private module file
+    (``corpus/readers/_io.py`` is a module its package's siblings share)."""
+    last = name.rpartition(".")[2]
+    if not last.startswith("_") or last.startswith("__"):
+        return False
+    rel = Path(*name.split("."))
+    return not ((SRC / rel).with_suffix(".py").exists() or (SRC / rel).is_dir())
 
 
 def all_modules() -> list[Path]:
@@ -182,10 +199,17 @@ def test_layers() -> None:
         # (b)
         ("anygrain.serve.app", "def f():\n    from anygrain.cli.common import X\n", "CLI"),
         # (c)
-        (INDEX_BASE, "def f():\n    import anygrain.index.kinds\n", "index kind"),
         (INDEX_BASE, "from anygrain.dense.index import DenseIndex", "index kind"),
         (INDEX_BASE, "from anygrain.composite import hybrid", "index kind"),
         (INDEX_UPDATER, "def f():\n    from anygrain.phrase.update import X\n", "index kind"),
+        # index/ floor, kinds, private names
+        ("anygrain.index.tombstones", "from anygrain.phrase.index import PhraseIndex", "index/"),
+        ("anygrain.index.updater", "def f():\n    import anygrain.composite.hybrid\n", "index/"),
+        ("anygrain.index.scope", "from anygrain.train.loop import run_loop", "index/"),
+        ("anygrain.dense.index", "from anygrain.composite.hybrid import HybridIndex", "a kind"),
+        ("anygrain.phrase.build", "def f():\n    from anygrain.train import phrase\n", "a kind"),
+        ("anygrain.api", "from anygrain.index.base import _check_on_open", "private"),
+        ("anygrain.phrase.packed", "from anygrain.phrase.model import _x", "private"),
         # (d)
         (MODEL_BASE, "def f():\n    from anygrain.phrase.packed import X\n", "model type"),
         (MODEL_BASE, "from anygrain.models import biencoder", "model type"),
@@ -211,6 +235,9 @@ def test_the_checker_flags_violations(module: str, source: str, rule: str) -> No
         (INDEX_BASE, "from anygrain.index.registry import KIND_MODULES"),
         (INDEX_BASE, "from anygrain.index.settings import IndexSettings"),
         ("anygrain.composite.hybrid", "from anygrain.dense.index import DenseIndex"),
+        ("anygrain.phrase.index", "from anygrain.index.base import Index"),
+        ("anygrain.corpus.readers.json", "from anygrain.corpus.readers import _io"),
+        ("anygrain.x", "from __future__ import annotations\nfrom anygrain import __version__"),
         (MODEL_BASE, "from anygrain.models.shipped import SHIPPED"),
     ],
 )

@@ -25,7 +25,7 @@ from anygrain.index.base import Index
 from anygrain.phrase import PhraseIndex
 from anygrain.phrase.compress import Compress, DecodedVectors, compressed_factory
 from anygrain.phrase.refilter import refilter
-from anygrain.phrase.search import _sentence_of
+from anygrain.phrase.search import sentence_of
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -73,7 +73,7 @@ def _unit_key(idx: PhraseIndex, unit: Unit, tok: int) -> object:
     if unit is Unit.DOCUMENT:
         return idx.store.column("doc_id", [r])[0]
     starts = idx.store.column("sent_starts", [r])[0] or []
-    return (r, _sentence_of(list(starts), int(idx.table.cs[tok])))
+    return (r, sentence_of(list(starts), int(idx.table.cs[tok])))
 
 
 def brute_force_units(

@@ -290,10 +290,10 @@ def test_cli_trains_a_model(tiny: Path, squad: Path, tmp_path: Path) -> None:
 
 
 def test_max_examples_takes_whole_passages() -> None:
-    from anygrain.train.phrase.data import _sample_by_passage
+    from anygrain.train.phrase.data import sample_by_passage
 
     owner = [p for p in range(20) for _ in range(5)]  # 20 passages x 5 questions
-    pick = _sample_by_passage(owner, 23, seed=3)
+    pick = sample_by_passage(owner, 23, seed=3)
     assert len(pick) == 23 and len(set(pick.tolist())) == 23
     assert list(pick) == sorted(pick)
     counts: dict[int, int] = {}
@@ -301,8 +301,8 @@ def test_max_examples_takes_whole_passages() -> None:
         counts[owner[i]] = counts.get(owner[i], 0) + 1
     # four whole passages and three questions of a fifth, not 23 scattered questions
     assert sorted(counts.values()) == [3, 5, 5, 5, 5]
-    assert list(_sample_by_passage(owner, 23, seed=3)) == list(pick)
-    assert list(_sample_by_passage(owner, 23, seed=4)) != list(pick)
+    assert list(sample_by_passage(owner, 23, seed=3)) == list(pick)
+    assert list(sample_by_passage(owner, 23, seed=4)) != list(pick)
 
 
 def test_per_side_clipping_trains_and_logs_each_sides_gradient_norm(

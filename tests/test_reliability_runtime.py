@@ -137,7 +137,7 @@ def test_faulthandler_prints_a_traceback_on_a_fatal_signal() -> None:
     """What is left of the SIGBUS window (a file truncated between the check and the read)
     at least says where it happened."""
     code = (
-        "import os, signal; from anygrain.cli import main as m; m._enable_faulthandler(); "
+        "import os, signal; from anygrain.cli import main as m; m.enable_faulthandler(); "
         "os.kill(os.getpid(), signal.SIGBUS)"
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -245,9 +245,9 @@ def _load_hf_dir(model_dir: Path) -> Any:
 
 
 def _load_phrase_side(model_dir: Path) -> Any:
-    from anygrain.phrase.model import _load_hf
+    from anygrain.models.hf import load_hf_dir as load_hf
 
-    return _load_hf(model_dir / "question")
+    return load_hf(model_dir / "question")
 
 
 @pytest.mark.parametrize("damage", [_truncate_weights, _corrupt_header], ids=lambda f: f.__name__)

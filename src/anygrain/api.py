@@ -532,9 +532,9 @@ def refilter_index(
 
 def source_formats() -> list[Format]:
     """Every source format anygrain reads (documents, questions or both), by name."""
-    from anygrain.corpus.formats import FORMATS, _ensure_loaded
+    from anygrain.corpus.formats import FORMATS, ensure_loaded
 
-    _ensure_loaded()
+    ensure_loaded()
     return sorted(FORMATS.values(), key=lambda f: f.name)
 
 

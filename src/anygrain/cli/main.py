@@ -113,7 +113,7 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
-def _enable_faulthandler() -> None:
+def enable_faulthandler() -> None:
     """A fatal signal (SIGSEGV, SIGBUS: a memory-mapped file truncated under a search) at
     least prints where every thread was, instead of dying without a word."""
     import contextlib
@@ -140,7 +140,7 @@ def _log_warnings() -> None:
 def main() -> None:
     try:
         stop_on_sigterm()
-        _enable_faulthandler()
+        enable_faulthandler()
         _log_warnings()
         app = get_app()  # imports typer, NumPy and every command module
         app()  # typer turns a Ctrl-C inside a command into exit 130 itself

@@ -73,14 +73,14 @@ class Source:
         return self.format.read_questions(self.path, errors or ErrorLog())
 
 
-def _ensure_loaded() -> None:
+def ensure_loaded() -> None:
     # Readers register themselves on import.
     import anygrain.corpus.readers  # noqa: F401
 
 
 def names_format(spec: str | os.PathLike[str]) -> bool:
     """Whether ``spec`` is ``FORMAT:PATH`` with a known format (and not itself a path)."""
-    _ensure_loaded()
+    ensure_loaded()
     text = os.fspath(spec)
     name, sep, _ = text.partition(":")
     return bool(sep) and name.lower() in FORMATS and not Path(text).exists()
@@ -92,7 +92,7 @@ def parse_source(spec: str | os.PathLike[str], *, want: str = "documents") -> So
     ``want`` is ``"documents"`` or ``"questions"`` and restricts detection to
     formats that can provide it.
     """
-    _ensure_loaded()
+    ensure_loaded()
     text = os.fspath(spec)
     name, sep, rest = text.partition(":")
     if sep and name.lower() in FORMATS and not Path(text).exists():

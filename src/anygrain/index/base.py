@@ -155,7 +155,7 @@ def write_manifest(path: Path, kind: IndexKind, version: int, **fields: Any) -> 
         "checksum_algorithm": ALGORITHM,
         "files": file_table(path, exclude=[MANIFEST]),
     }
-    corpus = _external_corpus(path, m)
+    corpus = external_corpus(path, m)
     if corpus is not None:
         m["corpus_files"] = file_table(corpus)
     atomic_write_text(path / MANIFEST, json.dumps(m, indent=2, ensure_ascii=False))
@@ -175,7 +175,7 @@ def rewrite_manifest(path: Path, old: dict[str, Any], **updates: Any) -> dict[st
     return write_manifest(path, IndexKind(old["kind"]), int(old["format_version"]), **fields)
 
 
-def _external_corpus(path: Path, manifest: dict[str, Any]) -> Path | None:
+def external_corpus(path: Path, manifest: dict[str, Any]) -> Path | None:
     """The corpus directory when it is not inside the index directory (its files are not in
     ``files`` then, so they are checked separately)."""
     ref = (manifest.get("corpus") or {}).get("path")
@@ -224,7 +224,7 @@ def check_index_files(
             exclude=[MANIFEST],
             always=model_files(rm["files"]),
         )
-        corpus = _external_corpus(root, rm)
+        corpus = external_corpus(root, rm)
         if corpus is not None and "corpus_files" in rm:
             problems += check_files(
                 corpus, rm["corpus_files"], verify=v, small_limit=small_limit, extra=extra

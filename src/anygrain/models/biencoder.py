@@ -64,11 +64,6 @@ class BiEncoderConfig:
         )
 
 
-def _load_hf(path: Path) -> tuple[nn.Module, Any]:
-    """``(model, tokenizer)`` of a Hugging Face directory (see :func:`load_hf_dir`)."""
-    return load_hf_dir(path)  # type: ignore[no-any-return]
-
-
 @register_model(ModelType.BIENCODER)
 class BiEncoder(Model):
     format = FORMAT
@@ -135,7 +130,7 @@ class BiEncoder(Model):
             defaults.passage_prefix if passage_prefix is None else passage_prefix,
             max_passage_length,
         )
-        model, tok = _load_hf(path)
+        model, tok = load_hf_dir(path)
         q = TextEncoder(model, tok, qcfg)
         pm = model if shared else copy.deepcopy(model)
         pe = TextEncoder(pm, tok, pcfg)
@@ -147,12 +142,12 @@ class BiEncoder(Model):
     @classmethod
     def from_saved(cls, path: Path, config: dict[str, Any]) -> BiEncoder:
         cfg = BiEncoderConfig.from_dict(config)
-        qm, tok = _load_hf(path / "question")
+        qm, tok = load_hf_dir(path / "question")
         q = TextEncoder(qm, tok, cfg.question)
         if cfg.shared:
             pe = TextEncoder(qm, tok, cfg.passage)
         else:
-            pm, ptok = _load_hf(path / "passage")
+            pm, ptok = load_hf_dir(path / "passage")
             pe = TextEncoder(pm, ptok, cfg.passage)
         return cls(q, pe, cfg)
 

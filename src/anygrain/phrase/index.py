@@ -63,12 +63,12 @@ from anygrain.phrase.search import (
     aggregate,
     search_candidates,
     search_scope,
-    single_thread,
     unit_hits,
 )
 from anygrain.phrase.units import fused_phrases, mips_scored
 from anygrain.phrase.units import search_units as search_unit_rounds
 from anygrain.utils.device import place
+from anygrain.utils.threads import single_thread
 
 if TYPE_CHECKING:
     from anygrain.corpus.questions import Questions

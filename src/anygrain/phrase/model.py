@@ -117,11 +117,6 @@ def identity_linear(dim: int) -> nn.Linear:
     return lin
 
 
-def _load_hf(path: Path) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` of a Hugging Face directory (see :func:`load_hf_dir`)."""
-    return load_hf_dir(path)
-
-
 def _saved_phrase_dir(name: str | Path) -> Path | None:
     """The directory of a saved (full or packed) phrase model named by ``name``, else None
     (``name`` is then an encoder to start a new model from)."""
@@ -229,7 +224,7 @@ class PhraseEncoder(Model):
                 )
             return model
         path, defaults = resolve_model(name, cache_dir=cache_dir)
-        base, tok = _load_hf(path)
+        base, tok = load_hf_dir(path)
         kind = QuestionEncoderKind(question_encoder)
         pooling = Pooling(question_pooling or defaults.pooling)
         cfg = PhraseConfig(
@@ -258,7 +253,7 @@ class PhraseEncoder(Model):
     def from_saved(cls, path: Path, config: dict[str, Any]) -> PhraseEncoder:
         """The full saved form (the packed one loads through :mod:`anygrain.phrase.packed`)."""
         cfg = PhraseConfig.from_dict(config, str(path / MODEL_CONFIG))
-        phrase, tok = _load_hf(path / "phrase")
+        phrase, tok = load_hf_dir(path / "phrase")
         if int(phrase.config.hidden_size) != cfg.hidden_size:
             raise AnygrainError(
                 f"{path}: phrase encoder has hidden size {phrase.config.hidden_size}, "
@@ -269,7 +264,7 @@ class PhraseEncoder(Model):
             if cfg.question_encoder is QuestionEncoderKind.SEPARATE
             else ["question"]
         )
-        questions = [_load_hf(path / n)[0] for n in names]
+        questions = [load_hf_dir(path / n)[0] for n in names]
         model = cls(cfg, phrase, tok, questions)
         heads = path / HEADS_FILE
         if not heads.exists():

@@ -42,7 +42,8 @@ from anygrain.models.base import (
     read_config,
     register_form,
 )
-from anygrain.phrase.model import MODEL_CONFIG, PhraseConfig, PhraseEncoder, _load_hf
+from anygrain.models.hf import load_hf_dir
+from anygrain.phrase.model import MODEL_CONFIG, PhraseConfig, PhraseEncoder
 from anygrain.utils.atomic import atomic_dir
 
 PACKED_CONFIG = config_file(ModelType.PACKED_PHRASE)
@@ -139,7 +140,7 @@ def _backbone(name: str, cache_dir: Path | None) -> tuple[Any, Any]:
     from anygrain.models.resolve import resolve_model
 
     path, _ = resolve_model(name, cache_dir=cache_dir)
-    return _load_hf(path)
+    return load_hf_dir(path)
 
 
 def pack_phrase_model(

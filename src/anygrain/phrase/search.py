@@ -29,7 +29,6 @@ import torch
 from anygrain.corpus.store import CorpusStore
 from anygrain.hits.hit import Hit, Unit
 from anygrain.phrase.dump import END_OK, START_OK
-from anygrain.utils.threads import single_thread as single_thread  # where phrase/ imports it
 
 _BIG = np.int64(1) << np.int64(31)  # row stride in the (row, word) sort keys
 _NEG = np.float32(-np.inf)
@@ -230,7 +229,7 @@ class UnitHit:
     span: tuple[int, int] | None
 
 
-def _sentence_of(starts: list[int], char: int) -> int:
+def sentence_of(starts: list[int], char: int) -> int:
     """Index of the sentence holding ``char`` (the last one starting at or before it)."""
     if not starts:
         return -1
@@ -269,7 +268,7 @@ def aggregate(
         key: object
         if unit is Unit.SENTENCE:
             starts, ends = ss[r] or [], se[r] or []
-            j = _sentence_of(starts, int(table.cs[s]))
+            j = sentence_of(starts, int(table.cs[s]))
             if j < 0:
                 span, j = (int(table.cs[s]), int(table.ce[e])), -1
             else:

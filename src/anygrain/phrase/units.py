@@ -25,8 +25,8 @@ from anygrain.phrase.search import (
     merge,
     search_candidates,
     search_scope,
-    single_thread,
 )
+from anygrain.utils.threads import single_thread
 
 if TYPE_CHECKING:
     from anygrain.phrase.index import PhraseIndex

@@ -44,7 +44,7 @@ from typing import Any
 
 from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit, Unit
-from anygrain.index.base import MANIFEST, Index, _external_corpus
+from anygrain.index.base import MANIFEST, Index, external_corpus
 
 #: A question longer than this many characters is refused (encoders truncate far earlier).
 MAX_QUESTION_CHARS = 1000
@@ -85,7 +85,7 @@ def mapped_files(index: Index) -> list[Path]:
         return []
     root = Path(index.path)
     out = [root / rel for rel in m.get("files") or {} if rel.endswith(MAPPED_SUFFIXES)]
-    corpus = _external_corpus(root, m)
+    corpus = external_corpus(root, m)
     if corpus is not None:
         files = m.get("corpus_files") or {}
         out += [corpus / rel for rel in files if rel.endswith(MAPPED_SUFFIXES)]

@@ -151,7 +151,7 @@ def load_phrase_data(
             "SQuAD-format data (squad:PATH)"
         )
     if max_examples is not None and max_examples < len(raw):
-        raw = [raw[i] for i in _sample_by_passage([r[2] for r in raw], max_examples, seed)]
+        raw = [raw[i] for i in sample_by_passage([r[2] for r in raw], max_examples, seed)]
         used = sorted({r[2] for r in raw})
         remap = {old: new for new, old in enumerate(used)}
         passages = [passages[i] for i in used]
@@ -203,7 +203,7 @@ def load_phrase_data(
     )
 
 
-def _sample_by_passage(owner: list[int], n: int, seed: int) -> np.ndarray:
+def sample_by_passage(owner: list[int], n: int, seed: int) -> np.ndarray:
     """Indices of ``n`` questions taken passage by passage, passages in seeded random order.
 
     Whole passages rather than random questions: training encodes a passage once for
