@@ -30,7 +30,8 @@ from anygrain.hits.hit import Hit, Unit
 from anygrain.index.base import Index, check_index_files, index_class, read_manifest
 from anygrain.models.biencoder import BiEncoder
 from anygrain.phrase import PhraseEncoder
-from anygrain.utils.checksums import file_table
+from anygrain.phrase.compress import Compress
+from anygrain.utils.checksums import Verify, file_table
 
 TOPICS_A = [
     ("Paris", "Paris is the capital of France and sits on the Seine."),
@@ -339,6 +340,38 @@ def test_compacting_a_compressed_phrase_index_dumps_the_kept_passages_again(
     assert compacted.build_settings == fresh.build_settings
     assert_same_search(compacted, fresh, k=3, unit=Unit.PASSAGE)
     assert check_index_files(p, extra=True) == []
+
+
+@pytest.mark.parametrize("compress", [c.value for c in Compress])
+def test_every_compress_setting_builds_adds_deletes_compacts_and_verifies(
+    phrase_model: Path, tmp_path: Path, compress: str
+) -> None:
+    """Each ``--compress`` setting through the whole life of an index: built on A, B added
+    (B's passages then found by their own text), a document deleted, compacted; every step
+    leaves files that verify in full."""
+    opts: dict[str, Any] = {"progress": False, "lang": "en", "model": phrase_model}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # FAISS: few training points for IVF/PQ on a fixture
+        idx = Index.build(PHRASE_A, kind="phrase", out=tmp_path / "i", compress=compress, **opts)
+        p = idx.path
+        assert idx.manifest["settings"]["compress"] == compress
+        assert check_index_files(p, verify=Verify.FULL, extra=True) == []
+        added = add_documents(p, PHRASE_B, progress=False)
+        assert check_index_files(p, verify=Verify.FULL, extra=True) == []
+        assert len(added.corpus) == len(PHRASE_A) + len(PHRASE_B)
+        # every new passage is reachable: its own text as the query puts it in the top units
+        for doc in PHRASE_B:
+            hits = added.search([doc.text], k=len(added.corpus), unit=Unit.PASSAGE)[0]
+            assert doc.doc_id in {h.doc_id for h in hits}
+        gone = PHRASE_B[0].doc_id
+        delete_documents(p, [gone])
+        assert all(h.doc_id != gone for h in Index.load(p).search(QUERIES, 5)[0])
+        compacted = compact_index(p, progress=False)
+    assert compacted.manifest["settings"]["compress"] == compress
+    assert len(compacted.corpus) == len(PHRASE_A) + len(PHRASE_B) - 1
+    assert check_index_files(p, verify=Verify.FULL, extra=True) == []
+    loaded = Index.load(p, verify=Verify.FULL)
+    assert all(hits for hits in loaded.search(QUERIES, 3))
 
 
 # --- CLI ------------------------------------------------------------------------------------

@@ -96,7 +96,7 @@ def _got_units(
     return [(_unit_key(idx, unit, h.start), h.score) for h in found[0]], stats[0]
 
 
-@pytest.mark.parametrize("compress", ["none", "sq8"])
+@pytest.mark.parametrize("compress", [c.value for c in Compress])
 @pytest.mark.parametrize("unit", [Unit.SENTENCE, Unit.PASSAGE, Unit.DOCUMENT])
 @pytest.mark.parametrize("k", [1, 3])
 def test_exact_unit_search_equals_brute_force(
@@ -370,7 +370,7 @@ def test_query_side_training_targets_the_decoded_vectors(
     assert again.search(QUESTIONS[:1], 1)[0]
 
 
-@pytest.mark.parametrize("compress", ["none", "sq8"])
+@pytest.mark.parametrize("compress", [c.value for c in Compress])
 def test_score_rows_is_each_passages_brute_force_best_phrase(
     built: dict[str, PhraseIndex], compress: str
 ) -> None:
