@@ -284,7 +284,7 @@ def test_dense_index_on_chinese_says_which_model(
     src.write_text("北京是中国的首都。\n\n上海是中国最大的城市。\n", encoding="utf-8")
     r = runner.invoke(app, ["index", str(src), "--kind", "dense", "--out", str(tmp_path / "i")])
     assert r.exit_code == 0, r.output
-    assert chosen == ["me5-small"]
+    assert chosen == ["me5-small"] * 2  # to encode, then to open: the index refers to it
     assert "as dense with model me5-small →" in r.stdout
     assert "encoding passages with me5-small" in r.stderr
 

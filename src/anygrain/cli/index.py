@@ -79,6 +79,14 @@ def index_cmd(
             "(default: minilm, or me5-small for a Chinese corpus)"
         ),
     ] = None,
+    copy_model: Annotated[
+        bool | None,
+        typer.Option(
+            "--copy-model/--no-copy-model",
+            help="Dense and hybrid: carry a copy of the model in the index (default: only "
+            "for a model given as a directory; a name is recorded and resolved on open)",
+        ),
+    ] = None,
     faiss: Annotated[
         str | None,
         typer.Option("--faiss", help="FAISS factory string (default: chosen from corpus size)"),
@@ -224,9 +232,9 @@ def index_cmd(
                     "--kind hybrid --from takes exactly two index directories "
                     "(--from BM25_DIR --from DENSE_DIR) and no SOURCE"
                 )
-            if model or faiss or lang or split != "auto":
+            if model or faiss or lang or split != "auto" or copy_model is not None:
                 raise AnygrainError(
-                    "--model, --faiss, --lang and --split apply when encoding; "
+                    "--model, --copy-model, --faiss, --lang and --split apply when encoding; "
                     "--from reuses the indexes as they were built"
                 )
             idx = api.combine_hybrid(
@@ -244,6 +252,8 @@ def index_cmd(
             }
             if model:
                 settings["model"] = model
+            if copy_model is not None:
+                settings["copy_model"] = copy_model
             if faiss:
                 settings["factory"] = faiss
             if threshold is not None:

@@ -58,7 +58,7 @@ def fusion_config(
 #: the flat options a hybrid build takes (the API's and the command line's) that go to its
 #: dense part and to its BM25 part; ``lang`` goes to both, ``fusion``, ``weight`` and
 #: ``depth`` make the fusion (:meth:`HybridSettings.from_values`)
-DENSE_OPTIONS = ("model", "factory", "dtype", "batch_size", "bf16", "shard_size")
+DENSE_OPTIONS = ("model", "factory", "dtype", "batch_size", "bf16", "shard_size", "copy_model")
 BM25_OPTIONS = ("k1", "b")
 FUSION_OPTIONS = ("fusion", "weight", "depth")
 

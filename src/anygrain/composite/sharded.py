@@ -458,10 +458,9 @@ class ShardedIndex(Index):
             first["settings"]["sparse"] = lexical.to_dict()
         extra: dict[str, Any] = {}
         if "model" in first:
-            extra["model"] = {
-                **first["model"],
-                "path": f"{parts[0]['path']}/{first['model'].get('path', '')}",
-            }
+            extra["model"] = dict(first["model"])
+            if first["model"].get("path"):  # a copy in the first shard (not a name: "ref")
+                extra["model"]["path"] = f"{parts[0]['path']}/{first['model']['path']}"
         write_manifest(
             out,
             IndexKind.SHARDED,

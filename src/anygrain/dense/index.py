@@ -5,7 +5,7 @@ Layout (``subdir`` is ``dense`` unless a hybrid index nests it elsewhere)::
     index.json              manifest: corpus checksum, model fingerprint, factory, dim, timings
     corpus/                 the passage store (unless an existing store was reused)
     dense/dense.json        the dense settings, so a hybrid index can open this part alone
-    dense/model/            the bi-encoder (BiEncoder.save), so the index carries its encoder
+    dense/model/            the bi-encoder (BiEncoder.save), when the index carries a copy
     dense/vectors/          passage vectors in .npy shards (exact scores for reranking)
     dense/faiss.index       the FAISS index, memory-mapped on open
 
@@ -13,6 +13,12 @@ The index records the passage encoder's weight fingerprint: a question encoder
 fine-tuned on its own (passage side frozen) can be passed at open time, while a
 model whose passage side differs is refused, since its questions would live in a
 different vector space from the stored passages.
+
+A model given by name (an alias such as ``minilm``, a shipped model, a hub name) is not
+copied: the index records the name (``model.ref`` in ``dense.json``) and the fingerprint,
+and opening resolves the name again and hashes the weights it finds, refusing other
+weights behind the same name.  A model given as a directory or an instance is copied
+into ``dense/model/`` (``model.path``); ``DenseSettings.copy_model`` overrides the rule.
 """
 
 from __future__ import annotations
@@ -34,7 +40,13 @@ from anygrain.corpus.source import corpus_ref, open_corpus_of
 from anygrain.corpus.store import CorpusStore
 from anygrain.dense.faiss_index import FaissIndex, plan_training
 from anygrain.dense.shards import DTYPES, ShardSet, encode_corpus
-from anygrain.errors import AnygrainError, IndexMismatchError, parse_enum
+from anygrain.errors import (
+    AnygrainError,
+    IndexMismatchError,
+    ModelNotFoundError,
+    UsageError,
+    parse_enum,
+)
 from anygrain.hits.hit import Hit
 from anygrain.hits.results import hits_from_rows
 from anygrain.index.base import (
@@ -45,8 +57,10 @@ from anygrain.index.base import (
     write_manifest,
 )
 from anygrain.index.settings import BuildOptions, IndexSettings
-from anygrain.models.biencoder import BiEncoder
-from anygrain.models.resolve import default_model
+from anygrain.models.biencoder import MODEL_CONFIG, BiEncoder
+from anygrain.models.encoder import EncoderConfig
+from anygrain.models.resolve import ALIASES, default_model
+from anygrain.models.shipped import SHIPPED
 from anygrain.utils.atomic import atomic_write_text
 from anygrain.utils.device import place
 
@@ -61,8 +75,44 @@ QUESTION_BATCH = 32
 
 
 def as_biencoder(model: str | Path | BiEncoder) -> BiEncoder:
-    """A BiEncoder from an instance, an anygrain model dir, or an alias / hub name / HF dir."""
-    return model if isinstance(model, BiEncoder) else BiEncoder.from_pretrained(model)
+    """A BiEncoder from an instance, an anygrain model dir, a shipped model's name, or an
+    alias / hub name / HF dir."""
+    if isinstance(model, BiEncoder):
+        return model
+    if str(model) in SHIPPED and not Path(str(model)).expanduser().exists():
+        return BiEncoder.load(str(model))  # refuses a shipped model of another type
+    return BiEncoder.from_pretrained(model)
+
+
+def given_by_name(model: str | Path) -> bool:
+    """Whether ``model`` names a model (an alias, a shipped model, a hub name) rather than
+    a local directory, decided as :func:`as_biencoder` loads it: an anygrain model
+    directory first, then an alias, then any existing path."""
+    p = Path(str(model)).expanduser()
+    if (p / MODEL_CONFIG).exists():
+        return False
+    return str(model) in ALIASES or not p.exists()
+
+
+def model_reference(model: str | Path | BiEncoder, copy_model: bool | None = None) -> str:
+    """What a dense index records to find ``model`` again instead of copying it ("": copy it).
+
+    ``copy_model`` None: a model given by name is referenced by that name, a directory or
+    an in-memory model copied; True: always copied; False: never (a directory is referenced
+    by its absolute path, an in-memory model, which has neither name nor path, refused)."""
+    if copy_model:
+        return ""
+    if isinstance(model, BiEncoder):
+        if copy_model is False:
+            raise UsageError(
+                "copy_model=False needs a model given by name or directory: an in-memory "
+                "model has neither for the index to record; save it (model.save(DIR)) and "
+                "pass DIR, or let the index copy it (copy_model=None or True)"
+            )
+        return ""
+    if given_by_name(model):
+        return str(model)
+    return str(Path(str(model)).expanduser().resolve()) if copy_model is False else ""
 
 
 def encoder_name(
@@ -86,8 +136,13 @@ class DenseSettings(IndexSettings):
     batch_size: int = 64
     bf16: bool = False
     shard_size: int = 50_000
+    # the model's weights in the index: None copies a directory or an in-memory model and
+    # records a name (alias, shipped, hub) instead; True always copies, False never
+    copy_model: bool | None = None
 
     def __post_init__(self) -> None:
+        if self.copy_model is False and isinstance(self.model, BiEncoder):
+            model_reference(self.model, False)  # refused, before anything is read
         if self.lang is not None:
             parse_enum(Lang, self.lang)
         if self.dtype not in DTYPES:
@@ -129,18 +184,26 @@ def write_dense_index(
     moved under ``out``: point it outside a temporary build directory to make the encoding
     resumable.  ``model_name`` is recorded as the model's name (default: ``model`` when it
     is a name); ``build`` (the settings the index was asked for) as ``settings.build``.
+
+    The model is copied into ``out/subdir/model`` or, when it was given by name (as
+    ``settings.model``, else as ``model``), only referenced: :func:`model_reference`,
+    with ``settings.copy_model`` deciding.
     """
     s = settings
     out = Path(out)
     if not model_name and not isinstance(model, BiEncoder):
         model_name = str(model)
+    ref = model_reference(s.model if s.model is not None else model, s.copy_model)
     enc = as_biencoder(model)
     base = out / subdir
     base.mkdir(parents=True, exist_ok=True)
     plan_training(len(store), enc.dim, s.factory)  # fail now, not after encoding
     t0 = time.time()
     fingerprint = enc.passage_fingerprint()
-    enc.save(base / "model")
+    # where the model is found again: its copy in the index, or the name it was given by
+    found: dict[str, str] = {"ref": ref} if ref else {"path": "model"}
+    if not ref:
+        enc.save(base / "model")
     t_model = time.time()
     target = base / "vectors"
     shards = encode_corpus(
@@ -168,7 +231,7 @@ def write_dense_index(
     recorded = {
         "subdir": subdir,
         "model": {
-            "path": "model",
+            **found,
             "name": model_name or enc.config.base_model,
             "base_model": enc.config.base_model,
             "fingerprint": fingerprint,
@@ -201,11 +264,39 @@ def write_dense_index(
         model={
             "fingerprint": fingerprint,
             "base_model": enc.config.base_model,
-            "path": str(Path(subdir) / "model"),
+            **({"ref": ref} if ref else {"path": str(Path(subdir) / "model")}),
         },
         settings={"dense": recorded} | ({"build": build.to_dict()} if build is not None else {}),
     )
     return recorded
+
+
+def referenced_model(path: Path, record: dict[str, Any]) -> BiEncoder:
+    """The model a dense index at ``path`` refers to by name (``record``: the ``model`` of
+    its ``dense.json``), loaded as the build loaded it, with the question and passage
+    settings recorded there; its fingerprint is the caller's to check."""
+    ref = record.get("ref")
+    if not ref:
+        raise AnygrainError(
+            f"{path}: its dense settings record neither a copy of the model ('path') nor a "
+            "model to load ('ref'); rebuild the index"
+        )
+    try:
+        enc = as_biencoder(ref)
+    except ModelNotFoundError as e:
+        raise ModelNotFoundError(
+            f"{path}: the index refers to the model {ref!r} (fingerprint "
+            f"{record['fingerprint']}) instead of holding a copy, and it cannot be loaded "
+            f"here: {e} Pass that model's directory with --model DIR (Index.load(path, "
+            "model=DIR)), or rebuild the index with --copy-model to carry the model in it."
+        ) from None
+    for side in ("question", "passage"):
+        if side in record:
+            cfg = EncoderConfig.from_dict(record[side])
+            if getattr(enc.config, side) != cfg:  # the alias's defaults changed since
+                setattr(enc.config, side, cfg)
+                getattr(enc, side).config = cfg
+    return enc
 
 
 @register_index(IndexKind.DENSE)
@@ -314,7 +405,8 @@ class DenseIndex(Index):
         **options: Any,
     ) -> DenseIndex:
         """Open the index; ``model`` replaces the saved encoder (e.g. a fine-tuned question
-        side); ``device`` is where questions are encoded (None: auto)."""
+        side) or the one the index refers to by name; ``device`` is where questions are
+        encoded (None: auto)."""
         path = Path(path)
         base = path / subdir
         f = base / SETTINGS_FILE
@@ -324,14 +416,28 @@ class DenseIndex(Index):
             )
         settings = json.loads(f.read_text(encoding="utf-8"))
         store = store or open_corpus_of(path, manifest)
-        want = settings["model"]["fingerprint"]
-        if model is None:
-            enc = BiEncoder.load(base / settings["model"]["path"])
-            # Recorded by save(); hashing the weights again would cost a second per open.
-            got = enc.config.passage_fingerprint
-        else:
+        record = settings["model"]
+        want = record["fingerprint"]
+        if model is not None:
             enc = as_biencoder(model)
             got = enc.passage_fingerprint()
+        elif record.get("path"):
+            enc = BiEncoder.load(base / record["path"])
+            # Recorded by save(); hashing the weights again would cost a second per open
+            # (Index.load checked the copy's files against the index's checksums).
+            got = enc.config.passage_fingerprint
+        else:
+            # a name resolves to whatever is installed or downloaded now: hashed every time
+            enc = referenced_model(path, record)
+            got = enc.passage_fingerprint()
+            if got != want:
+                raise IndexMismatchError(
+                    f"{path}: the model {record['ref']!r} now has a passage encoder with "
+                    f"fingerprint {got}, not the {want} this index was built with (base "
+                    f"{record['base_model']!r}); another model behind the same name is never "
+                    "used in its place. Pass the model the index was built with (--model DIR, "
+                    "or Index.load(path, model=DIR)), or rebuild the index."
+                )
         if got != want:
             raise IndexMismatchError(
                 f"{path}: the model's passage encoder (fingerprint {got}) is not the one this index "
