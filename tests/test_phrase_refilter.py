@@ -16,7 +16,8 @@ from anygrain.cli.index import refilter_cmd
 from anygrain.errors import AnygrainError
 from anygrain.index.base import Index
 from anygrain.phrase import PhraseEncoder, PhraseIndex
-from anygrain.phrase.refilter import refilter, refiltered_flags, threshold_for_fraction
+from anygrain.phrase.filtering import refiltered_flags
+from anygrain.phrase.refilter import refilter, threshold_for_fraction
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -75,6 +76,31 @@ def test_refilter_equals_a_fresh_build_at_that_threshold(
     # It reopens from disk, with the source's corpus and model.
     again = Index.load(sub.path)
     assert isinstance(again, PhraseIndex) and len(again.corpus) == len(full.corpus)
+
+
+def test_a_build_with_keep_equals_refiltering_at_that_fraction(
+    full: PhraseIndex, model_dir: Path, squad: Path, tmp_path: Path
+) -> None:
+    """``keep=`` at build time finds tau from the dump's own logits, as refilter does."""
+    tau = threshold_for_fraction(full, 0.4)
+    kept = PhraseIndex.build_from(
+        f"squad:{squad}", tmp_path / "kept", model=model_dir, keep=0.4, progress=False
+    )
+    sub = refilter(full, tmp_path / "sub", tau, progress=False)
+    for name in ("tokens", "start", "end", "filter", "passage_ptr", "start_ids", "end_ids"):
+        a = np.load(kept.path / "phrase" / f"{name}.npy")
+        b = np.load(sub.path / "phrase" / f"{name}.npy")
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    s = kept.manifest["settings"]
+    assert s["threshold"] == pytest.approx(tau) and s["keep"] == 0.4
+    assert kept.manifest["counts"]["tokens_kept"] == sub.manifest["counts"]["tokens_kept"]
+    assert not (tmp_path / "kept" / "phrase" / "kept").exists()
+    with pytest.raises(AnygrainError, match="not both"):
+        PhraseIndex.build_from(
+            f"squad:{squad}", tmp_path / "x", model=model_dir, keep=0.4, threshold=0.0
+        )
+    with pytest.raises(AnygrainError, match="keep must be"):
+        PhraseIndex.build_from(f"squad:{squad}", tmp_path / "y", model=model_dir, keep=1.5)
 
 
 def test_keep_fraction_is_close_to_what_is_kept(full: PhraseIndex, tmp_path: Path) -> None:

@@ -131,9 +131,19 @@ def index_cmd(
         bool, typer.Option("--json", help="Print the summary as one JSON object on stdout")
     ] = False,
     compress: Annotated[
-        Compress,
-        typer.Option(help="Phrase indexes: quantize the FAISS vectors (spans scored decoded)"),
-    ] = Compress.NONE,
+        Optional[Compress],  # noqa: UP045 -- typer reads the annotation at runtime
+        typer.Option(
+            help="Phrase indexes: quantize the FAISS vectors (spans scored decoded; "
+            "default: the phrase kind's, see docs/cli.md)"
+        ),
+    ] = None,
+    keep: Annotated[
+        float | None,
+        typer.Option(
+            help="Phrase indexes, instead of --threshold: keep about this fraction of the "
+            "start and end vectors (the filter's trade-off of size against accuracy)"
+        ),
+    ] = None,
     pq_m: Annotated[
         int | None, typer.Option("--pq-m", help="opq-pq: bytes per vector (default dim/8)")
     ] = None,
@@ -268,8 +278,10 @@ def index_cmd(
                 raise AnygrainError("--ray-timeout applies with --ray")
             # only the options given: a kind without them refuses them by name
             # (Index.build checks its settings: --fusion* on a kind other than hybrid, say)
-            if compress is not Compress.NONE:
+            if compress is not None:
                 settings["compress"] = compress
+            if keep is not None:
+                settings["keep"] = keep
             if pq_m is not None:
                 settings["pq_m"] = pq_m
             if keep_dump is not None:

@@ -16,6 +16,9 @@ indexes and writes ``index.json``; :mod:`anygrain.phrase.refilter` and the updat
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import shutil
 import time
 from dataclasses import dataclass
 from functools import cached_property
@@ -32,6 +35,7 @@ from anygrain.index.base import IndexKind, write_manifest
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.phrase.compress import Compress, compressed_factory, default_pq_m, ivf_prefix
 from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_phrases
+from anygrain.phrase.filtering import fraction_threshold, refiltered_flags, subset_dump
 from anygrain.phrase.lexical import SparseFusion, copy_sparse, write_sparse
 from anygrain.phrase.model import PhraseEncoder
 
@@ -48,6 +52,9 @@ class PhraseSettings(IndexSettings):
 
     model: str | Path | PhraseEncoder | None = None  # default: the shipped model for ``lang``
     threshold: float | None = None  # filter tau (a logit); default: the model's recorded one
+    # or instead: keep about this fraction of the start and end vectors (the tau is found
+    # from the dump's own filter logits, so it follows the corpus)
+    keep: float | None = None
     factory: str | None = None  # FAISS factory string (default: from size and ``compress``)
     lang: str | None = None  # en | zh: picks the default model (detected when None)
     batch_size: int = 32
@@ -74,6 +81,11 @@ class PhraseSettings(IndexSettings):
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise AnygrainError(f"phrase index {name} must be at least 1, got {v}")
+        if self.keep is not None:
+            if not 0 < self.keep <= 1:
+                raise AnygrainError(f"phrase index keep must be in (0, 1], got {self.keep}")
+            if self.threshold is not None:
+                raise AnygrainError("give one of threshold and keep, not both")
         if self.sparse_from is not None and not self.sparse:
             raise AnygrainError("sparse_from needs the lexical part on (sparse=True)")
         self.fusion()  # checks the weight
@@ -250,11 +262,14 @@ def write_index(
         executor=options.executor,
         device=options.device,
     )
+    if s.keep is not None:
+        threshold, stats = _keep_fraction(base, work, stats, s.keep, threshold, options.progress)
     recorded: dict[str, Any] = {
         "max_phrase_words": model.config.max_phrase_words
         if s.max_phrase_words is None
         else int(s.max_phrase_words),
         "threshold": threshold,
+        **({"keep": s.keep} if s.keep is not None else {}),
         "dim": model.dim,
         "dtype": "float16",
         "include_title": model.config.include_title,
@@ -283,6 +298,28 @@ def write_index(
         progress=options.progress,
         timings={"dump_seconds": round(time.time() - t0, 3)},
     )
+
+
+def _keep_fraction(
+    base: Path, work: Path, stats: DumpStats, keep: float, threshold: float | None, progress: bool
+) -> tuple[float | None, DumpStats]:
+    """Raise the filter threshold of the dump in ``base`` to the tau keeping about ``keep`` of
+    its vectors (never lower it: tokens below ``threshold`` were never stored); the dump's
+    arrays are replaced by the kept tokens'.  Returns the threshold and the new counts."""
+    tau = fraction_threshold(base, keep)
+    if threshold is not None and tau <= threshold:
+        return threshold, stats
+    tokens = np.load(base / "tokens.npy", mmap_mode="r")
+    logits = np.load(base / "filter.npy", mmap_mode="r")
+    flags = refiltered_flags(tokens[:, 3], logits, tau)
+    del tokens, logits
+    kept_dir = work / "kept"
+    shutil.rmtree(kept_dir, ignore_errors=True)
+    n_kept, n_start, n_end = subset_dump(base, kept_dir, flags, stats.n_passages, progress=progress)
+    for f in sorted(kept_dir.iterdir()):
+        os.replace(f, base / f.name)
+    kept_dir.rmdir()
+    return tau, dataclasses.replace(stats, n_kept=n_kept, n_start=n_start, n_end=n_end)
 
 
 def finish_index(

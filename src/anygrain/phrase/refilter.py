@@ -25,22 +25,11 @@ from anygrain.errors import AnygrainError, parse_enum
 from anygrain.index.base import Index, check_build_target
 from anygrain.phrase.build import DUMP_FILES, SUBDIR, PhraseSettings, finish_index
 from anygrain.phrase.compress import Compress
-from anygrain.phrase.dump import END_OK, START_OK, DumpStats
+from anygrain.phrase.dump import DumpStats
+from anygrain.phrase.filtering import fraction_threshold, refiltered_flags, subset_dump
 from anygrain.phrase.index import PhraseIndex
 from anygrain.phrase.lexical import SPARSE_SUBDIR
 from anygrain.utils.atomic import atomic_dir
-from anygrain.utils.progress import progress_bar
-
-_CHUNK = 65536  # tokens copied per step: bounded memory whatever the index size
-
-
-def refiltered_flags(flags: np.ndarray, logits: np.ndarray, threshold: float) -> np.ndarray:
-    """New START_OK/END_OK flags: the old ones where the start/end filter logit passes tau."""
-    f = np.asarray(flags)
-    lg = np.asarray(logits, dtype=np.float32)
-    s = ((f & START_OK) > 0) & (lg[:, 0] >= threshold)
-    e = ((f & END_OK) > 0) & (lg[:, 1] >= threshold)
-    return (s.astype(np.int32) * START_OK + e.astype(np.int32) * END_OK).astype(np.int32)
 
 
 def _phrase_index(source: str | Path | PhraseIndex) -> PhraseIndex:
@@ -52,16 +41,7 @@ def _phrase_index(source: str | Path | PhraseIndex) -> PhraseIndex:
 
 def threshold_for_fraction(index: str | Path | PhraseIndex, fraction: float) -> float:
     """The tau keeping about ``fraction`` of the index's start and end vectors together."""
-    index = _phrase_index(index)
-    if not 0 < fraction <= 1:
-        raise AnygrainError(f"keep fraction must be in (0, 1], not {fraction}")
-    base = Path(index.path) / SUBDIR
-    tokens = np.load(base / "tokens.npy", mmap_mode="r")
-    logits = np.load(base / "filter.npy", mmap_mode="r")
-    flags = np.asarray(tokens[:, 3])
-    lg = np.asarray(logits, dtype=np.float32)
-    vals = np.concatenate([lg[(flags & START_OK) > 0, 0], lg[(flags & END_OK) > 0, 1]])
-    return float(np.quantile(vals, 1.0 - fraction))
+    return fraction_threshold(Path(_phrase_index(index).path) / SUBDIR, fraction)
 
 
 def refilter(
@@ -113,37 +93,18 @@ def refilter(
     tokens = np.load(sbase / "tokens.npy", mmap_mode="r")
     logits = np.load(sbase / "filter.npy", mmap_mode="r")
     flags = refiltered_flags(tokens[:, 3], logits, threshold)
-    kept = np.flatnonzero(flags > 0)
     n_passages = len(src.table.passage_ptr) - 1
     with atomic_dir(out) as tmp:
         base = tmp / SUBDIR
         base.mkdir(parents=True)
         shutil.copytree(sbase / "model", base / "model")
-        for name in ("start", "end", "tokens", "filter"):
-            arr = np.load(sbase / f"{name}.npy", mmap_mode="r")
-            dst = np.lib.format.open_memmap(
-                base / f"{name}.npy", mode="w+", dtype=arr.dtype, shape=(len(kept), *arr.shape[1:])
-            )
-            chunks = range(0, len(kept), _CHUNK)
-            for i in progress_bar(chunks, desc=f"copying {name}", disable=not progress):
-                part = np.asarray(arr[kept[i : i + _CHUNK]])
-                if name == "tokens":
-                    part = part.copy()
-                    part[:, 3] = flags[kept[i : i + _CHUNK]]
-                dst[i : i + len(part)] = part
-            dst.flush()
-            del dst
-        rows = np.asarray(tokens[kept, 0], dtype=np.int64)
-        ptr = np.zeros(n_passages + 1, dtype=np.int64)
-        np.cumsum(np.bincount(rows, minlength=n_passages), out=ptr[1:])
-        np.save(base / "passage_ptr.npy", ptr)
-        kept_flags = flags[kept]
+        n_kept, n_start, n_end = subset_dump(sbase, base, flags, n_passages, progress=progress)
         stats = DumpStats(
             n_passages=n_passages,
             n_tokens_seen=int(src.manifest["counts"]["tokens_seen"]),
-            n_kept=len(kept),
-            n_start=int(np.count_nonzero(kept_flags & START_OK)),
-            n_end=int(np.count_nonzero(kept_flags & END_OK)),
+            n_kept=n_kept,
+            n_start=n_start,
+            n_end=n_end,
             shards_done_before=0,
         )
         # "build": the source's build settings are not how this index was made (its
