@@ -8,7 +8,8 @@ p50 (``latency_ms`` in each response) and the error count, per index and unit.
 
 Units: a phrase index is measured at ``phrase`` and ``passage`` (its passages, scored by
 their best phrase); a BM25, dense or hybrid index at ``passage``.  Issue 18's targets, at 4
-clients on a 2-core machine: no errors; p50 <= 150 ms phrase, <= 50 ms passage.
+clients on a 2-core machine: no errors; p50 <= 150 ms phrase, <= 50 ms passage; issue 26
+lowers the phrase grain's to 50 ms (the SQuAD dev index, fused scores on), the targets here.
 
     python bench/serve.py PHRASE_INDEX [PASSAGE_INDEX ...] \\
         --questions squad:/work/shared/data/squad-v1.1/dev-v1.1.json [--clients 4 --seconds 10]
@@ -35,7 +36,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
-TARGET_P50_MS = {"phrase": 150.0, "sentence": 150.0, "passage": 50.0, "document": 150.0}
+TARGET_P50_MS = {"phrase": 50.0, "sentence": 150.0, "passage": 50.0, "document": 150.0}
 MAX_CLIENTS = 16
 MAX_SECONDS = 120.0
 FALLBACK_QUESTIONS = [

@@ -56,8 +56,9 @@ def test_place_moves_a_module_once() -> None:
 def test_cpu_build_and_search_equal_the_default(
     model_dir: Path, squad: Path, tmp_path: Path
 ) -> None:
+    full = {"compress": "none", "keep": 1.0}  # the dump is kept: its vectors are compared
     a = Index.build(
-        f"squad:{squad}", kind="phrase", out=tmp_path / "a", model=str(model_dir), progress=False
+        f"squad:{squad}", kind="phrase", out=tmp_path / "a", model=str(model_dir), **full
     )
     b = Index.build(
         f"squad:{squad}",
@@ -66,6 +67,7 @@ def test_cpu_build_and_search_equal_the_default(
         model=str(model_dir),
         progress=False,
         device="cpu",
+        **full,
     )
     assert isinstance(a, PhraseIndex) and isinstance(b, PhraseIndex)
     for name in ("start.npy", "end.npy", "tokens.npy"):

@@ -98,7 +98,8 @@ def _build(kind: str, docs: list[SourceDocument], out: Path, model: Any) -> Inde
     if kind == "dense":
         opts.update(model=model, shard_size=3)
     elif kind == "phrase":
-        opts.update(model=model, shard_size=2)
+        # every vector, float16: an added index is compared with a fresh build of the union
+        opts.update(model=model, shard_size=2, compress="none", keep=1.0)
     return Index.build(docs, kind=kind, out=out, **opts)
 
 

@@ -37,7 +37,7 @@ def test_sweep_writes_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixtur
     with torch.no_grad():  # a filter that separates tokens, so thresholds bite
         m.filter.weight.normal_(0.0, 0.5)
     src = PhraseIndex.build_from(
-        f"squad:{squad}", tmp_path / "idx", model=m.save(tmp_path / "m"), progress=False
+        f"squad:{squad}", tmp_path / "idx", model=m.save(tmp_path / "m"), compress="none", keep=1.0
     )
     png, js = tmp_path / "out" / "sweep.png", tmp_path / "sweep.json"
     argv = [str(src.path), "--questions", f"squad:{squad}", "--work", str(tmp_path / "w")]

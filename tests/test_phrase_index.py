@@ -58,9 +58,26 @@ def index(model_dir: Path, squad: Path, tmp_path_factory: pytest.TempPathFactory
         split="auto",
         lang=None,
         progress=False,
+        compress="none",  # the research index: every vector, float16, the dump kept
+        keep=1.0,
     )
     assert isinstance(idx, PhraseIndex)
     return idx
+
+
+def test_the_default_phrase_index_is_compressed_and_filtered(
+    model_dir: Path, squad: Path, index: PhraseIndex, tmp_path: Path
+) -> None:
+    """No options: 8-bit codes of about half the vectors, no float16 dump kept."""
+    idx = PhraseIndex.build_from(f"squad:{squad}", tmp_path / "d", model=model_dir, progress=False)
+    s, c = idx.manifest["settings"], idx.manifest["counts"]
+    assert s["compress"] == "sq8" and s["keep"] == 0.5 and s["dump"] is False
+    assert not (idx.path / "phrase" / "start.npy").exists()
+    full = index.manifest["counts"]
+    kept = (c["start_vectors"] + c["end_vectors"]) / (full["start_vectors"] + full["end_vectors"])
+    assert 0.4 < kept < 0.6
+    assert c["bytes_per_passage"] < full["bytes_per_passage"] / 2
+    assert all(hits for hits in idx.search(["Who created Python?"], 3))
 
 
 # --- the model on disk ------------------------------------------------------------------------
@@ -197,7 +214,8 @@ def test_dump_resumes_after_an_interruption(model_dir: Path, squad: Path, tmp_pa
     store = CorpusStore.build(f"squad:{squad}", tmp_path / "corpus", progress=False)
     model = PhraseEncoder.load(model_dir)
     assert model.config.filter_threshold is None  # the default threshold keeps every token
-    two, quiet = PhraseSettings(shard_size=2, sparse=False), BuildOptions(progress=False)
+    two = PhraseSettings(shard_size=2, sparse=False, compress="none", keep=1.0)
+    quiet = BuildOptions(progress=False)
 
     def stop(i: int) -> None:
         if i == 1:
@@ -229,7 +247,7 @@ def test_threshold_keeps_tokens_whose_filter_logit_passes(
 ) -> None:
     tau = float(np.median(np.load(index.path / "phrase" / "filter.npy")[:, 0]))
     idx = PhraseIndex.build_from(
-        f"squad:{squad}", tmp_path / "f", model=model_dir, threshold=tau, progress=False
+        f"squad:{squad}", tmp_path / "f", model=model_dir, threshold=tau, compress="none"
     )
     assert idx.manifest["settings"]["threshold"] == tau
     assert len(idx.table) < len(index.table)

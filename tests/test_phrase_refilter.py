@@ -42,7 +42,9 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def full(model_dir: Path, squad: Path, tmp_path_factory: pytest.TempPathFactory) -> PhraseIndex:
     out = tmp_path_factory.mktemp("idx") / "full"
-    idx = PhraseIndex.build_from(f"squad:{squad}", out, model=model_dir, progress=False)
+    idx = PhraseIndex.build_from(
+        f"squad:{squad}", out, model=model_dir, progress=False, compress="none", keep=1.0
+    )
     return idx
 
 
@@ -57,7 +59,7 @@ def test_refilter_equals_a_fresh_build_at_that_threshold(
 ) -> None:
     tau = threshold_for_fraction(full, 0.5)
     fresh = PhraseIndex.build_from(
-        f"squad:{squad}", tmp_path / "fresh", model=model_dir, threshold=tau, progress=False
+        f"squad:{squad}", tmp_path / "fresh", model=model_dir, threshold=tau, compress="none"
     )
     sub = refilter(full, tmp_path / "sub", tau, progress=False)
     assert 0 < len(sub.table) < len(full.table)
@@ -84,7 +86,7 @@ def test_a_build_with_keep_equals_refiltering_at_that_fraction(
     """``keep=`` at build time finds tau from the dump's own logits, as refilter does."""
     tau = threshold_for_fraction(full, 0.4)
     kept = PhraseIndex.build_from(
-        f"squad:{squad}", tmp_path / "kept", model=model_dir, keep=0.4, progress=False
+        f"squad:{squad}", tmp_path / "kept", model=model_dir, keep=0.4, compress="none"
     )
     sub = refilter(full, tmp_path / "sub", tau, progress=False)
     for name in ("tokens", "start", "end", "filter", "passage_ptr", "start_ids", "end_ids"):

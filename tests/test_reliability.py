@@ -125,7 +125,9 @@ def phrase_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def phrase(squad: Path, phrase_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("phrase") / "idx"
-    Index.build(f"squad:{squad}", kind="phrase", out=out, model=str(phrase_model), progress=False)
+    Index.build(
+        f"squad:{squad}", kind="phrase", out=out, model=str(phrase_model), compress="none", keep=1.0
+    )
     return out
 
 

@@ -285,7 +285,14 @@ def phrase_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Index, dict[i
     )
     model_dir = m.save(root / "m")
     squad = write_squad(root / "tiny.json")
-    opts = {"model": str(model_dir), "progress": False, "lang": "en"}
+    # every vector, float16: a keep fraction would pick each shard's own threshold
+    opts = {
+        "model": str(model_dir),
+        "progress": False,
+        "lang": "en",
+        "compress": "none",
+        "keep": 1.0,
+    }
     flat = Index.build(f"squad:{squad}", kind="phrase", out=root / "flat", **opts)
     sharded = {
         n: Index.build(

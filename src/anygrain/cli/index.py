@@ -83,8 +83,9 @@ def index_cmd(
         bool | None,
         typer.Option(
             "--copy-model/--no-copy-model",
-            help="Dense and hybrid: carry a copy of the model in the index (default: only "
-            "for a model given as a directory; a name is recorded and resolved on open)",
+            help="Dense, hybrid and phrase: carry a copy of the model in the index "
+            "(default: only for a model given as a directory; a name, such as a shipped "
+            "model's, is recorded and resolved on open)",
         ),
     ] = None,
     faiss: Annotated[

@@ -2,7 +2,7 @@
 
 Layout written under the index directory (see :mod:`anygrain.phrase.index`)::
 
-    phrase/model/          the phrase model (PhraseEncoder.save), so the index carries its encoder
+    phrase/model/          the phrase model (PhraseEncoder.save), when the index carries a copy
     phrase/start.npy ...   token vectors and metadata (see :mod:`anygrain.phrase.dump`)
     phrase/start.faiss     MIPS over the start vectors of start-capable tokens
     phrase/end.faiss       MIPS over the end vectors of end-capable tokens
@@ -12,6 +12,13 @@ Layout written under the index directory (see :mod:`anygrain.phrase.index`)::
 :func:`write_index` dumps the corpus and calls :func:`finish_index`, which builds the MIPS
 indexes and writes ``index.json``; :mod:`anygrain.phrase.refilter` and the updates
 (:mod:`anygrain.phrase.update`) call :func:`finish_index` over a dump of their own.
+
+A phrase model given by a shipped model's name (``phrase-minilm``, or the default chosen by
+the corpus language) is not copied: ``index.json`` records the name (``model.ref``) beside
+the fingerprint, and opening loads the name again and refuses other weights behind it.  A
+model given as a directory or an instance is copied into ``phrase/model/``
+(``model.path``); ``PhraseSettings.copy_model`` overrides the rule, as a dense index's
+(:func:`anygrain.dense.index.model_reference`).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import numpy as np
 from anygrain.corpus.source import corpus_ref
 from anygrain.corpus.store import CorpusStore
 from anygrain.dense.faiss_index import FaissIndex, plan_training
-from anygrain.errors import AnygrainError, parse_enum
+from anygrain.errors import AnygrainError, UsageError, parse_enum
 from anygrain.index.base import IndexKind, write_manifest
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.phrase.compress import Compress, compressed_factory, default_pq_m, ivf_prefix
@@ -46,6 +53,16 @@ DUMP_FILES = ("start.npy", "end.npy")
 FORMAT_VERSION = 1
 
 
+#: The defaults of a phrase index: the best measured size/quality point (docs/benchmarks.md,
+#: "What compression costs"): on SQuAD dev with fused scores, 8-bit scalar quantisation of
+#: half the vectors (the filter keeping the other half) lost 0.03 EM and 0.0002 passage top@5
+#: against the float16 keep-all index, at 62 KB per passage instead of 471 KB; keeping a
+#: quarter lost 1.96 EM, 4-bit codes of half 1.06.  ``compress="none", keep=1`` is the
+#: uncompressed research index.
+DEFAULT_COMPRESS = Compress.SQ8
+DEFAULT_KEEP = 0.5
+
+
 @dataclass(frozen=True)
 class PhraseSettings(IndexSettings):
     """What ``Index.build(kind="phrase")`` takes besides the shared options."""
@@ -54,14 +71,14 @@ class PhraseSettings(IndexSettings):
     threshold: float | None = None  # filter tau (a logit); default: the model's recorded one
     # or instead: keep about this fraction of the start and end vectors (the tau is found
     # from the dump's own filter logits, so it follows the corpus)
-    keep: float | None = None
+    keep: float | None = None  # default: DEFAULT_KEEP, unless a threshold is given
     factory: str | None = None  # FAISS factory string (default: from size and ``compress``)
     lang: str | None = None  # en | zh: picks the default model (detected when None)
     batch_size: int = 32
     bf16: bool = False
     shard_size: int = 2000
     max_phrase_words: int | None = None  # default: the model's
-    compress: Compress = Compress.NONE
+    compress: Compress = DEFAULT_COMPRESS
     pq_m: int | None = None  # opq-pq: bytes per vector (default dim/8)
     keep_dump: bool | None = None  # keep the float16 vectors (default: only uncompressed)
     # the lexical part (BM25 of each phrase's passage, fused into its score): built with
@@ -69,8 +86,13 @@ class PhraseSettings(IndexSettings):
     sparse: bool = True
     sparse_from: str | None = None
     sparse_weight: float | None = None  # default: DEFAULT_SPARSE_WEIGHT
+    # the model's weights in the index: None copies a directory or an in-memory model and
+    # records a shipped model's name instead; True always copies, False never
+    copy_model: bool | None = None
 
     def __post_init__(self) -> None:
+        if self.copy_model is False and isinstance(self.model, PhraseEncoder):
+            model_reference(self.model, False)  # refused, before anything is read
         if self.lang is not None:
             from anygrain.corpus.lang import Lang
 
@@ -89,6 +111,14 @@ class PhraseSettings(IndexSettings):
         if self.sparse_from is not None and not self.sparse:
             raise AnygrainError("sparse_from needs the lexical part on (sparse=True)")
         self.fusion()  # checks the weight
+
+    @property
+    def keep_fraction(self) -> float | None:
+        """The fraction of vectors the filter keeps: ``keep``, or DEFAULT_KEEP when neither
+        it nor a threshold is given (None: the threshold alone decides)."""
+        if self.keep is not None:
+            return self.keep
+        return DEFAULT_KEEP if self.threshold is None else None
 
     def fusion(self) -> SparseFusion | None:
         """The lexical fusion these settings ask for (None: a pure dense index)."""
@@ -110,6 +140,9 @@ def recorded_settings(recorded: dict[str, Any], *, lang: str | None = None) -> P
     sparse = recorded.get("sparse")
     return PhraseSettings(
         threshold=recorded.get("threshold"),
+        # the recorded threshold already holds the keep fraction's effect; without one the
+        # index kept every vector its model's filter passed
+        keep=None if recorded.get("threshold") is not None else 1.0,
         factory=recorded.get("factory"),
         bf16=bool(recorded.get("bf16", False)),
         max_phrase_words=recorded.get("max_phrase_words"),
@@ -146,6 +179,37 @@ def as_phrase_model(
             "directory as --model"
         )
     return PhraseEncoder.load(p)
+
+
+def given_by_name(model: str | Path) -> bool:
+    """Whether ``model`` names a shipped phrase model rather than a directory, decided as
+    :func:`as_phrase_model` loads it (a shipped model's name first)."""
+    from anygrain.models.shipped import SHIPPED
+
+    return str(model) in SHIPPED
+
+
+def model_reference(model: str | Path | PhraseEncoder, copy_model: bool | None = None) -> str:
+    """What a phrase index records to find ``model`` again instead of copying it ("": copy it).
+
+    As for a dense index: ``copy_model`` None: a shipped model's name is referenced by that
+    name, a directory or an in-memory model copied; True: always copied; False: never (a
+    directory is referenced by its absolute path, an in-memory model, which has neither
+    name nor path, refused)."""
+    if copy_model:
+        return ""
+    if isinstance(model, PhraseEncoder):
+        if copy_model is False:
+            raise UsageError(
+                "copy_model=False needs a phrase model given by name or directory: an "
+                "in-memory model has neither for the index to record; save it "
+                "(model.save(DIR)) and pass DIR, or let the index copy it (copy_model=None "
+                "or True)"
+            )
+        return ""
+    if given_by_name(model):
+        return str(model)
+    return str(Path(str(model)).expanduser().resolve()) if copy_model is False else ""
 
 
 def build_model(settings: PhraseSettings, store: CorpusStore) -> tuple[PhraseEncoder, str | None]:
@@ -220,6 +284,7 @@ def write_index(
     on_shard: Any = None,
     model_name: str | None = None,
     build: PhraseSettings | None = None,
+    ref: str | None = None,
 ) -> dict[str, Any]:
     """Dump ``store`` with ``model``, build both MIPS indexes and write ``index.json`` under
     ``out``.
@@ -233,9 +298,17 @@ def write_index(
     recorded beside its fingerprint; ``build``: the settings the index was asked for,
     recorded as ``settings.build``.  The lexical part (``settings.fusion()``) is a BM25
     index built here (language ``settings.lang``, default detected) or copied from
-    ``settings.sparse_from``."""
+    ``settings.sparse_from``.
+
+    The model is copied into ``out/phrase/model`` or, when it was given by a shipped
+    model's name (as ``settings.model``, else as ``model_name``: the default's), only
+    referenced: :func:`model_reference`, with ``settings.copy_model`` deciding.  ``ref``
+    decides instead when given (an update keeps its index's: "" copies)."""
     s = settings
     out = Path(out)
+    if ref is None:
+        given = s.model if s.model is not None else model_name
+        ref = model_reference(given if given is not None else model, s.copy_model)
     lexical = s.fusion()
     threshold = s.threshold if s.threshold is not None else model.config.filter_threshold
     if lexical is not None:
@@ -246,8 +319,11 @@ def write_index(
     base = out / SUBDIR
     base.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    model.save(base / "model")  # records the fingerprint of the weights as they are now
-    fingerprint = model.config.phrase_fingerprint
+    if ref:
+        fingerprint = model.phrase_fingerprint()  # of the weights as they are now
+    else:
+        model.save(base / "model")  # records the fingerprint of the weights as they are now
+        fingerprint = model.config.phrase_fingerprint
     stats = dump_phrases(
         store,
         model,
@@ -262,14 +338,15 @@ def write_index(
         executor=options.executor,
         device=options.device,
     )
-    if s.keep is not None:
-        threshold, stats = _keep_fraction(base, work, stats, s.keep, threshold, options.progress)
+    keep = s.keep_fraction
+    if keep is not None and keep < 1:
+        threshold, stats = _keep_fraction(base, work, stats, keep, threshold, options.progress)
     recorded: dict[str, Any] = {
         "max_phrase_words": model.config.max_phrase_words
         if s.max_phrase_words is None
         else int(s.max_phrase_words),
         "threshold": threshold,
-        **({"keep": s.keep} if s.keep is not None else {}),
+        **({"keep": keep} if keep is not None else {}),
         "dim": model.dim,
         "dtype": "float16",
         "include_title": model.config.include_title,
@@ -281,10 +358,11 @@ def write_index(
         recorded["sparse"] = lexical.to_dict()
     if build is not None:
         recorded["build"] = build.to_dict()
+    # where the model is found again: its copy in the index, or the name it was given by
     model_info = {
         "fingerprint": fingerprint,
         "base_model": model.config.base_model,
-        "path": f"{SUBDIR}/model",
+        **({"ref": ref} if ref else {"path": f"{SUBDIR}/model"}),
     }
     if model_name is not None:
         model_info["name"] = model_name

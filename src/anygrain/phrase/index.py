@@ -4,7 +4,7 @@ Layout::
 
     index.json             manifest: model fingerprint, corpus checksum, L, tau, counts, sizes
     corpus/                the passage store (unless an existing store was reused)
-    phrase/model/          the phrase model (PhraseEncoder.save), so the index carries its encoder
+    phrase/model/          the phrase model (PhraseEncoder.save), when the index carries a copy
     phrase/start.npy ...   token vectors and metadata (see :mod:`anygrain.phrase.dump`)
     phrase/start.faiss     MIPS over the start vectors of start-capable tokens
     phrase/end.faiss       MIPS over the end vectors of end-capable tokens
@@ -16,6 +16,9 @@ indexes hold quantized codes and span scoring uses the vectors decoded from them
 
 Opening checks that the model's phrase fingerprint is the one the vectors were made
 with: a different phrase encoder would put questions and phrases in different spaces.
+A model the index refers to by name (``model.ref`` in ``index.json``: a shipped model such
+as ``phrase-minilm``, not copied into the index) is loaded by that name and checked the
+same way, so other weights behind the name are refused (:func:`referenced_model`).
 
 Building (the settings, the dump, both MIPS indexes) is :mod:`anygrain.phrase.build`;
 the search for sentences, passages and documents in rounds is :mod:`anygrain.phrase.units`.
@@ -33,7 +36,7 @@ import numpy as np
 from anygrain.corpus.source import open_corpus_of
 from anygrain.corpus.store import CorpusStore
 from anygrain.dense.faiss_index import FaissIndex, unwrap_index
-from anygrain.errors import AnygrainError, IndexMismatchError
+from anygrain.errors import AnygrainError, IndexMismatchError, ModelNotFoundError
 from anygrain.hits.hit import Hit, Unit, UnitSearchStats
 from anygrain.index.base import (
     PASSAGE_METRICS,
@@ -51,6 +54,7 @@ from anygrain.phrase.build import (
     PhraseSettings,
     as_phrase_model,
     build_model,
+    given_by_name,
     write_index,
 )
 from anygrain.phrase.compress import DecodedVectors
@@ -74,6 +78,35 @@ if TYPE_CHECKING:
     from anygrain.corpus.questions import Questions
     from anygrain.eval.evaluate import EvalReport
     from anygrain.index.updater import StagedUpdate
+
+
+def referenced_model(path: Path, record: dict[str, Any]) -> PhraseEncoder:
+    """The phrase model an index at ``path`` refers to by name (``record``: the ``model`` of
+    its ``index.json``), loaded as the build loaded it (and checked against the fingerprint
+    saved beside its weights); its phrase fingerprint is the caller's to check against the
+    index's."""
+    ref = record.get("ref")
+    if not ref:
+        raise AnygrainError(
+            f"{path}: its index.json records neither a copy of the phrase model ('path') nor "
+            "a model to load ('ref'); rebuild the index"
+        )
+    fix = (
+        "Pass that model's directory with --model DIR (Index.load(path, model=DIR)), or "
+        "rebuild the index with --copy-model to carry the model in it."
+    )
+    what = (
+        f"{path}: the index refers to the phrase model {ref!r} (fingerprint "
+        f"{record.get('fingerprint')}) instead of holding a copy"
+    )
+    if not given_by_name(ref) and not Path(ref).expanduser().exists():
+        raise ModelNotFoundError(
+            f"{what}, and no shipped model has that name nor is it a directory here. {fix}"
+        )
+    try:
+        return as_phrase_model(ref)
+    except ModelNotFoundError as e:
+        raise ModelNotFoundError(f"{what}, and it cannot be loaded here: {e} {fix}") from None
 
 
 @register_index(IndexKind.PHRASE)
@@ -266,19 +299,34 @@ class PhraseIndex(Index):
         device: str | None = None,
         **options: Any,
     ) -> PhraseIndex:
-        """Open the index; ``model`` replaces the saved one (it must make the same phrases);
-        ``device`` is where questions are encoded (None: auto)."""
+        """Open the index; ``model`` replaces the saved one, or the one the index refers to
+        by name (it must make the same phrases); ``device`` is where questions are encoded
+        (None: auto)."""
         path = Path(path)
         base = path / SUBDIR
-        want = manifest.get("model", {}).get("fingerprint")
-        if model is None:
-            # re-hashing the weights (a fraction of a second) catches a model swapped or
-            # damaged inside the index directory, which the recorded fingerprint alone cannot
-            enc = PhraseEncoder.load(path / manifest["model"]["path"])
-            got = enc.config.phrase_fingerprint
-        else:
+        record = manifest.get("model") or {}
+        want = record.get("fingerprint")
+        if model is not None:
             enc = as_phrase_model(model)
             got = enc.phrase_fingerprint()
+        elif record.get("path"):
+            # re-hashing the weights (a fraction of a second) catches a model swapped or
+            # damaged inside the index directory, which the recorded fingerprint alone cannot
+            enc = PhraseEncoder.load(path / record["path"])
+            got = enc.config.phrase_fingerprint
+        else:
+            # a name loads whatever is installed now: its weights are re-hashed against the
+            # fingerprint saved beside them on load, and that one must be the index's
+            enc = referenced_model(path, record)
+            got = enc.config.phrase_fingerprint or enc.phrase_fingerprint()
+            if got != want:
+                raise IndexMismatchError(
+                    f"{path}: the phrase model {record['ref']!r} now has phrase fingerprint "
+                    f"{got}, not the {want} this index was built with (base "
+                    f"{record.get('base_model')!r}); another model behind the same name is "
+                    "never used in its place. Pass the model the index was built with "
+                    "(--model DIR, or Index.load(path, model=DIR)), or rebuild the index."
+                )
         if got != want:
             raise IndexMismatchError(
                 f"{path}: the model's phrase encoder (fingerprint {got}) is not the one this index "

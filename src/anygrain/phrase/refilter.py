@@ -9,7 +9,8 @@ new encoding pass over the corpus.  Tokens the source index already dropped are
 gone, so tau may only go up.  Logits are compared at their stored float16 precision, so a
 token within float16 rounding of tau may differ from a fresh build at that tau.
 
-The new index reuses the source's corpus (by reference) and copies its model.
+The new index reuses the source's corpus (by reference) and copies its model, or, when
+the source refers to its model by name (a shipped model), refers to it the same way.
 """
 
 from __future__ import annotations
@@ -97,7 +98,9 @@ def refilter(
     with atomic_dir(out) as tmp:
         base = tmp / SUBDIR
         base.mkdir(parents=True)
-        shutil.copytree(sbase / "model", base / "model")
+        copied = src.manifest["model"].get("path")
+        if copied:  # a model referenced by name ("ref") stays referenced
+            shutil.copytree(Path(src.path) / copied, tmp / copied)
         n_kept, n_start, n_end = subset_dump(sbase, base, flags, n_passages, progress=progress)
         stats = DumpStats(
             n_passages=n_passages,

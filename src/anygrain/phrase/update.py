@@ -6,7 +6,8 @@ re-encodes nothing: the kept passages' tokens and vectors are taken from the dum
 both FAISS indexes built over them (:func:`~anygrain.phrase.build.finish_index`, as a
 fresh build); an index whose float16 dump was dropped for compressed codes is dumped
 again.  Either way the BM25 part fused into phrase scores, when the index carries one,
-is rebuilt (its statistics are corpus-wide).
+is rebuilt (its statistics are corpus-wide).  The model stays where it was: copied in
+``phrase/model/``, or referred to by name (``model.ref``).
 
 :mod:`anygrain.index.updater` stages the copy these functions write in and swaps it in;
 :class:`~anygrain.phrase.index.PhraseIndex` delegates its ``add_rows`` /
@@ -133,6 +134,7 @@ def compact_phrases(u: StagedUpdate) -> None:
         shutil.rmtree(base)
         shutil.rmtree(u.staged / SPARSE_SUBDIR, ignore_errors=True)  # linked to the original
         lang = idx.lexical.bm25.config.lang if idx.lexical is not None else None
+        recorded_model = old.get("model") or {}
         write_index(
             u.staged,
             u.store,
@@ -140,7 +142,9 @@ def compact_phrases(u: StagedUpdate) -> None:
             recorded_settings(s, lang=lang),
             BuildOptions(progress=u.progress),
             work=u.work / "shards",
+            model_name=recorded_model.get("name"),
             build=idx.build_settings,  # type: ignore[arg-type]
+            ref=recorded_model.get("ref", ""),  # a model referenced by name stays referenced
         )
         return
     keep = u.keep_rows
