@@ -34,11 +34,18 @@ SHIPPED: dict[str, ShippedModel] = {
             "English DensePhrases model over all-MiniLM-L6-v2, trained on SQuAD-Shifts "
             "(4-bit packed differences from the backbone)",
         ),
+        ShippedModel(
+            "phrase-me5-zh",
+            "zh",
+            "Chinese (and cross-lingual) DensePhrases model over multilingual-e5-small, trained "
+            "on SQuAD v1.1 train, then CMRC 2018 trial and DRCD dev "
+            "(4-bit packed differences from the backbone)",
+        ),
     )
 }
 
 #: The phrase model a phrase index uses when none is named, by corpus language.
-DEFAULT_PHRASE_MODEL = {"en": "phrase-minilm"}
+DEFAULT_PHRASE_MODEL = {"en": "phrase-minilm", "zh": "phrase-me5-zh"}
 
 
 def shipped_model_dir(name: str) -> Path:
