@@ -115,3 +115,23 @@ def test_a_chinese_corpus_gets_it_with_no_model(tmp_path: Path) -> None:
     hits = idx.search(["中华人民共和国的首都是哪里？"], 3)[0]
     assert hits and hits[0].doc_id is not None
     assert any("北京" in (h.text or "") for h in hits)
+
+
+def test_the_chinese_demo_answers_with_phrases(tmp_path: Path) -> None:
+    """`anygrain demo --lang zh`: the Chinese topics indexed offline with the shipped model;
+    every answer string occurs in its topic, so the figures judge the model, not the data."""
+    _backbone()
+    from anygrain.api import run_demo
+    from anygrain.corpus.builtin import ZH_DEMO_QUESTIONS, ZH_TOPICS
+    from anygrain.hits.hit import Unit
+
+    texts = [t for _, t in ZH_TOPICS]
+    assert all(any(a in t for t in texts) for _, answers in ZH_DEMO_QUESTIONS for a in answers)
+    result = run_demo(tmp_path / "demo", lang="zh", progress=False)
+    assert result.index.manifest["model"].get("ref") == NAME
+    assert len(result.answers) == len(ZH_DEMO_QUESTIONS)
+    assert result.metrics["top@1"] >= 0.75 and result.metrics["em"] >= 0.25
+    phrases = [a.hits[Unit.PHRASE][0] for a in result.answers]
+    assert all(h.span is not None and h.answer_text for h in phrases)
+    again = run_demo(tmp_path / "demo", lang="zh", progress=False)
+    assert again.reused and again.metrics == result.metrics

@@ -739,7 +739,9 @@ class DemoResult:
         }
 
 
-def _reusable_demo_index(out: Path, kind: IndexKind, corpus_checksum: str) -> Index | None:
+def _reusable_demo_index(
+    out: Path, kind: IndexKind, corpus_checksum: str, lang: str = "en"
+) -> Index | None:
     """The demo index already at ``out`` when it holds the same corpus, kind and (phrase)
     model, so a second ``anygrain demo`` answers at once; None when there is none."""
     if not (out / "index.json").exists():
@@ -747,7 +749,7 @@ def _reusable_demo_index(out: Path, kind: IndexKind, corpus_checksum: str) -> In
     m = read_manifest(out)
     if m.get("kind") != kind.value or m.get("corpus", {}).get("checksum") != corpus_checksum:
         return None
-    want = index_class(kind).default_model_fingerprint("en")
+    want = index_class(kind).default_model_fingerprint(lang)
     if want is not None and m.get("model", {}).get("fingerprint") != want:
         return None
     return Index.load(out)
@@ -760,9 +762,11 @@ def run_demo(
     progress: bool = True,
     max_documents: int | None = None,
     k: int = 5,
+    lang: str = "en",
     **settings: Any,
 ) -> DemoResult:
-    """Index CPython's reference topics and answer the demo questions, all offline.
+    """Index CPython's reference topics (``lang="zh"``: the Chinese demo topics, with the
+    shipped Chinese models) and answer the demo questions, all offline.
 
     A phrase index (the default, with the shipped phrase model) answers with phrases,
     sentences and passages; other kinds with passages.  An index already at ``out`` with
@@ -771,18 +775,21 @@ def run_demo(
     import tempfile
     import time
 
-    from anygrain.corpus.builtin import demo_questions, pydoc_topics
+    from anygrain.corpus.builtin import chinese_topics, demo_questions, pydoc_topics
+    from anygrain.corpus.lang import Lang
     from anygrain.corpus.store import CorpusStore
     from anygrain.eval import evaluate_run
 
     out = Path(out)
     k_ = parse_enum(IndexKind, kind)
-    docs = list(pydoc_topics())[:max_documents]
+    lang = parse_enum(Lang, lang).value
+    topics = chinese_topics() if lang == "zh" else pydoc_topics()
+    docs = list(topics)[:max_documents]
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         store = CorpusStore.build(docs, Path(tmp) / "corpus", split="paragraph", progress=False)
         checksum = store.manifest["checksum"]
-    idx = _reusable_demo_index(out, k_, checksum)
+    idx = _reusable_demo_index(out, k_, checksum, lang)
     reused = idx is not None
     if idx is None:
         if out.exists() and any(out.iterdir()) and not (out / "index.json").exists():
@@ -792,9 +799,10 @@ def run_demo(
             )
         # another demo index there (another kind or model) is replaced
         settings.setdefault("overwrite", True)
+        settings.setdefault("lang", lang)
         idx = Index.build(docs, kind=k_, out=out, split="paragraph", progress=progress, **settings)
     t_index = time.time() - t0
-    qs = demo_questions()
+    qs = demo_questions(lang)
     units: list[Unit] = [
         u for u in idx.units if u is not Unit.DOCUMENT
     ]  # a topic page is too long to show

@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 
 from anygrain.cli.common import QuietOpt, console, fail, out
+from anygrain.corpus.lang import Lang
 from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Unit
 
@@ -25,6 +26,10 @@ def demo_cmd(
         int | None,
         typer.Option("--max-documents", help="Index only the first N reference topics (quicker)"),
     ] = None,
+    lang: Annotated[
+        Lang,
+        typer.Option(help="en: CPython's reference topics; zh: Chinese topics, Chinese models"),
+    ] = Lang.EN,
     quiet: QuietOpt = False,
 ) -> None:
     """Index CPython's bundled reference topics (offline) and answer ten questions: the answer
@@ -32,7 +37,9 @@ def demo_cmd(
     from anygrain.api import run_demo
 
     try:
-        result = run_demo(out_dir, kind=kind, progress=not quiet, max_documents=max_documents)
+        result = run_demo(
+            out_dir, kind=kind, progress=not quiet, max_documents=max_documents, lang=lang
+        )
     except AnygrainError as e:
         fail(e)
         return
