@@ -41,7 +41,7 @@ from anygrain.errors import AnygrainError, UsageError, parse_enum
 from anygrain.index.base import IndexKind, write_manifest
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.phrase.compress import Compress, compressed_factory, default_pq_m, ivf_prefix
-from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_phrases
+from anygrain.phrase.dump import DEFAULT_SHARD_SIZE, END_OK, START_OK, DumpStats, dump_phrases
 from anygrain.phrase.filtering import fraction_threshold, refiltered_flags, subset_dump
 from anygrain.phrase.lexical import SparseFusion, copy_sparse, write_sparse
 from anygrain.phrase.model import PhraseEncoder
@@ -76,7 +76,7 @@ class PhraseSettings(IndexSettings):
     lang: str | None = None  # en | zh: picks the default model (detected when None)
     batch_size: int = 32
     bf16: bool = False
-    shard_size: int = 2000
+    shard_size: int = DEFAULT_SHARD_SIZE  # passages per dump shard: bounds the peak memory
     max_phrase_words: int | None = None  # default: the model's
     compress: Compress = DEFAULT_COMPRESS
     pq_m: int | None = None  # opq-pq: bytes per vector (default dim/8)
