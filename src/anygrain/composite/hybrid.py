@@ -43,7 +43,7 @@ from anygrain.sparse.bm25 import BM25Index, Bm25Settings, write_bm25_index
 from anygrain.utils.atomic import atomic_dir
 
 if TYPE_CHECKING:
-    from anygrain.index.updater import StagedUpdate
+    pass
 
 
 def fusion_config(
@@ -132,7 +132,7 @@ class HybridSettings(IndexSettings):
 class HybridIndex(Index):
     settings_type = HybridSettings
     load_options = frozenset({"model", "device"})  # handed to its dense part
-    updates = frozenset(UpdateOp)
+    update_module = "anygrain.composite.hybrid_update"
 
     def __init__(
         self,
@@ -170,18 +170,6 @@ class HybridIndex(Index):
                 f"{index.path}: {op.value} is not supported for a {cls.kind.value} index "
                 "combined from existing indexes; update its parts"
             )
-
-    @classmethod
-    def add_rows(cls, update: StagedUpdate) -> None:
-        from anygrain.composite.hybrid_update import add_hybrid
-
-        add_hybrid(update)
-
-    @classmethod
-    def compact_rows(cls, update: StagedUpdate) -> None:
-        from anygrain.composite.hybrid_update import compact_hybrid
-
-        compact_hybrid(update)
 
     @classmethod
     def check_build(cls, settings: IndexSettings, options: BuildOptions) -> None:

@@ -17,7 +17,7 @@ from anygrain.index.updater import StagedUpdate, corpus_field
 from anygrain.sparse.update import rebuild_bm25
 
 
-def add_hybrid(u: StagedUpdate) -> None:
+def add_rows(u: StagedUpdate) -> None:
     idx = u.index
     assert isinstance(idx, HybridIndex) and u.segment is not None
     rebuild_bm25(u.staged / "sparse", idx.sparse, u.store, u.progress)
@@ -26,7 +26,7 @@ def add_hybrid(u: StagedUpdate) -> None:
     rewrite_manifest(u.staged, read_manifest(u.staged), corpus=corpus_field(idx.manifest, u.store))
 
 
-def compact_hybrid(u: StagedUpdate) -> None:
+def compact_rows(u: StagedUpdate) -> None:
     idx = u.index
     assert isinstance(idx, HybridIndex) and u.keep_rows is not None
     rebuild_bm25(u.staged / "sparse", idx.sparse, u.store, u.progress)

@@ -52,7 +52,6 @@ from anygrain.hits.results import hits_from_rows
 from anygrain.index.base import (
     Index,
     IndexKind,
-    UpdateOp,
     register_index,
     write_manifest,
 )
@@ -65,7 +64,7 @@ from anygrain.utils.atomic import atomic_write_text
 from anygrain.utils.device import place
 
 if TYPE_CHECKING:
-    from anygrain.index.updater import StagedUpdate
+    pass
 
 SETTINGS_FILE = "dense.json"
 #: questions encoded at once by ``search`` (and hybrid search): measured on a 2-core CPU,
@@ -306,7 +305,7 @@ class DenseIndex(Index):
     takes_query_model = True
     load_options = frozenset({"model", "device", "store", "mmap"})
     settings_type = DenseSettings
-    updates = frozenset(UpdateOp)
+    update_module = "anygrain.dense.update"
 
     def __init__(
         self,
@@ -340,19 +339,6 @@ class DenseIndex(Index):
         if self._vectors is None:
             self._vectors = ShardSet.open(self.path / self.subdir / "vectors")
         return self._vectors
-
-    # --- updates: new passages encoded, kept ones' vectors reused (anygrain.dense.update) -
-    @classmethod
-    def add_rows(cls, update: StagedUpdate) -> None:
-        from anygrain.dense.update import add_dense
-
-        add_dense(update)
-
-    @classmethod
-    def compact_rows(cls, update: StagedUpdate) -> None:
-        from anygrain.dense.update import compact_dense
-
-        compact_dense(update)
 
     # --- building ------------------------------------------------------------------------
     #: an interrupted build's encoded shards wait in ``.OUT.vectors.partial`` to be resumed

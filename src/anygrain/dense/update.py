@@ -106,13 +106,13 @@ def rewrite_dense_manifest(part: Path, dense: DenseIndex, store: CorpusStore) ->
     )
 
 
-def add_dense(u: StagedUpdate) -> None:
+def add_rows(u: StagedUpdate) -> None:
     assert isinstance(u.index, DenseIndex) and u.segment is not None
     append_dense(u.staged, u.index, u.store, u.segment, u.work, u.progress, u.device)
     rewrite_dense_manifest(u.staged, u.index, u.store)
 
 
-def compact_dense(u: StagedUpdate) -> None:
+def compact_rows(u: StagedUpdate) -> None:
     assert isinstance(u.index, DenseIndex) and u.keep_rows is not None
     subset_dense(u.staged, u.index, u.store, u.keep_rows)
     rewrite_dense_manifest(u.staged, u.index, u.store)

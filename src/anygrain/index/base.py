@@ -763,30 +763,36 @@ class Index(ABC):
     # --- updates: `anygrain add` and `compact` ---------------------------------------------
     # anygrain.index.updater stages a copy of the index, grows or compacts its corpus and
     # swaps it in; the kind's hooks bring the rest of the staged copy up to that corpus.
-    #: the updates the kind implements (in :meth:`add_rows` and :meth:`compact_rows`)
-    updates: ClassVar[frozenset[UpdateOp]] = frozenset()
+    #: the module (beside the kind's build) defining ``add_rows(update)`` and
+    #: ``compact_rows(update)``, imported on first use; None: the kind takes no updates
+    update_module: ClassVar[str | None] = None
 
     @classmethod
     def check_update(cls, index: Index, op: UpdateOp) -> None:
         """Refuse ``op`` on ``index`` (a UsageError naming it) where the kind cannot do it;
         asked before anything is staged.  A kind refusing some of its indexes overrides it."""
-        if op not in cls.updates:
+        if cls.update_module is None:
             raise UsageError(
                 f"{index.path}: {op.value} is not supported for a {cls.kind.value} index"
             )
+
+    @classmethod
+    def _update_step(cls, update: StagedUpdate, op: UpdateOp) -> None:
+        cls.check_update(update.index, op)
+        assert cls.update_module is not None  # check_update refused otherwise
+        step = "add_rows" if op is UpdateOp.ADD else "compact_rows"
+        getattr(importlib.import_module(cls.update_module), step)(update)
 
     @classmethod
     def add_rows(cls, update: StagedUpdate) -> None:
         """Add ``update.segment``'s passages (rows after the old ones in ``update.store``,
         the grown corpus) to the staged copy ``update.staged`` of ``update.index``,
         rewriting its ``index.json`` last."""
-        cls.check_update(update.index, UpdateOp.ADD)
-        raise NotImplementedError(f"{cls.__name__} lists {UpdateOp.ADD.name} in updates")
+        cls._update_step(update, UpdateOp.ADD)
 
     @classmethod
     def compact_rows(cls, update: StagedUpdate) -> None:
         """Keep only ``update.keep_rows`` (old rows, in order; ``update.store`` is the
         compacted corpus) in the staged copy ``update.staged`` of ``update.index``,
         rewriting its ``index.json`` last."""
-        cls.check_update(update.index, UpdateOp.COMPACT)
-        raise NotImplementedError(f"{cls.__name__} lists {UpdateOp.COMPACT.name} in updates")
+        cls._update_step(update, UpdateOp.COMPACT)

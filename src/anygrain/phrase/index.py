@@ -42,7 +42,6 @@ from anygrain.index.base import (
     PASSAGE_METRICS,
     Index,
     IndexKind,
-    UpdateOp,
     register_index,
 )
 from anygrain.index.scope import Scope
@@ -77,7 +76,6 @@ from anygrain.utils.threads import single_thread
 if TYPE_CHECKING:
     from anygrain.corpus.questions import Questions
     from anygrain.eval.evaluate import EvalReport
-    from anygrain.index.updater import StagedUpdate
 
 
 def referenced_model(path: Path, record: dict[str, Any]) -> PhraseEncoder:
@@ -119,7 +117,7 @@ class PhraseIndex(Index):
     load_options = frozenset({"model", "device", "store", "mmap"})
     settings_type = PhraseSettings
     format_version = FORMAT_VERSION
-    updates = frozenset(UpdateOp)
+    update_module = "anygrain.phrase.update"
 
     @classmethod
     def default_metrics(cls, k: int | None, unit: Unit, scope: Scope = Scope.CORPUS) -> list[str]:
@@ -231,19 +229,6 @@ class PhraseIndex(Index):
     @property
     def corpus(self) -> CorpusStore:
         return self.store
-
-    # --- updates: new passages dumped, kept ones' dump reused (anygrain.phrase.update) ---
-    @classmethod
-    def add_rows(cls, update: StagedUpdate) -> None:
-        from anygrain.phrase.update import add_phrases
-
-        add_phrases(update)
-
-    @classmethod
-    def compact_rows(cls, update: StagedUpdate) -> None:
-        from anygrain.phrase.update import compact_phrases
-
-        compact_phrases(update)
 
     # --- building (anygrain.phrase.build) ----------------------------------------------
     #: an interrupted build's dump shards wait in ``.OUT.phrase.partial`` to be resumed

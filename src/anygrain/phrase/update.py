@@ -70,7 +70,7 @@ def _phrase_lexical(u: StagedUpdate) -> None:
         rebuild_bm25(u.staged / SPARSE_SUBDIR, idx.lexical.bm25, u.store, u.progress)
 
 
-def add_phrases(u: StagedUpdate) -> None:
+def add_rows(u: StagedUpdate) -> None:
     """Dump the new passages (``u.segment``) and append them to the staged phrase index."""
     idx = u.index
     assert isinstance(idx, PhraseIndex) and u.segment is not None
@@ -122,7 +122,7 @@ def add_phrases(u: StagedUpdate) -> None:
     rewrite_manifest(u.staged, read_manifest(u.staged), corpus=corpus_field(old, u.store), counts=c)
 
 
-def compact_phrases(u: StagedUpdate) -> None:
+def compact_rows(u: StagedUpdate) -> None:
     """The staged phrase index over the kept rows (``u.keep_rows``) only."""
     idx = u.index
     assert isinstance(idx, PhraseIndex) and u.keep_rows is not None

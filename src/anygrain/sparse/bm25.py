@@ -24,7 +24,6 @@ from anygrain.hits.results import hits_from_rows
 from anygrain.index.base import (
     Index,
     IndexKind,
-    UpdateOp,
     register_index,
     write_manifest,
 )
@@ -33,7 +32,7 @@ from anygrain.sparse.analyzers import Analyzer, analyzer_from_config, make_analy
 from anygrain.utils.progress import progress_bar
 
 if TYPE_CHECKING:
-    from anygrain.index.updater import StagedUpdate
+    pass
 
 # bm25s's scoring variants; "lucene" is Lucene's (and Pyserini's) BM25.
 BM25_METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
@@ -320,7 +319,7 @@ class BM25Index(Index):
 
     settings_type = Bm25Settings
     load_options = frozenset({"store"})  # opened over a corpus store already open
-    updates = frozenset(UpdateOp)
+    update_module = "anygrain.sparse.update"
 
     def __init__(
         self,
@@ -340,19 +339,6 @@ class BM25Index(Index):
     @property
     def corpus(self) -> CorpusStore:
         return self.store
-
-    # --- updates: rebuilt over the updated corpus (anygrain.sparse.update) ----------------
-    @classmethod
-    def add_rows(cls, update: StagedUpdate) -> None:
-        from anygrain.sparse.update import update_bm25
-
-        update_bm25(update)
-
-    @classmethod
-    def compact_rows(cls, update: StagedUpdate) -> None:
-        from anygrain.sparse.update import update_bm25
-
-        update_bm25(update)
 
     @classmethod
     def write(

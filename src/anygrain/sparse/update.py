@@ -45,3 +45,7 @@ def update_bm25(u: StagedUpdate) -> None:
     """Added or compacted alike: the staged BM25 index rebuilt over the updated corpus."""
     assert isinstance(u.index, BM25Index)
     rebuild_bm25(u.staged, u.index, u.store, u.progress)
+
+
+# BM25 has no per-passage state worth keeping: adding and compacting both rebuild it
+add_rows = compact_rows = update_bm25
