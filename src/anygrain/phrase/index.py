@@ -62,7 +62,6 @@ from anygrain.phrase.model import PhraseEncoder
 from anygrain.phrase.search import (
     Phrases,
     PhraseTable,
-    UnitHit,
     aggregate,
     search_candidates,
     search_scope,
@@ -573,38 +572,9 @@ class PhraseIndex(Index):
         lossless = self.manifest["settings"].get("factory") in ("Flat", "SQfp16")
         return isinstance(self.table.start, DecodedVectors) or lossless
 
-    def search_units(
-        self,
-        q_start: np.ndarray,
-        q_end: np.ndarray,
-        k: int,
-        unit: Unit,
-        *,
-        depth: int = 100,
-        max_depth: int | None = None,
-        exact: bool = False,
-        max_words: int | None = None,
-        nprobe: int | None = None,
-        lexical: Sequence[LexicalQuery] | None = None,
-        fusion: SparseFusion | None = None,
-    ) -> tuple[list[list[UnitHit]], list[UnitSearchStats]]:
-        """Top-``k`` sentences, passages or documents per question, retrying deeper until
-        ``k`` units are covered (with ``exact``, proven), up to ``max_depth``; see
-        :func:`anygrain.phrase.units.search_units`."""
-        return search_unit_rounds(
-            self,
-            q_start,
-            q_end,
-            k,
-            unit,
-            depth=depth,
-            max_depth=max_depth,
-            exact=exact,
-            max_words=max_words,
-            nprobe=nprobe,
-            lexical=lexical,
-            fusion=fusion,
-        )
+    # passages, sentences and documents ranked by their best phrase, in rounds
+    # (anygrain.phrase.units; the function takes the index first, so it is the method)
+    search_units = search_unit_rounds
 
     def describe(self) -> dict[str, Any]:
         return {
