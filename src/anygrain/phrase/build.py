@@ -42,7 +42,7 @@ from anygrain.index.base import IndexKind, write_manifest
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.phrase.compress import Compress, compressed_factory, default_pq_m, ivf_prefix
 from anygrain.phrase.dump import DEFAULT_SHARD_SIZE, END_OK, START_OK, DumpStats, dump_phrases
-from anygrain.phrase.filtering import fraction_threshold, refiltered_flags, subset_dump
+from anygrain.phrase.filtering import dump_filter, fraction_threshold, refiltered_flags, subset_dump
 from anygrain.phrase.lexical import SparseFusion, copy_sparse, write_sparse
 from anygrain.phrase.model import PhraseEncoder
 
@@ -384,13 +384,12 @@ def _keep_fraction(
     """Raise the filter threshold of the dump in ``base`` to the tau keeping about ``keep`` of
     its vectors (never lower it: tokens below ``threshold`` were never stored); the dump's
     arrays are replaced by the kept tokens'.  Returns the threshold and the new counts."""
-    tau = fraction_threshold(base, keep)
+    old_flags, logits = dump_filter(base)
+    tau = fraction_threshold(old_flags, logits, keep)
     if threshold is not None and tau <= threshold:
         return threshold, stats
-    tokens = np.load(base / "tokens.npy", mmap_mode="r")
-    logits = np.load(base / "filter.npy", mmap_mode="r")
-    flags = refiltered_flags(tokens[:, 3], logits, tau)
-    del tokens, logits
+    flags = refiltered_flags(old_flags, logits, tau)
+    del old_flags, logits
     kept_dir = work / "kept"
     shutil.rmtree(kept_dir, ignore_errors=True)
     n_kept, n_start, n_end = subset_dump(base, kept_dir, flags, stats.n_passages, progress=progress)

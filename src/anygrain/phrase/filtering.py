@@ -31,18 +31,22 @@ def refiltered_flags(flags: np.ndarray, logits: np.ndarray, threshold: float) ->
     return (s.astype(np.int32) * START_OK + e.astype(np.int32) * END_OK).astype(np.int32)
 
 
-def fraction_threshold(base: Path, fraction: float) -> float:
-    """The tau keeping about ``fraction`` of the start and end vectors of the dump in ``base``
-    (its ``tokens.npy`` flags and ``filter.npy`` logits)."""
-    if not 0 < fraction <= 1:
-        raise AnygrainError(f"keep fraction must be in (0, 1], not {fraction}")
+def dump_filter(base: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The stored tokens' START_OK/END_OK flags and float32 start/end filter logits of the
+    dump in ``base`` (``tokens.npy`` column 3, ``filter.npy``)."""
     tokens = np.load(base / "tokens.npy", mmap_mode="r")
     logits = np.load(base / "filter.npy", mmap_mode="r")
-    flags = np.asarray(tokens[:, 3])
-    lg = np.asarray(logits, dtype=np.float32)
-    vals = np.concatenate([lg[(flags & START_OK) > 0, 0], lg[(flags & END_OK) > 0, 1]])
+    return np.asarray(tokens[:, 3]), np.asarray(logits, dtype=np.float32)
+
+
+def fraction_threshold(flags: np.ndarray, logits: np.ndarray, fraction: float) -> float:
+    """The tau keeping about ``fraction`` of the start and end vectors that ``flags`` allow,
+    by their filter ``logits``."""
+    if not 0 < fraction <= 1:
+        raise AnygrainError(f"keep fraction must be in (0, 1], not {fraction}")
+    vals = np.concatenate([logits[(flags & START_OK) > 0, 0], logits[(flags & END_OK) > 0, 1]])
     if len(vals) == 0:
-        raise AnygrainError(f"{base}: no phrase vectors to keep a fraction of")
+        raise AnygrainError("no phrase vectors to keep a fraction of")
     return float(np.quantile(vals, 1.0 - fraction))
 
 

@@ -27,7 +27,7 @@ from anygrain.index.base import Index, check_build_target
 from anygrain.phrase.build import DUMP_FILES, SUBDIR, PhraseSettings, finish_index
 from anygrain.phrase.compress import Compress
 from anygrain.phrase.dump import DumpStats
-from anygrain.phrase.filtering import fraction_threshold, refiltered_flags, subset_dump
+from anygrain.phrase.filtering import dump_filter, fraction_threshold, refiltered_flags, subset_dump
 from anygrain.phrase.index import PhraseIndex
 from anygrain.phrase.lexical import SPARSE_SUBDIR
 from anygrain.utils.atomic import atomic_dir
@@ -42,7 +42,7 @@ def _phrase_index(source: str | Path | PhraseIndex) -> PhraseIndex:
 
 def threshold_for_fraction(index: str | Path | PhraseIndex, fraction: float) -> float:
     """The tau keeping about ``fraction`` of the index's start and end vectors together."""
-    return fraction_threshold(Path(_phrase_index(index).path) / SUBDIR, fraction)
+    return fraction_threshold(*dump_filter(Path(_phrase_index(index).path) / SUBDIR), fraction)
 
 
 def refilter(
