@@ -37,12 +37,12 @@ SHIFTS = {
 
 
 def _phrase_index(
-    sources: list[Path], out: Path, model: str, bf16: bool
+    sources: list[Path], out: Path, model: str, bf16: bool, build: dict[str, object]
 ) -> tuple[PhraseIndex, float]:
     t0 = time.perf_counter()
     if not (out / "index.json").exists():
         docs = (d for s in sources for d in parse_source(f"squad:{s}").documents())
-        PhraseIndex.build_from(docs, out, model=model, bf16=bf16, progress=False)
+        PhraseIndex.build_from(docs, out, model=model, bf16=bf16, progress=False, **build)
     idx = Index.load(out)
     assert isinstance(idx, PhraseIndex)
     return idx, round(time.perf_counter() - t0, 1)
@@ -51,9 +51,12 @@ def _phrase_index(
 def _scores(idx: PhraseIndex, args: argparse.Namespace) -> dict[str, object]:
     qs = load_questions(f"squad:{SQUAD_DEV}", limit=args.limit)
     out: dict[str, object] = {}
-    for name, scope in (("open_corpus", "corpus"), ("gold_passage", "gold-passage")):
+    runs = (("open_corpus", "corpus", "phrase"), ("gold_passage", "gold-passage", "phrase"))
+    if args.passage:
+        runs += (("open_passage", "corpus", "passage"),)
+    for name, scope, unit in runs:
         t0 = time.perf_counter()
-        rep = evaluate_index(idx, qs, k=10, scope=scope, progress=False)
+        rep = evaluate_index(idx, qs, k=10, scope=scope, unit=unit, progress=False)
         out[name] = {m: round(100 * v, 2) for m, v in rep.metrics.items()}
         out[name]["seconds"] = round(time.perf_counter() - t0, 1)  # type: ignore[index]
     return out
@@ -73,6 +76,15 @@ def main() -> None:
     ap.add_argument("--dev-index", default=None, help="SQuAD dev phrase index to reuse")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument(
+        "--compress",
+        default="none",
+        help="compression of both indexes built here (none, sq8, sq4, opq-pq): with a "
+        "compressed training index the question side learns against the decoded vectors "
+        "(quantisation-aware fine-tuning)",
+    )
+    ap.add_argument("--keep", type=float, default=1.0, help="keep fraction of both indexes")
+    ap.add_argument("--passage", action="store_true", help="also score passage grain (top@k)")
+    ap.add_argument(
         "--bf16", action="store_true", help="bf16 autocast (only on CPUs with native bf16)"
     )
     args = ap.parse_args()
@@ -84,12 +96,20 @@ def main() -> None:
             sys.exit(f"{p}: not found (expected under ../shared/data)")
     torch.set_num_threads(args.threads)
     work = Path(args.work)
+    build = {"compress": args.compress, "keep": args.keep}
+    if args.compress == "none":
+        build["keep_dump"] = True
+    variant = f"{args.compress}-k{args.keep:g}"
     train_idx, train_build_s = _phrase_index(
-        [SHIFTS[n] for n in names], work / f"train-index-{'-'.join(names)}", args.model, args.bf16
+        [SHIFTS[n] for n in names],
+        work / f"train-index-{'-'.join(names)}-{variant}",
+        args.model,
+        args.bf16,
+        build,
     )
-    dev_dir = Path(args.dev_index) if args.dev_index else work / "dev-index"
-    dev_idx, dev_build_s = _phrase_index([SQUAD_DEV], dev_dir, args.model, args.bf16)
-    tag = f"{'-'.join(names)}-{args.loss}-e{args.epochs}-n{args.max_examples or 'all'}"
+    dev_dir = Path(args.dev_index) if args.dev_index else work / f"dev-index-{variant}"
+    dev_idx, dev_build_s = _phrase_index([SQUAD_DEV], dev_dir, args.model, args.bf16, build)
+    tag = f"{'-'.join(names)}-{variant}-{args.loss}-e{args.epochs}-n{args.max_examples or 'all'}"
     tuned_dir = work / f"qsft-{tag}"
     cfg = PhraseQuerySideConfig(
         index=str(train_idx.path),
@@ -117,6 +137,11 @@ def main() -> None:
         "train": names,
         "loss": args.loss,
         "epochs": args.epochs,
+        "compress": args.compress,
+        "keep": args.keep,
+        "dev_index": str(dev_dir),
+        "dev_index_factory": dev_idx.manifest["settings"]["factory"],
+        "train_index_factory": train_idx.manifest["settings"]["factory"],
         "train_index_vectors": train_idx.manifest["counts"]["tokens_kept"],
         "train_index_build_seconds": train_build_s,
         "dev_index_build_seconds": dev_build_s,

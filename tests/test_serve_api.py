@@ -24,6 +24,7 @@ from anygrain.cli.main import app as cli_app
 from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit, Unit
 from anygrain.index.base import Index, IndexKind
+from anygrain.index.encoded import EncodedQueries
 from anygrain.phrase import PhraseEncoder
 from anygrain.serve import create_app
 from anygrain.serve.page import render
@@ -300,7 +301,18 @@ class SlowIndex:
 
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
+        self.encodes: list[list[str]] = []
         self.release = threading.Event()
+        self.release_encode = threading.Event()
+        self.release_encode.set()
+
+    def encode(self, queries: list[str]) -> EncodedQueries:
+        self.encodes.append(list(queries))
+        self.release_encode.wait(timeout=30)
+        return EncodedQueries(list(queries))
+
+    def search_encoded(self, encoded: EncodedQueries, k: int, **options: Any) -> list[list[Hit]]:
+        return self.search(encoded.texts, k, **options)
 
     def search(self, queries: list[str], k: int, **options: Any) -> list[list[Hit]]:
         self.calls.append(list(queries))
@@ -324,22 +336,33 @@ def test_queued_requests_are_searched_as_one_batch() -> None:
 
     first = threading.Thread(target=ask, args=("first",))
     first.start()
-    while not idx.calls:
+    while not idx.calls:  # "first" is being searched (and waits there)
         time.sleep(0.01)
-    later = [threading.Thread(target=ask, args=(q,)) for q in ("a", "bb", "boom", "ccc")]
+    # meanwhile the encoder takes the next request; hold it there so the rest queue
+    idx.release_encode.clear()
+    second = threading.Thread(target=ask, args=("a",))
+    second.start()
+    while len(idx.encodes) < 2:
+        time.sleep(0.01)
+    later = [threading.Thread(target=ask, args=(q,)) for q in ("bb", "boom", "ccc")]
     later.append(threading.Thread(target=ask, args=("k3", 3)))
     for t in later:
         t.start()
     while svc._queue.qsize() < len(later):
         time.sleep(0.01)
+    idx.release_encode.set()
     idx.release.set()
-    for t in [first, *later]:
+    for t in [first, second, *later]:
         t.join(timeout=30)
-    # the queued k=2 requests went in one call; it failed on "boom", so each was retried
-    # alone and only "boom" failed; the k=3 request was searched apart
+    # "a" was encoded while "first" was searched: the two stages overlap
+    assert idx.encodes[:2] == [["first"], ["a"]]
+    # the requests queued behind it were encoded in one call, and the k=2 ones searched in
+    # one call; it failed on "boom", so each was retried alone and only "boom" failed; the
+    # k=3 request was searched apart
+    assert sorted(idx.encodes[2]) == ["bb", "boom", "ccc", "k3"]
     batched = [c for c in idx.calls if len(c) > 1]
-    assert len(batched) == 1 and sorted(batched[0]) == ["a", "bb", "boom", "ccc"]
-    assert ["k3"] in idx.calls
+    assert len(batched) == 1 and sorted(batched[0]) == ["bb", "boom", "ccc"]
+    assert ["k3"] in idx.calls and ["a"] in idx.calls
     assert isinstance(out["boom"], RequestError) and "cannot search boom" in str(out["boom"])
     for q in ("first", "a", "bb", "ccc", "k3"):
         r = out[q]

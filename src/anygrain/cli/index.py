@@ -148,6 +148,14 @@ def index_cmd(
     pq_m: Annotated[
         int | None, typer.Option("--pq-m", help="opq-pq: bytes per vector (default dim/8)")
     ] = None,
+    memory_budget: Annotated[
+        str | None,
+        typer.Option(
+            "--memory-budget",
+            help="Phrase indexes: resident memory the build may use, e.g. 1.5G (the "
+            "default); sets shard and batch sizes and builds FAISS in blocks",
+        ),
+    ] = None,
     keep_dump: Annotated[
         bool | None,
         typer.Option(
@@ -285,6 +293,8 @@ def index_cmd(
                 settings["keep"] = keep
             if pq_m is not None:
                 settings["pq_m"] = pq_m
+            if memory_budget is not None:
+                settings["memory_budget"] = memory_budget
             if keep_dump is not None:
                 settings["keep_dump"] = keep_dump
             if device is not None:

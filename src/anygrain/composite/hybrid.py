@@ -38,6 +38,7 @@ from anygrain.index.base import (
     register_index,
     write_manifest,
 )
+from anygrain.index.encoded import EncodedQueries
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.sparse.bm25 import BM25Index, Bm25Settings, write_bm25_index
 from anygrain.utils.atomic import atomic_dir
@@ -330,6 +331,26 @@ class HybridIndex(Index):
         )
         return hits_from_rows(self.corpus, rows, scores)
 
+    def encode(self, queries: Sequence[str]) -> EncodedQueries:
+        """The dense part's question encoder (BM25 needs nothing encoded)."""
+        return self.dense.encode(queries)
+
+    def search_encoded(
+        self,
+        encoded: EncodedQueries,
+        k: int = 10,
+        *,
+        fusion: str | None = None,
+        weight: float | None = None,
+        depth: int | None = None,
+        **options: Any,
+    ) -> list[list[Hit]]:
+        (qvecs,) = encoded.vectors
+        rows, scores = self.search_rows(
+            encoded.texts, k, fusion=fusion, weight=weight, depth=depth, qvecs=qvecs
+        )
+        return hits_from_rows(self.corpus, rows, scores)
+
     def search_rows(
         self,
         queries: Sequence[str],
@@ -339,8 +360,10 @@ class HybridIndex(Index):
         weight: float | None = None,
         depth: int | None = None,
         batch_size: int | None = None,
+        qvecs: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``batch_size``: questions the dense part encodes at once (default: its own)."""
+        """``batch_size``: questions the dense part encodes at once (default: its own);
+        ``qvecs``: the questions' dense vectors when already encoded."""
         cfg = FusionConfig(
             FusionMethod(fusion) if fusion else self.fusion.method,
             weight if weight is not None else (self.fusion.weight if fusion is None else None),
@@ -348,11 +371,12 @@ class HybridIndex(Index):
         )
         n_depth = max(cfg.depth, k)
         s_rows, _ = self.sparse.search_rows(queries, n_depth)
-        qvecs = (
-            self.dense.encode_queries(list(queries))
-            if batch_size is None
-            else self.dense.encode_queries(list(queries), batch_size=batch_size)
-        )
+        if qvecs is None:
+            qvecs = (
+                self.dense.encode_queries(list(queries))
+                if batch_size is None
+                else self.dense.encode_queries(list(queries), batch_size=batch_size)
+            )
         d_rows, _ = self.dense.search_vectors(qvecs, n_depth)
         if cfg.method is FusionMethod.RRF:
             return rrf(s_rows, d_rows, k, cfg.dense_weight)

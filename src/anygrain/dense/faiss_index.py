@@ -23,7 +23,7 @@ import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import faiss
 import numpy as np
@@ -184,6 +184,16 @@ class VectorSource(Protocol):
     def iter_batches(self, batch_size: int = 65536) -> Any: ...
 
 
+class RangeVectorSource(VectorSource, Protocol):
+    """A :class:`VectorSource` that also reads a range: what a blocked build needs."""
+
+    def iter_batches(
+        self, batch_size: int = 65536, *, start: int = 0, stop: int | None = None
+    ) -> Any:
+        """``(position, batch)`` pairs over vectors ``start:stop``."""
+        ...
+
+
 class ArrayVectors:
     """An in-memory array seen as a :class:`VectorSource` (tests, small corpora)."""
 
@@ -204,9 +214,12 @@ class ArrayVectors:
             np.sort(np.random.default_rng(seed).choice(len(self.x), size=n, replace=False))
         ]
 
-    def iter_batches(self, batch_size: int = 65536) -> Any:
-        for i in range(0, len(self.x), batch_size):
-            yield i, self.x[i : i + batch_size]
+    def iter_batches(
+        self, batch_size: int = 65536, *, start: int = 0, stop: int | None = None
+    ) -> Any:
+        end = len(self.x) if stop is None else min(stop, len(self.x))
+        for i in range(start, end, batch_size):
+            yield i, self.x[i : min(i + batch_size, end)]
 
 
 def unwrap_index(index: faiss.Index) -> faiss.Index:
@@ -242,6 +255,7 @@ class FaissIndex:
         self.hnsw: faiss.IndexHNSW | None = base if isinstance(base, faiss.IndexHNSW) else None
         q = faiss.downcast_index(self.ivf.quantizer) if self.ivf is not None else None
         self.hnsw_quantizer: faiss.IndexHNSW | None = q if isinstance(q, faiss.IndexHNSW) else None
+        self._parts: list[faiss.Index] = []  # the blocks of a blocked index (load(blocks=))
 
     @property
     def ntotal(self) -> int:
@@ -275,10 +289,61 @@ class FaissIndex:
         progress: bool = False,
     ) -> FaissIndex:
         """Train on a sample of ``vectors`` (see :func:`plan_training`) and add them all in
-        batches, so memory stays bounded by the sample and one batch."""
+        batches, so memory stays bounded by the sample and one batch (and the index)."""
         src: VectorSource = ArrayVectors(vectors) if isinstance(vectors, np.ndarray) else vectors
+        index, spec = cls._trained(src, factory, train_size, seed)
+        _add(index, src, 0, len(src), add_batch, progress)
+        return cls._ready(index, spec, nprobe, ef_search)
+
+    @classmethod
+    def build_blocks(
+        cls,
+        vectors: RangeVectorSource,
+        path: str | Path,
+        factory: str,
+        *,
+        block_bytes: int,
+        train_size: int | None = None,
+        seed: int = 0,
+        add_batch: int = 65536,
+        progress: bool = False,
+    ) -> int:
+        """Build an IVF index at ``path`` whose codes never are all in memory at once.
+
+        The trained, empty index is written at ``path`` and the vectors are added in blocks
+        of at most ``block_bytes`` of codes and ids, each a copy of the trained index with
+        its share of the vectors (ids: their positions in ``vectors``), written to
+        :func:`block_path` and freed before the next.  :meth:`load` with ``blocks`` stacks
+        the blocks' memory-mapped inverted lists under the trained index (FAISS's
+        ``HStackInvertedLists``): the same search results as one index holding every
+        vector.  Returns the number of blocks."""
+        index, spec = cls._trained(vectors, factory, train_size, seed)
+        ivf = faiss.extract_index_ivf(index)
+        ivf.nprobe = default_nprobe(ivf.nlist)  # saved with the index, as build() does
+        per_block = max(1, block_bytes // (int(ivf.code_size) + 8))  # codes + int64 id
+        n = len(vectors)
+        if n <= per_block:  # it fits: one index, the usual layout
+            _add(index, vectors, 0, n, add_batch, progress)
+            cls(index, spec).save(path)
+            return 0
+        with atomic_path(path) as tmp:
+            faiss.write_index(index, str(tmp))
+        starts = range(0, n, per_block)
+        for b, lo in enumerate(starts):
+            block = faiss.clone_index(index)
+            _add(block, vectors, lo, min(n, lo + per_block), add_batch, progress, with_ids=True)
+            with atomic_path(block_path(path, b)) as tmp:
+                faiss.write_index(block, str(tmp))
+            del block
+        return len(starts)
+
+    @classmethod
+    def _trained(
+        cls, src: VectorSource, factory: str | None, train_size: int | None, seed: int
+    ) -> tuple[faiss.Index, str]:
+        """The empty index of ``factory``, trained on a sample of ``src``."""
         spec, info, train_size = plan_training(len(src), src.dim, factory, train_size)
-        n, dim = len(src), src.dim
+        dim = src.dim
         try:
             index = faiss.index_factory(dim, spec, faiss.METRIC_INNER_PRODUCT)
         except RuntimeError as e:
@@ -299,14 +364,12 @@ class FaissIndex:
                 )
                 _quiet_kmeans(index)
             index.train(src.sample(train_size, seed=seed))
-        for _, batch in progress_bar(
-            src.iter_batches(add_batch),
-            desc="adding to FAISS",
-            unit="batch",
-            total=-(-n // add_batch),
-            disable=not progress,
-        ):
-            index.add(np.ascontiguousarray(batch, dtype=np.float32))
+        return index, spec
+
+    @classmethod
+    def _ready(
+        cls, index: faiss.Index, spec: str, nprobe: int | None, ef_search: int | None
+    ) -> FaissIndex:
         out = cls(index, spec)
         if out.ivf is not None:
             out.ivf.nprobe = nprobe or default_nprobe(out.ivf.nlist)
@@ -321,8 +384,13 @@ class FaissIndex:
             faiss.write_index(self.index, str(tmp))
 
     @classmethod
-    def load(cls, path: str | Path, *, factory: str = "", mmap: bool = True) -> FaissIndex:
-        """Read an index, memory-mapped where the index type allows it (see module docstring)."""
+    def load(
+        cls, path: str | Path, *, factory: str = "", mmap: bool = True, blocks: int = 0
+    ) -> FaissIndex:
+        """Read an index, memory-mapped where the index type allows it (see module
+        docstring); ``blocks``: the number of blocks :meth:`build_blocks` wrote beside it."""
+        if blocks:
+            return cls._load_blocks(Path(path), factory, blocks)
         p = str(path)
         if not Path(p).exists():
             raise AnygrainError(f"{p}: FAISS index file missing")
@@ -340,6 +408,29 @@ class FaissIndex:
             return cls(faiss.read_index(p), factory)
         except RuntimeError as e:
             raise AnygrainError(f"{p}: cannot read FAISS index ({_faiss_message(e)})") from None
+
+    @classmethod
+    def _load_blocks(cls, path: Path, factory: str, n_blocks: int) -> FaissIndex:
+        index = cls.load(path, mmap=False).index  # trained and empty: centroids, codebooks
+        parts = [cls.load(block_path(path, b), factory=factory).index for b in range(n_blocks)]
+        ivf = faiss.extract_index_ivf(index)
+        lists = faiss.InvertedListsPtrVector()  # type: ignore[attr-defined]
+        for part in parts:
+            pivf = faiss.extract_index_ivf(part)
+            if pivf.nlist != ivf.nlist or pivf.code_size != ivf.code_size:
+                raise AnygrainError(
+                    f"{block_path(path, 0).parent}: FAISS blocks do not match {path}"
+                )
+            lists.push_back(pivf.invlists)
+        stacked = faiss.HStackInvertedLists(lists.size(), lists.data())
+        ivf.replace_invlists(stacked, True)
+        stacked.this.disown()  # type: ignore[attr-defined]  # the index owns the stack now; the blocks own their lists
+        ntotal = sum(int(p.ntotal) for p in parts)
+        ivf.ntotal = ntotal
+        index.ntotal = ntotal
+        out = cls(index, factory)
+        out._parts = parts  # the stacked lists point into the blocks: keep them alive
+        return out
 
     # --- search ----------------------------------------------------------------------
     def params(
@@ -384,6 +475,57 @@ class FaissIndex:
         p = self.params(nprobe=nprobe, ef_search=ef_search)
         scores, rows = self.index.search(q, k) if p is None else self.index.search(q, k, params=p)
         return rows, scores
+
+
+def block_path(path: str | Path, b: int) -> Path:
+    """Where block ``b`` of the blocked index at ``path`` lives: ``start.faiss`` ->
+    ``start.b0.faiss`` (a ``.faiss`` file: servers watch it as they watch the index)."""
+    p = Path(path)
+    return p.with_name(f"{p.stem}.b{b}{p.suffix}")
+
+
+def add_block(path: str | Path, b: int, vectors: np.ndarray, first_id: int) -> None:
+    """Write block ``b`` of the blocked index at ``path``: ``vectors`` added, with ids from
+    ``first_id``, to a copy of its trained, empty index (an update's new vectors)."""
+    block = faiss.read_index(str(path))
+    if block.ntotal:
+        raise AnygrainError(f"{path}: not the trained base of a blocked index")
+    block.add_with_ids(
+        np.ascontiguousarray(vectors, dtype=np.float32),
+        np.arange(first_id, first_id + len(vectors), dtype=np.int64),
+    )
+    with atomic_path(block_path(path, b)) as tmp:
+        faiss.write_index(block, str(tmp))
+
+
+def _add(
+    index: faiss.Index,
+    src: VectorSource,
+    lo: int,
+    hi: int,
+    add_batch: int,
+    progress: bool,
+    *,
+    with_ids: bool = False,
+) -> None:
+    """Add vectors ``lo:hi`` of ``src`` to ``index`` in batches (``with_ids``: with their
+    positions in ``src`` as ids, for a block of a larger index)."""
+    if lo or hi < len(src):
+        batches = cast(RangeVectorSource, src).iter_batches(add_batch, start=lo, stop=hi)
+    else:
+        batches = src.iter_batches(add_batch)
+    for i, batch in progress_bar(
+        batches,
+        desc="adding to FAISS",
+        unit="batch",
+        total=-(-(hi - lo) // add_batch),
+        disable=not progress,
+    ):
+        x = np.ascontiguousarray(batch, dtype=np.float32)
+        if with_ids:
+            index.add_with_ids(x, np.arange(i, i + len(x), dtype=np.int64))
+        else:
+            index.add(x)
 
 
 def _faiss_message(e: BaseException) -> str:

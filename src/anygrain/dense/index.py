@@ -55,6 +55,7 @@ from anygrain.index.base import (
     register_index,
     write_manifest,
 )
+from anygrain.index.encoded import EncodedQueries
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.models.biencoder import MODEL_CONFIG, BiEncoder
 from anygrain.models.encoder import EncoderConfig
@@ -450,6 +451,10 @@ class DenseIndex(Index):
         """Question vectors (float32, input order)."""
         return self.model.encode_questions(list(queries), batch_size=batch_size)
 
+    def encode(self, queries: Sequence[str], *, batch_size: int = QUESTION_BATCH) -> EncodedQueries:
+        """The question encoder's stage of :meth:`search`: one vector per query."""
+        return EncodedQueries(list(queries), (self.encode_queries(queries, batch_size=batch_size),))
+
     def search(
         self,
         queries: Sequence[str],
@@ -463,6 +468,19 @@ class DenseIndex(Index):
         rows, scores = self.search_rows(
             queries, k, nprobe=nprobe, ef_search=ef_search, batch_size=batch_size
         )
+        return hits_from_rows(self.store, rows, scores)
+
+    def search_encoded(
+        self,
+        encoded: EncodedQueries,
+        k: int = 10,
+        *,
+        nprobe: int | None = None,
+        ef_search: int | None = None,
+        **options: Any,
+    ) -> list[list[Hit]]:
+        (qvecs,) = encoded.vectors
+        rows, scores = self.search_vectors(qvecs, k, nprobe=nprobe, ef_search=ef_search)
         return hits_from_rows(self.store, rows, scores)
 
     def search_rows(

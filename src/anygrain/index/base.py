@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError, UsageError, parse_enum
 from anygrain.hits.hit import Hit, Unit
+from anygrain.index.encoded import EncodedQueries
 from anygrain.index.registry import KIND_MODULES
 from anygrain.index.scope import Scope, gold_rows
 from anygrain.index.settings import BuildOptions, IndexSettings
@@ -573,6 +574,17 @@ class Index(ABC):
     def search_one(self, query: str, k: int = 10, **options: Any) -> list[Hit]:
         return self.search([query], k, **options)[0]
 
+    def encode(self, queries: Sequence[str]) -> EncodedQueries:
+        """The query encoder's stage of :meth:`search` (:mod:`anygrain.index.encoded`);
+        kinds with one override it, the others encode nothing."""
+        return EncodedQueries(list(queries))
+
+    def search_encoded(
+        self, encoded: EncodedQueries, k: int = 10, **options: Any
+    ) -> list[list[Hit]]:
+        """:meth:`search` of queries :meth:`encode` has encoded: the same hits."""
+        return self.search(encoded.texts, k, **options)
+
     @property
     def corpus(self):  # type: ignore[no-untyped-def]
         """The passage store this index was built over."""
@@ -634,8 +646,9 @@ class Index(ABC):
 
     @classmethod
     def search_options(cls) -> frozenset[str]:
-        """The options the kind's :meth:`search` takes: its keyword-only parameters."""
-        return _keyword_only(cls.search)
+        """The options the kind's :meth:`search` takes: its keyword-only parameters and
+        those of :meth:`search_encoded`, which it forwards them to."""
+        return _keyword_only(cls.search) | _keyword_only(cls.search_encoded)
 
     def check_search_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
         """``options`` for :meth:`search` without those set to None; :class:`UsageError` for

@@ -36,15 +36,18 @@ import numpy as np
 
 from anygrain.corpus.source import corpus_ref
 from anygrain.corpus.store import CorpusStore
-from anygrain.dense.faiss_index import FaissIndex, plan_training
+from anygrain.dense.faiss_index import FaissIndex, parse_factory, plan_training
+from anygrain.encode.npy import drop_pages
 from anygrain.errors import AnygrainError, UsageError, parse_enum
 from anygrain.index.base import IndexKind, write_manifest
 from anygrain.index.settings import BuildOptions, IndexSettings
+from anygrain.phrase.budget import BuildBudget, parse_bytes
 from anygrain.phrase.compress import Compress, compressed_factory, default_pq_m, ivf_prefix
-from anygrain.phrase.dump import DEFAULT_SHARD_SIZE, END_OK, START_OK, DumpStats, dump_phrases
+from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_phrases
 from anygrain.phrase.filtering import dump_filter, fraction_threshold, refiltered_flags, subset_dump
 from anygrain.phrase.lexical import SparseFusion, copy_sparse, write_sparse
 from anygrain.phrase.model import PhraseEncoder
+from anygrain.utils.device import resolve_device
 
 SUBDIR = "phrase"
 #: The float16 vectors; optional once the FAISS indexes hold codes to decode.
@@ -74,9 +77,12 @@ class PhraseSettings(IndexSettings):
     keep: float | None = None  # default: DEFAULT_KEEP, unless a threshold is given
     factory: str | None = None  # FAISS factory string (default: from size and ``compress``)
     lang: str | None = None  # en | zh: picks the default model (detected when None)
-    batch_size: int = 32
+    batch_size: int | None = None  # encoder batch (windows); default: the budget's
     bf16: bool = False
-    shard_size: int = DEFAULT_SHARD_SIZE  # passages per dump shard: bounds the peak memory
+    shard_size: int | None = None  # passages per dump shard; default: the budget's
+    # resident memory the build may use (bytes, or "1.5G"): sets the defaults of the
+    # shard and batch sizes, the FAISS training sample and blocks (anygrain.phrase.budget)
+    memory_budget: str | int | None = None
     max_phrase_words: int | None = None  # default: the model's
     compress: Compress = DEFAULT_COMPRESS
     pq_m: int | None = None  # opq-pq: bytes per vector (default dim/8)
@@ -111,6 +117,14 @@ class PhraseSettings(IndexSettings):
         if self.sparse_from is not None and not self.sparse:
             raise AnygrainError("sparse_from needs the lexical part on (sparse=True)")
         self.fusion()  # checks the weight
+        _ = self.budget  # checks the memory budget
+
+    @property
+    def budget(self) -> BuildBudget:
+        """The build's memory budget (default ``DEFAULT_MEMORY_BUDGET``)."""
+        if self.memory_budget is None:
+            return BuildBudget()
+        return BuildBudget(parse_bytes(self.memory_budget))
 
     @property
     def keep_fraction(self) -> float | None:
@@ -266,11 +280,21 @@ class StoredVectors:
         else:
             rng = np.random.default_rng(seed)
             pick = self.ids[np.sort(rng.choice(len(self.ids), size=n, replace=False))]
-        return np.asarray(self.arr[pick], dtype=np.float32)
+        out = np.empty((len(pick), self.dim), dtype=np.float32)
+        for i in range(0, len(pick), 65536):  # the map's pages dropped as they are read
+            out[i : i + 65536] = self.arr[pick[i : i + 65536]]
+            drop_pages(self.arr)
+        return out
 
-    def iter_batches(self, batch_size: int = 65536) -> Any:
-        for i in range(0, len(self.ids), batch_size):
-            yield i, np.asarray(self.arr[self.ids[i : i + batch_size]], dtype=np.float32)
+    def iter_batches(
+        self, batch_size: int = 65536, *, start: int = 0, stop: int | None = None
+    ) -> Any:
+        end = len(self.ids) if stop is None else min(stop, len(self.ids))
+        for i in range(start, end, batch_size):
+            rows = self.ids[i : min(i + batch_size, end)]
+            batch = np.asarray(self.arr[rows], dtype=np.float32)
+            drop_pages(self.arr)
+            yield i, batch
 
 
 def write_index(
@@ -330,8 +354,8 @@ def write_index(
         work,
         base,
         threshold=threshold,
-        shard_size=s.shard_size,
-        batch_size=s.batch_size,
+        shard_size=s.shard_size or s.budget.shard_size(model.dim),
+        batch_size=s.batch_size or s.budget.batch_size(resolve_device(options.device).type),
         bf16=s.bf16,
         progress=options.progress,
         on_shard=on_shard,
@@ -445,13 +469,29 @@ def finish_index(
         or compressed_factory(comp, min(len(start_ids), len(end_ids)), dim, pq_m=settings.pq_m)
         or default_phrase_factory(max(len(start_ids), len(end_ids)), dim)
     )
+    budget = settings.budget
+    train_size = budget.train_vectors(dim)
     for n_side in (len(start_ids), len(end_ids)):
-        plan_training(n_side, dim, spec)
-    fx_s = FaissIndex.build(StoredVectors(start, start_ids), spec, progress=progress)
-    fx_s.save(base / "start.faiss")
-    fx_e = FaissIndex.build(StoredVectors(end, end_ids), spec, progress=progress)
-    fx_e.save(base / "end.faiss")
+        plan_training(n_side, dim, spec, min(train_size, n_side))
+    blocks: dict[str, int] = {}
+    for side, arr, ids in (("start", start, start_ids), ("end", end, end_ids)):
+        vectors = StoredVectors(arr, ids)
+        n_train = min(train_size, len(ids))
+        if parse_factory(spec).nlist:  # codes in blocks of bounded size, freed one by one
+            blocks[side] = FaissIndex.build_blocks(
+                vectors,
+                base / f"{side}.faiss",
+                spec,
+                block_bytes=budget.faiss_block_bytes,
+                train_size=n_train,
+                progress=progress,
+            )
+        else:
+            fx = FaissIndex.build(vectors, spec, train_size=n_train, progress=progress)
+            fx.save(base / f"{side}.faiss")
+            del fx  # one side's index in memory at a time
     del start, end
+    fx_s = FaissIndex.load(base / "start.faiss", factory=spec, blocks=blocks.get("start", 0))
     if not keep:
         for name in DUMP_FILES:
             (base / name).unlink(missing_ok=True)
@@ -461,6 +501,8 @@ def finish_index(
         **recorded,
         "factory": fx_s.factory,
         "nprobe": fx_s.nprobe,
+        # FAISS blocks beside start.faiss/end.faiss (a build larger than its memory budget)
+        **({"faiss_blocks": blocks} if any(blocks.values()) else {}),
         "compress": comp.value,
         "pq_m": settings.pq_m,
         "dump": keep,
@@ -478,7 +520,7 @@ def finish_index(
         "kept_fraction": round(stats.n_kept / max(stats.n_tokens_seen, 1), 4),
         "bytes": n_bytes,
         "bytes_per_passage": round(n_bytes / max(stats.n_passages, 1), 1),
-        "faiss_bytes": sizes.get("start.faiss", 0) + sizes.get("end.faiss", 0),
+        "faiss_bytes": sum(v for k, v in sizes.items() if k.endswith(".faiss")),
         "dump_bytes": sum(sizes.get(name, 0) for name in DUMP_FILES),
     }
     write_manifest(

@@ -39,6 +39,7 @@ from anygrain.encode.npy import concatenate_npy
 from anygrain.phrase.model import EncodedPassage, PhraseEncoder
 from anygrain.utils.atomic import atomic_path
 from anygrain.utils.device import place, resolve_device
+from anygrain.utils.memory import trim_heap
 
 DUMP_MANIFEST = "dump.json"
 FORMAT = "anygrain.phrase-dump"
@@ -167,7 +168,10 @@ class _PhraseShards:
         )
         for a in ARRAYS:
             np.save(into / _shard_file(job.index, a), arrays[a])
-        return {"kept": len(arrays["tokens"]), "seen": int(arrays["seen"][0])}
+        out = {"kept": len(arrays["tokens"]), "seen": int(arrays["seen"][0])}
+        del arrays
+        trim_heap()  # the shard's vectors are on disk: their memory back to the system
+        return out
 
 
 #: passages per dump shard: a shard's vectors are held in memory until written, so this bounds

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from anygrain.encode.npy import drop_pages
 from anygrain.errors import AnygrainError
 from anygrain.phrase.dump import END_OK, START_OK
 from anygrain.utils.progress import progress_bar
@@ -36,7 +37,9 @@ def dump_filter(base: Path) -> tuple[np.ndarray, np.ndarray]:
     dump in ``base`` (``tokens.npy`` column 3, ``filter.npy``)."""
     tokens = np.load(base / "tokens.npy", mmap_mode="r")
     logits = np.load(base / "filter.npy", mmap_mode="r")
-    return np.asarray(tokens[:, 3]), np.asarray(logits, dtype=np.float32)
+    out = np.array(tokens[:, 3]), np.array(logits, dtype=np.float32)
+    drop_pages(tokens)
+    return out
 
 
 def fraction_threshold(flags: np.ndarray, logits: np.ndarray, fraction: float) -> float:
@@ -71,6 +74,8 @@ def subset_dump(
                 part = part.copy()
                 part[:, 3] = flags[kept[i : i + CHUNK]]
             out[i : i + len(part)] = part
+            drop_pages(arr)  # both maps would otherwise keep the whole dump resident
+            drop_pages(out)
         out.flush()
         del out
     rows = np.asarray(tokens[kept, 0], dtype=np.int64)

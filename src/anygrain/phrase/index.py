@@ -44,6 +44,7 @@ from anygrain.index.base import (
     IndexKind,
     register_index,
 )
+from anygrain.index.encoded import EncodedQueries
 from anygrain.index.scope import Scope
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.phrase.build import (
@@ -336,8 +337,13 @@ class PhraseIndex(Index):
         ptr = _load_array(base / "passage_ptr.npy", None)
         n = len(tokens)
         factory = manifest["settings"].get("factory", "")
-        fs = FaissIndex.load(base / "start.faiss", factory=factory, mmap=mmap)
-        fe = FaissIndex.load(base / "end.faiss", factory=factory, mmap=mmap)
+        blocks = manifest["settings"].get("faiss_blocks") or {}
+        fs = FaissIndex.load(
+            base / "start.faiss", factory=factory, mmap=mmap, blocks=int(blocks.get("start", 0))
+        )
+        fe = FaissIndex.load(
+            base / "end.faiss", factory=factory, mmap=mmap, blocks=int(blocks.get("end", 0))
+        )
         start_ids = _load_array(base / "start_ids.npy", None)
         end_ids = _load_array(base / "end_ids.npy", None)
         if fs.ntotal != len(start_ids) or fe.ntotal != len(end_ids):
@@ -448,9 +454,36 @@ class PhraseIndex(Index):
                 for i in range(n)
             ]
 
+    def encode(
+        self, queries: Sequence[str], *, batch_size: int = 64, bf16: bool = False
+    ) -> EncodedQueries:
+        """The question encoder's stage of :meth:`search`: ``(q_start, q_end)`` per query."""
+        qs, qe = self.encode_queries(queries, batch_size=batch_size, bf16=bf16)
+        return EncodedQueries(list(queries), (qs, qe))
+
     def search(
         self,
         queries: Sequence[str],
+        k: int = 10,
+        *,
+        batch_size: int = 64,
+        bf16: bool = False,
+        **options: Any,
+    ) -> list[list[Hit]]:
+        """Top-``k`` units per query (:meth:`search_encoded` has the options), encoded and
+        searched ``batch_size`` questions at a time."""
+        out: list[list[Hit]] = []
+        scope_rows = options.pop("scope_rows", None)
+        for i in range(0, len(queries), batch_size):
+            batch = list(queries[i : i + batch_size])
+            scope = scope_rows[i : i + batch_size] if scope_rows is not None else None
+            enc = self.encode(batch, batch_size=batch_size, bf16=bf16)
+            out.extend(self.search_encoded(enc, k, scope_rows=scope, **options))
+        return out
+
+    def search_encoded(
+        self,
+        encoded: EncodedQueries,
         k: int = 10,
         *,
         unit: Unit | str | None = None,
@@ -458,17 +491,15 @@ class PhraseIndex(Index):
         top_k: int | None = None,
         max_words: int | None = None,
         nprobe: int | None = None,
-        batch_size: int = 64,
-        bf16: bool = False,
         max_depth: int | None = None,
         exact: bool = False,
         stats: list[UnitSearchStats] | None = None,
         sparse_weight: float | None = None,
         **options: Any,
     ) -> list[list[Hit]]:
-        """Top-``k`` units per query.  ``unit`` picks the grain (default: phrases); coarser
-        units are scored by their best phrase.  ``scope_rows`` restricts each query to given
-        passage rows (searched exhaustively).  ``top_k`` is the MIPS depth per side
+        """Top-``k`` units per encoded query.  ``unit`` picks the grain (default: phrases);
+        coarser units are scored by their best phrase.  ``scope_rows`` restricts each query
+        to given passage rows (searched exhaustively).  ``top_k`` is the MIPS depth per side
         (default ``max(100, 10·k)``).
 
         Sentences, passages and documents are searched in rounds (:meth:`search_units`):
@@ -485,49 +516,44 @@ class PhraseIndex(Index):
         depth = top_k or max(100, 10 * k)
         L = int(max_words or self.max_words)
         fusion = self.search_fusion(sparse_weight)
-        out: list[list[Hit]] = []
-        for i in range(0, len(queries), batch_size):
-            batch = list(queries[i : i + batch_size])
-            qs, qe = self.encode_queries(batch, batch_size=batch_size, bf16=bf16)
-            lex = None
-            if fusion is not None:
-                assert self.lexical is not None
-                lex = self.lexical.queries(batch, fusion)
-            scope = scope_rows[i : i + batch_size] if scope_rows is not None else None
-            if u is Unit.PHRASE or scope is not None:
-                phrases = self.search_phrases(
-                    qs,
-                    qe,
-                    top_k=depth,
-                    scope_rows=scope,
-                    max_words=L,
-                    nprobe=nprobe,
-                    lexical=lex,
-                    fusion=fusion,
+        qs, qe = encoded.vectors
+        lex = None
+        if fusion is not None:
+            assert self.lexical is not None
+            lex = self.lexical.queries(encoded.texts, fusion)
+        if u is Unit.PHRASE or scope_rows is not None:
+            phrases = self.search_phrases(
+                qs,
+                qe,
+                top_k=depth,
+                scope_rows=scope_rows,
+                max_words=L,
+                nprobe=nprobe,
+                lexical=lex,
+                fusion=fusion,
+            )
+            found = [aggregate(self.table, self.store, p, k, u) for p in phrases]
+            if stats is not None:
+                stats.extend(
+                    UnitSearchStats(1, depth, len(f), False, scope_rows is not None) for f in found
                 )
-                found = [aggregate(self.table, self.store, p, k, u) for p in phrases]
-                if stats is not None:
-                    stats.extend(
-                        UnitSearchStats(1, depth, len(f), False, scope is not None) for f in found
-                    )
-            else:
-                found, st = self.search_units(
-                    qs,
-                    qe,
-                    k,
-                    u,
-                    depth=depth,
-                    max_depth=max_depth,
-                    exact=exact,
-                    max_words=L,
-                    nprobe=nprobe,
-                    lexical=lex,
-                    fusion=fusion,
-                )
-                if stats is not None:
-                    stats.extend(st)
-            out.extend(unit_hits(self.table, self.store, found, u))
-        return out
+        else:
+            found, st = self.search_units(
+                qs,
+                qe,
+                k,
+                u,
+                depth=depth,
+                max_depth=max_depth,
+                exact=exact,
+                max_words=L,
+                nprobe=nprobe,
+                lexical=lex,
+                fusion=fusion,
+            )
+            if stats is not None:
+                stats.extend(st)
+        return unit_hits(self.table, self.store, found, u)
 
     def score_rows(
         self,

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from anygrain.dense.faiss_index import FaissIndex
+from anygrain.dense.faiss_index import FaissIndex, add_block
 from anygrain.index.base import read_manifest, rewrite_manifest
 from anygrain.index.settings import BuildOptions
 from anygrain.index.updater import StagedUpdate, corpus_field, fresh
@@ -57,7 +57,7 @@ def _phrase_sizes(base: Path, c: dict[str, Any]) -> None:
     c["vectors_per_passage"] = round((c["start_vectors"] + c["end_vectors"]) / n_p, 3)
     c["tokens_kept_per_passage"] = round(c["tokens_kept"] / n_p, 3)
     c["kept_fraction"] = round(c["tokens_kept"] / max(int(c["tokens_seen"]), 1), 4)
-    c["faiss_bytes"] = sizes.get("start.faiss", 0) + sizes.get("end.faiss", 0)
+    c["faiss_bytes"] = sum(v for k, v in sizes.items() if k.endswith(".faiss"))
     c["dump_bytes"] = sizes.get("start.npy", 0) + sizes.get("end.npy", 0)
 
 
@@ -96,12 +96,22 @@ def add_rows(u: StagedUpdate) -> None:
         "start": np.flatnonzero(flags & START_OK).astype(np.int64),
         "end": np.flatnonzero(flags & END_OK).astype(np.int64),
     }
+    blocks = dict(s.get("faiss_blocks") or {})
     for side in ("start", "end"):
         vecs = np.load(seg_dir / f"{side}.npy", mmap_mode="r")
-        index = FaissIndex.load(base / f"{side}.faiss", factory=s.get("factory", ""), mmap=False)
-        if len(new_ids[side]):
-            index.index.add(np.ascontiguousarray(vecs[new_ids[side]], dtype=np.float32))
-        index.save(base / f"{side}.faiss")
+        new = np.ascontiguousarray(vecs[new_ids[side]], dtype=np.float32)
+        if blocks.get(side):  # a blocked index (built past its memory budget): one more block
+            if len(new):
+                first = int(idx.start_index.ntotal if side == "start" else idx.end_index.ntotal)
+                add_block(base / f"{side}.faiss", int(blocks[side]), new, first)
+                blocks[side] += 1
+        else:
+            index = FaissIndex.load(
+                base / f"{side}.faiss", factory=s.get("factory", ""), mmap=False
+            )
+            if len(new):
+                index.index.add(new)
+            index.save(base / f"{side}.faiss")
         _append_rows(base / f"{side}_ids.npy", new_ids[side] + n_tok, u.work)
         if (base / f"{side}.npy").exists():  # the float16 dump, when the index keeps it
             _append_rows(base / f"{side}.npy", np.asarray(vecs), u.work)
@@ -119,7 +129,11 @@ def add_rows(u: StagedUpdate) -> None:
     c["end_vectors"] += stats.n_end
     _phrase_sizes(base, c)
     _phrase_lexical(u)
-    rewrite_manifest(u.staged, read_manifest(u.staged), corpus=corpus_field(old, u.store), counts=c)
+    staged = read_manifest(u.staged)
+    settings = {**staged["settings"], **({"faiss_blocks": blocks} if blocks else {})}
+    rewrite_manifest(
+        u.staged, staged, corpus=corpus_field(old, u.store), counts=c, settings=settings
+    )
 
 
 def compact_rows(u: StagedUpdate) -> None:
@@ -165,6 +179,8 @@ def compact_rows(u: StagedUpdate) -> None:
     }
     for name in ("start_ids", "end_ids", "start.faiss", "end.faiss"):
         fresh(base / name if "." in name else base / f"{name}.npy")
+    for block in [*base.glob("start.b*.faiss"), *base.glob("end.b*.faiss")]:
+        fresh(block)  # rebuilt below, in blocks again if the budget asks for them
     for name, arr in arrays.items():
         np.save(fresh(base / f"{name}.npy"), arr)
     flags = tokens[:, 3]

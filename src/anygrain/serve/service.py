@@ -1,25 +1,30 @@
-"""The index a server answers from: loaded once, searched by one thread, inputs checked.
+"""The index a server answers from: loaded once, searched in two stages, inputs checked.
 
 No web code here: :mod:`anygrain.serve.app` turns :class:`RequestError` into a 4xx
 response and everything else into the JSON it returns.
 
-Why one search thread: an index is read-only once open, but searching it is not free of
-shared state -- a Hugging Face fast tokenizer raises "Already borrowed" when two threads
-encode at once, phrase search switches torch's (process-wide) thread count around span
-scoring, and BM25's stemmer objects are not documented as thread-safe.  One search at a
-time also keeps torch's intra-op threads from fighting over the cores.
+Two worker threads, one per stage of a search (:mod:`anygrain.index.encoded`): the
+*encoder* thread runs the index's query encoder (:meth:`Index.encode`: tokenizer and
+transformer), the *search* thread the rest (:meth:`Index.search_encoded`: FAISS, span
+scoring, BM25, hits).  While one batch is searched the next is encoded, so the two stages
+use two cores; on a 2-core machine this is what brings the 4-client latency down (issue 26).
+Each stage stays in one thread because its state is not shared safely: a Hugging Face fast
+tokenizer raises "Already borrowed" when two threads encode at once, and BM25's stemmer
+objects are not documented as thread-safe.  Phrase search sets torch to one thread around
+span scoring; serve with ``threads=1`` so each stage keeps to its core.
 
-So request threads hand their questions to a single worker thread and wait.  While it
-searches, new requests queue; it then takes everything queued (up to ``MAX_BATCH_QUESTIONS``
-questions) and searches it as one batch per (unit, k): one encoder pass and one FAISS call
-for several clients, which is where concurrent load gains over a plain lock.  Each question
-gets the hits it would get alone (questions are searched independently; only the padding
-of the encoder's batch differs).  The latency a response reports includes the wait.
+Request threads hand their questions to the encoder thread and wait.  While it encodes,
+new requests queue; it then takes everything queued (up to ``MAX_BATCH_QUESTIONS``
+questions) and encodes it as one batch; the search thread searches it as one batch per
+(unit, k): one encoder pass and one FAISS call for several clients, which is where
+concurrent load gains over a plain lock.  Each question gets the hits it would get alone
+(questions are searched independently; only the padding of the encoder's batch differs).
+The latency a response reports includes the wait.
 
 Files changed under a running server: the index memory-maps its arrays (``.npy``, FAISS,
 Arrow), and a mapped file truncated in place kills the process with SIGBUS at the next
 read of a page past the new end -- no exception can be raised for it.  So before each
-batch the worker compares the mapped files' size, mtime and inode with what they were
+batch the encoder thread compares the mapped files' size, mtime and inode with what they were
 when the index was loaded (one ``stat`` per file).  On a difference it reopens the index
 from its directory (``Index.load``, which checks the files against their recorded
 checksums): the index was replaced, and the new one is searched from then on.  When it
@@ -45,6 +50,7 @@ from typing import Any
 from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit, Unit
 from anygrain.index.base import MANIFEST, Index, external_corpus
+from anygrain.index.encoded import EncodedQueries
 
 #: A question longer than this many characters is refused (encoders truncate far earlier).
 MAX_QUESTION_CHARS = 1000
@@ -128,12 +134,23 @@ class _Job:
     k: int
     future: Future[list[list[Hit]]]
     sparse_weight: float | None = None
+    encoded: EncodedQueries | None = None  # set by the encoder thread
+
+
+@dataclass
+class _Encoded:
+    """A batch the encoder thread hands to the search thread: the index that encoded it
+    (searched with the same, even if the index is reloaded meanwhile) and its jobs."""
+
+    index: Index
+    jobs: list[_Job]
 
 
 class SearchService:
-    """One open index, searched by one worker thread that batches queued requests.
+    """One open index, searched by two worker threads (encode, search) that batch queued
+    requests.
 
-    ``batching=False`` searches each request on its own (still one at a time)."""
+    ``batching=False`` searches each request on its own (still one at a time per stage)."""
 
     def __init__(
         self,
@@ -157,8 +174,15 @@ class SearchService:
         self._failed: dict[Path, _Stamp] | None = None  # the files when the reload failed
         self._use(index)
         self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
-        self._worker = threading.Thread(target=self._work, name="anygrain-search", daemon=True)
-        self._worker.start()
+        # one batch in hand between the stages: the encoder runs at most one batch ahead,
+        # and what arrives meanwhile waits to be batched with what follows
+        self._encoded: queue.Queue[_Encoded] = queue.Queue(maxsize=1)
+        self._workers = [
+            threading.Thread(target=self._encode_work, name="anygrain-encode", daemon=True),
+            threading.Thread(target=self._search_work, name="anygrain-search", daemon=True),
+        ]
+        for w in self._workers:
+            w.start()
 
     @classmethod
     def load(
@@ -301,7 +325,7 @@ class SearchService:
         hits = job.future.result()  # raises what the search raised
         return SearchOutcome(hits, u, k, (time.perf_counter() - t0) * 1000.0)
 
-    def _work(self) -> None:
+    def _encode_work(self) -> None:
         while True:
             jobs = [self._queue.get()]
             n = len(jobs[0].questions)
@@ -312,9 +336,6 @@ class SearchService:
                     break
                 jobs.append(job)
                 n += len(job.questions)
-            groups: dict[tuple[Unit, int, float | None], list[_Job]] = {}
-            for job in jobs:
-                groups.setdefault((job.unit, job.k, job.sparse_weight), []).append(job)
             with self._lock:
                 # A mapped file truncated after this check but before the search reads it
                 # still kills the process with SIGBUS: the check narrows that window to one
@@ -325,26 +346,58 @@ class SearchService:
                     for job in jobs:
                         job.future.set_exception(e)
                     continue
-                for (unit, k, w), group in groups.items():
-                    self._run(group, unit, k, w)
+                index = self.index
+            ready = self._encode(index, jobs)
+            if ready:
+                self._encoded.put(_Encoded(index, ready))
 
-    def _run(self, jobs: list[_Job], unit: Unit, k: int, sparse_weight: float | None) -> None:
-        qs = [q for job in jobs for q in job.questions]
-        options = self.index.unit_options(unit)
+    @staticmethod
+    def _encode(index: Index, jobs: list[_Job]) -> list[_Job]:
+        """Encode the jobs' questions in one call (each job alone if that fails, so one
+        request's questions cannot fail the others); the jobs encoded."""
+        try:
+            enc = index.encode([q for job in jobs for q in job.questions])
+        except Exception as e:
+            if len(jobs) > 1:
+                return [j for job in jobs for j in SearchService._encode(index, [job])]
+            jobs[0].future.set_exception(
+                RequestError(str(e)) if isinstance(e, AnygrainError) else e
+            )
+            return []
+        i = 0
+        for job in jobs:
+            job.encoded = enc.take(range(i, i + len(job.questions)))
+            i += len(job.questions)
+        return jobs
+
+    def _search_work(self) -> None:
+        while True:
+            batch = self._encoded.get()
+            groups: dict[tuple[Unit, int, float | None], list[_Job]] = {}
+            for job in batch.jobs:
+                groups.setdefault((job.unit, job.k, job.sparse_weight), []).append(job)
+            for (unit, k, w), group in groups.items():
+                self._run(batch.index, group, unit, k, w)
+
+    def _run(
+        self, index: Index, jobs: list[_Job], unit: Unit, k: int, sparse_weight: float | None
+    ) -> None:
+        encoded = EncodedQueries.join([job.encoded for job in jobs if job.encoded is not None])
+        options = index.unit_options(unit)
         if sparse_weight is not None:
             options["sparse_weight"] = sparse_weight
         try:
-            hits = self.index.search(qs, k, **options)
+            hits = index.search_encoded(encoded, k, **options)
         except Exception as e:  # reported to the waiting requests; the worker goes on
             if len(jobs) > 1:  # one request's questions must not fail the others
                 for job in jobs:
-                    self._run([job], unit, k, sparse_weight)
+                    self._run(index, [job], unit, k, sparse_weight)
                 return
             err = RequestError(str(e)) if isinstance(e, AnygrainError) else e
             jobs[0].future.set_exception(err)
             return
         self.n_searches += 1
-        self.n_questions += len(qs)
+        self.n_questions += len(encoded)
         i = 0
         for job in jobs:
             job.future.set_result(hits[i : i + len(job.questions)])

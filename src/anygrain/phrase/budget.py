@@ -1,0 +1,86 @@
+"""How a phrase build spends its memory budget, so its peak stays flat in corpus size.
+
+A build holds, besides Python, torch, FAISS and the model (``BASELINE_BYTES``): one dump
+shard's vectors while it is encoded, the encoder's activations for one batch of windows,
+the FAISS training sample, and the codes of the FAISS index being filled.  Each is bounded
+here from one number, the budget (default 1.5 GB, issue 26's target on a 2-core machine):
+
+- dump shards of at most :meth:`BuildBudget.shard_size` passages;
+- encoder batches of :meth:`BuildBudget.batch_size` windows (8 on a CPU: measured as fast
+  as 32 there, at a quarter of the activations);
+- a training sample of at most :meth:`BuildBudget.train_vectors`;
+- FAISS codes in blocks of at most :attr:`BuildBudget.faiss_block_bytes`
+  (:meth:`anygrain.dense.faiss_index.FaissIndex.build_blocks`), written and freed one by
+  one; memory-mapped files are read and written in chunks whose pages are dropped
+  (:func:`anygrain.encode.npy.drop_pages`).
+
+``bench/build_memory.py`` measures the peak at two corpus sizes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from anygrain.errors import AnygrainError
+
+#: The default budget of a phrase build (bytes of resident memory).
+DEFAULT_MEMORY_BUDGET = 1_500_000_000
+#: Resident before any work: Python, torch, FAISS, tokenizer and a MiniLM-sized phrase model
+#: (measured 0.70 GB with ``phrase-minilm`` loaded).
+BASELINE_BYTES = 750_000_000
+#: The least a build is given to work with, whatever the budget says.
+MIN_WORKING_BYTES = 150_000_000
+#: Tokens a passage is budgeted for (one 384-token window, the models' usual; longer
+#: passages make shards proportionally larger).
+TOKENS_PER_PASSAGE = 384
+#: The largest shard: beyond it a shard only delays the first resumable checkpoint.
+MAX_SHARD_SIZE = 500
+
+_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+
+def parse_bytes(value: str | int | float) -> int:
+    """``1.5G``, ``800M``, ``2e9`` or a number of bytes -> bytes."""
+    if isinstance(value, int | float):
+        n = float(value)
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgt]?)i?b?\s*", value.lower())
+        if m is None:
+            raise AnygrainError(f"memory budget {value!r}: give bytes, or a number with K, M or G")
+        n = float(m.group(1)) * _UNITS[m.group(2)]
+    if n <= 0:
+        raise AnygrainError(f"memory budget must be positive, got {value!r}")
+    return int(n)
+
+
+@dataclass(frozen=True)
+class BuildBudget:
+    """The shares of a build's memory budget (``total`` bytes)."""
+
+    total: int = DEFAULT_MEMORY_BUDGET
+
+    @property
+    def working(self) -> int:
+        """What is left for the work once Python, torch and the model are loaded."""
+        return max(self.total - BASELINE_BYTES, MIN_WORKING_BYTES)
+
+    def shard_size(self, dim: int) -> int:
+        """Passages per dump shard: a third of the working memory holds a shard's vectors
+        (float32 start and end while encoded, then their float16 copy)."""
+        per_passage = TOKENS_PER_PASSAGE * dim * (2 * 4 + 2 * 2)
+        return max(8, min(MAX_SHARD_SIZE, self.working // 3 // per_passage))
+
+    def batch_size(self, device: str | None) -> int:
+        """Encoder batch (windows): 8 on a CPU, where larger batches are no faster; 32 on an
+        accelerator, whose memory is not this budget's."""
+        return 32 if device and device != "cpu" else 8
+
+    def train_vectors(self, dim: int) -> int:
+        """The most FAISS training vectors (float32) held at once: a quarter of the work."""
+        return max(10_000, self.working // 4 // (4 * dim))
+
+    @property
+    def faiss_block_bytes(self) -> int:
+        """The most FAISS codes (and ids) in memory at once: half of the work."""
+        return max(self.working // 2, 16_000_000)
