@@ -18,7 +18,11 @@ vectors per passage to ``--plot`` (PNG).
         --work runs/sweep --plot sweep.png [--out sweep.json] [--limit 1000]
 
 ``--keep`` gives fractions of the source's vectors to keep (each turned into a threshold
-tau), ``--thresholds`` taus directly; both may be given.  Refiltered indexes are kept
+tau), ``--thresholds`` taus directly; both may be given.  ``--qat-model DIR`` adds, for each
+point compressed with ``--qat-compress`` (default ``opq-pq``), a row searched with that
+question encoder: one fine-tuned against decoded vectors of a compressed index of the
+TRAINING paragraphs (quantisation-aware query-side training, ``bench/phrase_query_side.py
+--compress opq-pq``), as DensePhrases does.  Refiltered indexes are kept
 under ``--work`` and reused by a rerun with the same settings.
 """
 
@@ -74,6 +78,8 @@ def sweep(
     limit: int | None = None,
     k: int = 5,
     progress: bool = False,
+    qat_model: str | None = None,
+    qat_compress: str = "opq-pq",
 ) -> dict[str, Any]:
     """Refilter ``index_dir`` at each setting and evaluate; the JSON-ready result."""
     src = Index.load(index_dir)
@@ -98,29 +104,35 @@ def sweep(
             idx = _index_for(src, work, tau, c, progress)
             build_s = time.time() - t0
             counts = idx.manifest["counts"]
-            t0 = time.time()
-            passage = evaluate_index(
-                idx, qs, unit="passage", k=k, metrics=["top@1", f"top@{k}"], progress=progress
-            )
-            phrase = evaluate_index(idx, qs, k=1, metrics=["em", "f1"], progress=progress)
-            points.append(
-                {
-                    "setting": label,
-                    "threshold": round(float(tau), 6),
-                    "compress": c.value,
-                    "factory": idx.manifest["settings"]["factory"],
-                    "vectors_per_passage": counts["vectors_per_passage"],
-                    "bytes_per_passage": counts["bytes_per_passage"],
-                    "bytes": counts["bytes"],
-                    "kept_fraction": counts["kept_fraction"],
-                    "passage": passage.metrics,
-                    "phrase": phrase.metrics,
-                    "unit_search": passage.to_dict().get("unit_search"),
-                    "build_seconds": round(build_s, 2),
-                    "eval_seconds": round(time.time() - t0, 2),
-                    "path": str(idx.path),
-                }
-            )
+            searched = [(c.value, idx)]
+            if qat_model and c.value == qat_compress:
+                tuned = Index.load(idx.path, model=qat_model)
+                searched.append((f"{c.value}+qat", tuned))
+            for name, ix in searched:
+                t0 = time.time()
+                passage = evaluate_index(
+                    ix, qs, unit="passage", k=k, metrics=["top@1", f"top@{k}"], progress=progress
+                )
+                phrase = evaluate_index(ix, qs, k=1, metrics=["em", "f1"], progress=progress)
+                points.append(
+                    {
+                        "setting": label,
+                        "threshold": round(float(tau), 6),
+                        "compress": name,
+                        "factory": idx.manifest["settings"]["factory"],
+                        "vectors_per_passage": counts["vectors_per_passage"],
+                        "bytes_per_passage": counts["bytes_per_passage"],
+                        "bytes": counts["bytes"],
+                        "kept_fraction": counts["kept_fraction"],
+                        "passage": passage.metrics,
+                        "phrase": phrase.metrics,
+                        "unit_search": passage.to_dict().get("unit_search"),
+                        "build_seconds": round(build_s, 2),
+                        "eval_seconds": round(time.time() - t0, 2),
+                        "path": str(idx.path),
+                        **({"question_encoder": qat_model} if ix is not idx else {}),
+                    }
+                )
     return {
         "index": str(src.path),
         "questions": questions,
@@ -190,7 +202,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--limit", type=int, default=None, help="first N questions")
     ap.add_argument("-k", type=int, default=5, help="passage top@k (default 5)")
     ap.add_argument("--progress", action="store_true")
+    ap.add_argument("--qat-model", default=None, help="quantisation-aware question encoder")
+    ap.add_argument("--qat-compress", default="opq-pq", help="the points it is searched on")
+    ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args(argv)
+    if args.threads:
+        from anygrain.utils.threads import set_threads
+
+        set_threads(args.threads)
     result = sweep(
         args.index,
         args.questions,
@@ -201,6 +220,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         limit=args.limit,
         k=args.k,
         progress=args.progress,
+        qat_model=args.qat_model,
+        qat_compress=args.qat_compress,
     )
     if args.plot:
         result["plot"] = str(plot(result, args.plot))

@@ -36,12 +36,15 @@ def test_sweep_writes_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixtur
     )
     with torch.no_grad():  # a filter that separates tokens, so thresholds bite
         m.filter.weight.normal_(0.0, 0.5)
+    model_dir = m.save(tmp_path / "m")
     src = PhraseIndex.build_from(
-        f"squad:{squad}", tmp_path / "idx", model=m.save(tmp_path / "m"), compress="none", keep=1.0
+        f"squad:{squad}", tmp_path / "idx", model=model_dir, compress="none", keep=1.0
     )
     png, js = tmp_path / "out" / "sweep.png", tmp_path / "sweep.json"
     argv = [str(src.path), "--questions", f"squad:{squad}", "--work", str(tmp_path / "w")]
     argv += ["--keep", "1,0.4", "--compress", "none,sq8", "--plot", str(png), "--out", str(js)]
+    # a "tuned" question encoder for the sq8 points: here the model itself, so the same scores
+    argv += ["--qat-model", str(model_dir), "--qat-compress", "sq8"]
     result = _load().main(argv)
     printed = json.loads(capsys.readouterr().out)
     assert printed == json.loads(js.read_text()) == json.loads(json.dumps(result))
@@ -50,8 +53,13 @@ def test_sweep_writes_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixtur
         ("keep=1", "none"),
         ("keep=0.4", "none"),
         ("keep=1", "sq8"),
+        ("keep=1", "sq8+qat"),
         ("keep=0.4", "sq8"),
+        ("keep=0.4", "sq8+qat"),
     ]
+    for base, tuned in ((pts[2], pts[3]), (pts[4], pts[5])):
+        assert tuned["question_encoder"] == str(model_dir) and "question_encoder" not in base
+        assert tuned["phrase"] == base["phrase"] and tuned["passage"] == base["passage"]
     for p in pts:
         assert 0 <= p["passage"]["top@5"] <= 1 and 0 <= p["phrase"]["em"] <= 1
         assert set(p["phrase"]) == {"em", "f1"} and p["unit_search"]["queries"] > 0

@@ -30,6 +30,7 @@ import numpy as np
 
 from anygrain.errors import AnygrainError
 from anygrain.utils.atomic import atomic_path
+from anygrain.utils.memory import trim_heap
 from anygrain.utils.progress import progress_bar
 
 #: Below this many vectors exact search is fast enough (a few ms per query on CPU).
@@ -364,6 +365,7 @@ class FaissIndex:
                 )
                 _quiet_kmeans(index)
             index.train(src.sample(train_size, seed=seed))
+            trim_heap()  # the sample is freed: its pages back before the codes are added
         return index, spec
 
     @classmethod

@@ -8,7 +8,7 @@ here from one number, the budget (default 1.5 GB, issue 26's target on a 2-core 
 - dump shards of at most :meth:`BuildBudget.shard_size` passages;
 - encoder batches of :meth:`BuildBudget.batch_size` windows (8 on a CPU: measured as fast
   as 32 there, at a quarter of the activations);
-- a training sample of at most :meth:`BuildBudget.train_vectors`;
+- a training sample of at most :meth:`BuildBudget.train_vectors` (freed before the codes are added);
 - FAISS codes in blocks of at most :attr:`BuildBudget.faiss_block_bytes`
   (:meth:`anygrain.dense.faiss_index.FaissIndex.build_blocks`), written and freed one by
   one; memory-mapped files are read and written in chunks whose pages are dropped
@@ -77,10 +77,11 @@ class BuildBudget:
         return 32 if device and device != "cpu" else 8
 
     def train_vectors(self, dim: int) -> int:
-        """The most FAISS training vectors (float32) held at once: a quarter of the work."""
-        return max(10_000, self.working // 4 // (4 * dim))
+        """The most FAISS training vectors (float32) held at once: a fifth of the work
+        (97k of 384 dimensions at the default: 77 per cell of a 20k-passage index)."""
+        return max(10_000, self.working // 5 // (4 * dim))
 
     @property
     def faiss_block_bytes(self) -> int:
-        """The most FAISS codes (and ids) in memory at once: half of the work."""
-        return max(self.working // 2, 16_000_000)
+        """The most FAISS codes (and ids) in memory at once: a third of the work."""
+        return max(self.working // 3, 16_000_000)
