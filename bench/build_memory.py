@@ -68,7 +68,7 @@ def _status(pid: int) -> dict[str, int] | None:
     return out
 
 
-def run_traced(cmd: list[str], interval: float) -> dict[str, Any]:
+def run_traced(cmd: list[str], interval: float, max_points: int = 300) -> dict[str, Any]:
     """Run ``cmd``; its exit status, wall time, peak RSS and a sampled memory trace."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
@@ -97,8 +97,8 @@ def run_traced(cmd: list[str], interval: float) -> dict[str, Any]:
     if proc.returncode != 0:
         sys.exit(f"{' '.join(cmd[:4])}...: exit {proc.returncode}")
     wall = time.perf_counter() - t0
-    # keep the trace small: at most ~300 points, always including the peak
-    step = max(1, len(trace) // 300)
+    # keep the trace small: at most ~max_points points, always including the peak
+    step = max(1, len(trace) // max_points)
     peak_i = max(range(len(trace)), key=lambda i: trace[i][1]) if trace else 0
     thin = [p for i, p in enumerate(trace) if i % step == 0 or i == peak_i]
     return {
@@ -174,6 +174,7 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=0.5, help="seconds between samples")
     ap.add_argument("--search", type=int, default=0, help="SQuAD dev questions to search")
     ap.add_argument("--rebuild", action="store_true")
+    ap.add_argument("--max-points", type=int, default=300, help="trace points kept per build")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -201,7 +202,8 @@ def main() -> None:
             builds.append(json.loads(record.read_text()))
             continue
         shutil.rmtree(out_dir, ignore_errors=True)
-        res = run_traced([*me, "--child", "build", str(out_dir), str(size)], args.interval)
+        cmd = [*me, "--child", "build", str(out_dir), str(size)]
+        res = run_traced(cmd, args.interval, args.max_points)
         res = {"documents": size, **res}
         record.write_text(json.dumps(res))
         builds.append(res)

@@ -56,7 +56,16 @@ def _scores(idx: PhraseIndex, args: argparse.Namespace) -> dict[str, object]:
         runs += (("open_passage", "corpus", "passage"),)
     for name, scope, unit in runs:
         t0 = time.perf_counter()
-        rep = evaluate_index(idx, qs, k=10, scope=scope, unit=unit, progress=False)
+        metrics = ["top@1", "top@5", "top@20"] if unit == "passage" else None
+        rep = evaluate_index(
+            idx,
+            qs,
+            k=20 if unit == "passage" else 10,
+            metrics=metrics,
+            scope=scope,
+            unit=unit,
+            progress=False,
+        )
         out[name] = {m: round(100 * v, 2) for m, v in rep.metrics.items()}
         out[name]["seconds"] = round(time.perf_counter() - t0, 1)  # type: ignore[index]
     return out

@@ -97,3 +97,20 @@ def squad_file(tmp_path: Path) -> Path:
     p = tmp_path / "tiny-squad.json"
     p.write_text(json.dumps({"version": "1.1", "data": data}), encoding="utf-8")
     return p
+
+
+@pytest.fixture(scope="module")
+def squad(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny SQuAD file of ``test_phrase_helpers.PARAGRAPHS`` (once per module)."""
+    from test_phrase_helpers import write_squad
+
+    return write_squad(tmp_path_factory.mktemp("data") / "tiny.json")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random phrase model saved to disk (once per module); modules that need
+    another define their own ``model_dir``."""
+    from test_phrase_helpers import make_tiny_phrase_model
+
+    return make_tiny_phrase_model(tmp_path_factory)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_phrase_helpers import make_tiny_phrase_model, write_squad
+from test_phrase_helpers import write_squad
 from typer.testing import CliRunner
 
 from anygrain.cli.main import app
@@ -25,16 +25,6 @@ pytestmark = [
         torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA"
     ),
 ]
-
-
-@pytest.fixture(scope="module")
-def squad(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_squad(tmp_path_factory.mktemp("data") / "tiny.json")
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_phrase_model(tmp_path_factory)
 
 
 def test_resolve_device() -> None:

@@ -146,3 +146,26 @@ def test_a_blocked_phrase_index_lives_like_a_whole_one(
     assert compacted.manifest["settings"]["faiss_blocks"]["start"] >= 2
     assert check_index_files(compacted.path, verify=Verify.FULL, extra=True) == []
     assert all(h.doc_id != DOCS_B[0].doc_id for h in compacted.search(QUERIES, 5)[0])
+
+
+def test_stored_vectors_read_the_rows_asked_for(tmp_path: Path) -> None:
+    from anygrain.phrase.build import SPAN, StoredVectors
+
+    rng = np.random.default_rng(2)
+    n = 2 * SPAN + 123  # more than one span of the file
+    out = np.lib.format.open_memmap(tmp_path / "v.npy", mode="w+", dtype=np.float16, shape=(n, 8))
+    out[:] = rng.standard_normal((n, 8)).astype(np.float16)
+    out.flush()
+    del out
+    arr = np.load(tmp_path / "v.npy", mmap_mode="r")
+    ids = np.flatnonzero(rng.random(n) < 0.6)
+    sv = StoredVectors(arr, ids)
+    got = sv.sample(5000, seed=3)
+    pick = ids[np.sort(np.random.default_rng(3).choice(len(ids), size=5000, replace=False))]
+    np.testing.assert_array_equal(got, np.asarray(arr[pick], dtype=np.float32))
+    np.testing.assert_array_equal(sv.sample(len(ids) + 1), np.asarray(arr[ids], dtype=np.float32))
+    parts = list(sv.iter_batches(7000, start=1000, stop=30000))
+    assert [i for i, _ in parts] == list(range(1000, 30000, 7000))
+    np.testing.assert_array_equal(
+        np.concatenate([b for _, b in parts]), np.asarray(arr[ids[1000:30000]], dtype=np.float32)
+    )

@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_phrase_helpers import make_tiny_phrase_model, write_squad
 from test_phrase_search import brute_force
 from typer.testing import CliRunner
 
@@ -36,16 +35,6 @@ QUESTIONS = [
     "How far away is Alpha Centauri?",
     "中国的首都是哪里？",
 ]
-
-
-@pytest.fixture(scope="module")
-def squad(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_squad(tmp_path_factory.mktemp("data") / "tiny.json")
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_phrase_model(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

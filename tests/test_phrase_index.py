@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_phrase_helpers import make_tiny_model, write_squad
+from test_phrase_helpers import make_tiny_model
 from test_phrase_search import brute_force
 from typer.testing import CliRunner
 
@@ -30,11 +30,6 @@ pytestmark = pytest.mark.usefixtures("torch_one_thread")
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_model(tmp_path_factory.mktemp("tiny-bert"))
-
-
-@pytest.fixture(scope="module")
-def squad(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_squad(tmp_path_factory.mktemp("data") / "tiny.json")
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_phrase_helpers import make_tiny_phrase_model, write_squad
+from test_phrase_helpers import write_squad
 from test_phrase_search import brute_force
 from typer.testing import CliRunner
 
@@ -33,16 +33,6 @@ QUESTIONS = [
     "Where did the café open?",
     "How far away is Alpha Centauri?",
 ]
-
-
-@pytest.fixture(scope="module")
-def squad(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_squad(tmp_path_factory.mktemp("data") / "tiny.json")
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_phrase_model(tmp_path_factory)
 
 
 def _build(squad: Path, model_dir: Path, out: Path, **opts: object) -> PhraseIndex:

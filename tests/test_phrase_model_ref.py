@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from test_phrase_helpers import PARAGRAPHS, make_tiny_model, write_squad
+from test_phrase_helpers import PARAGRAPHS, make_tiny_model
 from typer.testing import CliRunner
 
 from anygrain.api import add_documents, compact_index, delete_documents, verify_index
@@ -104,11 +104,6 @@ def named(monkeypatch: pytest.MonkeyPatch, saved: dict[int, Path]) -> Any:
 
     point(0)
     return point
-
-
-@pytest.fixture(scope="module")
-def squad(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_squad(tmp_path_factory.mktemp("data") / "tiny.json")
 
 
 def _build(out: Path, docs: list[SourceDocument] | None = None, **opts: Any) -> PhraseIndex:

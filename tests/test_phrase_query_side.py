@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import typer
-from test_phrase_helpers import make_tiny_model, write_squad
+from test_phrase_helpers import make_tiny_model
 from typer.testing import CliRunner
 
 from anygrain.api import load_questions
@@ -29,11 +29,6 @@ from anygrain.train.phrase.query_side import (
 )
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
-
-
-@pytest.fixture(scope="module")
-def squad(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_squad(tmp_path_factory.mktemp("data") / "tiny.json")
 
 
 @pytest.fixture(scope="module")

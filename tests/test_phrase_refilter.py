@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import typer
-from test_phrase_helpers import make_tiny_model, write_squad
+from test_phrase_helpers import make_tiny_model
 from typer.testing import CliRunner
 
 from anygrain.api import evaluate_index, load_questions
@@ -20,11 +20,6 @@ from anygrain.phrase.filtering import refiltered_flags
 from anygrain.phrase.refilter import refilter, threshold_for_fraction
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
-
-
-@pytest.fixture(scope="module")
-def squad(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_squad(tmp_path_factory.mktemp("data") / "tiny.json")
 
 
 @pytest.fixture(scope="module")

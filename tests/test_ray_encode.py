@@ -18,7 +18,7 @@ import pytest
 import torch
 from dense_helpers import tiny_biencoder
 from test_encode_engine import N, _rows, _snapshot, _spec, _stop_at
-from test_phrase_helpers import make_tiny_model, write_squad
+from test_phrase_helpers import make_tiny_model
 
 from anygrain.corpus.store import CorpusStore
 from anygrain.encode import ShardedEncode, ShardJob, ShardListManifest
@@ -52,11 +52,6 @@ def ray_cluster() -> Iterator[None]:
 
 def _ray(workers: int = 2, retries: int = 2) -> RayExecutor:
     return RayExecutor(RayConfig(workers=workers, retries=retries))
-
-
-@pytest.fixture(scope="module")
-def squad(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_squad(tmp_path_factory.mktemp("data") / "tiny.json")
 
 
 def _tree(root: Path) -> dict[str, bytes]:

@@ -83,11 +83,6 @@ def dead_pid() -> int:
 
 
 @pytest.fixture(scope="module")
-def squad(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_squad(tmp_path_factory.mktemp("data") / "tiny.json")
-
-
-@pytest.fixture(scope="module")
 def bm25(squad: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("bm25") / "idx"
     Index.build(f"squad:{squad}", kind="bm25", out=out, progress=False)

@@ -25,7 +25,6 @@ from typing import Any
 
 import pytest
 from dense_helpers import single_threaded, tiny_biencoder
-from test_phrase_helpers import write_squad
 from test_reliability import cli
 from typer.testing import Result
 
@@ -47,11 +46,6 @@ def one_line_error(r: Result, *needles: str) -> str:
     for n in needles:
         assert n in text, (n, text)
     return text
-
-
-@pytest.fixture(scope="module")
-def squad(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_squad(tmp_path_factory.mktemp("data") / "tiny.json")
 
 
 # --- serve: index files changed under the running server --------------------------------

@@ -17,7 +17,7 @@ pytest.importorskip("httpx", reason="FastAPI's TestClient needs httpx (the dev e
 import torch
 from dense_helpers import single_threaded, tiny_biencoder
 from fastapi.testclient import TestClient
-from test_phrase_helpers import PARAGRAPHS, make_tiny_model, write_squad
+from test_phrase_helpers import PARAGRAPHS, make_tiny_model
 from typer.testing import CliRunner
 
 from anygrain.cli.main import app as cli_app
@@ -53,11 +53,6 @@ HIT_FIELDS = {
     "answer",
     "after",
 }
-
-
-@pytest.fixture(scope="module")
-def squad(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_squad(tmp_path_factory.mktemp("data") / "tiny.json")
 
 
 @pytest.fixture(scope="module")

@@ -260,6 +260,10 @@ def default_phrase_factory(n_vectors: int, dim: int) -> str:
     return f"{ivf_prefix(n_vectors)}PQ{default_pq_m(dim)}"
 
 
+#: rows of a dump file read between two drops of its mapped pages (~50 MB of 384-d float16)
+SPAN = 65536
+
+
 class StoredVectors:
     """Stored vectors as a FAISS VectorSource: rows ``ids`` of a float16 memory map."""
 
@@ -281,9 +285,14 @@ class StoredVectors:
             rng = np.random.default_rng(seed)
             pick = self.ids[np.sort(rng.choice(len(self.ids), size=n, replace=False))]
         out = np.empty((len(pick), self.dim), dtype=np.float32)
-        for i in range(0, len(pick), 65536):  # the map's pages dropped as they are read
-            out[i : i + 65536] = self.arr[pick[i : i + 65536]]
-            drop_pages(self.arr)
+        # Read by ranges of the file, dropping each range's pages: a sample is spread over
+        # the whole file, and the kernel maps the pages around every row read, so reading
+        # it by count of rows would map most of the file at once (1.1 GB at 20k passages).
+        bounds = np.searchsorted(pick, np.arange(0, len(self.arr) + SPAN, SPAN))
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            if hi > lo:
+                out[lo:hi] = self.arr[pick[lo:hi]]
+                drop_pages(self.arr)
         return out
 
     def iter_batches(

@@ -212,6 +212,7 @@ def dump_phrases(
         progress=False,
     )
     resolve_device(device)  # a missing GPU is refused before any work
+    trim_heap()  # what loading the model freed (a packed model's unpacking) back first
     encoder = _PhraseShards(store, model, threshold, batch_size, bf16, device, progress)
     result = ShardedEncode(work, len(store), encoder, spec, executor=executor).run(
         None if on_shard is None else lambda i, _n: on_shard(i)

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 #: The folder of a phrase index that holds its BM25 index.
 SPARSE_SUBDIR = "sparse"
-#: Chosen on held-out SQuAD *training* articles (bench/fusion_weight.py), never on a test set.
+#: Chosen on held-out SQuAD *training* articles (bench/search_settings.py), never on a test set.
 DEFAULT_SPARSE_WEIGHT = 1.0
 
 
