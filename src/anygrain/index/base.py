@@ -482,9 +482,9 @@ class Index(ABC):
                 errors=options.errors,
                 progress=options.progress,
             )
-            cls.write(tmp, store, settings, options, work)
+            reopen = cls.write(tmp, store, settings, options, work)
         shutil.rmtree(work, ignore_errors=True)
-        return Index.load(out)
+        return Index.load(out, **(reopen or {}))
 
     @classmethod
     def check_build(cls, settings: IndexSettings, options: BuildOptions) -> None:
@@ -501,12 +501,13 @@ class Index(ABC):
         settings: IndexSettings,
         options: BuildOptions,
         work: Path,
-    ) -> None:
+    ) -> Mapping[str, Any] | None:
         """The kind's part of :meth:`build_with`: write its files for ``corpus`` under
         ``out`` (a temporary directory), ``index.json`` last with ``write_manifest`` and
         ``settings`` under ``settings.build``.  ``work`` is a scratch directory outside
         ``out`` that survives a failed build (where a resumable encode keeps its shards);
-        the template removes it after success."""
+        the template removes it after success.  May return load options the built index is
+        opened with (the model already in memory, so it is not loaded twice)."""
 
     @staticmethod
     def load(

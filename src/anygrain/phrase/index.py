@@ -26,7 +26,7 @@ the search for sentences, passages and documents in rounds is :mod:`anygrain.phr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -247,7 +247,7 @@ class PhraseIndex(Index):
         settings: IndexSettings,
         options: BuildOptions,
         work: Path,
-    ) -> None:
+    ) -> Mapping[str, Any]:
         """Encode ``corpus`` with a trained phrase model and write the phrase index.
 
         The model is the named one, or the shipped default for the corpus language;
@@ -270,6 +270,8 @@ class PhraseIndex(Index):
             model_name=name,
             build=settings,
         )
+        # reopened with the model in memory: a second copy would be the build's peak
+        return {"model": model}
 
     # --- opening ----------------------------------------------------------------------
     @classmethod
