@@ -70,11 +70,20 @@ def phrase_passage_rows(
     *,
     lexical: Any = None,
     fusion: Any = None,
+    max_words: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, list[Any]]:
     """Passages ranked by their best phrase, as (rows, scores) arrays, and the round stats
-    (with ``lexical``/``fusion``: by their best fused phrase score)."""
+    (with ``lexical``/``fusion``: by their best fused phrase score; ``max_words``: the
+    longest phrase, default the index's)."""
     found, stats = phrase.search_units(
-        q_start, q_end, k, Unit.PASSAGE, depth=depth, lexical=lexical, fusion=fusion
+        q_start,
+        q_end,
+        k,
+        Unit.PASSAGE,
+        depth=depth,
+        lexical=lexical,
+        fusion=fusion,
+        max_words=max_words,
     )
     rows = np.full((len(found), k), -1, dtype=np.int64)
     scores = np.zeros((len(found), k), dtype=np.float32)

@@ -77,18 +77,24 @@ def parse_models(specs: list[str]) -> dict[str, str]:
 
 
 def phrase_em_rows(
-    phrase: PhraseIndex, qs: Questions, is_cmrc: np.ndarray
+    phrase: PhraseIndex, qs: Questions, is_cmrc: np.ndarray, max_words: int | None = None
 ) -> dict[str, dict[str, Any]]:
     """EM/F1 (CMRC character level) with the gold passage, and over the whole corpus by
-    dense scores alone and by fused scores, for all questions and for CMRC dev alone."""
+    dense scores alone and by fused scores, for all questions and for CMRC dev alone
+    (``max_words``: the longest phrase, default the index's)."""
+    opts: dict[str, Any] = {} if max_words is None else {"max_words": max_words}
     reports = {
-        "gold_passage": evaluate_index(phrase, qs, scope="gold-passage", progress=False),
+        "gold_passage": evaluate_index(
+            phrase, qs, scope="gold-passage", progress=False, search_options=opts or None
+        ),
         "open_dense": evaluate_index(
-            phrase, qs, progress=False, search_options={"sparse_weight": 0.0}
+            phrase, qs, progress=False, search_options={"sparse_weight": 0.0, **opts}
         ),
     }
     if phrase.fusion is not None:
-        reports["open_fused"] = evaluate_index(phrase, qs, progress=False)
+        reports["open_fused"] = evaluate_index(
+            phrase, qs, progress=False, search_options=opts or None
+        )
     cmrc_ids = {q.id for q, c in zip(qs, is_cmrc, strict=True) if c}
     out: dict[str, dict[str, Any]] = {"all": {}, "cmrc2018_dev": {}}
     for setting, rep in reports.items():
@@ -119,6 +125,13 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=100, help="hybrid candidates per system")
     ap.add_argument("--limit", type=int, default=None, help="questions per source (smoke runs)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--max-words",
+        type=int,
+        default=None,
+        help="longest phrase searched (default: each index's; chosen on training data with "
+        "bench/search_settings.py)",
+    )
     ap.add_argument(
         "--reference",
         type=Path,
@@ -175,12 +188,14 @@ def main() -> None:
     qp: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for name, idx in phrases.items():
         qp[name] = idx.encode_queries(texts)
-        r, s, _ = phrase_passage_rows(idx, *qp[name])
+        r, s, _ = phrase_passage_rows(idx, *qp[name], max_words=args.max_words)
         rows[f"{name}_dense"] = (r, s)
         fusion = idx.search_fusion(None)
         if fusion is not None and idx.lexical is not None:
             lex = idx.lexical.queries(texts, fusion)
-            r, s, _ = phrase_passage_rows(idx, *qp[name], lexical=lex, fusion=fusion)
+            r, s, _ = phrase_passage_rows(
+                idx, *qp[name], lexical=lex, fusion=fusion, max_words=args.max_words
+            )
             rows[f"{name}_fused"] = (r, s)
     log("rankings done")
 
@@ -200,7 +215,9 @@ def main() -> None:
         passage[name] = passage_metrics(store, qs, r, s)
         cmrc_only[name] = passage_metrics(store, cmrc, r[is_cmrc], s[is_cmrc])
 
-    phrase_em = {name: phrase_em_rows(idx, qs, is_cmrc) for name, idx in phrases.items()}
+    phrase_em = {
+        name: phrase_em_rows(idx, qs, is_cmrc, args.max_words) for name, idx in phrases.items()
+    }
     log("phrase EM done")
 
     targets: dict[str, Any] = {}
@@ -238,6 +255,7 @@ def main() -> None:
         "phrase_em": phrase_em,
         "encoding": encode,
         "threads": args.threads,
+        "max_words": args.max_words or {n: idx.max_words for n, idx in phrases.items()},
         "targets": targets,
     }
     if args.reference:

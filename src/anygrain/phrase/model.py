@@ -441,8 +441,9 @@ class PhraseEncoder(Model):
         self, texts: Sequence[str], *, batch_size: int = 64, bf16: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(q_start, q_end)`` float32 arrays, input order; batches by length to save padding."""
-        # eval() walks every submodule (~2 ms), a cost per search call: only when needed
-        if any(m.training for m in self.modules()):
+        # eval() walks every submodule (~2 ms), a cost per search call: only when the model
+        # or one of its parts (train() reaches every descendant of a part) is training
+        if self.training or any(m.training for m in self.children()):
             self.eval()
         n = len(texts)
         qs = np.zeros((n, self.dim), dtype=np.float32)
