@@ -93,9 +93,7 @@ class DecodedVectors:
 
     def __init__(self, index: FaissIndex, ids: np.ndarray, n_tokens: int) -> None:
         self.index = index
-        base = unwrap_index(index.index)
-        if isinstance(base, faiss.IndexIVF) and base.direct_map.type == 0:
-            base.make_direct_map()  # id -> (list, offset), 8 bytes per vector
+        self._mapped = False  # the IVF direct map, made at the first read (see _direct_map)
         self.pos = np.full(n_tokens, -1, dtype=np.int64)
         self.pos[np.asarray(ids, dtype=np.int64)] = np.arange(len(ids), dtype=np.int64)
         self.shape = (n_tokens, index.dim)
@@ -110,8 +108,19 @@ class DecodedVectors:
         out = np.zeros((len(keys), self.shape[1]), dtype=np.float32)
         have = keys >= 0
         if have.any():
+            self._direct_map()
             out[have] = self.index.index.reconstruct_batch(np.ascontiguousarray(keys[have]))
         return out if np.ndim(idx) or isinstance(idx, slice) else out[0]
+
+    def _direct_map(self) -> None:
+        """id -> (list, offset) for an IVF index, 8 bytes per vector.  Made at the first read,
+        not on open: making it reads every id of the memory-mapped lists, and the kernel maps
+        the codes around them (0.5 GB of a 20k-passage index at the end of its build)."""
+        if not self._mapped:
+            base = unwrap_index(self.index.index)
+            if isinstance(base, faiss.IndexIVF) and base.direct_map.type == 0:
+                base.make_direct_map()
+            self._mapped = True
 
     def astype(self, dtype: Any) -> np.ndarray:
         """All rows (tests and small indexes only)."""
