@@ -45,3 +45,40 @@ def test_silent_on_cpu_with_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None
         warnings.simplefilter("error")
         with precision.cpu_autocast(True):
             pass
+
+
+class _Tiny(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 16)
+        self.norm = torch.nn.LayerNorm(16)
+        self.ff = torch.nn.Sequential(
+            torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16)
+        )
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.ff(self.norm(self.emb(ids)))
+
+
+def test_bf16_linears_share_the_rest_and_stay_close() -> None:
+    torch.manual_seed(0)
+    m = _Tiny().eval()
+    c = precision.bf16_linears(m)
+    assert c.emb.weight is m.emb.weight and c.norm.weight is m.norm.weight  # shared, not copied
+    assert isinstance(c.ff[0], precision.Bf16Linear) and c.ff[0].weight.dtype == torch.bfloat16
+    assert isinstance(m.ff[0], torch.nn.Linear) and m.ff[0].weight.dtype == torch.float32
+    ids = torch.randint(0, 50, (4, 7))
+    with torch.inference_mode():
+        want, got = m(ids), c(ids)
+    assert got.dtype == torch.float32
+    cos = torch.nn.functional.cosine_similarity(got.flatten(0, 1), want.flatten(0, 1))
+    assert cos.min() > 0.999 and not torch.equal(got, want)
+
+
+def test_weights_version_changes_with_the_weights() -> None:
+    m = _Tiny()
+    v = precision.weights_version(m)
+    assert precision.weights_version(m) == v
+    with torch.no_grad():
+        m.ff[0].weight.add_(1.0)
+    assert precision.weights_version(m) != v

@@ -82,7 +82,8 @@ def bm25(bm25_index: Index) -> TestClient:
 
 @pytest.fixture(scope="module")
 def phrase(phrase_index: Index) -> TestClient:
-    return TestClient(create_app(phrase_index))
+    # float32 questions: the hits are compared with index.search's
+    return TestClient(create_app(phrase_index, question_bf16=False))
 
 
 def check_hit(h: dict[str, Any], unit: str) -> None:
@@ -198,6 +199,23 @@ def test_get_search_phrase_every_unit(phrase: TestClient, phrase_index: Index, u
     assert [(h["passage_id"], h["span"] and tuple(h["span"])) for h in d["hits"]] == [
         (h.passage_id, h.span) for h in want
     ]
+
+
+def test_bf16_questions_are_searched_as_the_index_searches_them(phrase_index: Index) -> None:
+    """question_bf16: the server encodes as ``index.search(..., bf16=True)`` does, and says so."""
+    client = TestClient(create_app(phrase_index, question_bf16=True))
+    assert client.get("/info").json()["question_precision"] == "bfloat16"
+    q = "When was Python first released?"
+    got = client.get("/search", params={"q": q, "k": 3}).json()["hits"]
+    want = phrase_index.search([q], 3, bf16=True)[0]
+    assert [round(h["score"], 4) for h in got] == [round(h.score, 4) for h in want]
+    fp32 = phrase_index.search([q], 3)[0]
+    assert [(h["passage_id"], tuple(h["span"])) for h in got] == [
+        (h.passage_id, h.span) for h in fp32
+    ]
+    assert [h["score"] for h in got] == pytest.approx([h.score for h in fp32], rel=1e-2)
+    off = TestClient(create_app(phrase_index, question_bf16=False)).get("/info").json()
+    assert off["question_precision"] == "float32"
 
 
 def test_sparse_weight_overrides_the_fusion_per_request(

@@ -64,6 +64,14 @@ def serve_cmd(
     port: Annotated[int, typer.Option(help="TCP port (1 to 65535)")] = 8000,
     threads: ThreadsOpt = None,
     device: DeviceOpt = None,
+    question_bf16: Annotated[
+        bool | None,
+        typer.Option(
+            "--question-bf16/--question-fp32",
+            help="Encode questions with bfloat16 linear layers (default: where the CPU has "
+            "native bfloat16; phrase indexes)",
+        ),
+    ] = None,
     log_level: Annotated[
         str,
         typer.Option(
@@ -87,7 +95,7 @@ def serve_cmd(
         fail(e)
     try:
         try:
-            app = create_app(index_dir, threads=threads, device=device)
+            app = create_app(index_dir, threads=threads, device=device, question_bf16=question_bf16)
         except AnygrainError as e:
             fail(e)
         info = app.state.info

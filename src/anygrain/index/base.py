@@ -646,6 +646,11 @@ class Index(ABC):
         return given
 
     @classmethod
+    def encode_options(cls) -> frozenset[str]:
+        """The options the kind's :meth:`encode` takes (its keyword-only parameters)."""
+        return _keyword_only(cls.encode)
+
+    @classmethod
     def search_options(cls) -> frozenset[str]:
         """The options the kind's :meth:`search` takes: its keyword-only parameters and
         those of :meth:`search_encoded`, which it forwards them to."""

@@ -9,6 +9,8 @@ here from one number, the budget (default 1.5 GB, issue 26's target on a 2-core 
 - encoder batches of :meth:`BuildBudget.batch_size` windows (8 on a CPU: measured as fast
   as 32 there, at a quarter of the activations);
 - a training sample of at most :meth:`BuildBudget.train_vectors` (freed before the codes are added);
+- FAISS adds of :meth:`BuildBudget.add_vectors` vectors, into inverted lists reserved at
+  their final size;
 - FAISS codes in blocks of at most :attr:`BuildBudget.faiss_block_bytes`
   (:meth:`anygrain.dense.faiss_index.FaissIndex.build_blocks`), written and freed one by
   one; memory-mapped files are read and written in chunks whose pages are dropped
@@ -80,6 +82,11 @@ class BuildBudget:
         """The most FAISS training vectors (float32) held at once: a fifth of the work
         (97k of 384 dimensions at the default: 77 per cell of a 20k-passage index)."""
         return max(10_000, self.working // 5 // (4 * dim))
+
+    def add_vectors(self, dim: int) -> int:
+        """Vectors read and added to FAISS at once: a twentieth of the work, as float16 read
+        and float32 added (16k of 384 dimensions at the default)."""
+        return max(1024, self.working // 20 // (6 * dim))
 
     @property
     def faiss_block_bytes(self) -> int:

@@ -493,10 +493,17 @@ def finish_index(
                 spec,
                 block_bytes=budget.faiss_block_bytes,
                 train_size=n_train,
+                add_batch=budget.add_vectors(dim),
                 progress=progress,
             )
         else:
-            fx = FaissIndex.build(vectors, spec, train_size=n_train, progress=progress)
+            fx = FaissIndex.build(
+                vectors,
+                spec,
+                train_size=n_train,
+                add_batch=budget.add_vectors(dim),
+                progress=progress,
+            )
             fx.save(base / f"{side}.faiss")
             del fx  # one side's index in memory at a time
     del start, end

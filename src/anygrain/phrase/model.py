@@ -50,6 +50,7 @@ from anygrain.models.hf import load_hf_dir, load_tensors, quiet_transformers
 from anygrain.models.resolve import resolve_model
 from anygrain.phrase.tokens import Window, best_windows, tokenize_windows
 from anygrain.utils.device import autocast, module_device
+from anygrain.utils.precision import bf16_linears, weights_version
 from anygrain.utils.progress import progress_counter
 
 MODEL_CONFIG = config_file(ModelType.PHRASE)
@@ -185,6 +186,8 @@ class PhraseEncoder(Model):
                 f"{config.question_encoder.value} question encoder needs {want} model(s)"
             )
         self.questions = nn.ModuleList(questions)
+        # bfloat16 copies of the question encoders for CPU inference (bf16_questions)
+        self._bf16_questions: tuple[Any, list[nn.Module]] | None = None
         if config.question_encoder is QuestionEncoderKind.SHARED:
             self.q_start_head: nn.Module = identity_linear(d)
             self.q_end_head: nn.Module = identity_linear(d)
@@ -376,18 +379,20 @@ class PhraseEncoder(Model):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
+        *,
+        encoders: Sequence[nn.Module] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(q_start, q_end)``, each (B, d)."""
+        """``(q_start, q_end)``, each (B, d); ``encoders`` stand in for the question
+        encoders (their :meth:`bf16_questions` copies)."""
         kw = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
+        encs = self.questions if encoders is None else encoders
         if self.config.question_encoder is QuestionEncoderKind.SEPARATE:
             outs = [
                 m(input_ids=input_ids, attention_mask=attention_mask, **kw).last_hidden_state[:, 0]
-                for m in self.questions
+                for m in encs
             ]
             return outs[0], outs[1]
-        h = self.questions[0](
-            input_ids=input_ids, attention_mask=attention_mask, **kw
-        ).last_hidden_state
+        h = encs[0](input_ids=input_ids, attention_mask=attention_mask, **kw).last_hidden_state
         pooled = pool(h, attention_mask, self.config.question_pooling)
         return self.q_start_head(pooled), self.q_end_head(pooled)
 
@@ -450,14 +455,27 @@ class PhraseEncoder(Model):
         qe = np.zeros((n, self.dim), dtype=np.float32)
         order = np.argsort([-len(t) for t in texts], kind="stable")
         dev = self.device
+        # on a CPU, bf16 runs the linear layers from weights cast once (bf16_questions);
+        # autocast would cast them again on every call
+        encoders = self.bf16_questions() if bf16 and dev.type == "cpu" else None
         for i in range(0, n, batch_size):
             b = order[i : i + batch_size]
             enc = self.tokenize_questions([texts[j] for j in b])
-            with autocast(dev, bf16):
-                s, e = self.question_forward(**{k: v.to(dev) for k, v in enc.items()})
+            with autocast(dev, bf16 and encoders is None):
+                s, e = self.question_forward(
+                    **{k: v.to(dev) for k, v in enc.items()}, encoders=encoders
+                )
             qs[b], qe[b] = s.float().cpu().numpy(), e.float().cpu().numpy()
         name = self.config.base_model
         return check_finite(qs, name, "question start"), check_finite(qe, name, "question end")
+
+    def bf16_questions(self) -> list[nn.Module]:
+        """The question encoders with bfloat16 linear layers (:func:`bf16_linears`), for
+        CPU inference: made at first use, made again once the weights have changed."""
+        version = weights_version(self.questions)
+        if self._bf16_questions is None or self._bf16_questions[0] != version:
+            self._bf16_questions = (version, [bf16_linears(m) for m in self.questions])
+        return self._bf16_questions[1]
 
     @torch.inference_mode()
     def encode_passages(

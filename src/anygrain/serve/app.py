@@ -89,19 +89,23 @@ def create_app(
     batching: bool = True,
     warm_up: bool = True,
     threads: int | None = None,
+    question_bf16: bool | None = None,
     **load_options: Any,
 ) -> FastAPI:
     """The application over one index (a directory, an open :class:`Index`, or a
     :class:`SearchService`), loaded here, once, before the first request.  ``batching``:
     search requests that queue up together as one batch (see :mod:`.service`); ``warm_up``:
     one search before serving, so the first request is not slowed by torch's first call;
-    ``threads``: torch's and FAISS's thread count (default: theirs); ``load_options``:
+    ``threads``: torch's and FAISS's thread count (default: theirs); ``question_bf16``:
+    bfloat16 question encoding (default: where the CPU has native bf16); ``load_options``:
     ``Index.load``'s (``device``, ``model``), refused by name where the kind takes none."""
     set_threads(threads)
     service = (
         index
         if isinstance(index, SearchService)
-        else SearchService.load(index, batching=batching, **load_options)
+        else SearchService.load(
+            index, batching=batching, question_bf16=question_bf16, **load_options
+        )
     )
     if warm_up:
         service.warm_up()

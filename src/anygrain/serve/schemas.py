@@ -112,6 +112,10 @@ class InfoResponse(BaseModel):
         default=None, description="Hybrid indexes: the fusion method, weight and depth"
     )
     shards: int | None = Field(default=None, description="Sharded indexes: how many shards")
+    question_precision: str = Field(
+        default="float32",
+        description="float32, or bfloat16: the question encoder's linear layers (phrase indexes)",
+    )
     limits: dict[str, int]
 
 

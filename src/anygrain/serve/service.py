@@ -13,6 +13,10 @@ tokenizer raises "Already borrowed" when two threads encode at once, and BM25's 
 objects are not documented as thread-safe.  Phrase search sets torch to one thread around
 span scoring; serve with ``threads=1`` so each stage keeps to its core.
 
+On a CPU with native bfloat16 (AVX-512 BF16, AMX) the question encoder's linear layers run
+in bfloat16 by default (``question_bf16``; :meth:`PhraseEncoder.bf16_questions`): 1.3-1.6x
+faster at a server's batch sizes, question vectors within a cosine of 0.99999 of float32.
+
 Request threads hand their questions to the encoder thread and wait.  While it encodes,
 new requests queue; it then takes everything queued (up to ``MAX_BATCH_QUESTIONS``
 questions) and encodes it as one batch; the search thread searches it as one batch per
@@ -51,6 +55,7 @@ from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit, Unit
 from anygrain.index.base import MANIFEST, Index, external_corpus
 from anygrain.index.encoded import EncodedQueries
+from anygrain.utils.precision import native_bf16
 
 #: A question longer than this many characters is refused (encoders truncate far earlier).
 MAX_QUESTION_CHARS = 1000
@@ -158,8 +163,11 @@ class SearchService:
         *,
         batching: bool = True,
         load_options: dict[str, Any] | None = None,
+        question_bf16: bool | None = None,
     ) -> None:
         self.batching = batching
+        # questions encoded with bfloat16 linear layers; None: where this CPU has native bf16
+        self.question_bf16 = native_bf16() if question_bf16 is None else bool(question_bf16)
         self.n_searches = 0  # search calls the index has made
         self.n_questions = 0
         self.n_reloads = 0  # times the index was reopened after its files changed
@@ -186,10 +194,15 @@ class SearchService:
 
     @classmethod
     def load(
-        cls, index: str | Path | Index, *, batching: bool = True, **load_options: Any
+        cls,
+        index: str | Path | Index,
+        *,
+        batching: bool = True,
+        question_bf16: bool | None = None,
+        **load_options: Any,
     ) -> SearchService:
         idx = index if isinstance(index, Index) else Index.load(index, **load_options)
-        return cls(idx, batching=batching, load_options=load_options)
+        return cls(idx, batching=batching, load_options=load_options, question_bf16=question_bf16)
 
     # --- the files under the index ------------------------------------------------------
     def _use(self, index: Index) -> None:
@@ -351,15 +364,20 @@ class SearchService:
             if ready:
                 self._encoded.put(_Encoded(index, ready))
 
-    @staticmethod
-    def _encode(index: Index, jobs: list[_Job]) -> list[_Job]:
+    def encode_options(self, index: Index) -> dict[str, Any]:
+        """What :meth:`Index.encode` is given: bf16 where chosen and the kind takes it."""
+        return {"bf16": True} if self.question_bf16 and "bf16" in index.encode_options() else {}
+
+    def _encode(self, index: Index, jobs: list[_Job]) -> list[_Job]:
         """Encode the jobs' questions in one call (each job alone if that fails, so one
         request's questions cannot fail the others); the jobs encoded."""
         try:
-            enc = index.encode([q for job in jobs for q in job.questions])
+            enc = index.encode(
+                [q for job in jobs for q in job.questions], **self.encode_options(index)
+            )
         except Exception as e:
             if len(jobs) > 1:
-                return [j for job in jobs for j in SearchService._encode(index, [job])]
+                return [j for job in jobs for j in self._encode(index, [job])]
             jobs[0].future.set_exception(
                 RequestError(str(e)) if isinstance(e, AnygrainError) else e
             )
@@ -418,6 +436,7 @@ class SearchService:
         return {
             **{k: v for k, v in s.items() if k not in ("path", "components")},
             "index": self.index.path.name,
+            "question_precision": "bfloat16" if self.encode_options(self.index) else "float32",
             "limits": {
                 "max_k": MAX_K,
                 "max_question_chars": MAX_QUESTION_CHARS,

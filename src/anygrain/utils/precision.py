@@ -6,15 +6,21 @@ emulated: a MiniLM forward+backward measured 15x *slower* here.  So every bf16
 switch in anygrain goes through :func:`cpu_autocast`, which warns once when bf16 is
 asked for on such a CPU.  It does not quietly switch to float32: the saved configs say
 what ran, and resuming compares them.
+
+For inference on such a CPU, :func:`bf16_linears` gives a module's copy whose linear layers
+hold bfloat16 weights: autocast casts every weight again on every call, which at the small
+batches of a search server costs most of what bf16 saves.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import warnings
 from contextlib import AbstractContextManager
 
 import torch
+from torch import nn
 
 
 class SlowBf16Warning(UserWarning):
@@ -53,3 +59,42 @@ def cpu_autocast(bf16: bool) -> AbstractContextManager[object]:
             warnings.warn(note, SlowBf16Warning, stacklevel=2)
         _warned = True
     return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
+
+
+class Bf16Linear(nn.Module):
+    """A linear layer computed in bfloat16 from weights cast once; float32 in and out, so
+    the layer norms, softmax and pooling around it stay in float32."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(linear.weight.detach().to(torch.bfloat16), requires_grad=False)
+        bias = linear.bias
+        self.bias = (
+            None
+            if bias is None
+            else nn.Parameter(bias.detach().to(torch.bfloat16), requires_grad=False)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = nn.functional.linear(x.to(torch.bfloat16), self.weight, self.bias)
+        return out.to(x.dtype)
+
+
+def bf16_linears(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` (for inference) with every ``nn.Linear`` a :class:`Bf16Linear`.
+
+    Everything else (embeddings, norms) is shared with ``module``, not copied: the copy
+    costs the linear weights in bfloat16, half their float32 size."""
+    shared = {id(t): t for t in (*module.parameters(), *module.buffers())}
+    out = copy.deepcopy(module, memo=shared)
+    for parent in list(out.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Linear):
+                setattr(parent, name, Bf16Linear(child))
+    return out.eval()
+
+
+def weights_version(module: nn.Module) -> tuple[tuple[int, int], ...]:
+    """Changes whenever a parameter of ``module`` is replaced or changed in place: what a
+    cached copy of its weights (:func:`bf16_linears`) is checked against."""
+    return tuple((id(p), p._version) for p in module.parameters())
