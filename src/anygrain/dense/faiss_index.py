@@ -336,6 +336,7 @@ class FaissIndex:
             with atomic_path(block_path(path, b)) as tmp:
                 faiss.write_index(block, str(tmp))
             del block
+            trim_heap()  # the block's codes back to the system before the next block
         return len(starts)
 
     @classmethod
@@ -364,6 +365,9 @@ class FaissIndex:
                     stacklevel=2,
                 )
                 _quiet_kmeans(index)
+            # what an earlier index freed (the other side's blocks) back first: the sample
+            # and its residuals are the training's peak
+            trim_heap()
             index.train(src.sample(train_size, seed=seed))
             trim_heap()  # the sample is freed: its pages back before the codes are added
         return index, spec

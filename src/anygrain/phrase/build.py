@@ -36,7 +36,7 @@ import numpy as np
 
 from anygrain.corpus.source import corpus_ref
 from anygrain.corpus.store import CorpusStore
-from anygrain.dense.faiss_index import FaissIndex, parse_factory, plan_training
+from anygrain.dense.faiss_index import FaissIndex, default_nprobe, parse_factory, plan_training
 from anygrain.encode.npy import drop_pages
 from anygrain.errors import AnygrainError, UsageError, parse_enum
 from anygrain.index.base import IndexKind, write_manifest
@@ -507,7 +507,7 @@ def finish_index(
             fx.save(base / f"{side}.faiss")
             del fx  # one side's index in memory at a time
     del start, end
-    fx_s = FaissIndex.load(base / "start.faiss", factory=spec, blocks=blocks.get("start", 0))
+    nlist = parse_factory(spec).nlist
     if not keep:
         for name in DUMP_FILES:
             (base / name).unlink(missing_ok=True)
@@ -515,8 +515,10 @@ def finish_index(
     n_bytes = sum(sizes.values())
     recorded = {
         **recorded,
-        "factory": fx_s.factory,
-        "nprobe": fx_s.nprobe,
+        "factory": spec,
+        # as both build paths set it (FaissIndex.build, build_blocks): reopening the index
+        # only to read it back would map its codes
+        "nprobe": default_nprobe(nlist) if nlist else None,
         # FAISS blocks beside start.faiss/end.faiss (a build larger than its memory budget)
         **({"faiss_blocks": blocks} if any(blocks.values()) else {}),
         "compress": comp.value,
