@@ -134,6 +134,9 @@ def test_a_blocked_phrase_index_lives_like_a_whole_one(
         _same(blocked, whole, unit=unit)
     # add: the new vectors become one more block each side, searched as the whole index's add
     whole = add_documents(whole.path, DOCS_B, progress=False)
+    # a whole IVF index is split (its file becomes block 0) rather than loaded to append
+    assert whole.manifest["settings"]["faiss_blocks"] == {"start": 2, "end": 2}
+    assert check_index_files(whole.path, verify=Verify.FULL, extra=True) == []
     added = add_documents(blocked.path, DOCS_B, progress=False)
     grown = added.manifest["settings"]["faiss_blocks"]
     assert grown == {"start": blocks["start"] + 1, "end": blocks["end"] + 1}

@@ -19,6 +19,7 @@ and its vectors live in the page cache rather than in the process's own memory.
 from __future__ import annotations
 
 import math
+import os
 import re
 import warnings
 from dataclasses import dataclass
@@ -488,6 +489,24 @@ def block_path(path: str | Path, b: int) -> Path:
     ``start.b0.faiss`` (a ``.faiss`` file: servers watch it as they watch the index)."""
     p = Path(path)
     return p.with_name(f"{p.stem}.b{b}{p.suffix}")
+
+
+def split_whole(path: str | Path) -> None:
+    """Turn the whole IVF index at ``path`` into the blocked layout without reading its codes:
+    the file becomes block 0 (its ids are already the vectors' positions) and ``path`` the
+    trained, empty index (read memory-mapped, its lists replaced by empty ones).  An update
+    can then add a block instead of loading every code to append to them."""
+    p = Path(path)
+    base = FaissIndex.load(p).index  # memory-mapped: the codes are not read
+    ivf = faiss.extract_index_ivf(base)
+    empty = faiss.ArrayInvertedLists(ivf.nlist, ivf.code_size)
+    ivf.replace_invlists(empty, True)
+    empty.this.disown()  # type: ignore[attr-defined]  # the index owns the lists now
+    ivf.ntotal = 0
+    base.ntotal = 0
+    os.replace(p, block_path(p, 0))
+    with atomic_path(p) as tmp:
+        faiss.write_index(base, str(tmp))
 
 
 def add_block(path: str | Path, b: int, vectors: np.ndarray, first_id: int) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from anygrain.dense.faiss_index import FaissIndex, add_block
+from anygrain.dense.faiss_index import FaissIndex, add_block, parse_factory, split_whole
 from anygrain.index.base import read_manifest, rewrite_manifest
 from anygrain.index.settings import BuildOptions
 from anygrain.index.updater import StagedUpdate, corpus_field, fresh
@@ -100,7 +100,11 @@ def add_rows(u: StagedUpdate) -> None:
     for side in ("start", "end"):
         vecs = np.load(seg_dir / f"{side}.npy", mmap_mode="r")
         new = np.ascontiguousarray(vecs[new_ids[side]], dtype=np.float32)
-        if blocks.get(side):  # a blocked index (built past its memory budget): one more block
+        if len(new) and not blocks.get(side) and parse_factory(s.get("factory", "")).nlist:
+            # a whole IVF index becomes block 0 of a blocked one: adding never loads its codes
+            split_whole(base / f"{side}.faiss")
+            blocks[side] = 1
+        if blocks.get(side):  # a blocked index: the new vectors are one more block
             if len(new):
                 first = int(idx.start_index.ntotal if side == "start" else idx.end_index.ntotal)
                 add_block(base / f"{side}.faiss", int(blocks[side]), new, first)
