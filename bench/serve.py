@@ -14,6 +14,10 @@ lowers the phrase grain's to 50 ms (the SQuAD dev index, fused scores on), the t
     python bench/serve.py PHRASE_INDEX [PASSAGE_INDEX ...] \\
         --questions squad:/work/shared/data/squad-v1.1/dev-v1.1.json [--clients 4 --seconds 10]
 
+``--question-precision auto,float32`` serves each index once per value in turn (float32:
+``--question-fp32``, the baseline of the same run; auto: bfloat16 question encoding where the
+CPU has native bf16), each entry naming the precision the server reported.
+
 Bounded: at most 16 clients and 120 seconds per unit; only 127.0.0.1 is contacted.
 """
 
@@ -38,6 +42,9 @@ ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
 TARGET_P50_MS = {"phrase": 50.0, "sentence": 150.0, "passage": 50.0, "document": 150.0}
 MAX_CLIENTS = 16
+#: ``--question-precision`` values and the server flags they pass (auto: the server's choice,
+#: bfloat16 where the CPU has native bf16)
+PRECISION_FLAGS = {"auto": [], "float32": ["--question-fp32"], "bfloat16": ["--question-bf16"]}
 MAX_SECONDS = 120.0
 FALLBACK_QUESTIONS = [
     "Who created Python?",
@@ -60,12 +67,15 @@ def free_port() -> int:
 class Server:
     """``anygrain serve DIR`` in a child process on 127.0.0.1; stopped on exit."""
 
-    def __init__(self, index: Path, threads: int | None, log: Path) -> None:
+    def __init__(
+        self, index: Path, threads: int | None, log: Path, precision: str = "auto"
+    ) -> None:
         self.port = free_port()
         cmd = [sys.executable, "-m", "anygrain.cli", "serve", str(index)]
         cmd += ["--host", HOST, "--port", str(self.port), "--log-level", "warning"]
         if threads:
             cmd += ["--threads", str(threads)]
+        cmd += PRECISION_FLAGS[precision]
         env = {
             **os.environ,
             "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
@@ -219,11 +229,21 @@ def main() -> None:
     ap.add_argument("--units", help="Comma-separated units (default: phrase,passage or passage)")
     ap.add_argument("--threads", type=int, help="torch threads in the server (default: torch's)")
     ap.add_argument("--log-dir", type=Path, default=Path("/tmp"), help="Server logs go here")
+    ap.add_argument(
+        "--question-precision",
+        default="auto",
+        help="comma-separated: auto, float32, bfloat16 (one server per value and index, "
+        "in turn: the float32 row is the same run's baseline)",
+    )
     a = ap.parse_args()
     if not 1 <= a.clients <= MAX_CLIENTS:
         ap.error(f"--clients must be 1..{MAX_CLIENTS}")
     if not 0 < a.seconds <= MAX_SECONDS:
         ap.error(f"--seconds must be in (0, {MAX_SECONDS:.0f}]")
+    precisions = a.question_precision.split(",")
+    for p in precisions:
+        if p not in PRECISION_FLAGS:
+            ap.error(f"--question-precision: {p!r} is not one of {', '.join(PRECISION_FLAGS)}")
     questions = read_questions(a.questions, a.limit)
     report: dict[str, Any] = {
         "clients": a.clients,
@@ -234,13 +254,16 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "indexes": [],
     }
-    for d in a.indexes:
-        server = Server(d, a.threads, a.log_dir / f"anygrain-serve-bench-{d.name}.log")
+    for d, precision in [(d, p) for d in a.indexes for p in precisions]:
+        log = a.log_dir / f"anygrain-serve-bench-{d.name}-{precision}.log"
+        server = Server(d, a.threads, log, precision)
         try:
             t0 = time.perf_counter()
             info = server.wait_ready()
             entry: dict[str, Any] = {
                 "index": str(d),
+                "question_precision": info.get("question_precision", "float32"),
+                "asked": precision,
                 "kind": info["kind"],
                 "n_passages": info["corpus"].get("n_passages"),
                 "startup_s": round(time.perf_counter() - t0, 2),
@@ -263,7 +286,11 @@ def main() -> None:
                     (h1["questions"] - h0["questions"]) / max(calls, 1), 2
                 )
                 entry["units"][unit] = r
-                print(f"{d.name} {unit}: {json.dumps(entry['units'][unit])}", file=sys.stderr)
+                print(
+                    f"{d.name} {entry['question_precision']} {unit}: "
+                    f"{json.dumps(entry['units'][unit])}",
+                    file=sys.stderr,
+                )
             report["indexes"].append(entry)
         finally:
             server.stop()
