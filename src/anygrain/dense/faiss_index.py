@@ -560,8 +560,12 @@ def _array_ivf(index: faiss.Index) -> Any:
         ivf = faiss.extract_index_ivf(index)
     except RuntimeError:
         return None
-    lists = faiss.downcast_InvertedLists(ivf.invlists)
-    return ivf if isinstance(lists, faiss.ArrayInvertedLists) else None
+    lists = ivf.invlists
+    if lists is None:
+        return None
+    return (
+        ivf if isinstance(faiss.downcast_InvertedLists(lists), faiss.ArrayInvertedLists) else None
+    )
 
 
 def _batches(src: VectorSource, lo: int, hi: int, add_batch: int) -> Any:
@@ -588,9 +592,10 @@ def _add_reserved(
     vectors are assigned to their lists first (8 bytes each), each list reserved at its
     count, then encoded with those assignments: the coarse quantizer runs once, as before.
     """
-    chain = []  # the pre-transforms (OPQ): the IVF index's inputs are their outputs
+    chain: list[Any] = []  # the pre-transforms (OPQ): the IVF index's inputs are their outputs
     if isinstance(index, faiss.IndexPreTransform):
-        chain = [index.chain.at(j) for j in range(index.chain.size())]
+        vts: Any = index.chain  # a SWIG vector (the stubs say list)
+        chain = [vts.at(j) for j in range(vts.size())]
 
     def coarse(batch: np.ndarray) -> np.ndarray:
         x = np.ascontiguousarray(batch, dtype=np.float32)

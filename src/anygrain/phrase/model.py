@@ -379,13 +379,20 @@ class PhraseEncoder(Model):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
-        *,
-        encoders: Sequence[nn.Module] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(q_start, q_end)``, each (B, d); ``encoders`` stand in for the question
-        encoders (their :meth:`bf16_questions` copies)."""
+        """``(q_start, q_end)``, each (B, d)."""
+        return self.question_forward_with(self.questions, input_ids, attention_mask, token_type_ids)
+
+    def question_forward_with(
+        self,
+        encs: Sequence[nn.Module] | nn.ModuleList,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`question_forward` with ``encs`` standing in for the question encoders
+        (their :meth:`bf16_questions` copies)."""
         kw = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
-        encs = self.questions if encoders is None else encoders
         if self.config.question_encoder is QuestionEncoderKind.SEPARATE:
             outs = [
                 m(input_ids=input_ids, attention_mask=attention_mask, **kw).last_hidden_state[:, 0]
@@ -457,13 +464,14 @@ class PhraseEncoder(Model):
         dev = self.device
         # on a CPU, bf16 runs the linear layers from weights cast once (bf16_questions);
         # autocast would cast them again on every call
-        encoders = self.bf16_questions() if bf16 and dev.type == "cpu" else None
+        cpu_bf16 = bf16 and dev.type == "cpu"
+        encoders = self.bf16_questions() if cpu_bf16 else self.questions
         for i in range(0, n, batch_size):
             b = order[i : i + batch_size]
-            enc = self.tokenize_questions([texts[j] for j in b])
-            with autocast(dev, bf16 and encoders is None):
-                s, e = self.question_forward(
-                    **{k: v.to(dev) for k, v in enc.items()}, encoders=encoders
+            enc = {k: v.to(dev) for k, v in self.tokenize_questions([texts[j] for j in b]).items()}
+            with autocast(dev, bf16 and not cpu_bf16):
+                s, e = self.question_forward_with(
+                    encoders, enc["input_ids"], enc["attention_mask"], enc.get("token_type_ids")
                 )
             qs[b], qe[b] = s.float().cpu().numpy(), e.float().cpu().numpy()
         name = self.config.base_model
