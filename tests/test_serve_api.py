@@ -319,6 +319,10 @@ class SlowIndex:
         self.release_encode = threading.Event()
         self.release_encode.set()
 
+    @classmethod
+    def encode_options(cls) -> frozenset[str]:
+        return frozenset()
+
     def encode(self, queries: list[str]) -> EncodedQueries:
         self.encodes.append(list(queries))
         self.release_encode.wait(timeout=30)
@@ -336,6 +340,14 @@ class SlowIndex:
         return [[Hit(Unit.PASSAGE, float(len(q)), 0, q, q, q, q)] * k for q in queries]
 
 
+def wait_until(ready: Any, what: str, seconds: float = 30.0) -> None:
+    """Poll ``ready()``; fail (rather than hang the suite) if it is not true in time."""
+    deadline = time.monotonic() + seconds
+    while not ready():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.01)
+
+
 def test_queued_requests_are_searched_as_one_batch() -> None:
     idx = SlowIndex()
     svc = SearchService(cast(Index, idx))
@@ -349,20 +361,17 @@ def test_queued_requests_are_searched_as_one_batch() -> None:
 
     first = threading.Thread(target=ask, args=("first",))
     first.start()
-    while not idx.calls:  # "first" is being searched (and waits there)
-        time.sleep(0.01)
+    wait_until(lambda: idx.calls, '"first" is being searched (and waits there)')
     # meanwhile the encoder takes the next request; hold it there so the rest queue
     idx.release_encode.clear()
     second = threading.Thread(target=ask, args=("a",))
     second.start()
-    while len(idx.encodes) < 2:
-        time.sleep(0.01)
+    wait_until(lambda: len(idx.encodes) >= 2, '"a" is being encoded')
     later = [threading.Thread(target=ask, args=(q,)) for q in ("bb", "boom", "ccc")]
     later.append(threading.Thread(target=ask, args=("k3", 3)))
     for t in later:
         t.start()
-    while svc._queue.qsize() < len(later):
-        time.sleep(0.01)
+    wait_until(lambda: svc._queue.qsize() >= len(later), "the later requests queue")
     idx.release_encode.set()
     idx.release.set()
     for t in [first, second, *later]:
