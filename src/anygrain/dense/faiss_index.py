@@ -535,13 +535,12 @@ def _add(
 ) -> None:
     """Add vectors ``lo:hi`` of ``src`` to ``index`` in batches (``with_ids``: with their
     positions in ``src`` as ids, for a block of a larger index)."""
-    batches = _batches(src, lo, hi, add_batch)
     ivf = _array_ivf(index)
     if ivf is not None and not ivf.ntotal:
         _add_reserved(index, ivf, src, lo, hi, add_batch, progress, with_ids=with_ids)
         return
     for i, batch in progress_bar(
-        batches,
+        _batches(src, lo, hi, add_batch),
         desc="adding to FAISS",
         unit="batch",
         total=-(-(hi - lo) // add_batch),

@@ -7,7 +7,7 @@ switch in anygrain goes through :func:`cpu_autocast`, which warns once when bf16
 asked for on such a CPU.  It does not quietly switch to float32: the saved configs say
 what ran, and resuming compares them.
 
-For inference on such a CPU, :func:`bf16_linears` gives a module's copy whose linear layers
+For inference on a CPU with native bfloat16, :func:`bf16_linears` gives a module's copy whose linear layers
 hold bfloat16 weights: autocast casts every weight again on every call, which at the small
 batches of a search server costs most of what bf16 saves.
 """
