@@ -141,3 +141,29 @@ def test_default_factory_rule() -> None:
         4,
         True,
     )
+
+
+@pytest.mark.parametrize("spec", ["IVF16,SQ8", "OPQ8,IVF16,PQ8", "IDMap,IVF16,Flat"])
+def test_batched_adds_search_as_one_add(spec: str) -> None:
+    """Adds in batches (lists reserved at their final size where the index is a plain IVF,
+    as usual under an id map) give the index one add_with_ids gives."""
+    import faiss
+
+    from anygrain.dense.faiss_index import ArrayVectors, _add
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3000, 32)).astype(np.float32)
+    want = faiss.index_factory(32, spec, faiss.METRIC_INNER_PRODUCT)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want.train(x)
+    got = faiss.clone_index(want)
+    want.add_with_ids(x, np.arange(3000, dtype=np.int64))
+    _add(got, ArrayVectors(x), 0, 3000, 700, False, with_ids=True)
+    assert got.ntotal == want.ntotal == 3000
+    for index in (want, got):
+        faiss.extract_index_ivf(index).nprobe = 4
+    d1, i1 = want.search(x[:20], 5)
+    d2, i2 = got.search(x[:20], 5)
+    np.testing.assert_array_equal(i1, i2)
+    np.testing.assert_allclose(d1, d2, rtol=1e-6)

@@ -554,10 +554,12 @@ def _add(
 
 
 def _array_ivf(index: faiss.Index) -> Any:
-    """The IVF index under ``index`` when its lists are plain in-memory arrays, else None."""
-    try:
-        ivf = faiss.extract_index_ivf(index)
-    except RuntimeError:
+    """The IVF index ``index`` is, or is under pre-transforms (OPQ), when its lists are plain
+    in-memory arrays; else None (an id map, say, keeps ids of its own: it adds as usual)."""
+    ivf = faiss.downcast_index(index)
+    if isinstance(ivf, faiss.IndexPreTransform):
+        ivf = faiss.downcast_index(ivf.index)
+    if not isinstance(ivf, faiss.IndexIVF):
         return None
     lists = ivf.invlists
     if lists is None:
