@@ -138,6 +138,12 @@ class Reader(Model):
             selection_logits=self.selector(h[:, 0]).squeeze(-1),
         )
 
+    def freeze_embeddings(self) -> None:
+        """Stop training the encoder's embedding layer (token, position, type, norm)."""
+        emb = getattr(self.encoder, "embeddings", None) or self.encoder.get_input_embeddings()  # type: ignore[operator]
+        for p in emb.parameters():
+            p.requires_grad_(False)
+
     # --- construction and files -------------------------------------------------------
     @classmethod
     def from_pretrained(

@@ -383,6 +383,8 @@ def train_reader(
         for k, v in config.reader_settings().items():
             setattr(reader.config, k, v)
         reader.config.validate()
+    if config.freeze_embeddings:
+        reader.freeze_embeddings()
     trainer = ReaderTrainer(config, reader, data, out, log, progress)
     ckpt = run.open(resume=resume)
     if ckpt is None:
