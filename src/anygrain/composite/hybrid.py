@@ -42,6 +42,7 @@ from anygrain.index.encoded import EncodedQueries
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.sparse.bm25 import BM25Index, Bm25Settings, write_bm25_index
 from anygrain.utils.atomic import atomic_dir
+from anygrain.utils.lock import writer_lock
 
 if TYPE_CHECKING:
     pass
@@ -235,6 +236,19 @@ class HybridIndex(Index):
         scores add up per passage row, so rows must mean the same passages in both.
         """
         dirs, out = [Path(first), Path(second)], Path(out)
+        with writer_lock(out, "building an index"):  # one writer per --out
+            return cls._combine(dirs, out, fusion, weight, depth, overwrite)
+
+    @classmethod
+    def _combine(
+        cls,
+        dirs: list[Path],
+        out: Path,
+        fusion: FusionMethod | str,
+        weight: float | None,
+        depth: int,
+        overwrite: bool,
+    ) -> HybridIndex:
         for part in dirs:
             check_build_target(part, out, overwrite=overwrite)
         cfg = fusion_config(fusion, weight, depth)

@@ -49,6 +49,7 @@ from anygrain.utils.checksums import (
     check_files,
     file_table,
 )
+from anygrain.utils.lock import writer_lock
 from anygrain.utils.targets import (
     MODEL_CONFIG_FILES,
     name_some,
@@ -471,19 +472,21 @@ class Index(ABC):
         from anygrain.corpus.source import open_or_build_corpus
 
         out = Path(out)
-        check_build_target(source, out, overwrite=options.overwrite)
-        cls.check_build(settings, options)
-        work = out.with_name(f".{out.name}.{cls.scratch_name}.partial")
-        with atomic_dir(out) as tmp:
-            store = open_or_build_corpus(
-                source,
-                options.corpus_dir or tmp / "corpus",
-                split=options.split,
-                errors=options.errors,
-                progress=options.progress,
-            )
-            reopen = cls.write(tmp, store, settings, options, work)
-        shutil.rmtree(work, ignore_errors=True)
+        # one writer per --out: an update or another build of it at work is refused
+        with writer_lock(out, "building an index"):
+            check_build_target(source, out, overwrite=options.overwrite)
+            cls.check_build(settings, options)
+            work = out.with_name(f".{out.name}.{cls.scratch_name}.partial")
+            with atomic_dir(out) as tmp:
+                store = open_or_build_corpus(
+                    source,
+                    options.corpus_dir or tmp / "corpus",
+                    split=options.split,
+                    errors=options.errors,
+                    progress=options.progress,
+                )
+                reopen = cls.write(tmp, store, settings, options, work)
+            shutil.rmtree(work, ignore_errors=True)
         return Index.load(out, **(reopen or {}))
 
     @classmethod
@@ -690,9 +693,11 @@ class Index(ABC):
         if unit is None:
             return self.default_unit
         u = parse_enum(Unit, unit)
+        if u is Unit.ANSWER:  # any index answers: a reader reads its top passages
+            return u
         if u not in self.units:
             have = ", ".join(f"{x.value}s" for x in self.units)
-            lacking = [x.value for x in Unit if x not in self.units]
+            lacking = [x.value for x in Unit if x not in self.units and x is not Unit.ANSWER]
             others = ", ".join(lacking[:-1]) + " or " * (len(lacking) > 1) + lacking[-1]
             raise AnygrainError(
                 f"{self.path}: a {self.kind.value} index returns {have}; "

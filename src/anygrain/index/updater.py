@@ -70,6 +70,7 @@ from anygrain.index.tombstones import Tombstones, read_tombstones, tombstone_nam
 from anygrain.utils.atomic import atomic_dir, atomic_write_text, is_temporary_name
 from anygrain.utils.checksums import ALGORITHM, hash_file
 from anygrain.utils.device import resolve_device
+from anygrain.utils.lock import writer_lock
 
 
 # --- staging ------------------------------------------------------------------------------
@@ -86,9 +87,12 @@ def _link_tree(src: Path, dst: Path) -> None:
 
 
 @contextmanager
-def _staged(path: Path) -> Iterator[tuple[Path, Path]]:
+def staged_index(path: Path) -> Iterator[tuple[Path, Path]]:
     """``(staged index dir, scratch dir)``: the index is replaced by the staged directory
-    when the block ends without an exception; scratch is removed either way."""
+    when the block ends without an exception; scratch is removed either way.  The staged
+    directory's files are hard links to the live ones: replace a file there, never write
+    into it (:func:`fresh`).  The caller holds the index's writer lock
+    (:func:`anygrain.utils.lock.writer_lock`)."""
     # named as atomic_dir names its own, so a killed run's scratch is removed by the next
     work = Path(
         tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.pid{os.getpid()}.", suffix=".tmp")
@@ -189,15 +193,29 @@ def add_documents(
 
     ``split`` defaults to the one the corpus was built with.  ``model`` must be the
     index's own encoder (same fingerprint; by default the one stored in the index).
-    Passage or document ids the index already holds are refused, naming them."""
+    Passage or document ids the index already holds are refused, naming them.  Another
+    writer of the index at work is refused at once (:mod:`anygrain.utils.lock`)."""
     p = Path(path)
     resolve_device(device)  # a missing GPU is refused before anything is read
+    with writer_lock(p, UpdateOp.ADD.value):  # held from the read to the swap
+        return _add_documents(p, source, split, model, errors, progress, device)
+
+
+def _add_documents(
+    p: Path,
+    source: Any,
+    split: str | SplitSpec | None,
+    model: Any,
+    errors: ErrorLog | None,
+    progress: bool,
+    device: str | None,
+) -> Index:
     opts = {"model": model} if model is not None else {}
     idx = Index.load(p, **opts)
     store = idx.corpus
     cls = _update_class(idx, UpdateOp.ADD)
     rel = _corpus_rel(p, idx.manifest, store)
-    with _staged(p) as (staged, work):
+    with staged_index(p) as (staged, work):
         segment = CorpusStore.build(
             source,
             work / "segment",
@@ -224,6 +242,11 @@ def delete_documents(path: str | Path, doc_ids: Sequence[str]) -> dict[str, Any]
     p = Path(path)
     if not doc_ids:
         raise AnygrainError("name at least one document id to delete (--doc ID)")
+    with writer_lock(p, "deleting documents"):  # two deletes would each drop the other's
+        return _delete_documents(p, doc_ids)
+
+
+def _delete_documents(p: Path, doc_ids: Sequence[str]) -> dict[str, Any]:
     idx = Index.load(p)
     m = idx.manifest
     store = idx.corpus
@@ -280,6 +303,11 @@ def compact_index(path: str | Path, *, progress: bool = True) -> Index:
     but a compressed phrase index without its dump); returns it reopened.  Passage rows
     change (ids do not).  Without deletions it returns the index unchanged."""
     p = Path(path)
+    with writer_lock(p, UpdateOp.COMPACT.value):
+        return _compact_index(p, progress)
+
+
+def _compact_index(p: Path, progress: bool) -> Index:
     idx = Index.load(p)
     tomb = read_tombstones(p, idx.manifest)
     if tomb is None or not tomb.docs:
@@ -290,7 +318,7 @@ def compact_index(path: str | Path, *, progress: bool = True) -> Index:
     keep = np.setdiff1d(np.arange(len(store)), np.fromiter(tomb.rows, dtype=np.int64))
     if not len(keep):
         raise AnygrainError(f"{p}: every passage is deleted; an index needs at least one")
-    with _staged(p) as (staged, work):
+    with staged_index(p) as (staged, work):
         shutil.rmtree(staged / rel)
         write_subset(store, keep, set(tomb.docs), staged / rel)
         fresh(staged / str(idx.manifest["tombstones"]["file"]))

@@ -169,9 +169,41 @@ def write_sparse(out: Path, store: CorpusStore, *, lang: str | None, progress: b
     write_bm25_index(out / SPARSE_SUBDIR, store, Bm25Settings(lang=lang), progress=progress)
 
 
+def check_copied_part(src: Path, manifest: dict[str, Any], sub: str) -> None:
+    """Refuse to copy ``src/sub`` unless each of its files is the one ``src``'s manifest
+    recorded (every checksum, whatever the file's size) and it holds no other: the copy
+    gets fresh checksums in its new index, so damage copied now would never be found."""
+    from anygrain.utils.checksums import Problem, Verify, check_files
+
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        raise AnygrainError(
+            f"{src}: built by an older anygrain that recorded no checksums, so its files "
+            "cannot be checked before they are copied; rebuild it"
+        )
+    part = {rel: v for rel, v in files.items() if rel.startswith(f"{sub}/")}
+    problems = check_files(src, part, verify=Verify.FULL) if part else []
+    root = src / sub
+    if root.is_dir():
+        problems += [
+            Problem(f, "extra")
+            for f in sorted(root.rglob("*"))
+            if f.is_file() and f.relative_to(src).as_posix() not in part
+        ]
+    if not part and not problems:
+        problems = [Problem(root, "missing")]
+    if problems:
+        more = f" and {len(problems) - 1} more file(s)" if len(problems) > 1 else ""
+        raise AnygrainError(
+            f"{problems[0]}{more}; {src} is damaged, so it is not copied: rebuild it "
+            f"(`anygrain verify {src}` lists every bad file)"
+        )
+
+
 def copy_sparse(bm25_dir: Path, out: Path, store: CorpusStore) -> None:
     """Copy an existing BM25 index over the same corpus into ``out/sparse``; its recorded
-    corpus checksum must be ``store``'s (rows must mean the same passages)."""
+    corpus checksum must be ``store``'s (rows must mean the same passages), and its files
+    must match its manifest (:func:`check_copied_part`)."""
     from anygrain.index.base import read_manifest
 
     m = read_manifest(bm25_dir)
@@ -183,6 +215,7 @@ def copy_sparse(bm25_dir: Path, out: Path, store: CorpusStore) -> None:
             f"{bm25_dir} was built over another corpus (checksum {got}) than the phrase "
             f"index ({store.checksum}); build the BM25 index from the phrase index's corpus"
         )
+    check_copied_part(bm25_dir, m, "bm25")
     dest = out / SPARSE_SUBDIR
     shutil.copytree(bm25_dir / "bm25", dest / "bm25")
     m["corpus"] = {**m["corpus"], "path": "../corpus"}
@@ -215,29 +248,40 @@ def attach_sparse(
 ) -> dict[str, Any]:
     """Give an existing phrase index a lexical part in place (built over its corpus, or
     copied from the BM25 index ``bm25_from`` over the same corpus), or replace the one it
-    has; returns the fusion settings now saved.  The phrase vectors are not touched."""
+    has; returns the fusion settings now saved.  The phrase vectors are not touched.
+
+    Atomic, as an ``add`` is (:func:`anygrain.index.updater.staged_index`): the new part
+    and ``index.json`` are written in a hard-linked copy of the index that is swapped in
+    whole, so a crash at any point leaves the old index, never one whose ``index.json``
+    names a ``sparse/`` that is gone; and it holds the index's writer lock throughout."""
     from anygrain.corpus.source import open_corpus_of
     from anygrain.index.base import read_manifest, rewrite_manifest
+    from anygrain.index.updater import staged_index
+    from anygrain.utils.lock import writer_lock
 
     path = Path(index)
-    m = read_manifest(path)
-    if m.get("kind") != "phrase":
-        raise AnygrainError(f"{path}: a {m.get('kind')} index; attach-sparse needs a phrase index")
-    store = open_corpus_of(path, m)
-    old = m["settings"].get("sparse")
-    fusion = (SparseFusion.from_dict(old) if old else SparseFusion()).with_weight(weight)
-    staging = path / f".{SPARSE_SUBDIR}.partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
-    try:
-        if bm25_from is not None:
-            copy_sparse(Path(bm25_from), staging, store)
-        else:
-            write_sparse(staging, store, lang=lang, progress=progress)
-        # the old part goes only once the new one is complete
-        shutil.rmtree(path / SPARSE_SUBDIR, ignore_errors=True)
-        (staging / SPARSE_SUBDIR).rename(path / SPARSE_SUBDIR)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    rewrite_manifest(path, m, settings={**m["settings"], "sparse": fusion.to_dict()})
+    if path.name in ("", ".", ".."):  # the staged sibling needs a real name
+        path = path.resolve()
+    if weight is not None:
+        SparseFusion().with_weight(weight)  # a bad weight is refused before any work
+    with writer_lock(path, "attaching a BM25 part"):
+        m = read_manifest(path)
+        if m.get("kind") != "phrase":
+            raise AnygrainError(
+                f"{path}: a {m.get('kind')} index; attach-sparse needs a phrase index"
+            )
+        open_corpus_of(path, m)  # the corpus is the one recorded, before any work
+        old = (m.get("settings") or {}).get("sparse")
+        fusion = (
+            SparseFusion.from_dict(old, str(path / "index.json")) if old else SparseFusion()
+        ).with_weight(weight)
+        with staged_index(path) as (staged, _work):
+            store = open_corpus_of(staged, m)
+            # never written into: the staged files are hard links to the live index's
+            shutil.rmtree(staged / SPARSE_SUBDIR, ignore_errors=True)
+            if bm25_from is not None:
+                copy_sparse(Path(bm25_from), staged, store)
+            else:
+                write_sparse(staged, store, lang=lang, progress=progress)
+            rewrite_manifest(staged, m, settings={**m["settings"], "sparse": fusion.to_dict()})
     return fusion.to_dict()

@@ -31,6 +31,7 @@ from anygrain.phrase.filtering import dump_filter, fraction_threshold, refiltere
 from anygrain.phrase.index import PhraseIndex
 from anygrain.phrase.lexical import SPARSE_SUBDIR
 from anygrain.utils.atomic import atomic_dir
+from anygrain.utils.lock import writer_lock
 
 
 def _phrase_index(source: str | Path | PhraseIndex) -> PhraseIndex:
@@ -79,57 +80,60 @@ def refilter(
         assert keep is not None
         threshold = threshold_for_fraction(src, keep)
     out = Path(out)
-    check_build_target(src.path, out, overwrite=overwrite)
-    # the FAISS settings of the new index (checked before any work)
-    comp = parse_enum(Compress, compress)
-    faiss = PhraseSettings(factory=factory, compress=comp, pq_m=pq_m, keep_dump=keep_dump)
-    old = src.manifest["settings"].get("threshold")
-    if old is not None and threshold < old:
-        raise AnygrainError(
-            f"{src.path}: built at threshold {old}; tokens below it were never stored, so "
-            f"threshold {threshold} needs a new `anygrain index --threshold {threshold}`"
-        )
-    sbase = Path(src.path) / SUBDIR
-    t0 = time.time()
-    tokens = np.load(sbase / "tokens.npy", mmap_mode="r")
-    logits = np.load(sbase / "filter.npy", mmap_mode="r")
-    flags = refiltered_flags(tokens[:, 3], logits, threshold)
-    n_passages = len(src.table.passage_ptr) - 1
-    with atomic_dir(out) as tmp:
-        base = tmp / SUBDIR
-        base.mkdir(parents=True)
-        copied = src.manifest["model"].get("path")
-        if copied:  # a model referenced by name ("ref") stays referenced
-            shutil.copytree(Path(src.path) / copied, tmp / copied)
-        n_kept, n_start, n_end = subset_dump(sbase, base, flags, n_passages, progress=progress)
-        stats = DumpStats(
-            n_passages=n_passages,
-            n_tokens_seen=int(src.manifest["counts"]["tokens_seen"]),
-            n_kept=n_kept,
-            n_start=n_start,
-            n_end=n_end,
-            shards_done_before=0,
-        )
-        # "build": the source's build settings are not how this index was made (its
-        # refiltered_from says that)
-        derived = ("factory", "nprobe", "compress", "pq_m", "dump", "span_vectors", "build")
-        settings: dict[str, Any] = {
-            k: v for k, v in src.manifest["settings"].items() if k not in derived
-        }
-        if src.fusion is not None:  # the BM25 part covers the same passages: copied as is
-            shutil.copytree(Path(src.path) / SPARSE_SUBDIR, tmp / SPARSE_SUBDIR)
-        settings["threshold"] = float(threshold)
-        settings["refiltered_from"] = {"path": str(src.path), "threshold": old}
-        finish_index(
-            tmp,
-            src.store,
-            stats,
-            faiss,
-            recorded=settings,
-            model_info=dict(src.manifest["model"]),
-            progress=progress,
-            timings={"refilter_seconds": round(time.time() - t0, 3)},
-        )
+    if out.name in ("", ".", ".."):
+        out = out.resolve()
+    with writer_lock(out, "refiltering an index"):  # one writer per --out
+        check_build_target(src.path, out, overwrite=overwrite)
+        # the FAISS settings of the new index (checked before any work)
+        comp = parse_enum(Compress, compress)
+        faiss = PhraseSettings(factory=factory, compress=comp, pq_m=pq_m, keep_dump=keep_dump)
+        old = src.manifest["settings"].get("threshold")
+        if old is not None and threshold < old:
+            raise AnygrainError(
+                f"{src.path}: built at threshold {old}; tokens below it were never stored, so "
+                f"threshold {threshold} needs a new `anygrain index --threshold {threshold}`"
+            )
+        sbase = Path(src.path) / SUBDIR
+        t0 = time.time()
+        tokens = np.load(sbase / "tokens.npy", mmap_mode="r")
+        logits = np.load(sbase / "filter.npy", mmap_mode="r")
+        flags = refiltered_flags(tokens[:, 3], logits, threshold)
+        n_passages = len(src.table.passage_ptr) - 1
+        with atomic_dir(out) as tmp:
+            base = tmp / SUBDIR
+            base.mkdir(parents=True)
+            copied = src.manifest["model"].get("path")
+            if copied:  # a model referenced by name ("ref") stays referenced
+                shutil.copytree(Path(src.path) / copied, tmp / copied)
+            n_kept, n_start, n_end = subset_dump(sbase, base, flags, n_passages, progress=progress)
+            stats = DumpStats(
+                n_passages=n_passages,
+                n_tokens_seen=int(src.manifest["counts"]["tokens_seen"]),
+                n_kept=n_kept,
+                n_start=n_start,
+                n_end=n_end,
+                shards_done_before=0,
+            )
+            # "build": the source's build settings are not how this index was made (its
+            # refiltered_from says that)
+            derived = ("factory", "nprobe", "compress", "pq_m", "dump", "span_vectors", "build")
+            settings: dict[str, Any] = {
+                k: v for k, v in src.manifest["settings"].items() if k not in derived
+            }
+            if src.fusion is not None:  # the BM25 part covers the same passages: copied as is
+                shutil.copytree(Path(src.path) / SPARSE_SUBDIR, tmp / SPARSE_SUBDIR)
+            settings["threshold"] = float(threshold)
+            settings["refiltered_from"] = {"path": str(src.path), "threshold": old}
+            finish_index(
+                tmp,
+                src.store,
+                stats,
+                faiss,
+                recorded=settings,
+                model_info=dict(src.manifest["model"]),
+                progress=progress,
+                timings={"refilter_seconds": round(time.time() - t0, 3)},
+            )
     idx = Index.load(out)
     assert isinstance(idx, PhraseIndex)
     return idx
