@@ -54,6 +54,7 @@ from anygrain.utils.targets import (
     MODEL_CONFIG_FILES,
     name_some,
     refuse_inside_artefact,
+    refuse_link,
     unowned_files,
 )
 
@@ -279,6 +280,7 @@ def check_build_target(source: Any, out: str | Path, *, overwrite: bool = False)
             raise AnygrainError(
                 f"{o}: the output directory lies inside the source {src}; give an --out outside it"
             )
+    refuse_link(o, "an index")  # as every writer's target check does
     refuse_inside_artefact(o, "an index")  # the walk every writer's target check makes
     if not o.exists() and not o.is_symlink():
         return

@@ -117,6 +117,14 @@ def staged_index(path: Path) -> Iterator[tuple[Path, Path]]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def real_index_path(path: str | Path) -> Path:
+    """``path``, or where it points when it is a symbolic link: an update swaps the index
+    directory whole, and swapping the link would leave the index it names as it was and
+    turn the link into a separate copy."""
+    p = Path(path)
+    return p.resolve() if p.is_symlink() or p.name in ("", ".", "..") else p
+
+
 def _relative_files(root: Path) -> list[str]:
     return [
         str((Path(d) / n).relative_to(root)) for d, _dirs, names in os.walk(root) for n in names
@@ -195,7 +203,7 @@ def add_documents(
     index's own encoder (same fingerprint; by default the one stored in the index).
     Passage or document ids the index already holds are refused, naming them.  Another
     writer of the index at work is refused at once (:mod:`anygrain.utils.lock`)."""
-    p = Path(path)
+    p = real_index_path(path)
     resolve_device(device)  # a missing GPU is refused before anything is read
     with writer_lock(p, UpdateOp.ADD.value):  # held from the read to the swap
         return _add_documents(p, source, split, model, errors, progress, device)
@@ -239,7 +247,7 @@ def delete_documents(path: str | Path, doc_ids: Sequence[str]) -> dict[str, Any]
     Writes a new tombstone file (all deleted documents so far and their passage rows)
     and then ``index.json`` naming it, so a crash leaves the old state.  Unknown ids are
     refused, naming them.  Returns ``{"deleted", "rows", "total_documents"}``."""
-    p = Path(path)
+    p = real_index_path(path)
     if not doc_ids:
         raise AnygrainError("name at least one document id to delete (--doc ID)")
     with writer_lock(p, "deleting documents"):  # two deletes would each drop the other's
@@ -302,7 +310,7 @@ def compact_index(path: str | Path, *, progress: bool = True) -> Index:
     """Rebuild the index at ``path`` without its deleted documents (nothing is re-encoded
     but a compressed phrase index without its dump); returns it reopened.  Passage rows
     change (ids do not).  Without deletions it returns the index unchanged."""
-    p = Path(path)
+    p = real_index_path(path)
     with writer_lock(p, UpdateOp.COMPACT.value):
         return _compact_index(p, progress)
 

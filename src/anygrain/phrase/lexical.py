@@ -256,12 +256,10 @@ def attach_sparse(
     names a ``sparse/`` that is gone; and it holds the index's writer lock throughout."""
     from anygrain.corpus.source import open_corpus_of
     from anygrain.index.base import read_manifest, rewrite_manifest
-    from anygrain.index.updater import staged_index
+    from anygrain.index.updater import real_index_path, staged_index
     from anygrain.utils.lock import writer_lock
 
-    path = Path(index)
-    if path.name in ("", ".", ".."):  # the staged sibling needs a real name
-        path = path.resolve()
+    path = real_index_path(index)  # a link's index is updated, not the link replaced
     if weight is not None:
         SparseFusion().with_weight(weight)  # a bad weight is refused before any work
     with writer_lock(path, "attaching a BM25 part"):

@@ -40,12 +40,21 @@ def apply_update(
     the optimizer and the LR schedule, then clear the gradients.
 
     ``step_optimizer=False`` (a batch with no loss) still advances the schedule, which
-    counts batches rather than updates.
+    counts batches rather than updates.  The optimizer is stepped then too, with every
+    gradient cleared first: AdamW passes over parameters without a gradient, so that step
+    changes no weight and no optimizer state, and the schedule still follows an
+    ``optimizer.step()`` as PyTorch expects.  (Skipping it made PyTorch warn that
+    ``lr_scheduler.step()`` ran before ``optimizer.step()`` when a run's first batch had
+    no loss -- query-side training, a batch without a positive.  The warning was right
+    that the schedule's first value went unused, which is the intent: the learning rate
+    of batch k is the schedule's value k, whether or not batch 0 made an update.)
     """
     if step_optimizer:
         if max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(list(clip), max_grad_norm)
-        optimizer.step()
+    else:
+        optimizer.zero_grad(set_to_none=True)
+    optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
 

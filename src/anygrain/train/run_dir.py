@@ -7,12 +7,19 @@ steps so the four ``train_*`` functions keep only what differs: their data, mode
 the fields of their start and done events.  It also checks ``out`` before anything is
 written (:func:`anygrain.utils.targets.check_output_dir`): never one of the run's inputs
 (a data file, the starting model, the index of query-side training), never an index or
-corpus directory nor a place inside one or inside a saved model; an existing model
-directory is fine (the run resumes or replaces what it trained there).
+corpus directory nor a place inside one or inside a saved model, never a symbolic link (the
+run writes into ``out``, so it would write wherever the link points).  And since a run
+writes *into* its directory (the model beside its checkpoints and log) rather than swapping
+it whole, ``out`` must be missing, empty, or a directory an earlier run of the same trainer
+wrote (:func:`check_run_target`): a saved or packed model, or a directory holding anything
+else, is refused before anything is written, since saving the model there would replace
+files the run did not write (``phrase/``, ``heads.safetensors``, ``packed.safetensors``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,7 +28,7 @@ from anygrain.errors import AnygrainError
 from anygrain.train.checkpoint import latest_checkpoint, remove_checkpoints
 from anygrain.train.runlog import TrainLog
 from anygrain.train.saved_config import SavedConfig
-from anygrain.utils.targets import check_output_dir
+from anygrain.utils.targets import MODEL, artefact_kind, check_output_dir, listed_entries, name_some
 
 LOG_FILE = "train_log.jsonl"
 
@@ -40,13 +47,85 @@ def config_inputs(config: SavedConfig) -> list[str]:
     return found
 
 
+def check_run_target(out: str | Path, config: SavedConfig) -> Path:
+    """Refuse, before anything is written, an ``out`` a run of ``config`` must not write
+    into: a symbolic link, an input, an index or corpus directory or a place inside an
+    artefact (:func:`~anygrain.utils.targets.check_output_dir`); and, when it exists and is
+    not empty, a directory no earlier run of this trainer wrote -- one without its config
+    file (``config.FILE``), one whose config file is another trainer's, or one whose
+    ``train_log.jsonl`` is not an anygrain training log.  Returns ``out`` as a Path."""
+    what = "a training run"
+    t = check_output_dir(out, config_inputs(config), what=what, may_be=(MODEL,))
+    if not t.is_dir():
+        return t
+    names = listed_entries(t)
+    if not names:
+        return t
+    cfg = t / config.FILE
+    if not cfg.is_file():
+        if artefact_kind(t) == MODEL:
+            raise AnygrainError(
+                f"{t}: is a saved model that no training run wrote here (no {config.FILE}); "
+                "training there would replace its files. Give a new or empty --out"
+            )
+        raise AnygrainError(
+            f"{t}: not empty ({name_some(names)}) and not a training run's directory (no "
+            f"{config.FILE}); training there would replace or mix with what it holds. "
+            "Give a new or empty --out"
+        )
+    fields = {f.name for f in dataclasses.fields(config)}  # type: ignore[arg-type]
+    try:
+        saved = json.loads(cfg.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise AnygrainError(
+            f"{cfg}: not a {config.WHAT} anygrain wrote ({type(e).__name__}); this directory "
+            "is not a training run's: give a new or empty --out"
+        ) from None
+    if not isinstance(saved, dict) or not set(saved) <= fields:
+        other = sorted(set(saved) - fields) if isinstance(saved, dict) else []
+        why = f"fields {name_some(other)} are not" if other else "it is not"
+        raise AnygrainError(
+            f"{cfg}: {why} a {config.WHAT}'s: this directory holds another kind of run or "
+            "someone else's files. Give a new or empty --out"
+        )
+    check_run_log(t / LOG_FILE)
+    return t
+
+
+def check_run_log(path: Path) -> None:
+    """Refuse a ``train_log.jsonl`` that anygrain did not write (a line that is not a JSON
+    object), naming the file and line, before the run reads or truncates it."""
+    if not path.exists():
+        return
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        lines, bad = [], "it is not UTF-8 text"
+    else:
+        bad = ""
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            bad = f"line {n} is not JSON"
+            break
+        if not isinstance(rec, dict) or not isinstance(rec.get("step", 0), int):
+            bad = f"line {n} is not a log record"
+            break
+    if bad:
+        raise AnygrainError(
+            f"{path}: not a training log anygrain wrote ({bad}); this directory holds "
+            "someone else's files: give a new or empty --out"
+        )
+
+
 class RunDir:
     """``out`` for one training run of ``config``; ``progress`` echoes log messages."""
 
     def __init__(self, out: str | Path, config: SavedConfig, *, progress: bool) -> None:
-        self.out = check_output_dir(
-            out, config_inputs(config), what="a training run", may_be=("model",)
-        )
+        self.out = check_run_target(out, config)
         self.out.mkdir(parents=True, exist_ok=True)
         self.config = config
         self.log = TrainLog(self.out / LOG_FILE, echo=progress)

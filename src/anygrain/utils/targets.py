@@ -6,6 +6,8 @@ run, an index) must never destroy what it reads or what anygrain built elsewhere
 * the target is never one of the command's inputs (the same path after resolving
   links, or a hard link to it: the same inode), and a directory that is replaced
   whole never contains one;
+* the target is never a symbolic link (:func:`refuse_link`): written through, it puts
+  the output wherever the link points;
 * the target never lies inside an anygrain artefact -- an index (``index.json`` of
   format ``anygrain.index``), a saved model (one of :data:`MODEL_CONFIG_FILES`) or a
   corpus store (``corpus.json`` of format ``anygrain.corpus``) -- found by walking up
@@ -129,6 +131,32 @@ def _inputs(inputs: Iterable[str | os.PathLike[str] | None]) -> list[Path]:
     return [p for p in found if p is not None]
 
 
+def refuse_link(target: Path, what: str) -> None:
+    """Refuse a ``target`` that is a symbolic link (its last component; links above it
+    are the user's layout): a writer that writes into it would write wherever it points
+    (``/etc``, another model), and one that swaps it whole would drop the link for a
+    directory and leave what it pointed to as it was; neither is what was asked."""
+    if target.is_symlink():
+        try:
+            to = f" (to {os.readlink(target)})"
+        except OSError:
+            to = ""
+        raise AnygrainError(
+            f"{target}: is a symbolic link{to}; refusing to write {what} through it. "
+            "Give the directory it points to, or a new path"
+        )
+
+
+def listed_entries(directory: Path) -> list[str]:
+    """The names in ``directory`` (sorted) but anygrain's temporary names and
+    operating-system litter: what makes a directory not empty to a writer."""
+    return sorted(
+        e.name
+        for e in directory.iterdir()
+        if not is_temporary_name(e.name) and e.name not in _OS_LITTER
+    )
+
+
 def refuse_inside_artefact(target: Path, what: str) -> None:
     """Refuse ``target`` when an anygrain index, model or corpus directory holds it."""
     found = enclosing_artefact(target)
@@ -154,6 +182,7 @@ def check_output_file(
     of the files read); a target inside an anygrain index, saved model or corpus
     directory.  Returns the target as a Path."""
     t = Path(target)
+    refuse_link(t, what)
     refuse_inside_artefact(t, what)
     for inp in _inputs(inputs):
         if _same(t, inp):
@@ -180,8 +209,10 @@ def check_output_dir(
     data: an existing file; an anygrain artefact of a kind not in ``may_be`` (``"model"``:
     the model a training run writes may be there already); an input, or (``replaces``: the
     directory is swapped whole) one that contains an input; one inside an anygrain index,
-    saved model or corpus directory.  Returns the target as a Path."""
+    saved model or corpus directory; a symbolic link (:func:`refuse_link`).  Returns the
+    target as a Path."""
     t = Path(target)
+    refuse_link(t, what)
     for inp in _inputs(inputs):
         if _same(t, inp):
             raise AnygrainError(
