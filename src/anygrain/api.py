@@ -13,7 +13,7 @@ from anygrain.corpus.questions import Question, Questions
 from anygrain.corpus.script import ConversionReport, Script
 from anygrain.corpus.splitters import split_help as split_help  # help text of split options
 from anygrain.encode.executor import Executor, ExecutorKind
-from anygrain.errors import AnygrainError, ErrorLog, parse_enum
+from anygrain.errors import AnygrainError, ErrorLog, UsageError, parse_enum
 from anygrain.eval.domains import MULTICPR_METRICS, DomainTable
 from anygrain.eval.evaluate import EvalReport
 from anygrain.hits.hit import Hit, Unit, hits_json
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from anygrain.phrase.compress import Compress
     from anygrain.phrase.packed import PackedInfo
     from anygrain.reader import Answer
+    from anygrain.reader.answering import ReadSettings
     from anygrain.train.dpr.config import DprTrainConfig
     from anygrain.train.dpr.recipe import Recipe
     from anygrain.train.phrase.config import PhraseQuerySideConfig, PhraseTrainConfig
@@ -78,9 +79,48 @@ def search_index(
     for i, q in enumerate(queries):
         if not isinstance(q, str) or not q.strip():
             raise AnygrainError(f"query {i + 1} is empty")
-    u = idx.check_unit(unit)
+    options = dict(options)
+    u = idx.check_unit(answer_unit(unit, options))
+    reading = read_settings(u, options)
     opts = idx.check_search_options(options)
+    if reading is not None:
+        from anygrain.reader.answering import load_reader_for, read_passages
+
+        model = load_reader_for(idx, reading.extra.get("reader"))
+        return read_passages(idx, model, list(queries), k, reading, **opts)
     return idx.search(list(queries), k, **idx.unit_options(u), **opts)
+
+
+#: Search options of the answer grain (a reader reads the top passages), for any kind.
+READ_OPTIONS = ("reader", "read", "retriever_weight")
+
+
+def answer_unit(unit: Unit | str | None, options: Mapping[str, Any]) -> Unit | str | None:
+    """``unit``, or the answer grain when it is not given and a reading option is."""
+    if unit is None and any(options.get(k) is not None for k in READ_OPTIONS):
+        return Unit.ANSWER
+    return unit
+
+
+def read_settings(unit: Unit, options: dict[str, Any]) -> ReadSettings | None:
+    """The reading settings of an ``answer`` search, taken out of ``options``; None for
+    other grains, which refuse the reading options."""
+    from anygrain.reader.answering import DEFAULT_PASSAGES, DEFAULT_RETRIEVER_WEIGHT, ReadSettings
+
+    given = {k: options.pop(k) for k in READ_OPTIONS if options.get(k) is not None}
+    for k in READ_OPTIONS:
+        options.pop(k, None)
+    if unit is not Unit.ANSWER:
+        if given:
+            raise UsageError(
+                f"{', '.join(given)}: reading options apply to the answer grain (unit answer)"
+            )
+        return None
+    return ReadSettings(
+        passages=int(given.get("read", DEFAULT_PASSAGES)),
+        retriever_weight=float(given.get("retriever_weight", DEFAULT_RETRIEVER_WEIGHT)),
+        extra={"reader": given.get("reader")},
+    )
 
 
 @dataclass
@@ -166,8 +206,11 @@ def search_questions(
     for q in qs:
         if not isinstance(q.text, str) or not q.text.strip():
             raise AnygrainError(f"question {q.id} is empty")
-    idx.check_unit(unit)
-    options = idx.check_search_options(options)
+    unit = idx.check_unit(answer_unit(unit, options))
+    rest = dict(options)
+    read_settings(unit, rest)  # checked once, before the first search
+    idx.check_search_options(rest)
+    options = {k: v for k, v in options.items() if v is not None}
     # a question batch larger than a chunk would never fill
     chunk = max(chunk, int(options.get("batch_size") or 0))
     with tqdm(total=len(qs), disable=not progress, desc="searching", unit="q") as bar:
@@ -325,16 +368,18 @@ def evaluate_domains(
 
 def evaluate_reader(
     questions: str | Path | Questions,
-    reader: str | Path,
+    reader: str | Path | None,
     index: str | Path | Index | None = None,
     *,
     k: int = 5,
     gold_passage: bool = False,
     corpus: str | Path | None = None,
     limit: int | None = None,
-    bf16: bool = False,
+    bf16: bool | None = None,
     threads: int | None = None,
     progress: bool = True,
+    retriever_weight: float | None = None,
+    at: Sequence[int] = (),
 ) -> dict[str, Any]:
     """SQuAD EM/F1 of the reader at ``reader``: end to end, reading the top ``k`` passages
     ``index`` retrieves, or (``gold_passage``) each question with its gold passage alone,
@@ -343,14 +388,16 @@ def evaluate_reader(
     import tempfile
 
     from anygrain.corpus.store import CorpusStore
-    from anygrain.reader import Reader
+    from anygrain.reader.answering import load_reader_for
     from anygrain.reader.evaluate import evaluate_reader as evaluate
 
     set_threads(threads)
     qs = questions if isinstance(questions, Questions) else load_questions(questions)
     qs = _first(qs, limit)
-    model = Reader.load(reader)
     idx = index if isinstance(index, Index) or index is None else Index.load(index)
+    if reader is None and idx is None:
+        raise UsageError("name a --reader, or an index whose language picks the shipped one")
+    model = load_reader_for(idx, reader)
     with tempfile.TemporaryDirectory() as tmp:
         store = None
         if corpus is not None:
@@ -369,6 +416,8 @@ def evaluate_reader(
             store=store,
             bf16=bf16,
             progress=progress,
+            retriever_weight=retriever_weight,
+            at=at,
         )
 
 
@@ -763,6 +812,8 @@ def run_demo(
     max_documents: int | None = None,
     k: int = 5,
     lang: str = "en",
+    read: bool = True,
+    reader: str | Path | None = None,
     **settings: Any,
 ) -> DemoResult:
     """Index CPython's reference topics (``lang="zh"``: the Chinese demo topics, with the
@@ -771,6 +822,8 @@ def run_demo(
     A phrase index (the default, with the shipped phrase model) answers with phrases,
     sentences and passages; other kinds with passages.  An index already at ``out`` with
     the same corpus and model is reused; anything else there is refused, never replaced.
+    With ``read`` (the default where a reader ships for the language, or with ``reader``)
+    the shipped reader also reads the top passages: the answer grain beside the phrases.
     """
     import tempfile
     import time
@@ -779,6 +832,7 @@ def run_demo(
     from anygrain.corpus.lang import Lang
     from anygrain.corpus.store import CorpusStore
     from anygrain.eval import evaluate_run
+    from anygrain.models.shipped import reader_ships
 
     out = Path(out)
     k_ = parse_enum(IndexKind, kind)
@@ -809,6 +863,11 @@ def run_demo(
     t1 = time.time()
     by_unit = {u: search_index(idx, qs.texts, k, unit=u) for u in units}
     t_search = time.time() - t1
+    if read and (reader is not None or reader_ships(lang)):
+        read_hits = search_index(idx, qs.texts, 1, unit=Unit.ANSWER, reader=reader)
+        by_unit = {Unit.ANSWER: read_hits, **by_unit}
+        units = [Unit.ANSWER, *units]
+    t_read = time.time() - t1 - t_search
     answers = [DemoAnswer(q, {u: by_unit[u][i] for u in units}) for i, q in enumerate(qs.items)]
 
     # Score the hits already in hand rather than searching again.
@@ -820,6 +879,9 @@ def run_demo(
     )
     if Unit.PHRASE in units:
         metrics.update(evaluate_run(run_of(Unit.PHRASE), qs, ["em", "f1"]).metrics)
+    if Unit.ANSWER in units:
+        read_metrics = evaluate_run(run_of(Unit.ANSWER), qs, ["em", "f1"]).metrics
+        metrics.update({f"answer_{m}": v for m, v in read_metrics.items()})
     if Unit.SENTENCE in units:
         from anygrain.eval.answers import has_answer
 
@@ -836,6 +898,9 @@ def run_demo(
         metrics["answer_in_top_sentence"] = found / max(len(qs), 1)
     seconds = {
         "index": round(t_index, 2),
-        "search_per_question": round(t_search / max(1, len(qs) * len(units)), 4),
+        "search_per_question": round(
+            t_search / max(1, len(qs) * len([u for u in units if u is not Unit.ANSWER])), 4
+        ),
+        "read_per_question": round(t_read / max(1, len(qs)), 4),
     }
     return DemoResult(idx, answers, metrics, reused, seconds)

@@ -30,15 +30,32 @@ def demo_cmd(
         Lang,
         typer.Option(help="en: CPython's reference topics; zh: Chinese topics, Chinese models"),
     ] = Lang.EN,
+    read: Annotated[
+        bool,
+        typer.Option(
+            "--read/--no-read",
+            help="Also read the top passages with the shipped reader (the answer grain)",
+        ),
+    ] = True,
+    reader: Annotated[
+        str | None, typer.Option("--reader", help="Reader to read with (default: shipped)")
+    ] = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Index CPython's bundled reference topics (offline) and answer ten questions: the answer
-    phrase, its sentence and its passage (phrase index), or passages (other kinds)."""
+    """Index CPython's bundled reference topics (offline) and answer ten questions: the
+    reader's answer in its sentence, the answer phrase, its sentence and its passage (phrase
+    index), or the read answer and passages (other kinds)."""
     from anygrain.api import run_demo
 
     try:
         result = run_demo(
-            out_dir, kind=kind, progress=not quiet, max_documents=max_documents, lang=lang
+            out_dir,
+            kind=kind,
+            progress=not quiet,
+            max_documents=max_documents,
+            lang=lang,
+            read=read,
+            reader=reader,
         )
     except AnygrainError as e:
         fail(e)
@@ -52,7 +69,18 @@ def demo_cmd(
                 out.print(f"   {unit.value:8} (no hit)", highlight=False)
                 continue
             h = hits[0]
-            if unit is Unit.PHRASE:
+            if unit is Unit.ANSWER and h.span is not None:
+                # the read answer marked inside its sentence
+                s0, s1 = h.span
+                sa, sb = h.sentence or (s0, s1)
+                before, answer, after = (
+                    " ".join(x.split()) for x in (h.text[sa:s0], h.text[s0:s1], h.text[s1:sb])
+                )
+                line = (
+                    f"[bold cyan]{escape(answer)}[/]  [green]{escape(h.title)}[/]  "
+                    f"{escape(before)} [bold cyan]{escape(answer)}[/] {escape(after)}"
+                )
+            elif unit is Unit.PHRASE:
                 # the phrase marked inside its context: what the demo is about
                 before, phrase, after = (x.replace("\n", " ") for x in h.context(width=40))
                 line = (

@@ -13,7 +13,6 @@ from rich.table import Table
 
 from anygrain.cli.common import (
     BatchSizeOpt,
-    BF16Opt,
     DeviceOpt,
     FusionDepthOpt,
     FusionOpt,
@@ -27,6 +26,7 @@ from anygrain.cli.common import (
     fail,
     out,
 )
+from anygrain.cli.search import RetrieverWeightOpt
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.hits.hit import Unit
 from anygrain.index.scope import Scope
@@ -202,7 +202,14 @@ def eval_reader_cmd(
     questions: Annotated[
         str, typer.Option("--questions", help="Question set: FORMAT:PATH or PATH")
     ],
-    reader_dir: Annotated[Path, typer.Option("--reader", help="Reader directory")],
+    reader_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--reader",
+            help="Reader directory or shipped name (default: the shipped reader for the "
+            "corpus language)",
+        ),
+    ] = None,
     index_dir: Annotated[
         Path | None,
         typer.Argument(help="Index for end-to-end reading (its corpus serves --gold-passage too)"),
@@ -221,14 +228,23 @@ def eval_reader_cmd(
         ),
     ] = None,
     limit: Annotated[int | None, typer.Option(help="Evaluate only the first N questions")] = None,
-    bf16: BF16Opt = False,
+    bf16: Annotated[
+        bool | None,
+        typer.Option("--bf16/--fp32", help="Reader precision (default: bf16 where native)"),
+    ] = None,
+    retriever_weight: RetrieverWeightOpt = None,
+    at: Annotated[
+        str | None,
+        typer.Option("--at", help="Also EM/F1 reading only the first K of the -k passages: 1,3"),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object on stdout")
     ] = False,
     threads: ThreadsOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """SQuAD EM/F1 of a reader: end to end over an index, or with the gold passage."""
+    """SQuAD EM/F1 of a reader at the answer grain: end to end over an index (the reader
+    reads its top -k passages), or with the gold passage."""
     from anygrain.api import evaluate_reader
 
     try:
@@ -243,6 +259,8 @@ def eval_reader_cmd(
             bf16=bf16,
             threads=threads,
             progress=not quiet,
+            retriever_weight=retriever_weight,
+            at=[int(x) for x in at.split(",") if x.strip()] if at else (),
         )
     except (AnygrainError, ValueError, OSError) as e:
         fail(e)

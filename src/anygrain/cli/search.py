@@ -7,7 +7,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -33,6 +33,31 @@ from anygrain.composite.fusion import FusionMethod
 from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit, Unit
 from anygrain.utils.checksums import Verify
+
+# The answer grain's options (any index kind); shared with eval and serve.
+ReadOpt = Annotated[
+    Optional[int],  # noqa: UP045  (typer reads the annotation at run time)
+    typer.Option(
+        "--read",
+        help="Answer grain: read the top K passages with a reader (default 5); implies "
+        "--unit answer",
+    ),
+]
+ReaderOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--reader",
+        help="Answer grain: reader directory or shipped name (default: the shipped reader "
+        "for the corpus language)",
+    ),
+]
+RetrieverWeightOpt = Annotated[
+    Optional[float],  # noqa: UP045
+    typer.Option(
+        "--retriever-weight",
+        help="Answer grain: weight of the passage's retrieval score beside the reader's",
+    ),
+]
 
 
 def _read_question(query: str | None, question_file: str | None) -> str:
@@ -87,6 +112,23 @@ def print_phrase_hits(
         ctx = f"{escape(before)}[bold yellow]{escape(phrase)}[/]{escape(after)}"
         table.add_row(str(i), f"{h.score:.3f}", escape(answer), escape(h.title), ctx)
     c.print(table)
+
+
+def print_answer_hits(hits: Sequence[Hit], *, as_json: bool = False) -> None:
+    """Read answers, each marked inside its sentence, with both models' scores."""
+    if as_json:
+        print_json_hits(hits)
+        return
+    table = Table(show_lines=True)
+    for col in ("#", "score", "answer", "title", "sentence"):
+        table.add_column(col)
+    for i, h in enumerate(hits, 1):
+        a, b = h.span or (0, 0)
+        sa, sb = h.sentence or (a, b)
+        ctx = f"{escape(h.text[sa:a])}[bold yellow]{escape(h.text[a:b])}[/]{escape(h.text[b:sb])}"
+        score = f"{h.score:.2f}\n(reader {h.reader_score:.2f})"
+        table.add_row(str(i), score, escape(h.text[a:b]), escape(h.title), " ".join(ctx.split()))
+    out.print(table)
 
 
 def print_json_hits(hits: Sequence[Hit]) -> None:
@@ -160,9 +202,14 @@ def search_cmd(
     ] = False,
     quiet: QuietOpt = False,
     batch_size: BatchSizeOpt = None,
+    read: ReadOpt = None,
+    reader: ReaderOpt = None,
+    retriever_weight: RetrieverWeightOpt = None,
 ) -> None:
     """Search an index with one question (phrase indexes: answer phrases in their context),
-    or with many (--questions: one JSON line of hits per question)."""
+    or with many (--questions: one JSON line of hits per question).  --unit answer (or
+    --read K) reads the top K passages of any index with a reader: the answer span with its
+    sentence and passage."""
     from anygrain.api import load_index, search_index
 
     if questions is not None:
@@ -170,12 +217,15 @@ def search_cmd(
             index_dir, questions, query, question_file, k, unit, model, stats, quiet,
             verify, device, threads,
             (fusion, fusion_weight, fusion_depth, sparse_weight, batch_size),
+            {"read": read, "reader": reader, "retriever_weight": retriever_weight},
         )  # fmt: skip
         return
     collected: list[Any] = []
     try:
         question = _read_question(query, question_file)
         opts = _options(fusion, fusion_weight, fusion_depth, sparse_weight, batch_size)
+        at_least_one("--read", read)
+        opts.update(read=read, reader=reader, retriever_weight=retriever_weight)
         idx = load_index(index_dir, verify=verify, model=model, device=device)
         opts["stats"] = collected if stats else None
         hits = search_index(idx, [question], k, unit=unit, threads=threads, **opts)[0]
@@ -187,6 +237,9 @@ def search_cmd(
             f"unit search: {st.rounds} round(s), depth {st.depth}, {st.units} units, "
             f"exhausted {st.exhausted}, exact {st.exact}"
         )
+    if hits and hits[0].unit is Unit.ANSWER:
+        print_answer_hits(hits, as_json=as_json)
+        return
     if Unit.PHRASE in idx.units:
         print_phrase_hits(hits, as_json=as_json)
         return
@@ -216,6 +269,7 @@ def _search_batch(
     device: str | None,
     threads: int | None,
     given: tuple[FusionMethod | None, float | None, int | None, float | None, int | None],
+    reading: dict[str, Any],
 ) -> None:
     """``search --questions``: one JSON line per question, ``{"id", "question", "hits"}``,
     printed as each chunk of questions comes back; the progress bar is on stderr."""
@@ -230,6 +284,8 @@ def _search_batch(
         if stats:
             raise AnygrainError("--stats takes one question, not --questions")
         opts = _options(*given)
+        at_least_one("--read", reading["read"])
+        opts.update(reading)
         idx = load_index(index_dir, verify=verify, model=model, device=device)
         for result in search_questions(
             idx, questions, k, unit=unit, threads=threads, progress=not quiet, **opts

@@ -15,6 +15,7 @@ class Unit(str, enum.Enum):
     SENTENCE = "sentence"
     PASSAGE = "passage"
     DOCUMENT = "document"
+    ANSWER = "answer"  # a span a reader read out of the top retrieved passages
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +55,11 @@ class UnitSearchStats:
 class Hit:
     """One retrieved unit.
 
-    ``span`` is the character span of a phrase or sentence inside ``text``
-    (the passage text); for passages and documents it is ``None``.
+    ``span`` is the character span of a phrase, sentence or read answer inside ``text``
+    (the passage text); for passages and documents it is ``None``.  Answer hits also
+    carry the span of the ``sentence`` holding the answer, the ``reader_score`` of the
+    span (start + end logit) and the ``retrieval_score`` of its passage; ``score``
+    combines the two (:mod:`anygrain.reader.answering`).
     """
 
     unit: Unit
@@ -66,6 +70,9 @@ class Hit:
     title: str
     text: str
     span: tuple[int, int] | None = None
+    sentence: tuple[int, int] | None = None
+    reader_score: float | None = None
+    retrieval_score: float | None = None
 
     @property
     def unit_id(self) -> str:
@@ -92,8 +99,10 @@ class Hit:
         """The one JSON shape of a hit, ``rank`` 1 for the best: ``anygrain search --json``
         prints it and the HTTP server returns it (:mod:`anygrain.serve.schemas` matches it).
 
-        ``before + answer + after`` is the passage ``text``; ``answer`` is the phrase or
-        sentence at ``span`` (empty, and ``span`` null, for passage and document hits)."""
+        ``before + answer + after`` is the passage ``text``; ``answer`` is the phrase,
+        sentence or read answer at ``span`` (empty, and ``span`` null, for passage and
+        document hits); ``sentence``, ``reader_score`` and ``retrieval_score`` are null
+        except on answer hits."""
         from anygrain.hits.highlight import highlight
 
         h = highlight(self)
@@ -110,7 +119,14 @@ class Hit:
             "before": h.before,
             "answer": h.answer,
             "after": h.after,
+            "sentence": list(self.sentence) if self.sentence is not None else None,
+            "reader_score": _finite(self.reader_score),
+            "retrieval_score": _finite(self.retrieval_score),
         }
+
+
+def _finite(x: float | None) -> float | None:
+    return None if x is None else float(x)
 
 
 def hits_json(hits: Sequence[Hit]) -> list[dict[str, Any]]:

@@ -52,6 +52,7 @@ class ModelType(str, enum.Enum):
     PACKED_PHRASE = "packed-phrase"
     PHRASE = "phrase"
     BIENCODER = "biencoder"
+    PACKED_READER = "packed-reader"  # before READER: its directory holds a reader config too
     READER = "reader"
 
 
@@ -67,6 +68,7 @@ MODEL_FORMS: dict[ModelType, ModelForm] = {
     ModelType.PACKED_PHRASE: ModelForm("anygrain.phrase.packed", "anygrain_packed.json"),
     ModelType.PHRASE: ModelForm("anygrain.phrase.model", "anygrain_phrase.json"),
     ModelType.BIENCODER: ModelForm("anygrain.models.biencoder", "anygrain_model.json"),
+    ModelType.PACKED_READER: ModelForm("anygrain.reader.packed", "anygrain_packed_reader.json"),
     ModelType.READER: ModelForm("anygrain.reader.model", "anygrain_reader.json"),
 }
 

@@ -41,8 +41,17 @@ SHIPPED: dict[str, ShippedModel] = {
             "on SQuAD v1.1 train, then CMRC 2018 trial and DRCD dev "
             "(4-bit packed differences from the backbone)",
         ),
+        ShippedModel(
+            "reader-minilm",
+            "en",
+            "English extractive reader over all-MiniLM-L6-v2, trained on SQuAD v1.1 train "
+            "(4-bit packed differences from the backbone)",
+        ),
     )
 }
+
+#: The reader that reads retrieved passages when none is named, by corpus language.
+DEFAULT_READER = {"en": "reader-minilm"}
 
 #: The phrase model a phrase index uses when none is named, by corpus language.
 DEFAULT_PHRASE_MODEL = {"en": "phrase-minilm", "zh": "phrase-me5-zh"}
@@ -68,3 +77,21 @@ def default_phrase_model(lang: str | None) -> str:
             "`anygrain train phrase --model me5-small ...` and pass it as --model"
         )
     return name
+
+
+def default_reader(lang: str | None) -> str:
+    """The shipped reader for ``lang`` (English when unknown), or an error saying how to
+    get one."""
+    name = DEFAULT_READER.get(lang or "en")
+    if name is None or not SHIPPED[name].path.is_dir():
+        raise ModelNotFoundError(
+            f"no reader ships for language {lang!r}: train one with `anygrain train reader` "
+            "and pass it as --reader"
+        )
+    return name
+
+
+def reader_ships(lang: str | None) -> bool:
+    """Whether this install has a shipped reader for ``lang``."""
+    name = DEFAULT_READER.get(lang or "en")
+    return name is not None and SHIPPED[name].path.is_dir()

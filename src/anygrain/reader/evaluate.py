@@ -24,7 +24,7 @@ from anygrain.errors import AnygrainError
 from anygrain.eval.squad import exact_match, f1
 from anygrain.hits.hit import Hit, Unit
 from anygrain.reader.model import Reader
-from anygrain.reader.read import Answer, read_many
+from anygrain.utils.progress import progress_bar
 
 __all__ = ["evaluate_reader", "gold_hits"]
 
@@ -54,20 +54,33 @@ def evaluate_reader(
     store: CorpusStore | None = None,
     hits: Sequence[Sequence[Hit]] | None = None,
     batch_size: int = 32,
-    bf16: bool = False,
+    bf16: bool | None = None,
     progress: bool = False,
     per_question: bool = False,
+    retriever_weight: float | None = None,
+    at: Sequence[int] = (),
+    search_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """EM/F1 of ``reader`` on ``questions``, and questions per second.
+    """EM/F1 of ``reader`` on ``questions`` at the answer grain, and questions per second.
 
-    ``index`` retrieves ``k`` passages per question (any object with
-    ``search(queries, k)``); ``hits`` may be given instead to reuse one retrieval
-    for several ``k`` (the first ``k`` of each list are read).  With
-    ``gold_passage`` the index is not searched: each question is read with its
-    gold passage from ``store`` (default: the index's corpus).
+    ``index`` retrieves ``k`` passages per question (at its passage grain; any object
+    with ``search(queries, k, ...)``, ``search_options`` its own); ``hits`` may be given
+    instead.  The answer is the best span of those passages, reader and retriever scores
+    combined (:mod:`anygrain.reader.answering`, ``retriever_weight``); ``at`` adds
+    ``em@K``/``f1@K`` for reading only the first K of the ``k`` passages (one reading
+    pass).  With ``gold_passage`` the index is not searched: each question is read with
+    its gold passage from ``store`` (default: the index's corpus).
     """
+    from anygrain.reader.answering import (
+        DEFAULT_RETRIEVER_WEIGHT,
+        ReadSettings,
+        combine,
+        span_candidates,
+    )
+
     qs = [q for q in questions if q.answers]
     skipped = len(questions) - len(qs)
+    weight = DEFAULT_RETRIEVER_WEIGHT if retriever_weight is None else retriever_weight
     t0 = time.perf_counter()
     missing = 0
     retrieve_s = 0.0
@@ -78,7 +91,7 @@ def evaluate_reader(
             store = index.corpus
         assert store is not None
         lists, missing = gold_hits(store, qs)
-        k = 1
+        k, at = 1, ()
     elif hits is not None:
         if len(hits) != len(questions):
             raise AnygrainError("hits and questions differ in length")
@@ -87,51 +100,67 @@ def evaluate_reader(
     else:
         if index is None:
             raise AnygrainError("end-to-end evaluation needs an index (or gold_passage=True)")
+        unit_opts = index.unit_options(Unit.PASSAGE) if hasattr(index, "unit_options") else {}
         lists = []
         for b in range(0, len(qs), 256):
-            lists.extend(list(h) for h in index.search([q.text for q in qs[b : b + 256]], k))
+            batch = [q.text for q in qs[b : b + 256]]
+            found = index.search(batch, k, **unit_opts, **(search_options or {}))
+            lists.extend(list(h) for h in found)
         retrieve_s = time.perf_counter() - t0
     t1 = time.perf_counter()
-    answers: list[Answer] = read_many(
-        reader,
-        [q.text for q in qs],
-        lists,
-        top_passages=k,
-        batch_size=batch_size,
-        bf16=bf16,
-        progress=progress,
+    settings = ReadSettings(
+        passages=max(1, k), retriever_weight=weight, batch_size=batch_size, bf16=bf16
     )
+    cands: list[Any] = []
+    chunk = max(1, 256 // max(1, k))
+    for b in progress_bar(
+        range(0, len(qs), chunk), desc="reading", unit="chunk", disable=not progress
+    ):
+        cands.extend(
+            span_candidates(
+                reader, [q.text for q in qs[b : b + chunk]], lists[b : b + chunk], settings
+            )
+        )
     read_s = time.perf_counter() - t1
     total = time.perf_counter() - t0
-    em_sum = f1_sum = 0.0
+    cutoffs = sorted({k, *(c for c in at if 1 <= c <= k)})
+    sums = {c: [0.0, 0.0] for c in cutoffs}
     rows: dict[str, dict[str, Any]] = {}
-    for q, a in zip(qs, answers, strict=True):
-        em, f = exact_match(a.text, q.answers), f1(a.text, q.answers)
-        em_sum += em
-        f1_sum += f
-        if per_question:
-            rows[q.id] = {
-                "prediction": a.text,
-                "em": em,
-                "f1": f,
-                "passage_id": a.hit.passage_id if a.hit else None,
-            }
+    for q, c, hs in zip(qs, cands, lists, strict=True):
+        for cut in cutoffs:
+            found = combine(c, hs, 1, passages=cut, retriever_weight=weight)
+            pred = found[0].answer_text if found else ""
+            em, f = exact_match(pred, q.answers), f1(pred, q.answers)
+            sums[cut][0] += em
+            sums[cut][1] += f
+            if per_question and cut == k:
+                rows[q.id] = {
+                    "prediction": pred,
+                    "em": em,
+                    "f1": f,
+                    "passage_id": found[0].passage_id if found else None,
+                }
     n = len(qs)
     report: dict[str, Any] = {
         "setting": "gold_passage" if gold_passage else "end_to_end",
         "k": k,
+        "retriever_weight": None if gold_passage else weight,
         "n_questions": len(questions),
         "n_evaluated": n,
         "n_unanswerable_skipped": skipped,
         "n_missing_gold": missing,
-        "em": em_sum / n if n else 0.0,
-        "f1": f1_sum / n if n else 0.0,
+        "em": sums[k][0] / n if n else 0.0,
+        "f1": sums[k][1] / n if n else 0.0,
         "seconds": round(total, 3),
         "retrieve_seconds": round(retrieve_s, 3),
         "read_seconds": round(read_s, 3),
         "questions_per_second": round(n / total, 3) if total > 0 else None,
         "read_questions_per_second": round(n / read_s, 3) if read_s > 0 else None,
     }
+    for cut in cutoffs:
+        if cut != k:
+            report[f"em@{cut}"] = sums[cut][0] / n if n else 0.0
+            report[f"f1@{cut}"] = sums[cut][1] / n if n else 0.0
     if per_question:
         report["per_question"] = rows
     return report

@@ -29,7 +29,7 @@ import torch
 from anygrain.hits.hit import Hit
 from anygrain.reader.features import Batch, Window, collate, make_windows
 from anygrain.reader.model import Reader, ReaderOutput
-from anygrain.reader.spans import best_spans
+from anygrain.reader.spans import best_spans, top_spans
 from anygrain.utils.precision import cpu_autocast
 from anygrain.utils.progress import progress_bar
 
@@ -88,7 +88,7 @@ class _WindowResult:
     score: float
 
 
-def _windows(
+def windows_of(
     reader: Reader,
     questions: Sequence[str],
     passages: Sequence[str],
@@ -159,8 +159,35 @@ def _decode(
     return out
 
 
+def window_spans(
+    reader: Reader, windows: Sequence[Window], batch_size: int, bf16: bool, n: int
+) -> list[list[tuple[int, int, float]]]:
+    """The ``n`` best valid spans of each window, best first, as ``(char_start, char_end,
+    score)`` in the passage text (fewer where the window has fewer valid spans)."""
+    out: list[list[tuple[int, int, float]]] = [[] for _ in windows]
+    for rows, batch, o in _forward(reader, windows, batch_size, bf16):
+        starts, ends, scores = top_spans(
+            o.start_logits.float(),
+            o.end_logits.float(),
+            batch.start_ok,
+            batch.end_ok,
+            reader.config.max_answer_length,
+            n,
+        )
+        for r, i in enumerate(rows):
+            w = windows[i]
+            out[i] = [
+                (int(w.offsets[s, 0]), int(w.offsets[e, 1]), float(sc))
+                for s, e, sc in zip(
+                    starts[r].tolist(), ends[r].tolist(), scores[r].tolist(), strict=True
+                )
+                if s >= 0
+            ]
+    return out
+
+
 @contextmanager
-def _evaluating(reader: Reader) -> Iterator[None]:
+def evaluating(reader: Reader) -> Iterator[None]:
     """Eval mode and no autograd for the block; the reader's mode is restored after."""
     was_training = reader.training
     reader.eval()
@@ -198,12 +225,12 @@ def read_many(
         questions_per_chunk = max(1, 128 // max(1, widest))
     per = questions_per_chunk
     chunks = range(0, len(questions), per)
-    with _evaluating(reader):
+    with evaluating(reader):
         for c in progress_bar(chunks, desc="reading", unit="chunk", disable=not progress):
             qs = questions[c : c + per]
             hs = [list(h if top_passages is None else h[:top_passages]) for h in hits[c : c + per]]
             pairs = [(qi, pi) for qi, h in enumerate(hs) for pi in range(len(h))]
-            windows = _windows(
+            windows = windows_of(
                 reader,
                 [qs[qi] for qi, _ in pairs],
                 [hs[qi][pi].text for qi, pi in pairs],
@@ -339,8 +366,8 @@ def start_end_distributions_many(
     bf16: bool = False,
 ) -> list[SpanDistributions]:
     """Teacher distributions for each ``(questions[i], passages[i])`` pair."""
-    with _evaluating(reader):
-        windows = _windows(reader, questions, passages, titles)
+    with evaluating(reader):
+        windows = windows_of(reader, questions, passages, titles)
         outputs = _run(reader, windows, batch_size, bf16)
     # token key (start, end) -> (context, start logit, end logit), per pair
     merged: list[dict[tuple[int, int], tuple[int, float, float]]] = [{} for _ in questions]

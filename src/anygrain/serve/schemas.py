@@ -30,6 +30,15 @@ class HitOut(BaseModel):
     before: str
     answer: str
     after: str
+    sentence: tuple[int, int] | None = Field(
+        default=None, description="Answer hits: the span of the sentence holding the answer"
+    )
+    reader_score: float | None = Field(
+        default=None, description="Answer hits: the reader's span score (start + end logit)"
+    )
+    retrieval_score: float | None = Field(
+        default=None, description="Answer hits: the retriever's score of the passage read"
+    )
 
     @classmethod
     def of(cls, hit: Hit, rank: int) -> HitOut:

@@ -1,0 +1,283 @@
+"""Retrieve, then read: answer hits from a reader over the top passages of any index.
+
+For each question the index ranks passages (a phrase index by its best phrase, with its
+fused sparse + dense scores; BM25, dense, hybrid and sharded indexes as they search), the
+reader reads the top ``passages`` of them in one batch with every other question's, and
+each passage window proposes its best spans.  A span's score combines the two models
+(BERTserini's linear combination, with the retriever's scores put on one scale for any
+kind of index)::
+
+    score = reader_score + retriever_weight * (r - r_best) / spread
+
+where ``reader_score`` is the span's start + end logit, ``r`` its passage's retrieval
+score, ``r_best`` the question's best and ``spread`` the standard deviation of the
+question's retrieval scores over the passages read (1 when they are all equal), so the
+weight means the same for BM25's, a dense index's and a phrase index's scores.  The
+defaults were chosen on held-out SQuAD training articles (``bench/reader.py``), never on
+a test set.
+
+The answers come back as :class:`~anygrain.hits.hit.Hit` objects of unit ``answer``: the
+span in its passage (``span``), the sentence holding it (``sentence``), its passage and
+document, and both scores.  Spans with the same text (after SQuAD normalisation) are
+merged, keeping the best, so ``k`` answers are ``k`` different answers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anygrain.errors import AnygrainError
+from anygrain.eval.squad import normalize_answer
+from anygrain.hits.hit import Hit, Unit
+from anygrain.reader.model import Reader
+from anygrain.reader.read import evaluating, window_spans, windows_of
+
+__all__ = [
+    "DEFAULT_PASSAGES",
+    "DEFAULT_RETRIEVER_WEIGHT",
+    "ReadSettings",
+    "SpanCandidate",
+    "answer_hits",
+    "combine",
+    "load_reader_for",
+    "read_passages",
+    "span_candidates",
+]
+
+DEFAULT_PASSAGES = 5
+DEFAULT_RETRIEVER_WEIGHT = 2.0
+MAX_PASSAGES = 100
+
+
+@dataclass(frozen=True)
+class ReadSettings:
+    """How answers are read: ``passages`` read per question, the ``retriever_weight`` of
+    the passage's retrieval score, the reader's batch (windows per forward pass), bf16
+    (None: where the CPU has it natively) and spans kept per window."""
+
+    passages: int = DEFAULT_PASSAGES
+    retriever_weight: float = DEFAULT_RETRIEVER_WEIGHT
+    batch_size: int = 32
+    bf16: bool | None = None
+    spans_per_window: int = 4
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not 1 <= self.passages <= MAX_PASSAGES:
+            problems.append(f"passages read must be in 1..{MAX_PASSAGES}, not {self.passages}")
+        w = self.retriever_weight
+        if not (isinstance(w, int | float) and math.isfinite(w) and 0 <= w <= 1e3):
+            problems.append(f"retriever weight must be a number in [0, 1000], not {w!r}")
+        if self.batch_size < 1:
+            problems.append("reader batch size must be >= 1")
+        if self.spans_per_window < 1:
+            problems.append("spans per window must be >= 1")
+        if problems:
+            raise AnygrainError("; ".join(problems))
+
+    def use_bf16(self) -> bool:
+        if self.bf16 is not None:
+            return self.bf16
+        from anygrain.utils.precision import native_bf16
+
+        return native_bf16()
+
+
+def _spread(scores: np.ndarray) -> float:
+    if len(scores) < 2:
+        return 1.0
+    sd = float(np.std(scores))
+    return sd if sd > 1e-9 and math.isfinite(sd) else 1.0
+
+
+def _sentence_of(starts: Sequence[int], ends: Sequence[int], a: int, b: int) -> tuple[int, int]:
+    """The sentence span holding ``[a, b)``: from the sentence of ``a`` to that of ``b - 1``
+    (an answer across a sentence break takes both); the answer itself when none is known."""
+    first = last = None
+    for s, e in zip(starts, ends, strict=True):
+        if first is None and s <= a < e:
+            first = s
+        if s < b <= e:
+            last = e
+            break
+    if first is None or last is None or last < b:
+        return (a, b)
+    return (int(first), int(last))
+
+
+@dataclass(frozen=True, slots=True)
+class SpanCandidate:
+    """A span one passage window proposes: its passage's place among the hits read, its
+    characters in the passage text and its reader score."""
+
+    passage: int
+    start: int
+    end: int
+    reader_score: float
+
+
+def span_candidates(
+    reader: Reader,
+    questions: Sequence[str],
+    passage_hits: Sequence[Sequence[Hit]],
+    settings: ReadSettings,
+    n: int = 1,
+) -> list[list[SpanCandidate]]:
+    """The reader's best spans in each question's hits (all of them, in one batch with
+    every other question's): the ``max(n, spans_per_window)`` best of every window."""
+    pairs = [(qi, pi) for qi, hs in enumerate(passage_hits) for pi in range(len(hs))]
+    out: list[list[SpanCandidate]] = [[] for _ in questions]
+    if not pairs:
+        return out
+    with evaluating(reader):
+        windows = windows_of(
+            reader,
+            [questions[qi] for qi, _ in pairs],
+            [passage_hits[qi][pi].text for qi, pi in pairs],
+            [passage_hits[qi][pi].title for qi, pi in pairs],
+        )
+        spans = window_spans(
+            reader,
+            windows,
+            settings.batch_size,
+            settings.use_bf16(),
+            max(settings.spans_per_window, n),
+        )
+    for w, cands in zip(windows, spans, strict=True):
+        qi, pi = pairs[w.pair]
+        out[qi].extend(SpanCandidate(pi, a, b, sc) for a, b, sc in cands)
+    return out
+
+
+def combine(
+    candidates: Sequence[SpanCandidate],
+    hits: Sequence[Hit],
+    k: int,
+    *,
+    passages: int,
+    retriever_weight: float,
+    sentences: dict[int, tuple[list[int], list[int]]] | None = None,
+) -> list[Hit]:
+    """The top ``k`` answers of one question from its span candidates in the first
+    ``passages`` of ``hits``: reader and retriever scores combined, one hit per answer text."""
+    read = hits[:passages]
+    if not read:
+        return []
+    r = np.asarray([h.score for h in read], dtype=np.float64)
+    prior = retriever_weight * (r - r.max()) / _spread(r)
+    best: dict[str, tuple[float, SpanCandidate]] = {}
+    for c in candidates:
+        if c.passage >= passages:
+            continue
+        text = read[c.passage].text[c.start : c.end]
+        key = normalize_answer(text) or text
+        total = c.reader_score + float(prior[c.passage])
+        seen = best.get(key)
+        if seen is None or total > seen[0]:
+            best[key] = (total, c)
+    out = []
+    for total, c in sorted(best.values(), key=lambda x: -x[0])[:k]:
+        hit = read[c.passage]
+        st, en = (sentences or {}).get(hit.passage_row, ([], []))
+        out.append(
+            Hit(
+                unit=Unit.ANSWER,
+                score=total,
+                passage_row=hit.passage_row,
+                passage_id=hit.passage_id,
+                doc_id=hit.doc_id,
+                title=hit.title,
+                text=hit.text,
+                span=(c.start, c.end),
+                sentence=_sentence_of(st, en, c.start, c.end),
+                reader_score=c.reader_score,
+                retrieval_score=hit.score,
+            )
+        )
+    return out
+
+
+def answer_hits(
+    reader: Reader,
+    questions: Sequence[str],
+    passage_hits: Sequence[Sequence[Hit]],
+    k: int = 1,
+    settings: ReadSettings | None = None,
+    sentences: Any = None,
+) -> list[list[Hit]]:
+    """The top ``k`` answers of each question, read from its ``passage_hits`` (the first
+    ``settings.passages`` of them, best first as the retriever ranked them).
+
+    ``sentences(rows)`` gives each passage row's ``(starts, ends)`` sentence offsets
+    (a corpus store's columns); without it an answer's sentence is the answer itself."""
+    s = settings or ReadSettings()
+    if len(questions) != len(passage_hits):
+        raise ValueError("questions and passage hits differ in length")
+    read = [list(h[: s.passages]) for h in passage_hits]
+    cands = span_candidates(reader, questions, read, s, k)
+    rows = sorted({h.passage_row for hs in read for h in hs})
+    sent: dict[int, tuple[list[int], list[int]]] = {}
+    if sentences is not None and rows:
+        sent = dict(zip(rows, sentences(rows), strict=True))
+    return [
+        combine(c, hs, k, passages=s.passages, retriever_weight=s.retriever_weight, sentences=sent)
+        for c, hs in zip(cands, read, strict=True)
+    ]
+
+
+def read_passages(
+    index: Any,
+    reader: Reader,
+    queries: Sequence[str],
+    k: int = 1,
+    settings: ReadSettings | None = None,
+    **search_options: Any,
+) -> list[list[Hit]]:
+    """Retrieve the top passages of ``queries`` from ``index`` (any kind; ``search_options``
+    are its own) and read the top ``k`` answers out of them."""
+    s = settings or ReadSettings()
+    passages = index.search(
+        list(queries), s.passages, **index.unit_options(Unit.PASSAGE), **search_options
+    )
+    store = index.corpus
+
+    def sentences(rows: list[int]) -> list[tuple[list[int], list[int]]]:
+        return list(
+            zip(store.column("sent_starts", rows), store.column("sent_ends", rows), strict=True)
+        )
+
+    return answer_hits(reader, queries, passages, k, s, sentences)
+
+
+_LOADED: dict[tuple[str, float], Reader] = {}
+
+
+def load_reader_for(index: Any, reader: str | Path | Reader | None) -> Reader:
+    """The reader given, or named (a directory or a shipped name), else the shipped reader
+    for the language of the index's corpus.  Loaded readers are kept (by directory and
+    config time), so a batch search or a server loads each once."""
+    from anygrain.corpus.lang import detect_lang
+    from anygrain.models.base import saved_model_dir
+    from anygrain.models.shipped import default_reader
+
+    if isinstance(reader, Reader):
+        return reader
+    if reader is None:
+        reader = default_reader(detect_lang(index.corpus).value)
+    path = saved_model_dir(reader).resolve()
+    try:
+        stamp = max(f.stat().st_mtime for f in path.glob("*.json"))
+    except ValueError:  # no config at all: Reader.load says what is wrong
+        stamp = 0.0
+    key = (str(path), stamp)
+    if key not in _LOADED:
+        _LOADED.clear()  # one reader at a time: they are 100 MB each
+        _LOADED[key] = Reader.load(path)
+    return _LOADED[key]
