@@ -249,3 +249,103 @@ def test_bad_settings_are_rejected(squad: Path, tiny_model: Path, tmp_path: Path
         train_reader(_config(squad, tmp_path / "x", tiny_model, batch_size=0), progress=False)
     with pytest.raises(AnygrainError, match="max_length"):
         train_reader(_config(squad, tmp_path / "y", tiny_model, max_length=30), progress=False)
+
+
+def test_interrupt_leaves_a_usable_reader_and_a_checkpoint(
+    squad: Path, tiny_model: Path, tmp_path: Path
+) -> None:
+    from anygrain.train.checkpoint import CHECKPOINT_DIR, latest_checkpoint, load_checkpoint
+    from anygrain.train.reader.trainer import CHECKPOINT_FORMAT
+
+    cfg = _config(squad, tmp_path / "r", tiny_model, epochs=2)
+
+    def stop(step: int) -> None:
+        if step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_reader(cfg, progress=False, on_step=stop)
+    out = tmp_path / "r"
+    assert (out / CHECKPOINT_DIR).is_dir()
+    saved = Reader.load(out).state_dict()  # usable without resuming
+    state = load_checkpoint(latest_checkpoint(out), fmt=CHECKPOINT_FORMAT)  # type: ignore[arg-type]
+    for k, v in state["weights"].items():
+        assert torch.equal(saved[k], v), k
+
+
+def test_a_step_budget_stops_cleanly_and_a_rerun_finishes_the_schedule(
+    squad: Path, tiny_model: Path, tmp_path: Path
+) -> None:
+    straight = train_reader(_config(squad, tmp_path / "a", tiny_model, epochs=2), progress=False)
+    out = tmp_path / "b"
+    train_reader(_config(squad, out, tiny_model, epochs=2, max_steps=3), progress=False)
+    records = [json.loads(ln) for ln in (out / LOG_FILE).read_text().splitlines()]
+    assert records[-1]["event"] == "stopped" and records[-1]["step"] == 3
+    Reader.load(out)  # a usable reader after the stop
+    # max_steps is bookkeeping: the rerun resumes and ends where an uninterrupted run does
+    train_reader(_config(squad, out, tiny_model, epochs=2), progress=False)
+    a, b = Reader.load(straight).state_dict(), Reader.load(out).state_dict()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_a_time_budget_fits_the_schedule(squad: Path, tiny_model: Path, tmp_path: Path) -> None:
+    from anygrain.train.reader.data import load_reader_data as load
+
+    cfg = _config(squad, tmp_path / "t", tiny_model, epochs=30, max_minutes=5.0)
+    data = load(cfg.train)
+    torch.manual_seed(0)
+    trainer = ReaderTrainer(
+        cfg,
+        Reader.from_pretrained(str(tiny_model)),
+        data,
+        tmp_path,
+        TrainLog(tmp_path / "log", echo=False),
+        False,
+    )
+    assert trainer.total_steps == trainer.planned_steps
+    # 1 s a step with 20 s left fits 19 more steps; the LR then reaches 0 at the new end
+    assert trainer.fit_to_budget(1.0, 20.0)
+    assert trainer.total_steps == 19
+    lrs = []
+    for _ in range(19):
+        lrs.append(trainer.scheduler.get_last_lr()[0])
+        trainer.optimizer.step()
+        trainer.scheduler.step()
+    assert lrs[0] > 0 and trainer.scheduler.get_last_lr()[0] == 0.0
+
+
+def test_pack_a_reader_and_continue_training_from_the_packed_form(
+    squad: Path, tiny_model: Path, tmp_path: Path
+) -> None:
+    from anygrain.reader.packed import PackedReaderInfo, is_packed_reader, pack_reader
+
+    full = train_reader(
+        _config(squad, tmp_path / "full", tiny_model, epochs=1, freeze_embeddings=True),
+        progress=False,
+    )
+    reader = Reader.load(full)
+    packed = pack_reader(reader, tmp_path / "packed", source=full)
+    assert is_packed_reader(packed)
+    info = PackedReaderInfo.read(packed)
+    # only the transformer layers and heads are stored, as 4-bit differences
+    full_bytes = sum(p.numel() * 4 for p in reader.parameters())
+    assert info.size_bytes < full_bytes / 4
+    back = Reader.load(packed)
+    for (k, a), b in zip(reader.state_dict().items(), back.state_dict().values(), strict=True):
+        assert torch.allclose(a, b, atol=0.05), k  # within the 4-bit step of each difference
+    # a damaged packed file is refused, not loaded
+    data = bytearray((packed / "packed.safetensors").read_bytes())
+    data[-5] ^= 0xFF
+    (tmp_path / "bad").mkdir()
+    for f in packed.iterdir():
+        (tmp_path / "bad" / f.name).write_bytes(f.read_bytes())
+    (tmp_path / "bad" / "packed.safetensors").write_bytes(bytes(data))
+    with pytest.raises(AnygrainError):
+        Reader.load(tmp_path / "bad")
+    # training continues from the packed reader (days later, without its checkpoints)
+    cont = train_reader(
+        _config(squad, tmp_path / "cont", packed, epochs=1, freeze_embeddings=True),
+        progress=False,
+    )
+    assert Reader.load(cont).config.base_model == str(tiny_model)

@@ -162,6 +162,8 @@ READER_OPTIONS = (
     "max_length",
     "micro_batch",
     "max_examples",
+    "max_minutes",
+    "fit_budget",
     "freeze_embeddings",
     "bf16",
     "seed",

@@ -30,6 +30,7 @@ import torch
 from anygrain.errors import AnygrainError, ErrorLog
 from anygrain.models.encoder import Pooling
 from anygrain.phrase.model import MODEL_CONFIG, PhraseEncoder
+from anygrain.train.budget import TimeBudget, fitted_total, linear_schedule
 from anygrain.train.checkpoint import (
     check_compatible,
     checkpoint_format,
@@ -57,9 +58,6 @@ from anygrain.utils.threads import set_threads
 
 CKPT_FORMAT = checkpoint_format("phrase")
 NOT_USED_FILE = "questions_not_used.jsonl"  # each training question left out, and why
-_PROBE = 20  # steps timed before the schedule is first fitted to max_minutes
-_REFIT = 200  # steps between later fits (contention on a shared CPU changes)
-_SAVE_SECONDS = 60.0  # kept for the final save and filter calibration
 
 
 # --- model and teacher ------------------------------------------------------------------------
@@ -119,12 +117,7 @@ class PhraseTrainer(EpochPosition):
         self.optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr)
 
         def schedule(step: int) -> float:
-            """Linear warm-up then linear decay to 0 at ``total_steps`` (read at each step,
-            so a schedule fitted to a time budget takes effect at once)."""
-            warm, total = self.warmup_steps, self.total_steps
-            if step < warm:
-                return (step + 1) / warm
-            return max(0.0, (total - step) / max(1, total - warm))
+            return linear_schedule(step, self.warmup_steps, self.total_steps)
 
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
         self.queue = PrebatchQueue(config.pre_batch)
@@ -155,10 +148,9 @@ class PhraseTrainer(EpochPosition):
         """Fit the schedule to end within ``seconds_left`` (3% kept for saving), never past
         the planned epochs; a later fit may lengthen it again if steps got faster.
         True when the number of steps changed."""
-        fit = self.global_step + int(0.97 * seconds_left / max(seconds_per_step, 1e-9))
         before = self.total_steps
         self.fitted = True
-        self.set_total_steps(max(fit, self.global_step + 1))
+        self.set_total_steps(fitted_total(self.global_step, seconds_per_step, seconds_left))
         return self.total_steps != before
 
     # -- losses ---------------------------------------------------------------------------------
@@ -498,51 +490,6 @@ def train_phrase(
     return out
 
 
-class _TimeBudget:
-    """``max_minutes`` and ``max_steps`` for :func:`run_loop`.
-
-    The budget counts from ``t_origin`` (the start of the command).  With
-    ``fit_budget`` the schedule is fitted to it from the measured step time (after
-    ``_PROBE`` steps, then every ``_REFIT`` steps), so LR decay and pre-batch
-    negatives happen within the budget rather than being cut off.
-    """
-
-    def __init__(
-        self, trainer: PhraseTrainer, cfg: PhraseTrainConfig, log: TrainLog, t_origin: float
-    ) -> None:
-        self.trainer, self.cfg, self.log, self.t_origin = trainer, cfg, log, t_origin
-        self.budget = cfg.max_minutes * 60 if cfg.max_minutes is not None else None
-        self.t_probe = 0.0
-
-    def after_step(self, steps_run: int) -> None:
-        if steps_run == 2:
-            self.t_probe = time.time()  # the first steps are slower (allocation, caches)
-        if (
-            self.budget is None
-            or not self.cfg.fit_budget
-            or steps_run <= 2
-            or not (steps_run == _PROBE or steps_run % _REFIT == 0)
-        ):
-            return
-        trainer = self.trainer
-        per_step = (time.time() - self.t_probe) / (steps_run - 2)
-        left = self.budget - (time.time() - self.t_origin) - _SAVE_SECONDS
-        if trainer.fit_to_budget(per_step, left):
-            self.log.say(
-                f"schedule fitted to the time budget: {trainer.total_steps} steps "
-                f"(planned {trainer.planned_steps}; {per_step:.2f} s/step)",
-                trainer.global_step,
-                total_steps=trainer.total_steps,
-            )
-
-    def should_stop(self) -> str:
-        if self.cfg.max_steps is not None and self.trainer.global_step >= self.cfg.max_steps:
-            return f"max_steps {self.cfg.max_steps}"
-        if self.budget is not None and time.time() - self.t_origin >= self.budget:
-            return f"time budget of {self.cfg.max_minutes} minutes"
-        return ""
-
-
 def _run(
     trainer: PhraseTrainer,
     cfg: PhraseTrainConfig,
@@ -553,7 +500,7 @@ def _run(
 ) -> tuple[dict[str, Any], str]:
     """The loop; returns stats and why it stopped early ("" when it finished)."""
     torch.set_rng_state(trainer.rng_state)
-    budget = _TimeBudget(trainer, cfg, log, t_origin)
+    budget = TimeBudget(trainer, cfg, log, t_origin)
 
     def save_model() -> str:
         trainer.model.save(cfg.out)

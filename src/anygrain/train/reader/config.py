@@ -16,7 +16,18 @@ from anygrain.train.saved_config import (
 
 CONFIG_FILE = "reader_train_config.json"
 # Settings that only change bookkeeping, never the weights: a resumed run may differ in them.
-_BOOKKEEPING = frozenset({"out", "log_every", "checkpoint_every", "keep_checkpoints", "threads"})
+_BOOKKEEPING = frozenset(
+    {
+        "out",
+        "log_every",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "threads",
+        "max_minutes",
+        "max_steps",
+        "fit_budget",
+    }
+)
 
 
 @dataclass
@@ -68,6 +79,13 @@ class ReaderTrainConfig(SavedConfig):
     threads: int | None = option(
         None, help=THREADS_HELP
     )  # torch and FAISS threads (None: their defaults)
+    max_minutes: float | None = option(
+        None, help="Stop cleanly (checkpoint + reader) after this long"
+    )
+    fit_budget: bool = option(
+        True, help="With --max-minutes: shrink the LR schedule to end in time"
+    )
+    max_steps: int | None = None  # stop (and checkpoint) after this many steps in total
     log_every: int = 10
     checkpoint_every: int = option(
         200, help=CHECKPOINT_EVERY_HELP
@@ -105,6 +123,10 @@ class ReaderTrainConfig(SavedConfig):
             problems.append("max_examples must be >= 1")
         if self.threads is not None and self.threads < 1:
             problems.append("threads must be >= 1")
+        if self.max_minutes is not None and not self.max_minutes > 0:
+            problems.append("max_minutes must be > 0")
+        if self.max_steps is not None and self.max_steps < 1:
+            problems.append("max_steps must be >= 1")
         if problems:
             raise AnygrainError("invalid reader training config: " + "; ".join(problems))
 

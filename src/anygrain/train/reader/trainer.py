@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ from anygrain.eval.answers import AnswerMatcher
 from anygrain.reader.features import Batch, Window, collate, make_windows
 from anygrain.reader.losses import selection_nll, span_marginal_nll
 from anygrain.reader.model import READER_CONFIG, Reader, ReaderOutput
+from anygrain.train.budget import TimeBudget, fitted_total, linear_schedule
 from anygrain.train.checkpoint import (
     check_compatible,
     checkpoint_format,
@@ -96,8 +98,6 @@ class ReaderTrainer(EpochPosition):
         log: TrainLog,
         progress: bool,
     ) -> None:
-        from transformers import get_linear_schedule_with_warmup
-
         self.cfg = config
         self.reader = reader
         self.data = data
@@ -106,11 +106,15 @@ class ReaderTrainer(EpochPosition):
         self.progress = progress
         self.data_fingerprint = data.fingerprint()
         self.steps_per_epoch = math.ceil(len(data.examples) / config.batch_size)
-        self.total_steps = self.steps_per_epoch * config.epochs
+        self.planned_steps = self.steps_per_epoch * config.epochs
+        self.fitted = False  # total_steps shrunk to a time budget (see fit_to_budget)
+        self.set_total_steps(self.planned_steps)
         self.optimizer = torch.optim.AdamW(param_groups(reader, config.weight_decay), lr=config.lr)
-        self.scheduler = get_linear_schedule_with_warmup(
-            self.optimizer, int(config.warmup_ratio * self.total_steps), self.total_steps
-        )
+
+        def schedule(step: int) -> float:
+            return linear_schedule(step, self.warmup_steps, self.total_steps)
+
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
         self.epoch = 0
         self.step_in_epoch = 0
         self.global_step = 0
@@ -119,6 +123,18 @@ class ReaderTrainer(EpochPosition):
         self.rng_state = torch.get_rng_state()
         self.no_gold_windows = 0
         self.params: list[torch.nn.Parameter] = []
+
+    def set_total_steps(self, n: int) -> None:
+        """Train for ``n`` steps (at most the planned epochs); warm-up is a fraction of it."""
+        self.total_steps = max(1, min(int(n), self.planned_steps))
+        self.warmup_steps = max(1, int(self.cfg.warmup_ratio * self.total_steps))
+
+    def fit_to_budget(self, seconds_per_step: float, seconds_left: float) -> bool:
+        """Fit the schedule to end within ``seconds_left``; True when it changed."""
+        before = self.total_steps
+        self.fitted = True
+        self.set_total_steps(fitted_total(self.global_step, seconds_per_step, seconds_left))
+        return self.total_steps != before
 
     # -- data for one step ----------------------------------------------------------------------
     def batch_rows(self, epoch: int, step: int) -> np.ndarray:
@@ -272,6 +288,8 @@ class ReaderTrainer(EpochPosition):
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "torch_rng": self.rng_state,
+            "total_steps": self.total_steps,
+            "fitted": self.fitted,
         }
 
     def save_checkpoint(self, keep: int = 2) -> Path:
@@ -294,6 +312,9 @@ class ReaderTrainer(EpochPosition):
         self.rng_state = state["torch_rng"]
         self.epoch, self.step_in_epoch = int(state["epoch"]), int(state["step_in_epoch"])
         self.global_step = int(state["global_step"])
+        if "total_steps" in state:  # a schedule fitted to a time budget stays fitted
+            self.fitted = bool(state["fitted"])
+            self.set_total_steps(int(state["total_steps"]))
 
     # -- the loop ---------------------------------------------------------------------------------
     def train_step(self) -> StepResult:
@@ -325,7 +346,11 @@ class ReaderTrainer(EpochPosition):
         }
 
     # -- the loop ---------------------------------------------------------------------------------
-    def run(self, on_step: StepCallback | None = None) -> dict[str, Any]:
+    def run(
+        self, on_step: StepCallback | None = None, t_origin: float | None = None
+    ) -> tuple[dict[str, Any], str]:
+        """Train to the end or the budget; the stats and why it stopped early ("" if not).
+        Ctrl-C leaves a checkpoint *and* a usable reader in ``out``."""
         self.params = [p for p in self.reader.parameters() if p.requires_grad]
         self.reader.train()
         self.rng_state = torch.get_rng_state()
@@ -335,8 +360,24 @@ class ReaderTrainer(EpochPosition):
             checkpoint_every=self.cfg.checkpoint_every,
             progress=self.progress,
         )
-        stats = run_loop(self, self.log, settings, on_step=on_step).as_dict("questions")
-        return {**stats, "positives_without_gold_span": self.no_gold_windows}
+        budget = TimeBudget(self, self.cfg, self.log, t_origin or time.time())
+
+        def save_reader() -> str:
+            self.reader.eval()
+            self.reader.save_into(self.out)
+            return " and reader saved"
+
+        loop = run_loop(
+            self,
+            self.log,
+            settings,
+            on_step=on_step,
+            after_step=budget.after_step,
+            should_stop=budget.should_stop,
+            on_interrupt=save_reader,
+        )
+        stats = {**loop.as_dict("questions"), "positives_without_gold_span": self.no_gold_windows}
+        return stats, loop.stopped
 
 
 def train_reader(
@@ -357,6 +398,7 @@ def train_reader(
     checkpoint and a finished run is not repeated.  ``on_step`` is called with
     the global step after every update (tests use it to interrupt).
     """
+    t0 = time.time()
     config.validate()
     set_threads(config.threads)
     run = RunDir(config.out, config, progress=progress)
@@ -400,8 +442,11 @@ def train_reader(
     else:
         trainer.resume_from(ckpt)
         run.resumed(ckpt, trainer.global_step)
-    stats = trainer.run(on_step)
+    stats, stopped = trainer.run(on_step, t0)
     reader.eval()
     reader.save_into(out)  # anygrain_reader.json last
+    if stopped:  # a usable reader now; a rerun continues the schedule from the checkpoint
+        log.write({"event": "stopped", "step": trainer.global_step, "reason": stopped, **stats})
+        return out
     run.finish(trainer.global_step, fingerprint, keep_checkpoints=config.keep_checkpoints, **stats)
     return out
