@@ -148,8 +148,10 @@ def read_question_lines(path: str | Path) -> Questions:
         where = str(p)
         try:
             text = p.read_text(encoding="utf-8")
-        except (FileNotFoundError, IsADirectoryError):
+        except FileNotFoundError:
             raise AnygrainError(f"{p}: no such file") from None
+        except IsADirectoryError:
+            raise AnygrainError(f"{p}: is a directory; give a file of questions") from None
         except UnicodeDecodeError as e:
             raise AnygrainError(f"{p}: not UTF-8 text (byte {e.start})") from None
     items = [

@@ -22,8 +22,10 @@ from anygrain.composite.fusion import FusionMethod
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.utils.checksums import Verify
 
-console = Console(stderr=True)
-out = Console()
+# emoji=False: error text and paths are printed as they are (rich would turn ":abc:" in
+# "cuda:abc:" or a path into an emoji); markup is escaped where text is printed
+console = Console(stderr=True, emoji=False)
+out = Console(emoji=False)
 
 # Options with the same meaning in several commands (each sets its own default); a trainer's
 # own options come from its config (config_options).

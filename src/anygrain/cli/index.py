@@ -256,6 +256,35 @@ def index_cmd(
                     "--model, --copy-model, --faiss, --lang and --split apply when encoding; "
                     "--from reuses the indexes as they were built"
                 )
+            # what shapes a build's parts cannot change parts built already: refused, never
+            # dropped (--bm25-b was accepted and ignored)
+            built_with = {
+                "--bm25-k1": bm25_k1,
+                "--bm25-b": bm25_b,
+                "--threshold": threshold,
+                "--keep": keep,
+                "--compress": compress,
+                "--pq-m": pq_m,
+                "--memory-budget": memory_budget,
+                "--keep-dump/--no-keep-dump": keep_dump,
+                "--sparse/--no-sparse": sparse,
+                "--sparse-from": sparse_from,
+                "--sparse-weight": sparse_weight,
+                "--ray": ray_address,
+                "--workers": ray_workers,
+                "--retries": ray_retries,
+                "--ray-timeout": ray_timeout,
+                "--device": device,
+            }
+            given = [name for name, v in built_with.items() if v is not None]
+            if shards != 1:
+                given.append("--shards")
+            if given:
+                raise AnygrainError(
+                    f"{', '.join(given)}: {'applies' if len(given) == 1 else 'apply'} when "
+                    "building from a corpus; --kind hybrid --from combines the two indexes as "
+                    "they were built (rebuild the BM25 index to change its k1 or b)"
+                )
             idx = api.combine_hybrid(
                 from_dirs[0], from_dirs[1], out_dir, overwrite=overwrite, threads=threads, **fuse
             )

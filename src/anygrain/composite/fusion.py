@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from anygrain.utils.ranges import Range
+
 
 class FusionMethod(str, enum.Enum):
     ZSCORE = "zscore"
@@ -36,6 +38,10 @@ DEFAULT_WEIGHT = {
     FusionMethod.RRF: 1.0,
 }
 RRF_K = 60
+#: the dense side's weight; bounded so a fused score stays finite in float32
+WEIGHT_RANGE = Range("fusion weight", 0.0, 1000.0)
+#: candidates taken from each system
+DEPTH_RANGE = Range("fusion depth", 1, 100_000, integer=True)
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,12 @@ class FusionConfig:
     method: FusionMethod = FusionMethod.ZSCORE
     weight: float | None = None  # lambda on the dense side; None = the method's default
     depth: int = 100  # candidates taken from each system
+
+    def __post_init__(self) -> None:
+        # checked wherever a config is made: a build, index.json on open, a search's override
+        if self.weight is not None:
+            WEIGHT_RANGE.check(self.weight)
+        DEPTH_RANGE.check(self.depth)
 
     @property
     def dense_weight(self) -> float:

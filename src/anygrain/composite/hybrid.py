@@ -321,13 +321,11 @@ class HybridIndex(Index):
             **{k: v for k, v in options.items() if k in ("model", "device")},
         )
         f = manifest["settings"]["fusion"]
-        return cls(
-            path,
-            manifest,
-            sparse,
-            dense,
-            FusionConfig(FusionMethod(f["method"]), f["weight"], int(f["depth"])),
-        )
+        try:
+            cfg = FusionConfig(FusionMethod(f["method"]), f["weight"], int(f["depth"]))
+        except AnygrainError as e:  # a weight out of its range: checked on open too
+            raise AnygrainError(f"{path}/index.json: settings.fusion: {e}") from None
+        return cls(path, manifest, sparse, dense, cfg)
 
     def search(
         self,

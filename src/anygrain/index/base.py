@@ -404,9 +404,12 @@ class Index(ABC):
         # the settings it was built with, from index.json; None for an index from before
         # they were recorded (and for the parts a hybrid index opens)
         build = (manifest.get("settings") or {}).get("build")
-        self.build_settings: IndexSettings | None = (
-            None if build is None else self.settings_type.from_dict(build)
-        )
+        try:
+            self.build_settings: IndexSettings | None = (
+                None if build is None else self.settings_type.from_dict(build)
+            )
+        except AnygrainError as e:  # a setting out of its range: checked on open too
+            raise AnygrainError(f"{self.path / MANIFEST}: settings.build: {e}") from None
 
     # --- construction -------------------------------------------------
     @staticmethod

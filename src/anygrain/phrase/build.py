@@ -48,6 +48,7 @@ from anygrain.phrase.filtering import dump_filter, fraction_threshold, refiltere
 from anygrain.phrase.lexical import SparseFusion, copy_sparse, write_sparse
 from anygrain.phrase.model import PhraseEncoder
 from anygrain.utils.device import resolve_device
+from anygrain.utils.ranges import Range
 
 SUBDIR = "phrase"
 #: The float16 vectors; optional once the FAISS indexes hold codes to decode.
@@ -64,6 +65,8 @@ FORMAT_VERSION = 1
 #: uncompressed research index.
 DEFAULT_COMPRESS = Compress.SQ8
 DEFAULT_KEEP = 0.5
+#: the filter threshold tau is a logit: finite, and beyond +-1000 it keeps all or nothing
+THRESHOLD_RANGE = Range("phrase filter threshold", -1000.0, 1000.0)
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,8 @@ class PhraseSettings(IndexSettings):
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise AnygrainError(f"phrase index {name} must be at least 1, got {v}")
+        if self.threshold is not None:
+            THRESHOLD_RANGE.check(self.threshold)
         if self.keep is not None:
             if not 0 < self.keep <= 1:
                 raise AnygrainError(f"phrase index keep must be in (0, 1], got {self.keep}")
@@ -116,6 +121,12 @@ class PhraseSettings(IndexSettings):
                 raise AnygrainError("give one of threshold and keep, not both")
         if self.sparse_from is not None and not self.sparse:
             raise AnygrainError("sparse_from needs the lexical part on (sparse=True)")
+        if self.sparse_weight is not None and not self.sparse:
+            # it would be recorded and never used: a weight for a part the index lacks
+            raise AnygrainError(
+                "sparse_weight (--sparse-weight) needs the lexical part on: an index built "
+                "with sparse=False (--no-sparse) has no BM25 part to weigh"
+            )
         self.fusion()  # checks the weight
         _ = self.budget  # checks the memory budget
 

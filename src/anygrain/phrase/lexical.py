@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from anygrain.errors import AnygrainError, IndexMismatchError, parse_enum
+from anygrain.utils.ranges import Range
 
 if TYPE_CHECKING:
     from anygrain.corpus.store import CorpusStore
@@ -40,6 +41,11 @@ if TYPE_CHECKING:
 SPARSE_SUBDIR = "sparse"
 #: Chosen on held-out SQuAD *training* articles (bench/search_settings.py), never on a test set.
 DEFAULT_SPARSE_WEIGHT = 1.0
+#: the BM25 side's weight: z-scores times it must stay finite in float32 (1e308 made every
+#: fused score inf); far above 1 the dense side no longer counts anyway
+WEIGHT_RANGE = Range("sparse weight", 0.0, 1000.0)
+DEPTH_RANGE = Range("sparse fusion norm_depth", 1, 100_000, integer=True)
+PASSAGES_RANGE = Range("sparse fusion passages", 1, 100_000, integer=True)
 
 
 class FusionNorm(str, enum.Enum):
@@ -60,11 +66,9 @@ class SparseFusion:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "norm", parse_enum(FusionNorm, self.norm))
-        if not np.isfinite(self.weight) or self.weight < 0:
-            raise AnygrainError(f"sparse weight must be a number >= 0, got {self.weight}")
-        for name in ("norm_depth", "passages"):
-            if getattr(self, name) < 1:
-                raise AnygrainError(f"sparse fusion {name} must be at least 1")
+        WEIGHT_RANGE.check(self.weight)
+        DEPTH_RANGE.check(self.norm_depth)
+        PASSAGES_RANGE.check(self.passages)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "norm": self.norm.value}
@@ -75,12 +79,14 @@ class SparseFusion:
             return cls(**d)
         except TypeError as e:
             raise AnygrainError(f"{where}: invalid sparse fusion settings ({e})") from None
+        except AnygrainError as e:
+            raise AnygrainError(f"{where}: {e}" if where else str(e)) from None
 
     def with_weight(self, weight: float | None) -> SparseFusion:
         """These settings with a per-query weight override (None keeps the saved one)."""
         if weight is None:
             return self
-        return replace(self, weight=float(weight))
+        return replace(self, weight=WEIGHT_RANGE.check(weight))
 
 
 @dataclass

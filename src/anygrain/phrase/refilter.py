@@ -24,7 +24,13 @@ import numpy as np
 
 from anygrain.errors import AnygrainError, parse_enum
 from anygrain.index.base import Index, check_build_target
-from anygrain.phrase.build import DUMP_FILES, SUBDIR, PhraseSettings, finish_index
+from anygrain.phrase.build import (
+    DUMP_FILES,
+    SUBDIR,
+    THRESHOLD_RANGE,
+    PhraseSettings,
+    finish_index,
+)
 from anygrain.phrase.compress import Compress
 from anygrain.phrase.dump import DumpStats
 from anygrain.phrase.filtering import dump_filter, fraction_threshold, refiltered_flags, subset_dump
@@ -76,6 +82,10 @@ def refilter(
         )
     if (threshold is None) == (keep is None):
         raise AnygrainError("give one of --threshold or --keep (threshold= or keep=)")
+    if threshold is not None:
+        THRESHOLD_RANGE.check(threshold)
+    elif keep is not None and not 0 < keep <= 1:
+        raise AnygrainError(f"keep must be a fraction above 0 to 1, got {keep!r}")
     if threshold is None:
         assert keep is not None
         threshold = threshold_for_fraction(src, keep)

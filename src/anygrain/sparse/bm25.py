@@ -30,11 +30,17 @@ from anygrain.index.base import (
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.sparse.analyzers import Analyzer, analyzer_from_config, make_analyzer
 from anygrain.utils.progress import progress_bar
+from anygrain.utils.ranges import Range
 
 if TYPE_CHECKING:
     pass
 
 # bm25s's scoring variants; "lucene" is Lucene's (and Pyserini's) BM25.
+#: term-frequency saturation: 0 ignores term counts; far above the usual 0.5-3, scores in
+#: float32 overflow (1e308 made every score NaN, so no hits)
+K1_RANGE = Range("BM25 k1", 0.0, 1000.0)
+#: length normalisation: 0 none, 1 full
+B_RANGE = Range("BM25 b", 0.0, 1.0)
 BM25_METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 
 
@@ -67,8 +73,8 @@ class Bm25Settings(IndexSettings):
             raise AnygrainError(
                 f"unknown BM25 method {self.method!r}: use one of {', '.join(BM25_METHODS)}"
             )
-        if self.k1 < 0 or not 0 <= self.b <= 1:
-            raise AnygrainError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got {self.k1}, {self.b}")
+        K1_RANGE.check(self.k1)
+        B_RANGE.check(self.b)
 
 
 def passage_field(title: str, text: str, include_title: bool) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from anygrain.corpus.questions import Question, Questions
-from anygrain.errors import ErrorLog, InputError
+from anygrain.errors import AnygrainError, ErrorLog, InputError
 
 R = TypeVar("R")
 
@@ -72,8 +72,14 @@ def iter_jsonl(path: Path, errors: ErrorLog) -> Iterator[tuple[int, dict[str, An
 
 
 def read_text(path: Path) -> str:
-    """A whole file as UTF-8 (BOM dropped); invalid bytes are reported with their line."""
-    data = path.read_bytes()
+    """A whole file as UTF-8 (BOM dropped); invalid bytes are reported with their line, a
+    directory or a missing file in one line naming it."""
+    try:
+        data = path.read_bytes()
+    except IsADirectoryError:
+        raise AnygrainError(f"{path}: is a directory; this format reads one file") from None
+    except FileNotFoundError:
+        raise AnygrainError(f"{path}: no such file") from None
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
