@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from anygrain.phrase.packed import PackedInfo
     from anygrain.reader import Answer
     from anygrain.reader.answering import ReadSettings
+    from anygrain.reader.packed import PackedReaderInfo
     from anygrain.train.dpr.config import DprTrainConfig
     from anygrain.train.dpr.recipe import Recipe
     from anygrain.train.phrase.config import PhraseQuerySideConfig, PhraseTrainConfig
@@ -604,16 +605,25 @@ def pack_phrase_model(
     bits: int = 4,
     group: int = 64,
     card: str | Path | None = None,
-) -> PackedInfo:
-    """Store the phrase model at ``model`` as quantised differences from its backbone
+) -> PackedInfo | PackedReaderInfo:
+    """Store the phrase model or reader at ``model`` as quantised differences from its backbone
     (``bits`` per difference, ``group`` values sharing a scale), with the Markdown model
     ``card`` beside the weights when given; what was written."""
+    from anygrain.models.base import ModelType, detect_model_type
     from anygrain.phrase.model import PhraseEncoder
     from anygrain.phrase.packed import PackedInfo, PackSettings
     from anygrain.phrase.packed import pack_phrase_model as pack
 
     settings = PackSettings(bits=bits, group=group)
     text = Path(card).read_text(encoding="utf-8") if card else None
+    if detect_model_type(model) is ModelType.READER:
+        from anygrain.reader.model import Reader
+        from anygrain.reader.packed import PackedReaderInfo, pack_reader
+
+        out_path = pack_reader(
+            Reader.load(model), out, settings=settings, card=text, source=model, inputs=(card,)
+        )
+        return PackedReaderInfo.read(out_path)
     path = pack(
         PhraseEncoder.load(model),
         out,

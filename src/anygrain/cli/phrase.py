@@ -15,7 +15,8 @@ from anygrain.errors import AnygrainError
 
 def pack_cmd(
     model_dir: Annotated[
-        Path, typer.Argument(help="Trained phrase model (trained with --freeze-embeddings)")
+        Path,
+        typer.Argument(help="Trained phrase model or reader (trained with --freeze-embeddings)"),
     ],
     out_dir: Annotated[Path, typer.Option("--out", help="Packed model directory to write")],
     bits: Annotated[int, typer.Option(help="Bits per weight difference: 4 or 8")] = 4,
@@ -25,7 +26,7 @@ def pack_cmd(
         typer.Option("--card", help="A model card (Markdown) to store beside the weights"),
     ] = None,
 ) -> None:
-    """Store a phrase model as quantised differences from its backbone (a few MB)."""
+    """Store a phrase model or a reader as quantised differences from its backbone (a few MB)."""
     from anygrain.api import pack_phrase_model
 
     try:
