@@ -50,6 +50,7 @@ MODEL_CONFIG_FILES = (
     "anygrain_phrase.json",
     "anygrain_model.json",
     "anygrain_reader.json",
+    "anygrain_packed_reader.json",
 )
 #: files an operating system leaves in directories it shows, never a user's data
 _OS_LITTER = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
