@@ -80,6 +80,8 @@ def _read_question(query: str | None, question_file: str | None) -> str:
             text = p.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise AnygrainError(f"{p}: no such file") from None
+        except IsADirectoryError:
+            raise AnygrainError(f"{p}: is a directory; give a file holding the question") from None
         except UnicodeDecodeError as e:
             raise AnygrainError(f"{p}: not UTF-8 text (byte {e.start})") from None
     text = text.strip()
@@ -134,7 +136,7 @@ def print_answer_hits(hits: Sequence[Hit], *, as_json: bool = False) -> None:
 def print_json_hits(hits: Sequence[Hit]) -> None:
     """One JSON object per hit (:meth:`Hit.to_json`, the server's shape), best first."""
     for i, h in enumerate(hits, 1):
-        print(json.dumps(h.to_json(i), ensure_ascii=False))
+        print(json.dumps(h.to_json(i), ensure_ascii=False, allow_nan=False))
 
 
 def _options(

@@ -166,6 +166,7 @@ READER_OPTIONS = (
     "fit_budget",
     "freeze_embeddings",
     "bf16",
+    "device",
     "seed",
     "threads",
     "checkpoint_every",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -126,7 +127,8 @@ class Hit:
 
 
 def _finite(x: float | None) -> float | None:
-    return None if x is None else float(x)
+    """A score for JSON: None where it is missing or not finite (JSON has no Infinity)."""
+    return None if x is None or not math.isfinite(x) else float(x)
 
 
 def hits_json(hits: Sequence[Hit]) -> list[dict[str, Any]]:

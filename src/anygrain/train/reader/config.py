@@ -13,6 +13,7 @@ from anygrain.train.saved_config import (
     SavedConfig,
     option,
 )
+from anygrain.utils.device import DEVICE_HELP
 
 CONFIG_FILE = "reader_train_config.json"
 # Settings that only change bookkeeping, never the weights: a resumed run may differ in them.
@@ -26,6 +27,7 @@ _BOOKKEEPING = frozenset(
         "max_minutes",
         "max_steps",
         "fit_budget",
+        "device",
     }
 )
 
@@ -73,6 +75,7 @@ class ReaderTrainConfig(SavedConfig):
         flags="--freeze-embeddings",
     )
     bf16: bool = option(False, help=BF16_HELP)
+    device: str = option("auto", help=DEVICE_HELP)
     max_examples: int | None = option(
         None, help="Train on a seeded random subset of this many questions"
     )

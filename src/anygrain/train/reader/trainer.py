@@ -59,7 +59,7 @@ from anygrain.train.reader.data import ReaderData, ReaderExample, load_reader_da
 from anygrain.train.reader.retrieval import attach_retrieved
 from anygrain.train.run_dir import RunDir
 from anygrain.train.runlog import TrainLog, defer_sigint
-from anygrain.utils.precision import cpu_autocast
+from anygrain.utils.device import autocast, resolve_device
 from anygrain.utils.threads import set_threads
 
 __all__ = ["ReaderTrainer", "StepBatch", "train_reader"]
@@ -104,6 +104,8 @@ class ReaderTrainer(EpochPosition):
         self.out = out
         self.log = log
         self.progress = progress
+        self.device = resolve_device(config.device)
+        reader.to(self.device)
         self.data_fingerprint = data.fingerprint()
         self.steps_per_epoch = math.ceil(len(data.examples) / config.batch_size)
         self.planned_steps = self.steps_per_epoch * config.epochs
@@ -235,8 +237,8 @@ class ReaderTrainer(EpochPosition):
         parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         for c in range(0, n, self.cfg.micro_batch):
             b = collate([sb.windows[i] for i in order[c : c + self.cfg.micro_batch]], pad)
-            with cpu_autocast(self.cfg.bf16):
-                o = self.reader(**b.model_inputs())
+            with autocast(self.device, self.cfg.bf16):
+                o = self.reader(**{k: v.to(self.device) for k, v in b.model_inputs().items()})
             extra = (0, width - o.start_logits.shape[1])
             parts.append(
                 (
@@ -245,8 +247,10 @@ class ReaderTrainer(EpochPosition):
                     o.selection_logits.float(),
                 )
             )
-        inverse = torch.empty(n, dtype=torch.long)
-        inverse[torch.tensor(order, dtype=torch.long)] = torch.arange(n)
+        inverse = torch.empty(n, dtype=torch.long, device=self.device)
+        inverse[torch.tensor(order, dtype=torch.long, device=self.device)] = torch.arange(
+            n, device=self.device
+        )
         return ReaderOutput(
             torch.cat([p[0] for p in parts])[inverse],
             torch.cat([p[1] for p in parts])[inverse],
@@ -256,17 +260,19 @@ class ReaderTrainer(EpochPosition):
     def loss(self, sb: StepBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """Mean span loss (over questions with a gold span in their window) + mean selection loss."""
         o = self.forward(sb)
-        pos = sb.layout[:, 0]
+        dev = self.device
+        layout = sb.layout.to(dev)
+        pos = layout[:, 0]
         span = span_marginal_nll(
             o.start_logits[pos],
             o.end_logits[pos],
-            sb.batch.passage[pos],
-            sb.gold_starts,
-            sb.gold_ends,
-            sb.gold_mask,
+            sb.batch.passage.to(dev)[pos],
+            sb.gold_starts.to(dev),
+            sb.gold_ends.to(dev),
+            sb.gold_mask.to(dev),
         )
-        present = sb.layout >= 0
-        sel = selection_nll(o.selection_logits[sb.layout.clamp(min=0)], present)
+        present = layout >= 0
+        sel = selection_nll(o.selection_logits[layout.clamp(min=0)], present)
         n_gold = int(sb.gold_mask.any(dim=1).sum())
         span_loss = span.sum() / max(n_gold, 1)
         sel_loss = sel.mean()
@@ -306,6 +312,7 @@ class ReaderTrainer(EpochPosition):
         state = load_checkpoint(path, fmt=CHECKPOINT_FORMAT)
         check_compatible(state, self.cfg.trajectory(), self.data_fingerprint, path)
         self.reader.load_state_dict(state["weights"])
+        self.reader.to(self.device)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["torch_rng"])
@@ -364,7 +371,7 @@ class ReaderTrainer(EpochPosition):
 
         def save_reader() -> str:
             self.reader.eval()
-            self.reader.save_into(self.out)
+            self.reader.to("cpu").save_into(self.out)
             return " and reader saved"
 
         loop = run_loop(
@@ -444,7 +451,7 @@ def train_reader(
         run.resumed(ckpt, trainer.global_step)
     stats, stopped = trainer.run(on_step, t0)
     reader.eval()
-    reader.save_into(out)  # anygrain_reader.json last
+    reader.to("cpu").save_into(out)  # anygrain_reader.json last
     if stopped:  # a usable reader now; a rerun continues the schedule from the checkpoint
         log.write({"event": "stopped", "step": trainer.global_step, "reason": stopped, **stats})
         return out
