@@ -52,6 +52,10 @@ HIT_FIELDS = {
     "before",
     "answer",
     "after",
+    # answer hits only (tests/test_serve_answer.py); null on every other unit
+    "sentence",
+    "reader_score",
+    "retrieval_score",
 }
 
 
@@ -90,6 +94,7 @@ def check_hit(h: dict[str, Any], unit: str) -> None:
     assert set(h) == HIT_FIELDS
     assert h["unit"] == unit
     assert h["before"] + h["answer"] + h["after"] == h["text"]
+    assert h["sentence"] is None and h["reader_score"] is None and h["retrieval_score"] is None
     if unit in ("phrase", "sentence"):
         s, e = h["span"]
         assert h["answer"] == h["text"][s:e] and h["answer"]

@@ -72,6 +72,24 @@ def serve_cmd(
             "native bfloat16; phrase indexes)",
         ),
     ] = None,
+    reader: Annotated[
+        str | None,
+        typer.Option(
+            "--reader",
+            metavar="DIR_OR_NAME",
+            help="Reader for unit answer (any index): a reader directory or shipped name, "
+            "loaded at startup (default: the shipped reader for the corpus language, where "
+            "one ships, loaded on the first answer request)",
+        ),
+    ] = None,
+    read: Annotated[
+        int | None,
+        typer.Option(
+            "--read",
+            metavar="K",
+            help="Unit answer: passages the reader reads per question (default 5)",
+        ),
+    ] = None,
     log_level: Annotated[
         str,
         typer.Option(
@@ -95,13 +113,25 @@ def serve_cmd(
         fail(e)
     try:
         try:
-            app = create_app(index_dir, threads=threads, device=device, question_bf16=question_bf16)
+            app = create_app(
+                index_dir,
+                threads=threads,
+                device=device,
+                question_bf16=question_bf16,
+                reader=reader,
+                read=read,
+            )
         except AnygrainError as e:
             fail(e)
         info = app.state.info
+        reading = (
+            f", reader {escape(str(info['reader']))} reads {info['read']} passages"
+            if info.get("reader")
+            else ""
+        )
         console.print(
             f"serving {escape(str(index_dir))} ({info['kind']}, units: "
-            f"{', '.join(info['units'])}) on http://{escape(host)}:{port}/",
+            f"{', '.join(info['units'])}{reading}) on http://{escape(host)}:{port}/",
             highlight=False,
             soft_wrap=True,
         )

@@ -1,7 +1,9 @@
 """The FastAPI application: ``create_app(index)`` -> an ASGI app for uvicorn (or TestClient).
 
 Endpoints: ``GET /`` (the search page), ``GET /search``, ``POST /search`` (a batch),
-``GET /health``, ``GET /info``, and FastAPI's schema at ``/openapi.json``.  FastAPI's
+``GET /health``, ``GET /info``, and FastAPI's schema at ``/openapi.json``.  Unit
+``answer`` (any kind of index) has a reader read the top passages; a server without a
+reader refuses it with a 400 naming ``--reader``.  FastAPI's
 ``/docs`` and ``/redoc`` pages are off: they load their scripts from a CDN.
 Every refused request gets a 4xx with ``{"error": "..."}``; nothing a client sends can
 stop the server.  When the index's files change on disk and it no longer opens (see
@@ -22,6 +24,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from anygrain import __version__
+from anygrain.errors import AnygrainError
 from anygrain.index.base import Index
 from anygrain.serve import page
 from anygrain.serve.schemas import (
@@ -39,6 +42,7 @@ from anygrain.serve.service import (
     MAX_K,
     MAX_QUESTION_CHARS,
     IndexUnavailable,
+    ReaderUnavailable,
     RequestError,
     SearchService,
 )
@@ -47,7 +51,10 @@ from anygrain.utils.threads import set_threads
 log = logging.getLogger("anygrain.serve")
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"model": ErrorResponse, "description": "Malformed request body"},
+    400: {
+        "model": ErrorResponse,
+        "description": "Malformed request body, or unit answer on a server without a reader",
+    },
     422: {"model": ErrorResponse, "description": "Invalid question, unit, k or batch"},
     503: {"model": ErrorResponse, "description": "The index changed on disk and does not open"},
 }
@@ -90,6 +97,8 @@ def create_app(
     warm_up: bool = True,
     threads: int | None = None,
     question_bf16: bool | None = None,
+    reader: str | Path | None = None,
+    read: int | None = None,
     **load_options: Any,
 ) -> FastAPI:
     """The application over one index (a directory, an open :class:`Index`, or a
@@ -97,16 +106,25 @@ def create_app(
     search requests that queue up together as one batch (see :mod:`.service`); ``warm_up``:
     one search before serving, so the first request is not slowed by torch's first call;
     ``threads``: torch's and FAISS's thread count (default: theirs); ``question_bf16``:
-    bfloat16 question encoding (default: where the CPU has native bf16); ``load_options``:
-    ``Index.load``'s (``device``, ``model``), refused by name where the kind takes none."""
+    bfloat16 question encoding (default: where the CPU has native bf16); ``reader``: the
+    reader of unit ``answer`` (a directory or shipped name; default: the shipped reader for
+    the corpus language, where one ships) and ``read`` the passages it reads per question;
+    ``load_options``: ``Index.load``'s (``device``, ``model``), refused by name where the
+    kind takes none."""
     set_threads(threads)
-    service = (
-        index
-        if isinstance(index, SearchService)
-        else SearchService.load(
-            index, batching=batching, question_bf16=question_bf16, **load_options
+    if isinstance(index, SearchService):
+        if reader is not None or read is not None:
+            raise AnygrainError("reader and read are the SearchService's: pass them to it")
+        service = index
+    else:
+        service = SearchService.load(
+            index,
+            batching=batching,
+            question_bf16=question_bf16,
+            reader=reader,
+            read=read,
+            **load_options,
         )
-    )
     if warm_up:
         service.warm_up()
     info = service.info()
@@ -139,6 +157,10 @@ def create_app(
     async def on_request_error(request: Request, exc: RequestError) -> JSONResponse:
         return _error(422, str(exc))
 
+    @app.exception_handler(ReaderUnavailable)
+    async def on_no_reader(request: Request, exc: ReaderUnavailable) -> JSONResponse:
+        return _error(400, str(exc))  # the server's setup, not the question: says --reader
+
     @app.exception_handler(IndexUnavailable)
     async def on_index_unavailable(request: Request, exc: IndexUnavailable) -> JSONResponse:
         return _error(503, str(exc))  # the service logged it when it happened
@@ -168,7 +190,10 @@ def create_app(
         ],
         unit: Annotated[
             str | None,
-            Query(description=f"phrase, sentence, passage or document; allowed: {info['units']}"),
+            Query(
+                description="phrase, sentence, passage, document, or answer (a reader reads "
+                f"the top passages); allowed: {info['units']}"
+            ),
         ] = None,
         k: Annotated[int, Query(description=f"Hits to return, 1 to {MAX_K}")] = DEFAULT_K,
         sparse_weight: Annotated[
@@ -222,7 +247,8 @@ def create_app(
 
     @app.get("/info", response_model=InfoResponse)
     def index_info() -> InfoResponse:
-        """The index: kind, format version, model, corpus, counts, allowed units, limits."""
+        """The index: kind, format version, model, corpus, counts, allowed units (answer
+        when a reader is available: ``reader``, reading ``read`` passages), limits."""
         return InfoResponse(**current()["info"])
 
     return app

@@ -1,8 +1,13 @@
 """The search page served at ``/``: one self-contained HTML document.
 
 Inline CSS and script, no external assets.  The few server values in it (index name,
-kind, units) are HTML-escaped here; the script builds results with ``textContent``
+kind, units, reader) are HTML-escaped here; the script builds results with ``textContent``
 and ``createElement`` only, so no question or corpus text is ever parsed as HTML.
+
+When the server has a reader (``info["reader"]``), each search also asks for the top read
+answer (``unit=answer&k=1``, a second request beside the hits') and shows it above the
+hits in ``#answer``: the answer marked inside its sentence, with the passage title.  The
+unit switch keeps the index's own units; the answer shows whichever is chosen.
 """
 
 from __future__ import annotations
@@ -48,6 +53,15 @@ _TEMPLATE = """<!doctype html>
   .hit .answer { font-size:18px; font-weight:600; margin:4px 0; }
   .hit .text { margin:4px 0 0; color:#344054; white-space:pre-wrap; }
   mark { background:var(--mark); padding:0 2px; border-radius:3px; font-weight:600; }
+  #answer { background:#fff; border:1px solid var(--accent); border-left-width:4px;
+            border-radius:10px; padding:12px 16px; margin:10px 0 4px; }
+  #answer .label { color:var(--muted); font-size:13px; text-transform:uppercase;
+                   letter-spacing:.04em; }
+  #answer .answer { font-size:20px; font-weight:600; margin:2px 0 4px; }
+  #answer .sentence { margin:4px 0; color:#344054; white-space:pre-wrap; }
+  #answer .source { color:var(--muted); font-size:14px; }
+  #answer .source .title { font-weight:600; color:var(--fg); }
+  #answer.pending, #answer.failed { color:var(--muted); font-size:14px; border-color:var(--line); }
 </style>
 </head>
 <body>
@@ -62,6 +76,7 @@ _TEMPLATE = """<!doctype html>
     <button id="go" type="submit">Search</button>
     <fieldset id="units" aria-label="Unit">__UNITS__</fieldset>
   </form>
+  <section id="answer" aria-label="Read answer" aria-live="polite" hidden></section>
   <div id="status" role="status"></div>
   <ol id="results"></ol>
 </main>
@@ -71,7 +86,11 @@ const form = document.getElementById("search");
 const input = document.getElementById("q");
 const statusEl = document.getElementById("status");
 const results = document.getElementById("results");
+const answerBox = document.getElementById("answer");
 const K = __K__;
+// Whether the server has a reader: then each search also shows the top read answer.
+const READER = __READER__;
+let asked = 0;  // the latest search: a slower earlier response must not overwrite it
 
 function el(tag, cls, text) {
   const e = document.createElement(tag);
@@ -107,22 +126,77 @@ function render(data, roundTripMs) {
             data.latency_ms.toFixed(1) + " ms · round trip " + roundTripMs.toFixed(0) + " ms");
 }
 
+// Spans count Unicode code points (Python's str); JavaScript strings count UTF-16 units.
+function cut(chars, a, b) { return chars.slice(a, b).join(""); }
+
+function showAnswer(text, cls) {
+  answerBox.replaceChildren(el("div", "label", text));
+  answerBox.className = cls;
+  answerBox.hidden = false;
+}
+
+function renderAnswer(data) {
+  const h = data.hits[0];
+  if (!h || !h.span) { showAnswer("No answer read.", "failed"); return; }
+  const chars = Array.from(h.text);
+  const [a, b] = h.span;
+  let [s, e] = h.sentence || h.span;
+  if (!(s <= a && b <= e)) { s = a; e = b; }
+  answerBox.replaceChildren();
+  answerBox.className = "";
+  answerBox.append(el("div", "label", "Answer"));
+  answerBox.append(el("div", "answer", cut(chars, a, b)));
+  const p = el("p", "sentence");
+  p.append(document.createTextNode(cut(chars, s, a)));
+  p.append(el("mark", "", cut(chars, a, b)));
+  p.append(document.createTextNode(cut(chars, b, e)));
+  answerBox.append(p);
+  const src = el("div", "source");
+  src.append(el("span", "title", h.title));
+  let scores = " · score " + h.score.toFixed(3);
+  if (h.reader_score !== null && h.retrieval_score !== null) {
+    scores += " (reader " + h.reader_score.toFixed(2) + ", retrieval " +
+              h.retrieval_score.toFixed(2) + ")";
+  }
+  src.append(document.createTextNode(scores + " · " + data.latency_ms.toFixed(1) + " ms"));
+  answerBox.append(src);
+  answerBox.hidden = false;
+}
+
+async function readAnswer(q, n) {
+  showAnswer("Reading…", "pending");
+  const params = new URLSearchParams({ q: q, unit: "answer", k: "1" });
+  try {
+    const r = await fetch("search?" + params.toString(), { headers: { Accept: "application/json" } });
+    const data = await r.json();
+    if (n !== asked) return;
+    if (!r.ok) { showAnswer("No answer: " + (data.error || ("HTTP " + r.status)), "failed"); return; }
+    renderAnswer(data);
+  } catch (e) {
+    if (n === asked) showAnswer("No answer: request failed: " + e, "failed");
+  }
+}
+
 async function search(ev) {
   ev.preventDefault();
   const q = input.value.trim();
   if (!q) { setStatus("Type a question first.", true); return; }
+  const n = ++asked;
   const unit = (form.querySelector("input[name=unit]:checked") || {}).value;
   const params = new URLSearchParams({ q: q, k: String(K) });
   if (unit) params.set("unit", unit);
   history.replaceState(null, "", "?" + new URLSearchParams(unit ? { q: q, unit: unit } : { q: q }));
   setStatus("Searching…", false);
+  if (READER) readAnswer(q, n);  // beside the hits' request, shown above them
   const t0 = performance.now();
   try {
     const r = await fetch("search?" + params.toString(), { headers: { Accept: "application/json" } });
     const data = await r.json();
+    if (n !== asked) return;
     if (!r.ok) { results.replaceChildren(); setStatus(data.error || ("HTTP " + r.status), true); return; }
     render(data, performance.now() - t0);
   } catch (e) {
+    if (n !== asked) return;
     results.replaceChildren();
     setStatus("Request failed: " + e, true);
   }
@@ -145,11 +219,13 @@ for (const r of form.querySelectorAll("input[name=unit]")) {
 
 
 def render(info: dict[str, Any], *, k: int = 10) -> str:
-    """The page for an index described by ``SearchService.info()``."""
+    """The page for an index described by ``SearchService.info()``.  The answer grain is
+    not among the unit switches: with a reader, every search shows its answer above."""
     units = "".join(
         f'<label><input type="radio" name="unit" value="{html.escape(u)}"'
         f"{' checked' if u == info['default_unit'] else ''}>{html.escape(u)}</label>"
         for u in info["units"]
+        if u != "answer"
     )
     n_passages = (info.get("corpus") or {}).get("n_passages", "?")
     values = {
@@ -159,6 +235,7 @@ def render(info: dict[str, Any], *, k: int = 10) -> str:
         "__MAXLEN__": str(int(info["limits"]["max_question_chars"])),
         "__UNITS__": units,
         "__K__": json.dumps(int(k)),
+        "__READER__": json.dumps(bool(info.get("reader"))),
     }
     out = _TEMPLATE
     for key, v in values.items():

@@ -66,7 +66,9 @@ class BatchRequest(BaseModel):
         description=f"1 to {MAX_BATCH} questions, each 1 to {MAX_QUESTION_CHARS} characters",
     )
     unit: Unit | None = Field(
-        default=None, description="Grain of the hits (default: the index's first unit)"
+        default=None,
+        description="Grain of the hits (default: the index's first unit); answer: a reader "
+        "reads the top passages",
     )
     k: int = Field(default=DEFAULT_K, ge=1, le=MAX_K, description="Hits per question")
     sparse_weight: float | None = Field(
@@ -115,12 +117,22 @@ class InfoResponse(BaseModel):
     )
     corpus: dict[str, Any]
     counts: dict[str, Any] | None = Field(description="Phrase indexes: vector counts and sizes")
-    units: list[str] = Field(description="The units this index accepts")
+    units: list[str] = Field(
+        description="The units this index accepts (answer when a reader is available)"
+    )
     default_unit: str
     fusion: dict[str, Any] | None = Field(
         default=None, description="Hybrid indexes: the fusion method, weight and depth"
     )
     shards: int | None = Field(default=None, description="Sharded indexes: how many shards")
+    reader: str | None = Field(
+        default=None,
+        description="Unit answer: the reader (a shipped name or its directory's name); "
+        "null when the server has none",
+    )
+    read: int | None = Field(
+        default=None, description="Unit answer: passages the reader reads per question"
+    )
     question_precision: str = Field(
         default="float32",
         description="float32, or bfloat16: the question encoder's linear layers (phrase indexes)",

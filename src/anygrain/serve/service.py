@@ -35,6 +35,14 @@ checksums): the index was replaced, and the new one is searched from then on.  W
 does not open, the batch is refused with :class:`IndexUnavailable` (a 503 naming the
 file), ``/health`` says unhealthy, and the reload is tried again once the files change
 again (the index is rebuilt or restored).
+
+The answer grain (unit ``answer``, any kind of index) needs a reader: the one given
+(``reader``, loaded at startup) or the shipped reader for the corpus language (loaded on
+the first answer request).  Without one, an answer request is refused with
+:class:`ReaderUnavailable` (a 400 saying to pass ``--reader``).  The search thread
+retrieves the top ``read`` passages of every answer question of a batch and the reader
+reads them all in one :func:`~anygrain.reader.answering.answer_hits` call, so concurrent
+answer requests are read in one reader batch, as their questions are encoded in one.
 """
 
 from __future__ import annotations
@@ -45,17 +53,21 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit, Unit
 from anygrain.index.base import MANIFEST, Index, external_corpus
 from anygrain.index.encoded import EncodedQueries
 from anygrain.utils.precision import native_bf16
+
+if TYPE_CHECKING:  # the reader imports torch: only when unit answer is asked
+    from anygrain.reader.answering import ReadSettings
+    from anygrain.reader.model import Reader
 
 #: A question longer than this many characters is refused (encoders truncate far earlier).
 MAX_QUESTION_CHARS = 1000
@@ -76,6 +88,11 @@ MAPPED_SUFFIXES = (".npy", ".faiss", ".arrow")
 
 class RequestError(ValueError):
     """A request the index cannot answer as asked (the client's fault: a 4xx)."""
+
+
+class ReaderUnavailable(RequestError):
+    """Unit answer asked of a server that has no reader to read with (a 400 naming the
+    option that gives it one)."""
 
 
 class IndexUnavailable(AnygrainError):
@@ -155,7 +172,11 @@ class SearchService:
     """One open index, searched by two worker threads (encode, search) that batch queued
     requests.
 
-    ``batching=False`` searches each request on its own (still one at a time per stage)."""
+    ``batching=False`` searches each request on its own (still one at a time per stage).
+    ``reader`` (a reader directory or shipped name, loaded here) reads answers for unit
+    ``answer``; without it the shipped reader for the corpus language does, when one
+    ships (loaded on the first answer request).  ``read``: passages read per question
+    (default :data:`~anygrain.reader.answering.DEFAULT_PASSAGES`)."""
 
     def __init__(
         self,
@@ -164,8 +185,12 @@ class SearchService:
         batching: bool = True,
         load_options: dict[str, Any] | None = None,
         question_bf16: bool | None = None,
+        reader: str | Path | None = None,
+        read: int | None = None,
     ) -> None:
         self.batching = batching
+        self.read_settings = read_settings(read)
+        self.read = self.read_settings.passages  # passages read per answer question
         # questions encoded with bfloat16 linear layers; None: where this CPU has native bf16
         self.question_bf16 = native_bf16() if question_bf16 is None else bool(question_bf16)
         self.n_searches = 0  # search calls the index has made
@@ -181,6 +206,17 @@ class SearchService:
         self._error: str | None = None  # why the index is unavailable; None while it is fine
         self._failed: dict[Path, _Stamp] | None = None  # the files when the reload failed
         self._use(index)
+        # the answer grain's reader: given (loaded now, so a bad one fails the startup) or
+        # the shipped one for the corpus language (loaded on the first answer request)
+        self._reader_lock = threading.Lock()
+        self._reader: Reader | None = None
+        self._reader_error: str | None = None  # why the default reader did not load
+        self._reader_given = reader is not None
+        if reader is not None:
+            self.reader_name: str | None = reader_label(reader)
+            self._reader = load_reader(index, reader)
+        else:
+            self.reader_name = shipped_reader_for(index)
         self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         # one batch in hand between the stages: the encoder runs at most one batch ahead,
         # and what arrives meanwhile waits to be batched with what follows
@@ -199,10 +235,20 @@ class SearchService:
         *,
         batching: bool = True,
         question_bf16: bool | None = None,
+        reader: str | Path | None = None,
+        read: int | None = None,
         **load_options: Any,
     ) -> SearchService:
+        read_settings(read)  # a bad --read is refused before the index loads
         idx = index if isinstance(index, Index) else Index.load(index, **load_options)
-        return cls(idx, batching=batching, load_options=load_options, question_bf16=question_bf16)
+        return cls(
+            idx,
+            batching=batching,
+            load_options=load_options,
+            question_bf16=question_bf16,
+            reader=reader,
+            read=read,
+        )
 
     # --- the files under the index ------------------------------------------------------
     def _use(self, index: Index) -> None:
@@ -259,6 +305,36 @@ class SearchService:
         """Why the index cannot be searched now (None while it can), as of the last check."""
         return self._error
 
+    # --- the answer grain's reader -------------------------------------------------------
+    @property
+    def reader_available(self) -> bool:
+        """Whether unit ``answer`` can be asked: a reader was given, or one ships for the
+        corpus language (and did not fail to load)."""
+        if self._reader_given:
+            return True
+        return self.reader_name is not None and self._reader_error is None
+
+    def reader(self) -> Reader:
+        """The reader answers are read with, loaded on first use when it was not given;
+        :class:`ReaderUnavailable` when there is none."""
+        with self._reader_lock:
+            if self._reader is not None:
+                return self._reader
+            if self._reader_error is None and self.reader_name is None:
+                self._reader_error = "no reader ships for the corpus language, none was given"
+            if self._reader_error is None:
+                try:
+                    self._reader = load_reader(self.index, self.reader_name)
+                    return self._reader
+                except AnygrainError as e:
+                    self._reader_error = str(e)
+                    log.error("the reader for unit answer does not load: %s", e)
+            raise ReaderUnavailable(
+                f"unit answer needs a reader ({self._reader_error}): start the server with "
+                "--reader DIR_OR_NAME (a reader directory, e.g. from `anygrain train reader`, "
+                "or a shipped reader's name; create_app(..., reader=...) in Python)"
+            )
+
     # --- checks -------------------------------------------------------------------------
     def check_unit(self, unit: Unit | str | None) -> Unit:
         if unit is None:
@@ -269,6 +345,9 @@ class SearchService:
             raise RequestError(
                 f"unknown unit {unit!r}; choose one of: {', '.join(x.value for x in Unit)}"
             ) from None
+        if u is Unit.ANSWER:  # any kind: the reader reads the index's top passages
+            self.reader()  # loaded now (first answer request), or a 400 naming --reader
+            return u
         if u not in self.units:
             raise RequestError(
                 f"unit {u.value} needs a phrase index; this {self.index.kind.value} index "
@@ -401,11 +480,14 @@ class SearchService:
         self, index: Index, jobs: list[_Job], unit: Unit, k: int, sparse_weight: float | None
     ) -> None:
         encoded = EncodedQueries.join([job.encoded for job in jobs if job.encoded is not None])
-        options = index.unit_options(unit)
+        options: dict[str, Any] = {}
         if sparse_weight is not None:
             options["sparse_weight"] = sparse_weight
         try:
-            hits = index.search_encoded(encoded, k, **options)
+            if unit is Unit.ANSWER:
+                hits = self._answer(index, encoded, k, options)
+            else:
+                hits = index.search_encoded(encoded, k, **index.unit_options(unit), **options)
         except Exception as e:  # reported to the waiting requests; the worker goes on
             if len(jobs) > 1:  # one request's questions must not fail the others
                 for job in jobs:
@@ -421,9 +503,27 @@ class SearchService:
             job.future.set_result(hits[i : i + len(job.questions)])
             i += len(job.questions)
 
+    def _answer(
+        self, index: Index, encoded: EncodedQueries, k: int, options: dict[str, Any]
+    ) -> list[list[Hit]]:
+        """The top ``k`` answers of each question: its top ``read`` passages (retrieved as
+        :meth:`Index.search_encoded` ranks passages, ``options`` included), read by the
+        reader in one batch for all the questions."""
+        from anygrain.reader.answering import answer_hits
+
+        passages = index.search_encoded(
+            encoded, self.read, **index.unit_options(Unit.PASSAGE), **options
+        )
+        return answer_hits(
+            self.reader(), encoded.texts, passages, k, self.read_settings, sentences_of(index)
+        )
+
     def warm_up(self) -> None:
-        """One search at startup, so the first client does not pay for torch's first call."""
+        """One search at startup, so the first client does not pay for torch's first call
+        (and one answer search when a reader was given, loaded at startup)."""
         self.search(["warm up"], k=1)
+        if self._reader is not None:
+            self.search(["warm up"], unit=Unit.ANSWER, k=1)
         self.n_searches = self.n_questions = 0
 
     # --- description --------------------------------------------------------------------
@@ -433,9 +533,14 @@ class SearchService:
         directory's name for its path (a path on the server's disk, like those of a hybrid
         index's components, is no business of a client), and the limits."""
         s = self.index.summary()
+        answers = self.reader_available
+        units = list(s.get("units") or [u.value for u in self.units])
         return {
             **{k: v for k, v in s.items() if k not in ("path", "components")},
             "index": self.index.path.name,
+            "units": [*units, Unit.ANSWER.value] if answers else units,
+            "reader": self.reader_name if answers else None,
+            "read": self.read if answers else None,
             "question_precision": "bfloat16" if self.encode_options(self.index) else "float32",
             "limits": {
                 "max_k": MAX_K,
@@ -443,3 +548,67 @@ class SearchService:
                 "max_batch": MAX_BATCH,
             },
         }
+
+
+# --- the answer grain -------------------------------------------------------------------
+def read_settings(read: int | None) -> ReadSettings:
+    """How the server reads answers: ``read`` passages per question (the default when None);
+    an :class:`AnygrainError` for a count out of range."""
+    from anygrain.reader.answering import ReadSettings
+
+    if read is None:
+        return ReadSettings()
+    if isinstance(read, bool) or not isinstance(read, int):
+        raise AnygrainError(f"read: the number of passages read must be an integer, not {read!r}")
+    return ReadSettings(passages=read)
+
+
+def reader_label(reader: str | Path) -> str:
+    """What ``/info`` calls a reader: a shipped reader's name, else its directory's name (a
+    path on the server's disk is no business of a client)."""
+    from anygrain.models.shipped import SHIPPED
+
+    p = Path(str(reader)).expanduser()
+    if not p.exists() and str(reader) in SHIPPED:
+        return str(reader)
+    return p.resolve().name or str(reader)
+
+
+def shipped_reader_for(index: Index) -> str | None:
+    """The name of the shipped reader for the language of ``index``'s corpus; None when no
+    reader ships for it (or the language cannot be told)."""
+    from anygrain.corpus.lang import detect_lang
+    from anygrain.models.shipped import default_reader, reader_ships
+
+    try:
+        lang = detect_lang(index.corpus).value
+    except Exception as e:  # a stand-in index without a corpus: no default reader
+        log.debug("no corpus language for the default reader: %s", e)
+        return None
+    return default_reader(lang) if reader_ships(lang) else None
+
+
+def load_reader(index: Index, reader: str | Path | None) -> Reader:
+    """:func:`~anygrain.reader.answering.load_reader_for`, with any failure an
+    :class:`AnygrainError` naming the reader."""
+    from anygrain.reader.answering import load_reader_for
+
+    try:
+        return load_reader_for(index, reader)
+    except AnygrainError:
+        raise
+    except Exception as e:  # a damaged model directory: say which, in one line
+        raise AnygrainError(f"reader {reader}: does not load ({type(e).__name__}: {e})") from e
+
+
+def sentences_of(index: Index) -> Callable[[list[int]], list[tuple[list[int], list[int]]]]:
+    """``answer_hits``'s ``sentences``: each passage row's sentence starts and ends, from
+    the corpus store's ``sent_starts`` / ``sent_ends`` columns."""
+
+    def sentences(rows: list[int]) -> list[tuple[list[int], list[int]]]:
+        store = index.corpus
+        return list(
+            zip(store.column("sent_starts", rows), store.column("sent_ends", rows), strict=True)
+        )
+
+    return sentences
