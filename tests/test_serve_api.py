@@ -56,6 +56,8 @@ HIT_FIELDS = {
     "sentence",
     "reader_score",
     "retrieval_score",
+    # the passage's metadata and offsets in its document (every unit)
+    "meta",
 }
 
 

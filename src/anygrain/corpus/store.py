@@ -196,6 +196,8 @@ class CorpusStore:
         self._passages = _read_segments(self.path, self.segments("passages"))
         self._documents: pa.Table | None = None
         self._doc_rows: dict[str, int] | None = None
+        # doc_id -> its metadata as stored (JSON), for the documents that have any
+        self._doc_meta: dict[str, str] | None = None
         self._hashes = np.load(self.path / "id_hash.npy", mmap_mode="r")
         self._table = np.load(self.path / "id_table.npy", mmap_mode="r")
         self._cols = {name: self._passages.column(name) for name in PASSAGE_SCHEMA.names}
@@ -365,6 +367,50 @@ class CorpusStore:
 
     def titles(self, rows: Sequence[int] | np.ndarray | None = None) -> list[str]:
         return self.column("title", rows)
+
+    def hit_meta(self, rows: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
+        """Each row's metadata, as :attr:`Hit.meta <anygrain.hits.hit.Hit.meta>` returns it:
+        its document's extra fields (JSONL's fields other than id, title and text), then the
+        passage's own (a source's pre-cut units: a WikiText section, say) over them, then
+        ``start`` and ``end``, the passage's character offsets in its document's text (over
+        any field of that name).  One ``take`` per column for all the rows."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size == 0:
+            return []
+        metas, starts, ends = (self.column(c, rows) for c in ("meta", "start", "end"))
+        docs = self._documents_meta()
+        doc_ids = self.column("doc_id", rows) if docs else [None] * len(metas)
+        out = []
+        for meta, start, end, doc in zip(metas, starts, ends, doc_ids, strict=True):
+            m: dict[str, Any] = {}
+            dm = docs.get(doc) if doc is not None else None
+            if dm:
+                m.update(json.loads(dm))
+            if meta:
+                m.update(json.loads(meta))
+            m["start"] = int(start)
+            m["end"] = int(end)
+            out.append(m)
+        return out
+
+    def _documents_meta(self) -> dict[str, str]:
+        """doc_id -> metadata JSON of the documents that have metadata (read once; empty,
+        and nothing held, for a corpus whose documents have none)."""
+        if self._doc_meta is None:
+            docs = self._docs()
+            col = docs.column("meta")
+            found: dict[str, str] = {}
+            if col.null_count < len(col):
+                has = docs.filter(pc.is_valid(col))
+                found = dict(
+                    zip(
+                        has.column("doc_id").to_pylist(),
+                        has.column("meta").to_pylist(),
+                        strict=True,
+                    )
+                )
+            self._doc_meta = found
+        return self._doc_meta
 
     def iter_batches(self, batch_size: int = 1024) -> Iterator[tuple[int, pa.Table]]:
         """``(first_row, table_slice)`` over the store, zero-copy."""

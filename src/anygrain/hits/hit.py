@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -61,6 +61,10 @@ class Hit:
     carry the span of the ``sentence`` holding the answer, the ``reader_score`` of the
     span (start + end logit) and the ``retrieval_score`` of its passage; ``score``
     combines the two (:mod:`anygrain.reader.answering`).
+
+    ``meta`` is the passage's metadata (:meth:`CorpusStore.hit_meta
+    <anygrain.corpus.store.CorpusStore.hit_meta>`): its document's extra fields, the
+    passage's own, and ``start`` / ``end``, the passage's offsets in its document's text.
     """
 
     unit: Unit
@@ -74,6 +78,7 @@ class Hit:
     sentence: tuple[int, int] | None = None
     reader_score: float | None = None
     retrieval_score: float | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
 
     @property
     def unit_id(self) -> str:
@@ -103,7 +108,7 @@ class Hit:
         ``before + answer + after`` is the passage ``text``; ``answer`` is the phrase,
         sentence or read answer at ``span`` (empty, and ``span`` null, for passage and
         document hits); ``sentence``, ``reader_score`` and ``retrieval_score`` are null
-        except on answer hits."""
+        except on answer hits; ``meta`` is :attr:`meta`."""
         from anygrain.hits.highlight import highlight
 
         h = highlight(self)
@@ -123,6 +128,7 @@ class Hit:
             "sentence": list(self.sentence) if self.sentence is not None else None,
             "reader_score": _finite(self.reader_score),
             "retrieval_score": _finite(self.retrieval_score),
+            "meta": dict(self.meta),
         }
 
 

@@ -30,6 +30,7 @@ def hits_from_rows(
     if uniq.size == 0:
         return [[] for _ in range(len(rows))]
     ids, doc_ids, titles, texts = (store.column(c, uniq) for c in ("id", "doc_id", "title", "text"))
+    metas = store.hit_meta(uniq)
     # Position of each valid hit in the uniq arrays, laid back into the (n, k) grid.
     pos = np.full(rows.shape, -1, dtype=np.int64)
     pos[valid] = inverse
@@ -40,7 +41,7 @@ def hits_from_rows(
     for pr, rr, ss in zip(pos_l, rows_l, scores_l, strict=True):
         out.append(
             [
-                Hit(unit, s, r, ids[i], doc_ids[i], titles[i], texts[i])
+                Hit(unit, s, r, ids[i], doc_ids[i], titles[i], texts[i], meta=dict(metas[i]))
                 for i, r, s in zip(pr, rr, ss, strict=True)
                 if i >= 0
             ]

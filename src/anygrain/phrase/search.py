@@ -293,6 +293,7 @@ def unit_hits(
     if not rows:
         return [[] for _ in found]
     cols = {n: store.column(n, rows) for n in ("id", "doc_id", "title", "text")}
+    metas = store.hit_meta(rows)
     pos = {r: i for i, r in enumerate(rows)}
     out: list[list[Hit]] = []
     for hs in found:
@@ -310,6 +311,7 @@ def unit_hits(
                     title=cols["title"][i],
                     text=cols["text"][i],
                     span=h.span,
+                    meta=dict(metas[i]),
                 )
             )
         out.append(lst)

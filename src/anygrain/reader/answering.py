@@ -199,6 +199,7 @@ def combine(
                 sentence=_sentence_of(st, en, c.start, c.end),
                 reader_score=c.reader_score,
                 retrieval_score=hit.score,
+                meta=hit.meta,
             )
         )
     return out

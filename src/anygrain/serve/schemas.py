@@ -39,6 +39,12 @@ class HitOut(BaseModel):
     retrieval_score: float | None = Field(
         default=None, description="Answer hits: the retriever's score of the passage read"
     )
+    meta: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The passage's metadata: its document's extra fields (JSONL's fields "
+        "other than id, title and text), the passage's own, and start / end, the passage's "
+        "character offsets in its document's text",
+    )
 
     @classmethod
     def of(cls, hit: Hit, rank: int) -> HitOut:
@@ -47,6 +53,23 @@ class HitOut(BaseModel):
 
 def hits_out(hits: list[Hit]) -> list[HitOut]:
     return [HitOut(**h) for h in hits_json(hits)]
+
+
+class PassageOut(BaseModel):
+    """One passage by id (:meth:`anygrain.serve.service.SearchService.passage`): what a
+    hit's ``passage_id`` names, whole."""
+
+    passage_id: str
+    passage_row: int = Field(description="The passage's row in the index's corpus")
+    doc_id: str
+    title: str
+    text: str = Field(description="The passage text")
+    sentences: list[tuple[int, int]] = Field(
+        description="Character spans of the passage's sentences inside text"
+    )
+    meta: dict[str, Any] = Field(
+        default_factory=dict, description="The passage's metadata, as a hit's meta"
+    )
 
 
 class SearchResponse(BaseModel):

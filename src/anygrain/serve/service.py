@@ -396,6 +396,37 @@ class SearchService:
             out.append(q.strip())
         return out
 
+    # --- passages -----------------------------------------------------------------------
+    def passage(self, passage_id: str) -> dict[str, Any]:
+        """One passage by id, as :class:`~anygrain.serve.schemas.PassageOut` shapes it: its
+        row, document, title, text, sentence spans and :meth:`~anygrain.corpus.store.
+        CorpusStore.hit_meta` metadata.  :class:`RequestError` for an id the index does not
+        hold (or holds deleted).  Read from the index searched now (a reload swaps it whole)."""
+        if not isinstance(passage_id, str) or not passage_id.strip():
+            raise RequestError("no passage id given")
+        if len(passage_id) > MAX_QUESTION_CHARS:
+            raise RequestError(f"passage id too long: {len(passage_id)} characters")
+        with self._lock:
+            index = self.index
+        store = index.corpus
+        try:
+            row = store.row_of(passage_id)
+        except KeyError:
+            row = -1
+        tomb = getattr(index, "tombstones", None)
+        if row < 0 or (tomb is not None and row in tomb.rows):
+            raise RequestError(f"no passage {passage_id!r} in this index")
+        p = store.passage(row)
+        return {
+            "passage_id": p.id,
+            "passage_row": row,
+            "doc_id": p.doc_id,
+            "title": p.title,
+            "text": p.text,
+            "sentences": [list(s) for s in p.sentences],
+            "meta": store.hit_meta([row])[0],
+        }
+
     # --- search -------------------------------------------------------------------------
     def search(
         self,
