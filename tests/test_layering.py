@@ -22,7 +22,11 @@ name.  The rules (docs/design.md, "Layers"):
 (f) the command line ``anygrain/cli/`` imports ``anygrain.api``, ``anygrain.serve``,
     ``anygrain.errors`` and itself; any other anygrain name it imports is an option type
     (an Enum or a dataclass, checked by importing it): the commands make no domain decisions;
-(g) no private name (``_x``) is imported from another module: what a module shares is public.
+(g) no private name (``_x``) is imported from another module: what a module shares is public;
+(h) ``anygrain/integrations/`` (MCP, framework retrievers: optional extras) is a top layer
+    too: no library module, nor ``serve/``, imports it (so ``import anygrain`` imports no
+    framework; nor the package's ``__init__`` or ``api.py``), and it never imports
+    ``anygrain.cli``; ``cli/`` may import it.
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "anygrain"
 
 # the top layers: built on the library, never imported by it
-TOP = ("anygrain.api", "anygrain.serve")
+TOP = ("anygrain.api", "anygrain.serve", "anygrain.integrations")
+INTEGRATIONS = "anygrain.integrations"
 CLI = "anygrain.cli"
 INDEX_BASE = "anygrain.index.base"
 INDEX_UPDATER = "anygrain.index.updater"
@@ -126,6 +131,7 @@ def is_library(module: str) -> bool:
         or _within(module, "anygrain.api")
         or _is_cli(module)
         or _within(module, "anygrain.serve")
+        or _within(module, INTEGRATIONS)
     )
 
 
@@ -137,6 +143,14 @@ def check_source(source: str, module: str, *, is_package: bool = False) -> list[
             out.append(Violation(module, line, name, "library imports a top layer"))
         if _within(module, "anygrain.serve") and _is_cli(name):
             out.append(Violation(module, line, name, "serve imports the CLI"))
+        if (
+            not is_library(module)
+            and not (_is_cli(module) or _within(module, INTEGRATIONS))
+            and _within(name, INTEGRATIONS)
+        ):  # the package, api.py, serve/: `import anygrain` imports no framework
+            out.append(Violation(module, line, name, "imports an integration"))
+        if _within(module, INTEGRATIONS) and _is_cli(name):
+            out.append(Violation(module, line, name, "an integration imports the CLI"))
         if _within(module, INDEX_FLOOR) and any(_within(name, k) for k in KINDS + ABOVE_KINDS):
             out.append(
                 Violation(
@@ -198,6 +212,12 @@ def test_layers() -> None:
         ("anygrain.models.x", "import importlib\nimportlib.import_module('anygrain.cli')", "top"),
         # (b)
         ("anygrain.serve.app", "def f():\n    from anygrain.cli.common import X\n", "CLI"),
+        # (h)
+        ("anygrain.hits.x", "from anygrain.integrations.mcp import create_server", "top layer"),
+        ("anygrain", "import anygrain.integrations.langchain", "an integration"),
+        ("anygrain.api", "def f():\n    from anygrain.integrations import mcp\n", "integration"),
+        ("anygrain.serve.app", "from anygrain.integrations import mcp", "an integration"),
+        ("anygrain.integrations.mcp", "from anygrain.cli.common import fail", "the CLI"),
         # (c)
         (INDEX_BASE, "from anygrain.dense.index import DenseIndex", "index kind"),
         (INDEX_BASE, "from anygrain.composite import hybrid", "index kind"),
@@ -231,6 +251,8 @@ def test_the_checker_flags_violations(module: str, source: str, rule: str) -> No
         ("anygrain.cli.search", "from anygrain.api import search_index"),
         ("anygrain.cli.main", "from anygrain.cli import index, search"),
         ("anygrain.serve.app", "from anygrain.api import search_index"),
+        ("anygrain.integrations.mcp", "from anygrain.serve.schemas import HitOut"),
+        ("anygrain.cli.mcp", "def f():\n    from anygrain.integrations.mcp import run_server\n"),
         ("anygrain.eval.x", "import anygrain.client\nfrom anygrain.index.base import Index"),
         (INDEX_BASE, "from anygrain.index.registry import KIND_MODULES"),
         (INDEX_BASE, "from anygrain.index.settings import IndexSettings"),
@@ -271,7 +293,13 @@ def test_every_model_type_has_a_home() -> None:
 # package's version; any other anygrain name they import must be an option type -- an Enum
 # (``IndexKind``, ``Unit``, ``Verify``, ...) or a dataclass (a trainer's config), checked by
 # importing it.  A helper a command needs from the library goes behind ``anygrain.api``.
-CLI_MAY_IMPORT = ("anygrain.api", "anygrain.serve", "anygrain.cli", "anygrain.errors")
+CLI_MAY_IMPORT = (
+    "anygrain.api",
+    "anygrain.serve",
+    "anygrain.integrations",
+    "anygrain.cli",
+    "anygrain.errors",
+)
 CLI_MAY_IMPORT_NAMES = ("anygrain.__version__",)
 
 
@@ -388,3 +416,20 @@ def test_the_checker_flags_the_cli_importing_the_library(module: str, source: st
 )
 def test_the_checker_allows_the_cli_its_imports(module: str, source: str) -> None:
     assert check_cli_source(source, module, is_package=module == "anygrain.cli") == []
+
+
+def test_import_anygrain_imports_no_framework() -> None:
+    """The integrations are optional extras: ``import anygrain`` (and the HTTP API's
+    schemas, which the MCP server shares) loads none of their frameworks."""
+    import subprocess
+    import sys
+
+    frameworks = ("mcp", "langchain", "langchain_core", "llama_index", "haystack")
+    code = (
+        "import sys, anygrain, anygrain.serve.schemas\n"
+        "from anygrain import Index\n"
+        f"print([m for m in sys.modules if m.split('.')[0] in {frameworks!r}])\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"

@@ -60,7 +60,7 @@ def _build_app() -> typer.Typer:
 
 def _register_commands(app: typer.Typer) -> None:
     # One module per command group, each thin; registered here in the order `--help` lists them.
-    from anygrain.cli import demo, index, maintain, phrase, reader, search, serve
+    from anygrain.cli import demo, index, maintain, mcp, phrase, reader, search, serve
     from anygrain.cli import eval as eval_
     from anygrain.cli.train import train_app
 
@@ -82,6 +82,7 @@ def _register_commands(app: typer.Typer) -> None:
         ("eval-reader", eval_.eval_reader_cmd),
         ("eval-domains", eval_.eval_domains_cmd),
         ("serve", serve.serve_cmd),
+        ("mcp", mcp.mcp_cmd),
     ):
         app.command(name)(command)
     app.add_typer(train_app, name="train")

@@ -1,0 +1,171 @@
+"""An MCP server over one index: ``anygrain mcp INDEX`` (stdio, or streamable HTTP).
+
+Three tools, answering with the HTTP API's models (:mod:`anygrain.serve.schemas`: one
+definition for both, so a tool's output schema is the REST response's):
+
+* ``search(query, k, unit)`` -- :class:`SearchResponse`: the top ``k`` hits, each with the
+  exact answer ``span`` inside the passage ``text``, its sentence, passage and document, and
+  the passage's metadata;
+* ``get_passage(id)`` -- :class:`PassageOut`: one passage by the ``passage_id`` of a hit;
+* ``info()`` -- :class:`InfoResponse`: the index's kind, units, corpus and limits.
+
+Every call goes through the index's :class:`~anygrain.serve.service.SearchService` (its
+worker threads batch concurrent calls; the event loop waits in a thread), and input the
+service refuses (an empty question, an unknown unit, ``k`` out of range, an unknown id)
+answers a tool error naming what was wrong, never a crash of the server.
+
+The official ``mcp`` SDK: ``MCPServer`` (mcp 2.x), or ``FastMCP`` (mcp 1.x) where that is
+what is installed.
+"""
+
+# no ``from __future__ import annotations``: the SDK reads the tools' signatures, whose
+# annotations name this call's units, so they are evaluated where the tools are defined
+import functools
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+import anyio
+from pydantic import Field
+
+from anygrain.errors import AnygrainError
+from anygrain.index.base import Index
+from anygrain.integrations.service import shared_service
+from anygrain.serve.schemas import InfoResponse, PassageOut, SearchResponse, hits_out
+from anygrain.serve.service import (
+    DEFAULT_K,
+    MAX_K,
+    MAX_QUESTION_CHARS,
+    RequestError,
+    SearchService,
+)
+from anygrain.utils.threads import set_threads
+
+try:  # mcp 2.x
+    from mcp.server.mcpserver import MCPServer as _Server
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    MCP_MAJOR = 2
+except ImportError:  # mcp 1.x (a missing SDK fails here, with pip's extra named by the CLI)
+    from mcp.server.fastmcp import FastMCP as _Server  # type: ignore[no-redef,attr-defined]
+    from mcp.server.fastmcp.exceptions import ToolError  # type: ignore[no-redef]
+
+    MCP_MAJOR = 1
+
+log = logging.getLogger("anygrain.mcp")
+
+T = TypeVar("T")
+
+Transport = Literal["stdio", "streamable-http"]
+
+INSTRUCTIONS = (
+    "Search a document collection and cite exactly. `search` returns hits ranked best "
+    "first; each hit's `answer` is the exact text at `span` inside the passage `text` "
+    "(`before + answer + after` is the passage), with the `title`, `passage_id` and "
+    "`doc_id` to cite and the passage's `meta` (its document's fields; `start`/`end`: the "
+    "passage's offsets in its document). Unit phrase returns short answers, sentence the "
+    "sentence holding it, passage and document whole units; answer (when available) has a "
+    "reader read the top passages. `get_passage` returns a passage by `passage_id`; `info` "
+    "the index's units and limits."
+)
+
+
+async def _call(fn: Callable[[], T]) -> T:
+    """``fn()`` in a worker thread (it waits on the service's queue), any refusal a tool
+    error: the client sees why, the server goes on."""
+    try:
+        return await anyio.to_thread.run_sync(fn)
+    except (RequestError, AnygrainError) as e:  # the request, or the index on disk
+        raise ToolError(str(e)) from None
+    except Exception as e:  # a bug: logged here, answered as an error all the same
+        log.exception("tool call failed")
+        raise ToolError(f"internal error: {type(e).__name__}") from None
+
+
+def create_server(
+    index: str | Path | Index | SearchService,
+    *,
+    name: str | None = None,
+    reader: str | Path | None = None,
+    read: int | None = None,
+    warm_up: bool = True,
+    threads: int | None = None,
+    **load_options: Any,
+) -> Any:
+    """The MCP server (an ``MCPServer``, or a ``FastMCP`` under mcp 1.x) over ``index`` (a
+    directory, an open :class:`Index`, or a :class:`SearchService`), loaded here.
+    ``reader``/``read``: unit ``answer``'s reader and passages read (as ``anygrain serve``'s
+    ``--reader``/``--read``); ``warm_up``: one search now, so the first call is not slowed
+    by torch's first call; ``threads``: torch's and FAISS's thread count (default: theirs);
+    ``load_options``: :meth:`Index.load`'s (``device``, ``model``)."""
+    set_threads(threads)
+    if isinstance(index, SearchService) and (reader is not None or read is not None):
+        raise AnygrainError("reader and read are the SearchService's: pass them to it")
+    service = shared_service(index, reader=reader, read=read, **load_options)
+    if warm_up:
+        service.warm_up()
+    described = service.info()
+    server = _Server(name or f"anygrain: {described['index']}", instructions=INSTRUCTIONS)
+    units = ", ".join(described["units"])
+
+    async def search(
+        query: Annotated[
+            str,
+            Field(
+                min_length=1,
+                max_length=MAX_QUESTION_CHARS,
+                description="The question, in natural language",
+            ),
+        ],
+        k: Annotated[int, Field(ge=1, le=MAX_K, description="Hits to return")] = DEFAULT_K,
+        unit: Annotated[
+            str | None,
+            Field(
+                description=f"The grain of the hits: one of {units} (default "
+                f"{described['default_unit']})"
+            ),
+        ] = None,
+    ) -> SearchResponse:
+        """Search the index: the top k hits for the question, each with the exact answer
+        span inside its passage, the passage's title, ids and metadata."""
+        r = await _call(functools.partial(service.search, [query], unit=unit, k=k))
+        return SearchResponse(
+            question=query, unit=r.unit, k=r.k, hits=hits_out(r.hits[0]), latency_ms=r.latency_ms
+        )
+
+    async def get_passage(
+        id: Annotated[str, Field(description="A passage id (a hit's passage_id)")],
+    ) -> PassageOut:
+        """One passage by id: its text, title, document, sentence spans and metadata."""
+        return PassageOut(**await _call(functools.partial(service.passage, id)))
+
+    async def info() -> InfoResponse:
+        """The index: its kind, the units it answers at, its corpus, model and limits."""
+        return InfoResponse(**await _call(service.info))
+
+    server.add_tool(search, name="search")
+    server.add_tool(get_passage, name="get_passage")
+    server.add_tool(info, name="info")
+    setattr(server, "anygrain_service", service)  # noqa: B010  (tests, embedding apps)
+    return server
+
+
+def run_server(
+    server: Any, transport: Transport = "stdio", *, host: str = "127.0.0.1", port: int = 8000
+) -> None:
+    """Serve ``server`` until stopped: over stdin/stdout, or streamable HTTP at
+    ``http://HOST:PORT/mcp``."""
+    if transport == "stdio":
+        server.run("stdio")
+    elif transport == "streamable-http":
+        if MCP_MAJOR >= 2:
+            server.run("streamable-http", host=host, port=port)
+        else:  # mcp 1.x reads them from its settings
+            server.settings.host, server.settings.port = host, port
+            server.run("streamable-http")
+    else:
+        raise AnygrainError(f"unknown MCP transport {transport!r}: stdio or streamable-http")
+
+
+__all__ = ["INSTRUCTIONS", "MCP_MAJOR", "create_server", "run_server"]
