@@ -106,8 +106,6 @@ def answer_unit(unit: Unit | str | None, options: Mapping[str, Any]) -> Unit | s
 def read_settings(unit: Unit, options: dict[str, Any]) -> ReadSettings | None:
     """The reading settings of an ``answer`` search, taken out of ``options``; None for
     other grains, which refuse the reading options."""
-    from anygrain.reader.answering import DEFAULT_PASSAGES, DEFAULT_RETRIEVER_WEIGHT, ReadSettings
-
     given = {k: options.pop(k) for k in READ_OPTIONS if options.get(k) is not None}
     for k in READ_OPTIONS:
         options.pop(k, None)
@@ -117,6 +115,9 @@ def read_settings(unit: Unit, options: dict[str, Any]) -> ReadSettings | None:
                 f"{', '.join(given)}: reading options apply to the answer grain (unit answer)"
             )
         return None
+    # the reader (torch) only for the answer grain: other searches start without it
+    from anygrain.reader.answering import DEFAULT_PASSAGES, DEFAULT_RETRIEVER_WEIGHT, ReadSettings
+
     return ReadSettings(
         passages=int(given.get("read", DEFAULT_PASSAGES)),
         retriever_weight=float(given.get("retriever_weight", DEFAULT_RETRIEVER_WEIGHT)),

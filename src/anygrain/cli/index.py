@@ -24,7 +24,7 @@ from anygrain.composite.fusion import FusionMethod
 from anygrain.corpus.script import Script
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.index.base import IndexKind
-from anygrain.phrase.compress import Compress
+from anygrain.phrase.options import Compress
 
 
 def _index_summary(idx: Any, out_dir: Path, errors: ErrorLog) -> dict[str, Any]:

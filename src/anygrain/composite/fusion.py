@@ -18,10 +18,15 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from anygrain.utils.ranges import Range
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy is imported by the functions that fuse, not with the module: FusionMethod is an
+# option of ``anygrain --help`` and of a BM25 search, which fuse nothing
 
 
 class FusionMethod(str, enum.Enum):
@@ -63,6 +68,8 @@ class FusionConfig:
 
 def union_candidates(a_rows: np.ndarray, b_rows: np.ndarray) -> np.ndarray:
     """Per query, the union of both lists' rows (valid rows first, -1 padding), shape (n, <=2*depth)."""
+    import numpy as np
+
     n = a_rows.shape[0]
     unions = [np.unique(np.concatenate([a_rows[i], b_rows[i]])) for i in range(n)]
     unions = [u[u >= 0] for u in unions]
@@ -74,6 +81,8 @@ def union_candidates(a_rows: np.ndarray, b_rows: np.ndarray) -> np.ndarray:
 
 
 def _normalise(s: np.ndarray, valid: np.ndarray, method: FusionMethod) -> np.ndarray:
+    import numpy as np
+
     out = np.zeros_like(s, dtype=np.float64)
     for i in range(s.shape[0]):
         v = s[i, valid[i]].astype(np.float64)
@@ -94,6 +103,8 @@ def fuse_scores(
     cand: np.ndarray, sparse: np.ndarray, dense: np.ndarray, config: FusionConfig, k: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Combine exact per-candidate scores of both systems; top ``k`` rows and fused scores."""
+    import numpy as np
+
     valid = cand >= 0
     fused = _normalise(sparse, valid, config.method) + config.dense_weight * _normalise(
         dense, valid, config.method
@@ -105,6 +116,8 @@ def rrf(
     a_rows: np.ndarray, b_rows: np.ndarray, k: int, weight: float = 1.0
 ) -> tuple[np.ndarray, np.ndarray]:
     """Reciprocal-rank fusion of two ranked lists (rank 1 = best), b weighted by ``weight``."""
+    import numpy as np
+
     n = a_rows.shape[0]
     cand = union_candidates(a_rows, b_rows)
     scores = np.full(cand.shape, -np.inf)
@@ -121,6 +134,8 @@ def rrf(
 
 
 def _top(cand: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np
+
     n = cand.shape[0]
     rows = np.full((n, k), -1, dtype=np.int64)
     out = np.zeros((n, k), dtype=np.float32)

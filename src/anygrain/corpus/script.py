@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from anygrain.corpus.readers._io import load_json
 from anygrain.errors import AnygrainError, InputError
 from anygrain.utils.atomic import atomic_write_text
 from anygrain.utils.targets import check_output_file
@@ -78,6 +77,10 @@ def convert_squad_file(src: str | Path, out: str | Path, script: Script) -> Conv
     # the one check every writer uses: never over its input (a hard link included), never
     # inside an anygrain index, model or corpus
     check_output_file(out, [src], what="the converted file")
+    # here, not at the top: importing the readers package loads every reader, and the
+    # option type Script is imported by ``anygrain --help``
+    from anygrain.corpus.readers._io import load_json
+
     try:
         data: Any = load_json(src)
     except OSError as e:  # unreadable (permissions, a vanished file): the path and why

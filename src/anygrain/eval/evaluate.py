@@ -31,8 +31,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tqdm import tqdm
-
 from anygrain.corpus.questions import Question
 from anygrain.errors import AnygrainError
 from anygrain.eval.metrics import Metric, parse_metrics
@@ -242,6 +240,8 @@ def evaluate(
     tag = str(getattr(kind, "value", kind) or "anygrain")
     writer = RunWriter(run_out, tag) if run_out is not None else None
     seconds = 0.0
+    from tqdm import tqdm  # here, not at the top: a search or --help imports this module
+
     try:
         with tqdm(total=len(to_search), disable=not progress, desc="evaluating", unit="q") as bar:
             for start in range(0, len(to_search), batch_size):

@@ -453,10 +453,10 @@ class Index(ABC):
     ) -> Index:
         """Build this kind from ``source`` into ``out``: ``options`` are the kind's settings
         (``settings_type``), checked and typed before anything is read or written."""
-        from anygrain.utils.device import resolve_device
+        from anygrain.utils.device import check_device
 
         settings = cls.settings_type.from_options(cls.kind.value, options)
-        resolve_device(device)  # a missing GPU is refused before anything is read
+        check_device(device)  # a missing GPU is refused before anything is read
         common = BuildOptions(split, errors, progress, corpus_dir, overwrite, executor, device)
         return cls.build_with(source, Path(out), settings, common)
 
@@ -648,9 +648,9 @@ class Index(ABC):
             if name not in cls.load_options:
                 raise _refused(cls, "load", name, where)
         if "device" in given:
-            from anygrain.utils.device import resolve_device
+            from anygrain.utils.device import check_device
 
-            resolve_device(given["device"])
+            check_device(given["device"])
         return given
 
     @classmethod

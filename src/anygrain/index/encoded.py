@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where arrays are made: the base imports this module
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,8 @@ class EncodedQueries:
         """The queries of ``parts``, one after another (all from one index's encoder)."""
         if len(parts) == 1:
             return parts[0]
+        import numpy as np
+
         texts = [t for p in parts for t in p.texts]
         n_vec = {len(p.vectors) for p in parts}
         if len(n_vec) > 1:
@@ -48,6 +52,8 @@ class EncodedQueries:
 
     def take(self, rows: Sequence[int]) -> EncodedQueries:
         """These queries' subset ``rows``, in that order."""
+        import numpy as np
+
         pick = np.asarray(list(rows), dtype=np.int64)
         return EncodedQueries(
             [self.texts[int(i)] for i in pick], tuple(v[pick] for v in self.vectors)

@@ -69,7 +69,7 @@ from anygrain.index.base import (
 from anygrain.index.tombstones import Tombstones, read_tombstones, tombstone_name
 from anygrain.utils.atomic import atomic_dir, atomic_write_text, is_temporary_name
 from anygrain.utils.checksums import ALGORITHM, hash_file
-from anygrain.utils.device import resolve_device
+from anygrain.utils.device import check_device
 from anygrain.utils.lock import writer_lock
 
 
@@ -204,7 +204,7 @@ def add_documents(
     Passage or document ids the index already holds are refused, naming them.  Another
     writer of the index at work is refused at once (:mod:`anygrain.utils.lock`)."""
     p = real_index_path(path)
-    resolve_device(device)  # a missing GPU is refused before anything is read
+    check_device(device)  # a missing GPU is refused before anything is read
     with writer_lock(p, UpdateOp.ADD.value):  # held from the read to the swap
         return _add_documents(p, source, split, model, errors, progress, device)
 

@@ -24,7 +24,6 @@ encoder against the quantized index it will search).
 
 from __future__ import annotations
 
-import enum
 import math
 from typing import Any
 
@@ -33,20 +32,12 @@ import numpy as np
 
 from anygrain.dense.faiss_index import MIN_POINTS_PER_CENTROID, FaissIndex, unwrap_index
 from anygrain.errors import AnygrainError
+from anygrain.phrase.options import Compress
 
 #: Below this many vectors the codes are scanned exhaustively (no IVF).
 EXACT_LIMIT = 100_000
 #: OPQ trains its own 256-centroid k-means per sub-space, whatever the PQ bits.
 OPQ_MIN_TRAIN = 256
-
-
-class Compress(str, enum.Enum):
-    """How a phrase index's FAISS indexes store vectors."""
-
-    NONE = "none"
-    SQ8 = "sq8"
-    SQ4 = "sq4"
-    OPQ_PQ = "opq-pq"
 
 
 def default_pq_m(dim: int) -> int:

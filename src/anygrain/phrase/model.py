@@ -26,7 +26,6 @@ same ``PhraseEncoder.load`` / ``load_model``.
 from __future__ import annotations
 
 import copy
-import enum
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -48,6 +47,7 @@ from anygrain.models.base import (
 from anygrain.models.encoder import Pooling, check_finite, pool
 from anygrain.models.hf import load_hf_dir, load_tensors, quiet_transformers
 from anygrain.models.resolve import resolve_model
+from anygrain.phrase.options import QuestionEncoderKind
 from anygrain.phrase.tokens import Window, best_windows, tokenize_windows
 from anygrain.utils.device import autocast, module_device
 from anygrain.utils.precision import bf16_linears, weights_version
@@ -57,13 +57,6 @@ MODEL_CONFIG = config_file(ModelType.PHRASE)
 FORMAT = "anygrain.phrase-model"
 FORMAT_VERSION = 1
 HEADS_FILE = "heads.safetensors"
-
-
-class QuestionEncoderKind(str, enum.Enum):
-    """How questions become ``(q_start, q_end)``."""
-
-    SEPARATE = "separate"  # two encoders, [CLS] each (the paper)
-    SHARED = "shared"  # one encoder, pooled, two linear heads
 
 
 @dataclass

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
+
+from anygrain.train.options import GradClip
 
 
 def param_groups(module: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -57,13 +58,6 @@ def apply_update(
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-
-
-class GradClip(str, enum.Enum):
-    """How the gradient norm is limited before each update."""
-
-    GLOBAL = "global"  # one norm over all parameters (the usual clip_grad_norm_)
-    PER_SIDE = "per-side"  # each side (e.g. phrase and question encoders) on its own norm
 
 
 def clip_gradients(

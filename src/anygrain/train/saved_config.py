@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from anygrain.corpus.readers._io import load_json
 from anygrain.errors import AnygrainError
 from anygrain.utils.atomic import atomic_write_text
 
@@ -96,6 +95,10 @@ class SavedConfig:
         path = Path(directory) / cls.FILE
         if not path.exists():
             raise AnygrainError(f"{directory}: no {cls.FILE}")
+        # here, not at the top: importing the readers package loads every reader, and a
+        # config (what ``anygrain train --help`` is made of) is imported without them
+        from anygrain.corpus.readers._io import load_json
+
         d = load_json(path)  # syntax errors name the file and line
         if not isinstance(d, dict):
             raise AnygrainError(f"{path}: expected a JSON object")

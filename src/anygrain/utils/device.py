@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import enum
 from contextlib import AbstractContextManager
-
-import torch
+from typing import TYPE_CHECKING
 
 from anygrain.errors import AnygrainError
-from anygrain.utils.precision import cpu_autocast
+
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported inside each function: the options (DeviceChoice, DEVICE_HELP) and the
+# modules that only name resolve_device (the updater, every config) start without it
 
 
 class DeviceChoice(str, enum.Enum):
@@ -31,6 +35,8 @@ DEVICE_HELP = "auto: a CUDA GPU when torch sees one, else the CPU; cpu; cuda (cu
 
 def resolve_device(choice: str | DeviceChoice | torch.device | None = None) -> torch.device:
     """The torch device for ``choice`` (None means ``auto``)."""
+    import torch
+
     if isinstance(choice, torch.device):
         return choice
     name = "auto" if choice is None else str(getattr(choice, "value", choice)).strip().lower()
@@ -59,8 +65,21 @@ def resolve_device(choice: str | DeviceChoice | torch.device | None = None) -> t
     raise AnygrainError(f"unknown device {name!r}: use auto, cpu or cuda (cuda:N)")
 
 
+def check_device(choice: str | DeviceChoice | torch.device | None = None) -> None:
+    """Refuse a device that is not here (a missing GPU, an unknown name) before any work is
+    done: :func:`resolve_device`'s checks, without importing torch for ``auto`` and ``cpu``,
+    which are always here (a BM25 build, add or search needs no torch)."""
+    name = "auto" if choice is None else str(getattr(choice, "value", choice)).strip().lower()
+    if name not in (DeviceChoice.AUTO.value, DeviceChoice.CPU.value):
+        resolve_device(choice)
+
+
 def autocast(device: torch.device, bf16: bool) -> AbstractContextManager[object]:
     """bfloat16 autocast on ``device`` when ``bf16`` (a no-op context otherwise)."""
+    import torch
+
+    from anygrain.utils.precision import cpu_autocast
+
     if device.type == "cuda":
         return torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16)
     return cpu_autocast(bf16)
@@ -68,6 +87,8 @@ def autocast(device: torch.device, bf16: bool) -> AbstractContextManager[object]
 
 def module_device(module: torch.nn.Module) -> torch.device:
     """The device of a module's first parameter (the CPU for one without parameters)."""
+    import torch
+
     for p in module.parameters():
         return p.device
     return torch.device("cpu")

@@ -10,14 +10,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from anygrain.train.phrase.config import PhraseQuerySideConfig, PhraseTrainConfig, QuerySideLoss
-from anygrain.train.phrase.trainer import train_phrase as train
 
 if TYPE_CHECKING:
     from anygrain.train.phrase.query_side import train_phrase_query_side as train_query_side
+    from anygrain.train.phrase.trainer import train_phrase as train
 
 
 def __getattr__(name: str) -> Any:
-    # query-side training searches a phrase index (FAISS); plain training needs none
+    # the trainers (torch, transformers) on first use: the configs need neither; query-side
+    # training searches a phrase index (FAISS) too, plain training needs none
+    if name == "train":
+        from anygrain.train.phrase.trainer import train_phrase
+
+        return train_phrase
     if name == "train_query_side":
         from anygrain.train.phrase.query_side import train_phrase_query_side
 

@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anygrain.errors import AnygrainError
-from anygrain.phrase.model import QuestionEncoderKind
-from anygrain.train.optim import GradClip
-from anygrain.train.phrase.losses import InBatchNegatives
+from anygrain.phrase.options import QuestionEncoderKind
+from anygrain.train.options import GradClip, InBatchNegatives
 from anygrain.train.saved_config import (
     BF16_HELP,
     CHECKPOINT_EVERY_HELP,

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,15 +23,6 @@ import torch
 from torch.nn import functional as F
 
 _NEG_INF = -1e9  # masks a logit; finite, so a fully masked row gives no NaN
-
-
-class InBatchNegatives(str, enum.Enum):
-    """What the other passages of a batch contribute as negatives for a question."""
-
-    GOLD = "gold"  # their questions' gold start/end vectors (the paper)
-    # every token that may start (end) a phrase in them: the question's gold must beat all of
-    # them, which is what ranking phrases across passages asks of it
-    TOKENS = "tokens"
 
 
 def masked_logits(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

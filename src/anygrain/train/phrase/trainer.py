@@ -38,11 +38,11 @@ from anygrain.train.checkpoint import (
     save_checkpoint,
 )
 from anygrain.train.loop import EpochPosition, LoopSettings, StepCallback, StepResult, run_loop
-from anygrain.train.optim import GradClip, apply_update, clip_gradients, param_groups
+from anygrain.train.optim import apply_update, clip_gradients, param_groups
+from anygrain.train.options import GradClip, InBatchNegatives
 from anygrain.train.phrase.config import PhraseTrainConfig
 from anygrain.train.phrase.data import PhraseTrainData, load_phrase_data, plan_epoch
 from anygrain.train.phrase.losses import (
-    InBatchNegatives,
     PrebatchQueue,
     Teacher,
     distill_kl,
