@@ -89,7 +89,17 @@ def saved(
             if p.requires_grad:
                 p.add_(0.02 * torch.randn_like(p))
     packed_dir = pack_phrase_model(trained, root / "packed")
+    from anygrain.reader.packed import pack_reader
+
+    read = Reader.from_pretrained(tiny, max_length=64, max_question_length=16, stride=16)
+    read.freeze_embeddings()
+    with torch.no_grad():
+        for p in read.parameters():
+            if p.requires_grad:
+                p.add_(0.02 * torch.randn_like(p))
+    packed_reader = pack_reader(read, root / "packed-reader")
     return {
+        ModelType.PACKED_READER: (Reader.load(packed_reader), packed_reader),
         ModelType.BIENCODER: (bi, bi.save(root / "bi")),
         ModelType.PHRASE: (phrase, phrase.save(root / "phrase")),
         ModelType.PACKED_PHRASE: (PhraseEncoder.load(packed_dir), packed_dir),
@@ -134,7 +144,8 @@ def test_the_config_file_carries_format_and_version(
 ) -> None:
     for kind, (model, path) in saved.items():
         d = json.loads((path / MODEL_FORMS[kind].config_file).read_text())
-        if kind is not ModelType.PACKED_PHRASE:  # the packed form writes its own info
+        # the packed forms write their own info
+        if kind not in (ModelType.PACKED_PHRASE, ModelType.PACKED_READER):
             assert d["format"] == model.format and d["format_version"] == model.format_version
 
 
