@@ -149,7 +149,9 @@ def cmd_eval(args: argparse.Namespace) -> None:
     if "open" in args.parts:
         log("retrieve-then-read, SQuAD dev paragraphs")
         qs = load_questions(dev, limit=args.limit)
-        r = evaluate_reader(idx, reader, list(qs), k=max(10, args.k), at=[1, 2, 3, 5, 8, 10])
+        r = evaluate_reader(
+            idx, reader, list(qs), k=args.k, at=[c for c in (1, 2, 3, 5) if c < args.k]
+        )
         out["squad_dev_open"] = {
             k: v for k, v in r.items() if k not in ("per_question",) and not k.endswith("seconds")
         }

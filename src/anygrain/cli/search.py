@@ -39,7 +39,7 @@ ReadOpt = Annotated[
     Optional[int],  # noqa: UP045  (typer reads the annotation at run time)
     typer.Option(
         "--read",
-        help="Answer grain: read the top K passages with a reader (default 5); implies "
+        help="Answer grain: read the top K passages with a reader (default 3); implies "
         "--unit answer",
     ),
 ]
