@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -73,12 +74,13 @@ def demo_cmd(
                 # the read answer marked inside its sentence
                 s0, s1 = h.span
                 sa, sb = h.sentence or (s0, s1)
+                # whitespace runs shown as one space, the answer's edges kept as they are
                 before, answer, after = (
-                    " ".join(x.split()) for x in (h.text[sa:s0], h.text[s0:s1], h.text[s1:sb])
+                    re.sub(r"\s+", " ", x) for x in (h.text[sa:s0], h.text[s0:s1], h.text[s1:sb])
                 )
                 line = (
                     f"[bold cyan]{escape(answer)}[/]  [green]{escape(h.title)}[/]  "
-                    f"{escape(before)} [bold cyan]{escape(answer)}[/] {escape(after)}"
+                    f"{escape(before.lstrip())}[bold cyan]{escape(answer)}[/]{escape(after.rstrip())}"
                 )
             elif unit is Unit.PHRASE:
                 # the phrase marked inside its context: what the demo is about
