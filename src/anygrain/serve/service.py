@@ -472,7 +472,29 @@ class SearchService:
                 index = self.index
             ready = self._encode(index, jobs)
             if ready:
-                self._encoded.put(_Encoded(index, ready))
+                self._hand_over(_Encoded(index, ready))
+
+    def _hand_over(self, pending: _Encoded) -> None:
+        """Put an encoded batch in the search stage's hands; while that stage is busy,
+        requests arriving meanwhile are encoded and join the batch, so a slow stage (reading
+        answers) gets batches as large as its own pace allows."""
+        n = sum(len(j.questions) for j in pending.jobs)
+        while True:
+            try:
+                self._encoded.put(pending, timeout=0.003)
+                return
+            except queue.Full:
+                pass
+            more: list[_Job] = []
+            while self.batching and n < MAX_BATCH_QUESTIONS:
+                try:
+                    job = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                more.append(job)
+                n += len(job.questions)
+            if more:
+                pending.jobs.extend(self._encode(pending.index, more))
 
     def encode_options(self, index: Index) -> dict[str, Any]:
         """What :meth:`Index.encode` is given: bf16 where chosen and the kind takes it."""
@@ -500,12 +522,25 @@ class SearchService:
 
     def _search_work(self) -> None:
         while True:
-            batch = self._encoded.get()
-            groups: dict[tuple[Unit, int, float | None], list[_Job]] = {}
-            for job in batch.jobs:
-                groups.setdefault((job.unit, job.k, job.sparse_weight), []).append(job)
-            for (unit, k, w), group in groups.items():
-                self._run(batch.index, group, unit, k, w)
+            batches = [self._encoded.get()]
+            # What the encoder finished meanwhile joins this round: the encoder runs one
+            # batch ahead, so under steady load each batch would otherwise hold one request
+            # (measured: 1.03 questions per answer search at 4 clients), and reading gains
+            # most from batches.
+            while self.batching:
+                try:
+                    batches.append(self._encoded.get_nowait())
+                except queue.Empty:
+                    break
+            for index in dict.fromkeys(b.index for b in batches):
+                groups: dict[tuple[Unit, int, float | None], list[_Job]] = {}
+                for b in batches:
+                    if b.index is not index:
+                        continue
+                    for job in b.jobs:
+                        groups.setdefault((job.unit, job.k, job.sparse_weight), []).append(job)
+                for (unit, k, w), group in groups.items():
+                    self._run(index, group, unit, k, w)
 
     def _run(
         self, index: Index, jobs: list[_Job], unit: Unit, k: int, sparse_weight: float | None
