@@ -8,16 +8,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from anygrain.composite.fusion import FusionMethod
-from anygrain.corpus.formats import Format, names_format, parse_source
+from anygrain.corpus.formats import Format, parse_source
 from anygrain.corpus.questions import Question, Questions
+from anygrain.corpus.questions import batch_questions as batch_questions  # FORMAT:PATH or lines
+from anygrain.corpus.questions import read_question_lines as read_question_lines
 from anygrain.corpus.script import ConversionReport, Script
 from anygrain.corpus.splitters import split_help as split_help  # help text of split options
+from anygrain.demo import DemoAnswer as DemoAnswer  # what run_demo returns
+from anygrain.demo import DemoResult as DemoResult
 from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.errors import AnygrainError, ErrorLog, UsageError, parse_enum
+from anygrain.eval.domains import DOMAIN_SLOT as DOMAIN_SLOT  # one index per domain
 from anygrain.eval.domains import MULTICPR_METRICS, DomainTable
 from anygrain.eval.evaluate import EvalReport
 from anygrain.hits.hit import Hit, Unit, hits_json
-from anygrain.index.base import Index, IndexKind, index_class, read_manifest
+from anygrain.index.base import Index, IndexKind, read_manifest
 from anygrain.index.scope import Scope
 from anygrain.train.saved_config import BF16_HELP as BF16_HELP  # help text of --bf16
 from anygrain.utils.checksums import Problem, Verify
@@ -136,42 +141,6 @@ class QuestionHits:
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "question": self.question, "hits": hits_json(self.hits)}
-
-
-def read_question_lines(path: str | Path) -> Questions:
-    """Questions one per line of a UTF-8 text file (``-``: stdin); blank lines are skipped,
-    and each question's id is its line number."""
-    import sys
-
-    if str(path) == "-":
-        text, where = sys.stdin.read(), "stdin"
-    else:
-        p = Path(path)
-        where = str(p)
-        try:
-            text = p.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise AnygrainError(f"{p}: no such file") from None
-        except IsADirectoryError:
-            raise AnygrainError(f"{p}: is a directory; give a file of questions") from None
-        except UnicodeDecodeError as e:
-            raise AnygrainError(f"{p}: not UTF-8 text (byte {e.start})") from None
-    items = [
-        Question(id=str(n), text=line.strip())
-        for n, line in enumerate(text.splitlines(), 1)
-        if line.strip()
-    ]
-    if not items:
-        raise AnygrainError(f"{where}: holds no question (one question per line)")
-    return Questions(items, source=where, format="lines")
-
-
-def batch_questions(spec: str | Path, *, errors: ErrorLog | None = None) -> Questions:
-    """The questions of a batch search: ``FORMAT:PATH`` (any question format,
-    :func:`load_questions`), else a text file with one question per line (``-``: stdin)."""
-    if names_format(str(spec)):
-        return load_questions(spec, errors=errors)
-    return read_question_lines(spec)
 
 
 def search_questions(
@@ -303,10 +272,6 @@ def evaluate_index(
     return report
 
 
-#: the slot of ``evaluate_domains``' index path that names one index per domain
-DOMAIN_SLOT = "{domain}"
-
-
 def evaluate_domains(
     root: str | Path,
     index: str | Path,
@@ -327,46 +292,19 @@ def evaluate_domains(
     from ``multicpr:ROOT``).  ``run_out``: a TREC run file (per-domain indexes:
     ``FILE.DOMAIN`` each), never over a query or qrels file.  ``limit``: the first N
     questions of each domain."""
-    from anygrain.corpus.readers.multicpr import QUERY_SUFFIX, domain_prefix
-    from anygrain.corpus.readers.multicpr import read_multicpr_questions as read_qs
-    from anygrain.eval.domains import evaluate_domains as evaluate
-    from anygrain.eval.evaluate import Searcher
-    from anygrain.eval.runs import check_run_path
+    from anygrain.eval.domains import evaluate_domain_dirs
 
-    root = Path(root)
-    if not root.is_dir():
-        raise AnygrainError(f"{root}: not a directory")
-    names = (
-        list(domains)
-        if domains
-        else sorted(d.name for d in root.iterdir() if (d / f"{split}{QUERY_SUFFIX}").is_file())
-    )
-    if not names:
-        raise AnygrainError(f"{root}: no domain directory with {split}{QUERY_SUFFIX}")
-    per_domain = DOMAIN_SLOT in str(index)
-    if run_out is not None:  # never over a query or qrels file, never inside an index
-        read = [
-            root / name / f
-            for name in names
-            for f in (f"{split}{QUERY_SUFFIX}", f"qrels.{split}.tsv", f"qrels.{split}.txt")
-        ]
-        for name in names if per_domain else [""]:
-            check_run_path(f"{run_out}.{name}" if name else run_out, read)
-    if limit is not None and limit < 1:
-        raise AnygrainError(f"limit must be at least 1, got {limit}")
-    errors = ErrorLog()
-    questions: dict[str, list[Question]] = {}
-    for name in names:
-        prefix = "" if per_domain else domain_prefix(root / name)
-        qs = list(read_qs(root / name / f"{split}{QUERY_SUFFIX}", errors, prefix=prefix))
-        questions[name] = qs[:limit] if limit is not None else qs
-    target: Searcher | dict[str, Searcher]
-    if per_domain:
-        target = {name: Index.load(str(index).replace(DOMAIN_SLOT, name)) for name in names}
-    else:
-        target = Index.load(index)
-    return evaluate(
-        questions, target, list(metrics), drop_empty=drop_empty, progress=progress, run_out=run_out
+    return evaluate_domain_dirs(
+        root,
+        index,
+        Index.load,
+        split=split,
+        domains=domains,
+        metrics=metrics,
+        drop_empty=drop_empty,
+        run_out=run_out,
+        limit=limit,
+        progress=progress,
     )
 
 
@@ -389,40 +327,24 @@ def evaluate_reader(
     ``index`` retrieves, or (``gold_passage``) each question with its gold passage alone,
     from ``corpus`` (a corpus directory, or any source, built into a temporary store) or
     the index's corpus.  ``threads`` sets torch's and FAISS's thread count."""
-    import tempfile
-
-    from anygrain.corpus.store import CorpusStore
-    from anygrain.reader.answering import load_reader_for
-    from anygrain.reader.evaluate import evaluate_reader as evaluate
+    from anygrain.reader.evaluate import evaluate_reader_at
 
     set_threads(threads)
     qs = questions if isinstance(questions, Questions) else load_questions(questions)
     qs = _first(qs, limit)
     idx = index if isinstance(index, Index) or index is None else Index.load(index)
-    if reader is None and idx is None:
-        raise UsageError("name a --reader, or an index whose language picks the shipped one")
-    model = load_reader_for(idx, reader)
-    with tempfile.TemporaryDirectory() as tmp:
-        store = None
-        if corpus is not None:
-            cp = Path(corpus)
-            store = (
-                CorpusStore(cp)
-                if (cp / "corpus.json").exists()
-                else CorpusStore.build(str(corpus), Path(tmp) / "corpus", progress=progress)
-            )
-        return evaluate(
-            idx,
-            model,
-            list(qs),
-            k=k,
-            gold_passage=gold_passage,
-            store=store,
-            bf16=bf16,
-            progress=progress,
-            retriever_weight=retriever_weight,
-            at=at,
-        )
+    return evaluate_reader_at(
+        idx,
+        reader,
+        list(qs),
+        k=k,
+        gold_passage=gold_passage,
+        corpus=corpus,
+        bf16=bf16,
+        progress=progress,
+        retriever_weight=retriever_weight,
+        at=at,
+    )
 
 
 def ask(
@@ -773,50 +695,6 @@ def compact_index(index: str | Path, *, progress: bool = True, threads: int | No
     return compact(index, progress=progress)
 
 
-@dataclass
-class DemoAnswer:
-    """One demo question with its hits at each unit the index returns."""
-
-    question: Question
-    hits: dict[Unit, list[Hit]]
-
-
-@dataclass
-class DemoResult:
-    index: Index
-    answers: list[DemoAnswer]
-    metrics: dict[str, float]
-    reused: bool
-    seconds: dict[str, float]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.index.kind.value,
-            "index": str(self.index.path),
-            "n_questions": len(self.answers),
-            "n_passages": len(self.index.corpus),
-            "metrics": self.metrics,
-            "reused_index": self.reused,
-            "seconds": self.seconds,
-        }
-
-
-def _reusable_demo_index(
-    out: Path, kind: IndexKind, corpus_checksum: str, lang: str = "en"
-) -> Index | None:
-    """The demo index already at ``out`` when it holds the same corpus, kind and (phrase)
-    model, so a second ``anygrain demo`` answers at once; None when there is none."""
-    if not (out / "index.json").exists():
-        return None
-    m = read_manifest(out)
-    if m.get("kind") != kind.value or m.get("corpus", {}).get("checksum") != corpus_checksum:
-        return None
-    want = index_class(kind).default_model_fingerprint(lang)
-    if want is not None and m.get("model", {}).get("fingerprint") != want:
-        return None
-    return Index.load(out)
-
-
 def run_demo(
     out: str | Path,
     *,
@@ -838,82 +716,17 @@ def run_demo(
     With ``read`` (the default where a reader ships for the language, or with ``reader``)
     the shipped reader also reads the top passages: the answer grain beside the phrases.
     """
-    import tempfile
-    import time
+    from anygrain.demo import run_demo as run
 
-    from anygrain.corpus.builtin import chinese_topics, demo_questions, pydoc_topics
-    from anygrain.corpus.lang import Lang
-    from anygrain.corpus.store import CorpusStore
-    from anygrain.eval import evaluate_run
-    from anygrain.models.shipped import reader_ships
-
-    out = Path(out)
-    k_ = parse_enum(IndexKind, kind)
-    lang = parse_enum(Lang, lang).value
-    topics = chinese_topics() if lang == "zh" else pydoc_topics()
-    docs = list(topics)[:max_documents]
-    t0 = time.time()
-    with tempfile.TemporaryDirectory() as tmp:
-        store = CorpusStore.build(docs, Path(tmp) / "corpus", split="paragraph", progress=False)
-        checksum = store.manifest["checksum"]
-    idx = _reusable_demo_index(out, k_, checksum, lang)
-    reused = idx is not None
-    if idx is None:
-        if out.exists() and any(out.iterdir()) and not (out / "index.json").exists():
-            raise AnygrainError(
-                f"{out}: exists and is not this demo's index; pass another --out "
-                "(the demo never replaces a directory that is not an anygrain index)"
-            )
-        # another demo index there (another kind or model) is replaced
-        settings.setdefault("overwrite", True)
-        settings.setdefault("lang", lang)
-        idx = Index.build(docs, kind=k_, out=out, split="paragraph", progress=progress, **settings)
-    t_index = time.time() - t0
-    qs = demo_questions(lang)
-    units: list[Unit] = [
-        u for u in idx.units if u is not Unit.DOCUMENT
-    ]  # a topic page is too long to show
-    t1 = time.time()
-    by_unit = {u: search_index(idx, qs.texts, k, unit=u) for u in units}
-    t_search = time.time() - t1
-    if read and (reader is not None or reader_ships(lang)):
-        read_hits = search_index(idx, qs.texts, 1, unit=Unit.ANSWER, reader=reader)
-        by_unit = {Unit.ANSWER: read_hits, **by_unit}
-        units = [Unit.ANSWER, *units]
-    t_read = time.time() - t1 - t_search
-    answers = [DemoAnswer(q, {u: by_unit[u][i] for u in units}) for i, q in enumerate(qs.items)]
-
-    # Score the hits already in hand rather than searching again.
-    def run_of(u: Unit) -> dict[str, list[Hit]]:
-        return {q.id: h for q, h in zip(qs, by_unit[u], strict=True)}
-
-    metrics = dict(
-        evaluate_run(run_of(Unit.PASSAGE), qs, ["top@1", f"top@{k}", f"mrr@{k}"]).metrics
+    return run(
+        out,
+        search_index,
+        kind=kind,
+        progress=progress,
+        max_documents=max_documents,
+        k=k,
+        lang=lang,
+        read=read,
+        reader=reader,
+        **settings,
     )
-    if Unit.PHRASE in units:
-        metrics.update(evaluate_run(run_of(Unit.PHRASE), qs, ["em", "f1"]).metrics)
-    if Unit.ANSWER in units:
-        read_metrics = evaluate_run(run_of(Unit.ANSWER), qs, ["em", "f1"]).metrics
-        metrics.update({f"answer_{m}": v for m, v in read_metrics.items()})
-    if Unit.SENTENCE in units:
-        from anygrain.eval.answers import has_answer
-
-        # the sentence of the best phrase (a sentence scores as its best phrase): does it
-        # hold the answer, for a reader who wants the context and not only the phrase
-        def in_sentence(h: list[Hit], answers: list[str]) -> bool:
-            if not h or h[0].span is None:
-                return False
-            a, b = h[0].span
-            return has_answer(h[0].text[a:b], answers)
-
-        hits = by_unit[Unit.SENTENCE]
-        found = sum(in_sentence(h, q.answers) for q, h in zip(qs, hits, strict=True))
-        metrics["answer_in_top_sentence"] = found / max(len(qs), 1)
-    seconds = {
-        "index": round(t_index, 2),
-        "search_per_question": round(
-            t_search / max(1, len(qs) * len([u for u in units if u is not Unit.ANSWER])), 4
-        ),
-        "read_per_question": round(t_read / max(1, len(qs)), 4),
-    }
-    return DemoResult(idx, answers, metrics, reused, seconds)

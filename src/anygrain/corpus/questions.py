@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from anygrain.errors import AnygrainError
+
+if TYPE_CHECKING:
+    from anygrain.errors import ErrorLog
 
 
 @dataclass
@@ -58,3 +65,42 @@ class Questions(Sequence[Question]):
     @property
     def texts(self) -> list[str]:
         return [q.text for q in self.items]
+
+
+def read_question_lines(path: str | Path) -> Questions:
+    """Questions one per line of a UTF-8 text file (``-``: stdin); blank lines are skipped,
+    and each question's id is its line number."""
+    import sys
+
+    if str(path) == "-":
+        text, where = sys.stdin.read(), "stdin"
+    else:
+        p = Path(path)
+        where = str(p)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise AnygrainError(f"{p}: no such file") from None
+        except IsADirectoryError:
+            raise AnygrainError(f"{p}: is a directory; give a file of questions") from None
+        except UnicodeDecodeError as e:
+            raise AnygrainError(f"{p}: not UTF-8 text (byte {e.start})") from None
+    items = [
+        Question(id=str(n), text=line.strip())
+        for n, line in enumerate(text.splitlines(), 1)
+        if line.strip()
+    ]
+    if not items:
+        raise AnygrainError(f"{where}: holds no question (one question per line)")
+    return Questions(items, source=where, format="lines")
+
+
+def batch_questions(spec: str | Path, *, errors: ErrorLog | None = None) -> Questions:
+    """The questions of a batch search: ``FORMAT:PATH`` (any question format), else a text
+    file with one question per line (``-``: stdin)."""
+    # the formats read question sets of this module's type: imported when asked
+    from anygrain.corpus.formats import names_format, parse_source
+
+    if names_format(str(spec)):
+        return parse_source(str(spec), want="questions").questions(errors)
+    return read_question_lines(spec)

@@ -17,17 +17,19 @@ both from one ranked list of 1000.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from anygrain.corpus.questions import Question
-from anygrain.errors import AnygrainError
+from anygrain.errors import AnygrainError, ErrorLog
 from anygrain.eval.evaluate import EvalReport, Searcher, evaluate
 from anygrain.eval.metrics import parse_metrics
 
 MULTICPR_METRICS = ("mrr@10", "recall@1000")
+#: the slot of :func:`evaluate_domain_dirs`' index path that names one index per domain
+DOMAIN_SLOT = "{domain}"
 # How the paper names its columns.
 _TITLES = {"mrr@10": "MRR@10", "recall@1000": "Recall@1000"}
 
@@ -156,3 +158,60 @@ def evaluate_domains(
         reports = dict.fromkeys(questions, merged)
     rows = [_row(domain, qs, reports[domain], names) for domain, qs in questions.items()]
     return DomainTable(names, rows, _overall(rows, names), drop_empty)
+
+
+def evaluate_domain_dirs(
+    root: str | Path,
+    index: str | Path,
+    open_index: Callable[[str | Path], Searcher],
+    *,
+    split: str = "dev",
+    domains: Sequence[str] | None = None,
+    metrics: Sequence[str] = MULTICPR_METRICS,
+    drop_empty: bool = False,
+    run_out: str | Path | None = None,
+    limit: int | None = None,
+    progress: bool = False,
+) -> DomainTable:
+    """Multi-CPR's table for the domain directories of ``root``
+    (:func:`anygrain.api.evaluate_domains`): each domain's questions read, checked and cut
+    to ``limit`` before ``open_index`` opens ``index`` (``{domain}`` in it: one per domain)."""
+    from anygrain.corpus.readers.multicpr import QUERY_SUFFIX, domain_prefix
+    from anygrain.corpus.readers.multicpr import read_multicpr_questions as read_qs
+    from anygrain.eval.runs import check_run_path
+
+    root = Path(root)
+    if not root.is_dir():
+        raise AnygrainError(f"{root}: not a directory")
+    names = (
+        list(domains)
+        if domains
+        else sorted(d.name for d in root.iterdir() if (d / f"{split}{QUERY_SUFFIX}").is_file())
+    )
+    if not names:
+        raise AnygrainError(f"{root}: no domain directory with {split}{QUERY_SUFFIX}")
+    per_domain = DOMAIN_SLOT in str(index)
+    if run_out is not None:  # never over a query or qrels file, never inside an index
+        read = [
+            root / name / f
+            for name in names
+            for f in (f"{split}{QUERY_SUFFIX}", f"qrels.{split}.tsv", f"qrels.{split}.txt")
+        ]
+        for name in names if per_domain else [""]:
+            check_run_path(f"{run_out}.{name}" if name else run_out, read)
+    if limit is not None and limit < 1:
+        raise AnygrainError(f"limit must be at least 1, got {limit}")
+    errors = ErrorLog()
+    questions: dict[str, list[Question]] = {}
+    for name in names:
+        prefix = "" if per_domain else domain_prefix(root / name)
+        qs = list(read_qs(root / name / f"{split}{QUERY_SUFFIX}", errors, prefix=prefix))
+        questions[name] = qs[:limit] if limit is not None else qs
+    target: Searcher | dict[str, Searcher]
+    if per_domain:
+        target = {name: open_index(str(index).replace(DOMAIN_SLOT, name)) for name in names}
+    else:
+        target = open_index(index)
+    return evaluate_domains(
+        questions, target, list(metrics), drop_empty=drop_empty, progress=progress, run_out=run_out
+    )

@@ -16,17 +16,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from anygrain.corpus.questions import Question
 from anygrain.corpus.store import CorpusStore
-from anygrain.errors import AnygrainError
+from anygrain.errors import AnygrainError, UsageError
 from anygrain.eval.squad import exact_match, f1
 from anygrain.hits.hit import Hit, Unit
 from anygrain.reader.model import Reader
 from anygrain.utils.progress import progress_bar
 
-__all__ = ["evaluate_reader", "gold_hits"]
+if TYPE_CHECKING:
+    from anygrain.index.base import Index
+
+__all__ = ["evaluate_reader", "evaluate_reader_at", "gold_hits"]
 
 
 def gold_hits(store: CorpusStore, questions: Sequence[Question]) -> tuple[list[list[Hit]], int]:
@@ -164,3 +168,50 @@ def evaluate_reader(
     if per_question:
         report["per_question"] = rows
     return report
+
+
+def evaluate_reader_at(
+    index: Index | None,
+    reader: str | Path | None,
+    questions: Sequence[Question],
+    *,
+    k: int = 5,
+    gold_passage: bool = False,
+    corpus: str | Path | None = None,
+    bf16: bool | None = None,
+    progress: bool = True,
+    retriever_weight: float | None = None,
+    at: Sequence[int] = (),
+) -> dict[str, Any]:
+    """:func:`evaluate_reader` of the reader at ``reader`` (None: the one shipped for the
+    index's language), the gold passages from ``corpus`` (a corpus directory, or any
+    source, built into a temporary store) or the index's corpus
+    (:func:`anygrain.api.evaluate_reader`)."""
+    import tempfile
+
+    from anygrain.reader.answering import load_reader_for
+
+    if reader is None and index is None:
+        raise UsageError("name a --reader, or an index whose language picks the shipped one")
+    model = load_reader_for(index, reader)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = None
+        if corpus is not None:
+            cp = Path(corpus)
+            store = (
+                CorpusStore(cp)
+                if (cp / "corpus.json").exists()
+                else CorpusStore.build(str(corpus), Path(tmp) / "corpus", progress=progress)
+            )
+        return evaluate_reader(
+            index,
+            model,
+            questions,
+            k=k,
+            gold_passage=gold_passage,
+            store=store,
+            bf16=bf16,
+            progress=progress,
+            retriever_weight=retriever_weight,
+            at=at,
+        )
