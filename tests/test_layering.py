@@ -26,7 +26,11 @@ name.  The rules (docs/design.md, "Layers"):
 (h) ``anygrain/integrations/`` (MCP, framework retrievers: optional extras) is a top layer
     too: no library module, nor ``serve/``, imports it (so ``import anygrain`` imports no
     framework; nor the package's ``__init__`` or ``api.py``), and it never imports
-    ``anygrain.cli``; ``cli/`` may import it.
+    ``anygrain.cli``; ``cli/`` may import it;
+(i) ``anygrain/api.py`` is a facade: at most 650 lines, and no function in it longer than
+    40 lines after its docstring -- the work lives in the package that owns it (``eval/``,
+    ``reader/``, ``corpus/``, ``anygrain/search.py``, ``anygrain/demo.py``), and api.py
+    imports it or delegates to it.
 """
 
 from __future__ import annotations
@@ -416,6 +420,65 @@ def test_the_checker_flags_the_cli_importing_the_library(module: str, source: st
 )
 def test_the_checker_allows_the_cli_its_imports(module: str, source: str) -> None:
     assert check_cli_source(source, module, is_package=module == "anygrain.cli") == []
+
+
+# (i) api.py is a facade: each function one user-level operation, delegating the work
+API = PACKAGE / "api.py"
+API_MAX_LINES = 650
+API_MAX_BODY = 40  # lines of a function after its docstring
+
+
+def check_facade(source: str) -> list[str]:
+    """What keeps ``source`` (the text of api.py) from being a facade."""
+    out: list[str] = []
+    n = len(source.splitlines())
+    if n > API_MAX_LINES:
+        out.append(f"api.py: {n} lines, over {API_MAX_LINES}: move the work to its package")
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body[1:] if ast.get_docstring(node) and len(node.body) > 1 else node.body
+            lines = (node.end_lineno or node.lineno) - body[0].lineno + 1
+            if lines > API_MAX_BODY:
+                out.append(
+                    f"api.py:{node.lineno} {node.name}: {lines} lines after its docstring, "
+                    f"over {API_MAX_BODY}: delegate to the package that owns the work"
+                )
+    return out
+
+
+def test_api_is_a_facade() -> None:
+    bad = check_facade(API.read_text(encoding="utf-8"))
+    assert not bad, "api.py is no facade:\n" + "\n".join(bad)
+
+
+def _function(body_lines: int, doc_lines: int = 1) -> str:
+    doc = ['    """A docstring.', *(["    more"] * (doc_lines - 1)), '    """']
+    return "\n".join(["def f(x):", *doc, *(["    x += 1"] * (body_lines - 1)), "    return x", ""])
+
+
+@pytest.mark.parametrize(
+    ("source", "what"),
+    [
+        ("x = 1\n" * (API_MAX_LINES + 1), "lines, over"),
+        (_function(API_MAX_BODY + 1), "f: 41 lines"),
+        ("class C:\n" + "\n".join("    " + x for x in _function(60).splitlines()), "f: 60"),
+    ],
+)
+def test_the_checker_flags_a_facade_doing_the_work(source: str, what: str) -> None:
+    bad = check_facade(source)
+    assert bad and any(what in b for b in bad), bad
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "x = 1\n" * API_MAX_LINES,
+        _function(API_MAX_BODY, doc_lines=30),  # a long docstring is no work
+        "def f():\n    from anygrain.demo import run_demo\n\n    return run_demo()\n",
+    ],
+)
+def test_the_checker_allows_a_facade(source: str) -> None:
+    assert check_facade(source) == []
 
 
 def test_import_anygrain_imports_no_framework() -> None:

@@ -3,7 +3,6 @@ answer the demo questions at every grain the index returns, scored on the hits i
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,9 +11,7 @@ from anygrain.corpus.questions import Question, Questions
 from anygrain.errors import AnygrainError, parse_enum
 from anygrain.hits.hit import Hit, Unit
 from anygrain.index.base import Index, IndexKind, index_class, read_manifest
-
-#: what the demo searches with: :func:`anygrain.api.search_index`'s signature
-Search = Callable[..., list[list[Hit]]]
+from anygrain.search import search_index
 
 
 @dataclass
@@ -63,7 +60,6 @@ def _reusable_demo_index(
 
 def run_demo(
     out: str | Path,
-    search: Search,
     *,
     kind: IndexKind | str = IndexKind.PHRASE,
     progress: bool = True,
@@ -82,7 +78,6 @@ def run_demo(
     the same corpus and model is reused; anything else there is refused, never replaced.
     With ``read`` (the default where a reader ships for the language, or with ``reader``)
     the shipped reader also reads the top passages: the answer grain beside the phrases.
-    ``search`` searches as a user does (:func:`anygrain.api.search_index`).
     """
     import tempfile
     import time
@@ -119,10 +114,10 @@ def run_demo(
         u for u in idx.units if u is not Unit.DOCUMENT
     ]  # a topic page is too long to show
     t1 = time.time()
-    by_unit = {u: search(idx, qs.texts, k, unit=u) for u in units}
+    by_unit = {u: search_index(idx, qs.texts, k, unit=u) for u in units}
     t_search = time.time() - t1
     if read and (reader is not None or reader_ships(lang)):
-        read_hits = search(idx, qs.texts, 1, unit=Unit.ANSWER, reader=reader)
+        read_hits = search_index(idx, qs.texts, 1, unit=Unit.ANSWER, reader=reader)
         by_unit = {Unit.ANSWER: read_hits, **by_unit}
         units = [Unit.ANSWER, *units]
     t_read = time.time() - t1 - t_search
