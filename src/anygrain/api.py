@@ -21,6 +21,7 @@ from anygrain.errors import AnygrainError, ErrorLog, parse_enum
 from anygrain.eval.domains import DOMAIN_SLOT as DOMAIN_SLOT  # one index per domain
 from anygrain.eval.domains import MULTICPR_METRICS, DomainTable
 from anygrain.eval.evaluate import EvalReport
+from anygrain.eval.provenance import annotate_report
 from anygrain.hits.hit import Hit, Unit
 from anygrain.index.base import Index, IndexKind, read_manifest
 from anygrain.index.scope import Scope
@@ -134,13 +135,10 @@ def evaluate_index(
         progress=progress,
         search_options=search_options,
     )
-    report.n_skipped_records = errors.n_skipped
-    if errors.noted:  # records kept despite an irregularity, counted by the reader
-        report.extra["noted_records"] = dict(errors.noted)
-    report.extra["scope"] = sc.value
-    if idx.cuts_units():
-        report.extra["unit"] = u.value
-    return report
+    return annotate_report(
+        report, idx, errors=errors, unit=u, scope=sc, search_options=search_options,
+        questions=qs.source, limit=limit, run_out=run_out,
+    )  # fmt: skip
 
 
 def evaluate_domains(
