@@ -11,6 +11,8 @@ from typing import Any, cast
 
 import pytest
 
+from anygrain.models.shipped import reader_ships
+
 pytest.importorskip("fastapi", reason="anygrain serve needs fastapi (./install.sh installs it)")
 pytest.importorskip("httpx", reason="FastAPI's TestClient needs httpx (the dev extra)")
 
@@ -38,6 +40,8 @@ from anygrain.serve.service import (
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
+# with a shipped English reader, every index also answers (the answer grain)
+READ = ["answer"] if reader_ships("en") else []
 UNITS = ["phrase", "sentence", "passage", "document"]
 HIT_FIELDS = {
     "rank",
@@ -117,7 +121,7 @@ def test_info_bm25(bm25: TestClient) -> None:
     d = bm25.get("/info").json()
     assert d["kind"] == "bm25" and d["index"] == "bm25"
     assert d["format"] == "anygrain.index" and d["format_version"] == 1
-    assert d["units"] == ["passage"] and d["default_unit"] == "passage"
+    assert d["units"] == ["passage", *READ] and d["default_unit"] == "passage"
     assert d["model"] is None
     n = len(PARAGRAPHS)
     assert d["corpus"]["n_passages"] == n and d["corpus"]["n_documents"] == n
@@ -131,7 +135,7 @@ def test_info_bm25(bm25: TestClient) -> None:
 
 def test_info_phrase(phrase: TestClient, phrase_index: Index) -> None:
     d = phrase.get("/info").json()
-    assert d["kind"] == "phrase" and d["units"] == UNITS and d["default_unit"] == "phrase"
+    assert d["kind"] == "phrase" and d["units"] == [*UNITS, *READ] and d["default_unit"] == "phrase"
     assert d["model"]["fingerprint"] == phrase_index.manifest["model"]["fingerprint"]
     assert d["counts"]["passages"] == len(PARAGRAPHS)
 
@@ -509,7 +513,7 @@ def test_dense_and_hybrid_indexes(squad: Path, tmp_path: Path, kind: str) -> Non
         )
         c = TestClient(create_app(SearchService(idx)))
         info = c.get("/info").json()
-        assert info["kind"] == kind and info["units"] == ["passage"]
+        assert info["kind"] == kind and info["units"] == ["passage", *READ]
         assert info["model"]["base_model"] == "tiny-bert-1" and info["model"]["fingerprint"]
         # Index.summary: the hybrid kind adds its fusion; no path on the server's disk
         assert (info["fusion"] is not None) == (kind == "hybrid") and "path" not in info
