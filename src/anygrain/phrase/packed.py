@@ -98,6 +98,55 @@ def dequantize(
     return (q * scale.to(torch.float32)[:, None]).reshape(shape)
 
 
+def delta_tensors(
+    state: dict[str, torch.Tensor],
+    base_state: dict[str, torch.Tensor],
+    s: PackSettings,
+    prefix: str,
+    base_name: str,
+) -> dict[str, torch.Tensor]:
+    """The packed tensors of one encoder's ``state`` against its backbone's: weight matrices
+    as quantised differences (``PREFIX/NAME:codes`` / ``:scale``), other changed tensors kept
+    in float32 (``:value``), tensors equal to the backbone's not at all."""
+    out: dict[str, torch.Tensor] = {}
+    for k, t in state.items():
+        b = base_state.get(k)
+        if b is None or b.shape != t.shape:
+            raise AnygrainError(
+                f"cannot pack: {prefix}.{k} has no counterpart in the backbone {base_name}"
+            )
+        if torch.equal(t, b):
+            continue
+        key = f"{prefix}/{k}"
+        if t.is_floating_point() and t.ndim == 2 and t.numel() % s.group == 0:
+            codes, scale = quantize(t - b, s)
+            out[key + ":codes"] = codes
+            out[key + ":scale"] = scale
+        else:
+            out[key + ":value"] = t.detach().to(torch.float32).contiguous()
+    return out
+
+
+def apply_delta_tensors(
+    encoder: Any, tensors: dict[str, torch.Tensor], s: PackSettings, prefix: str
+) -> None:
+    """Load into ``encoder`` (a copy of the backbone) what :func:`delta_tensors` stored."""
+    state = encoder.state_dict()
+    head = f"{prefix}/"
+    for key in sorted({k.split(":")[0] for k in tensors if k.startswith(head)}):
+        name = key[len(head) :]
+        if name not in state:
+            raise AnygrainError(f"packed tensor {key} has no place in the backbone")
+        if key + ":value" in tensors:
+            new = tensors[key + ":value"]
+        else:
+            new = state[name].to(torch.float32) + dequantize(
+                tensors[key + ":codes"], tensors[key + ":scale"], state[name].shape, s
+            )
+        state[name] = new.to(state[name].dtype)
+    encoder.load_state_dict(state, strict=True)
+
+
 @dataclass
 class PackedInfo:
     """``anygrain_packed.json``: what a packed model needs besides its tensors."""
@@ -189,22 +238,9 @@ def pack_phrase_model(
     names = model._question_dirs()
     tensors: dict[str, torch.Tensor] = {}
     for enc_name, enc in zip(["phrase", *names], model.encoders(), strict=True):
-        for k, t in enc.state_dict().items():
-            b = base_state.get(k)
-            if b is None or b.shape != t.shape:
-                raise AnygrainError(
-                    f"cannot pack: {enc_name}.{k} has no counterpart in the backbone "
-                    f"{model.config.base_model}"
-                )
-            if torch.equal(t, b):
-                continue
-            key = f"{enc_name}/{k}"
-            if t.is_floating_point() and t.ndim == 2 and t.numel() % s.group == 0:
-                codes, scale = quantize(t - b, s)
-                tensors[key + ":codes"] = codes
-                tensors[key + ":scale"] = scale
-            else:
-                tensors[key + ":value"] = t.detach().to(torch.float32).contiguous()
+        tensors.update(
+            delta_tensors(enc.state_dict(), base_state, s, enc_name, model.config.base_model)
+        )
     for k, t in model.head_modules().state_dict().items():
         tensors[f"heads/{k}"] = t.detach().to(torch.float16).contiguous()
     if out.is_dir() and any(out.iterdir()) and not is_packed(out):
@@ -247,20 +283,7 @@ def _rebuild(
     cfg = PhraseConfig.from_dict(config.to_dict())
     encoders = [copy.deepcopy(base) for _ in range(1 + len(question_dirs))]
     for enc_name, enc in zip(["phrase", *question_dirs], encoders, strict=True):
-        state = enc.state_dict()
-        prefix = f"{enc_name}/"
-        for key in sorted({k.split(":")[0] for k in tensors if k.startswith(prefix)}):
-            name = key[len(prefix) :]
-            if name not in state:
-                raise AnygrainError(f"packed tensor {key} has no place in the backbone")
-            if key + ":value" in tensors:
-                new = tensors[key + ":value"]
-            else:
-                new = state[name].to(torch.float32) + dequantize(
-                    tensors[key + ":codes"], tensors[key + ":scale"], state[name].shape, s
-                )
-            state[name] = new.to(state[name].dtype)
-        enc.load_state_dict(state, strict=True)
+        apply_delta_tensors(enc, tensors, s, enc_name)
     model = PhraseEncoder(cfg, encoders[0], tokenizer, encoders[1:])
     heads = {
         k[len("heads/") :]: v.to(torch.float32)

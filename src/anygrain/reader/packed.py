@@ -36,7 +36,7 @@ from anygrain.models.base import (
     register_form,
 )
 from anygrain.models.hf import load_hf_dir
-from anygrain.phrase.packed import PackSettings, dequantize, quantize
+from anygrain.phrase.packed import PackSettings, apply_delta_tensors, delta_tensors
 from anygrain.reader.model import READER_CONFIG, Reader, ReaderConfig
 from anygrain.utils.atomic import atomic_dir
 
@@ -123,22 +123,9 @@ def pack_reader(
         )
     base, tok = _backbone(reader.config.base_model)
     base_state = base.state_dict()
-    tensors: dict[str, torch.Tensor] = {}
-    for k, t in reader.encoder.state_dict().items():
-        b = base_state.get(k)
-        if b is None or b.shape != t.shape:
-            raise AnygrainError(
-                f"cannot pack: encoder.{k} has no counterpart in the backbone "
-                f"{reader.config.base_model}"
-            )
-        if torch.equal(t, b):
-            continue
-        if t.is_floating_point() and t.ndim == 2 and t.numel() % s.group == 0:
-            codes, scale = quantize(t - b, s)
-            tensors[f"encoder/{k}:codes"] = codes
-            tensors[f"encoder/{k}:scale"] = scale
-        else:
-            tensors[f"encoder/{k}:value"] = t.detach().to(torch.float32).contiguous()
+    tensors = delta_tensors(
+        reader.encoder.state_dict(), base_state, s, "encoder", reader.config.base_model
+    )
     for k, t in _heads(reader).items():
         tensors[f"heads/{k}"] = t.detach().to(torch.float32).contiguous()
     rebuilt = _rebuild(reader.config, tensors, s, base, tok)
@@ -165,19 +152,7 @@ def _rebuild(
     config: ReaderConfig, tensors: dict[str, torch.Tensor], s: PackSettings, base: Any, tok: Any
 ) -> Reader:
     encoder = copy.deepcopy(base)
-    state = encoder.state_dict()
-    for key in sorted({k.split(":")[0] for k in tensors if k.startswith("encoder/")}):
-        name = key[len("encoder/") :]
-        if name not in state:
-            raise AnygrainError(f"packed tensor {key} has no place in the backbone")
-        if key + ":value" in tensors:
-            new = tensors[key + ":value"]
-        else:
-            new = state[name].to(torch.float32) + dequantize(
-                tensors[key + ":codes"], tensors[key + ":scale"], state[name].shape, s
-            )
-        state[name] = new.to(state[name].dtype)
-    encoder.load_state_dict(state, strict=True)
+    apply_delta_tensors(encoder, tensors, s, "encoder")
     reader = Reader(encoder, tok, ReaderConfig.from_dict(config.to_dict()))
     heads = {k[len("heads/") :]: v for k, v in tensors.items() if k.startswith("heads/")}
     reader.qa.load_state_dict({"weight": heads["qa.weight"], "bias": heads["qa.bias"]})
