@@ -1,6 +1,7 @@
 """The accelerator plan for issue 33: readers, the phrase model's distillation, the DPR baseline.
 
-Run on a borrowed GPU machine in calls of at most 9 minutes, one stage per call, in order::
+Run on a borrowed GPU machine in calls of at most 9 minutes, one stage per call, in order
+(``bench/gpu_carry.py`` brings the data and the me5 backbone there, and the readers back)::
 
     python bench/gpu_reader_plan.py STAGE --data ../shared/data --work /tmp/plan --out $OUT
 
@@ -49,6 +50,12 @@ def _split(data: Path, work: Path) -> Path:
         tmp.write_text(json.dumps({"version": "1.1", "data": src["data"][:-20]}), encoding="utf-8")
         tmp.replace(out)
     return out
+
+
+def _drcd(data: Path) -> Path:
+    """DRCD dev in Simplified characters where ``bench/gpu_carry.py`` brought it, else as is."""
+    simplified = data / "drcd" / "DRCD_dev_simplified.json"
+    return simplified if simplified.exists() else data / "drcd" / "DRCD_dev.json"
 
 
 def _device() -> dict[str, Any]:
@@ -137,8 +144,8 @@ def main() -> None:
         "--drcd",
         type=Path,
         default=None,
-        help="DRCD dev in Simplified characters (`anygrain convert-script`; the device has no "
-        "OpenCC): the recipe chosen on held-out CMRC trial articles",
+        help="DRCD dev in Simplified characters (default: the one bench/gpu_carry.py unpacked, "
+        "else the Traditional original): the recipe chosen on held-out CMRC trial articles",
     )
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
@@ -151,7 +158,7 @@ def main() -> None:
         base = _earlier("reader-me5-en", args.work, args.out)
         zh = [
             f"squad:{args.data / 'cmrc2018' / 'cmrc2018_trial.json'}",
-            f"squad:{args.drcd or args.data / 'drcd' / 'DRCD_dev.json'}",
+            f"squad:{args.drcd or _drcd(args.data)}",
         ]
         _reader("reader-zh", zh, str(base), args, epochs=6)
     elif args.stage == "phrase-distill":
