@@ -29,7 +29,7 @@ import shutil
 import time
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -37,6 +37,7 @@ from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError, UsageError, parse_enum
 from anygrain.hits.hit import Hit, Unit
 from anygrain.index.encoded import EncodedQueries
+from anygrain.index.filters import accepts_filter
 from anygrain.index.registry import KIND_MODULES
 from anygrain.index.scope import Scope, gold_rows
 from anygrain.index.settings import BuildOptions, IndexSettings
@@ -397,6 +398,16 @@ class Index(ABC):
     load_options: ClassVar[frozenset[str]] = frozenset()
     #: the kind's build settings (its options besides the shared :class:`BuildOptions`)
     settings_type: ClassVar[type[IndexSettings]]
+    #: the finaliser removing the temporary directory a :meth:`from_texts` index was built
+    #: in (:mod:`anygrain.index.from_python`); None for an index the caller placed
+    managed_dir: Any = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # every kind's search takes filter= (anygrain.index.filters), without knowing of it
+        for name in ("search", "search_encoded"):
+            if name in cls.__dict__:
+                setattr(cls, name, accepts_filter(cls.__dict__[name]))
 
     def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
         self.path = Path(path)
@@ -435,6 +446,54 @@ class Index(ABC):
         if o.name in ("", ".."):  # "." or "..": temporary siblings need a real name
             o = o.resolve()
         return cls.build_from(source, o, overwrite=overwrite, **settings)
+
+    @staticmethod
+    def from_texts(
+        texts: Iterable[str],
+        metadatas: Sequence[Mapping[str, Any] | None] | None = None,
+        ids: Sequence[Any] | None = None,
+        *,
+        kind: IndexKind | str = IndexKind.BM25,
+        out: str | Path | None = None,
+        **options: Any,
+    ) -> Index:
+        """An index over ``texts`` (one document each, with the metadata and id at the same
+        position), built as :meth:`build` builds files.  ``out=None`` builds into a
+        temporary directory that lives as long as the index (:meth:`close`); ``options``
+        are :meth:`build`'s (``progress`` defaults to False)."""
+        from anygrain.corpus.pydocs import texts_as_documents
+        from anygrain.index.from_python import build_documents
+
+        docs = texts_as_documents(texts, metadatas, ids)
+        return build_documents(docs, kind=kind, out=out, **options)
+
+    @staticmethod
+    def from_documents(
+        docs: Iterable[Any],
+        *,
+        kind: IndexKind | str = IndexKind.BM25,
+        out: str | Path | None = None,
+        **options: Any,
+    ) -> Index:
+        """:meth:`from_texts` for documents: anygrain ``SourceDocument``s, dicts (``text``,
+        ``meta``/``metadata``, ``id``, ...) or LangChain, LlamaIndex and Haystack documents
+        (recognised by their attributes: :mod:`anygrain.corpus.pydocs`)."""
+        from anygrain.corpus.pydocs import as_documents
+        from anygrain.index.from_python import build_documents
+
+        return build_documents(as_documents(docs), kind=kind, out=out, **options)
+
+    def close(self) -> None:
+        """Remove the temporary directory a :meth:`from_texts` index without ``out`` was
+        built in (nothing for any other index); the index is unusable afterwards."""
+        if self.managed_dir is not None:
+            self.managed_dir()
+
+    def __enter__(self) -> Index:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @classmethod
     def build_from(
@@ -578,7 +637,8 @@ class Index(ABC):
     # --- search ---------------------------------------------------------
     @abstractmethod
     def search(self, queries: Sequence[str], k: int = 10, **options: Any) -> list[list[Hit]]:
-        """Top-``k`` hits for each query, best first."""
+        """Top-``k`` hits for each query, best first; ``filter=`` (any kind,
+        :mod:`anygrain.index.filters`) keeps the top ``k`` whose metadata match."""
 
     def search_one(self, query: str, k: int = 10, **options: Any) -> list[Hit]:
         return self.search([query], k, **options)[0]
@@ -662,7 +722,7 @@ class Index(ABC):
     def search_options(cls) -> frozenset[str]:
         """The options the kind's :meth:`search` takes: its keyword-only parameters and
         those of :meth:`search_encoded`, which it forwards them to."""
-        return _keyword_only(cls.search) | _keyword_only(cls.search_encoded)
+        return _keyword_only(cls.search) | _keyword_only(cls.search_encoded) | {"filter"}
 
     def check_search_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
         """``options`` for :meth:`search` without those set to None; :class:`UsageError` for

@@ -1,0 +1,296 @@
+"""Metadata filters: which hits ``search(..., filter=...)`` keeps, exactly.
+
+A filter is a dict over the fields of :attr:`Hit.meta <anygrain.hits.hit.Hit.meta>` (the
+document's extra fields, the passage's own, ``start`` / ``end``), plus ``doc_id``,
+``title`` and ``passage_id``; a dotted name reaches into a nested object (``nested.lang``)::
+
+    {"field": value}                 equal (a list-valued field: holds value)
+    {"field": [v1, v2]}              one of them
+    {"field": {"$eq": v}}            also $ne, $in, $nin (lists), $gt, $gte, $lt, $lte,
+                                     $exists (true / false)
+    {"$and": [f, ...]}, {"$or": [f, ...]}, {"$not": f}
+
+Several fields in one dict must all match.  A field a passage lacks matches only ``$ne``,
+``$nin`` and ``$exists: false``.
+
+A filter is evaluated once per corpus into a boolean mask over passage rows (cached on the
+index: :func:`allowed_rows`); a filtered search (:func:`search_filtered`) asks the index
+for more than ``k`` hits (``k`` over the share of rows that match) and drops hits of other
+rows, doubling the depth for the queries still short of ``k`` until they have ``k`` or the
+index returns fewer hits than asked (it has no more).  What comes back is the top ``k``
+that match, not the top ``k`` filtered.  This module imports no index kind.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from anygrain.errors import UsageError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from anygrain.corpus.store import CorpusStore
+
+#: Doubling rounds before a filtered search stops asking for more (2**12 times the first
+#: depth, itself ``k`` over the share of matching rows).
+MAX_ROUNDS = 12
+#: Masks kept per index (one per distinct filter).
+MAX_CACHED = 32
+#: Rows whose metadata is read at a time when a mask is computed.
+BATCH = 4096
+
+COMPARE = ("$gt", "$gte", "$lt", "$lte")
+OPERATORS = ("$eq", "$ne", "$in", "$nin", *COMPARE, "$exists")
+LOGICAL = ("$and", "$or", "$not")
+#: Passage columns a filter may name besides the metadata.
+COLUMNS = ("doc_id", "title", "passage_id")
+
+Scalar = str | int | float | bool | None
+Test = Callable[[Mapping[str, Any]], bool]
+
+
+def parse_filter(spec: Any) -> dict[str, Any]:
+    """``spec`` (a dict, or its JSON text) checked: :class:`UsageError`, one line naming what
+    is wrong, for anything :mod:`this syntax <anygrain.index.filters>` does not define."""
+    if isinstance(spec, str):
+        try:
+            spec = json.loads(spec)
+        except json.JSONDecodeError as e:
+            raise UsageError(f"filter: not JSON ({e.msg} at character {e.pos})") from None
+    if not isinstance(spec, Mapping):
+        raise UsageError(f"filter: a JSON object of field: value is needed, not {spec!r}")
+    compile_filter(spec)
+    return dict(spec)
+
+
+def compile_filter(spec: Mapping[str, Any]) -> Test:
+    """The test a record (a passage's fields) must pass; :class:`UsageError` for bad syntax."""
+    tests = [_clause(k, v) for k, v in spec.items()]
+    return lambda rec: all(t(rec) for t in tests)
+
+
+def _clause(key: Any, value: Any) -> Test:
+    if not isinstance(key, str) or not key:
+        raise UsageError(f"filter: field names are non-empty strings, not {key!r}")
+    if key.startswith("$"):
+        return _logical(key, value)
+    if isinstance(value, Mapping):
+        if not value:
+            raise UsageError(f"filter: field {key!r} has an empty operator object")
+        tests = [_operator(key, op, arg) for op, arg in value.items()]
+        return lambda rec: all(t(rec) for t in tests)
+    if isinstance(value, list | tuple):
+        return _operator(key, "$in", value)
+    return _operator(key, "$eq", value)
+
+
+def _logical(op: str, value: Any) -> Test:
+    if op not in LOGICAL:
+        raise UsageError(
+            f"filter: unknown operator {op!r} (fields are names; operators: "
+            f"{', '.join(LOGICAL)} over filters, {', '.join(OPERATORS)} on a field)"
+        )
+    if op == "$not":
+        if not isinstance(value, Mapping):
+            raise UsageError("filter: $not takes one filter object")
+        inner = compile_filter(value)
+        return lambda rec: not inner(rec)
+    if not isinstance(value, list | tuple) or not value:
+        raise UsageError(f"filter: {op} takes a non-empty list of filter objects")
+    if not all(isinstance(v, Mapping) for v in value):
+        raise UsageError(f"filter: {op} takes a list of filter objects")
+    parts = [compile_filter(v) for v in value]
+    if op == "$and":
+        return lambda rec: all(p(rec) for p in parts)
+    return lambda rec: any(p(rec) for p in parts)
+
+
+_MISSING = object()
+
+
+def _get(rec: Mapping[str, Any], key: str) -> Any:
+    if key in rec:
+        return rec[key]
+    v: Any = rec
+    for part in key.split("."):
+        if not isinstance(v, Mapping) or part not in v:
+            return _MISSING
+        v = v[part]
+    return v
+
+
+def _scalar(field: str, op: str, v: Any) -> Scalar:
+    if v is not None and not isinstance(v, str | int | float | bool):
+        raise UsageError(
+            f"filter: field {field!r} {op} takes a string, number, boolean or null, not {v!r}"
+        )
+    return v  # type: ignore[no-any-return]
+
+
+def _equal(have: Any, want: Scalar) -> bool:
+    if isinstance(have, list):
+        return any(_same(h, want) for h in have)
+    return _same(have, want)
+
+
+def _same(a: Any, b: Scalar) -> bool:
+    # True == 1 in Python; a filter on a flag must not match a count
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
+def _operator(field: str, op: Any, arg: Any) -> Test:
+    if op in ("$eq", "$ne"):
+        want = _scalar(field, op, arg)
+        if op == "$eq":
+            return lambda rec: _equal(_get(rec, field), want)
+        return lambda rec: not _equal(_get(rec, field), want)
+    if op in ("$in", "$nin"):
+        if not isinstance(arg, list | tuple):
+            raise UsageError(f"filter: field {field!r} {op} takes a list of values")
+        values = [_scalar(field, op, v) for v in arg]
+        if op == "$in":
+            return lambda rec: any(_equal(_get(rec, field), v) for v in values)
+        return lambda rec: not any(_equal(_get(rec, field), v) for v in values)
+    if op in COMPARE:
+        return _compare(field, op, arg)
+    if op == "$exists":
+        if not isinstance(arg, bool):
+            raise UsageError(f"filter: field {field!r} $exists takes true or false")
+        return lambda rec: (_get(rec, field) is not _MISSING) == arg
+    raise UsageError(
+        f"filter: unknown operator {op!r} on field {field!r} (use one of {', '.join(OPERATORS)})"
+    )
+
+
+def _compare(field: str, op: str, arg: Any) -> Test:
+    if isinstance(arg, bool) or not isinstance(arg, str | int | float):
+        raise UsageError(f"filter: field {field!r} {op} takes a number or a string, not {arg!r}")
+    number = not isinstance(arg, str)
+
+    def test(rec: Mapping[str, Any]) -> bool:
+        v = _get(rec, field)
+        if isinstance(v, bool) or (number and not isinstance(v, int | float)):
+            return False
+        if not number and not isinstance(v, str):
+            return False
+        if op == "$gt":
+            return bool(v > arg)
+        if op == "$gte":
+            return bool(v >= arg)
+        if op == "$lt":
+            return bool(v < arg)
+        return bool(v <= arg)
+
+    return test
+
+
+def filter_key(spec: Mapping[str, Any]) -> str:
+    """One string per filter (its canonical JSON): the key masks are cached under."""
+    return json.dumps(spec, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def row_mask(store: CorpusStore, spec: Mapping[str, Any]) -> np.ndarray:
+    """A boolean per passage row of ``store``: whether its fields match ``spec``."""
+    import numpy as np
+
+    test = compile_filter(spec)
+    n = len(store)
+    mask = np.zeros(n, dtype=bool)
+    # the columns only when named (reading them costs as much as the metadata)
+    cols = [c for c in COLUMNS if c in filter_key(spec)]
+    for a in range(0, n, BATCH):
+        rows = np.arange(a, min(a + BATCH, n), dtype=np.int64)
+        metas = store.hit_meta(rows)
+        named = {c: store.column("id" if c == "passage_id" else c, rows) for c in cols}
+        for i, m in enumerate(metas):
+            for c, vals in named.items():
+                m.setdefault(c, vals[i])
+            mask[a + i] = test(m)
+    return mask
+
+
+def allowed_rows(index: Any, spec: Mapping[str, Any]) -> np.ndarray:
+    """The mask of ``spec`` over ``index.corpus``, computed once per corpus and filter
+    (cached on the index: a grown corpus has another checksum and length)."""
+    store = index.corpus
+    key = (store.checksum, len(store), filter_key(spec))
+    cache: dict[Any, np.ndarray] = index.__dict__.setdefault("_filter_masks", {})
+    mask = cache.get(key)
+    if mask is None:
+        mask = row_mask(store, spec)
+        if len(cache) >= MAX_CACHED:
+            cache.pop(next(iter(cache)))
+        cache[key] = mask
+    return mask
+
+
+def _subset(queries: Any, todo: list[int]) -> Any:
+    """The queries ``todo`` of a list of texts or of :class:`EncodedQueries`."""
+    if hasattr(queries, "take"):
+        return queries.take(todo)
+    return [queries[i] for i in todo]
+
+
+def search_filtered(
+    search: Callable[[Any, int], list[list[Any]]],
+    queries: Sequence[Any] | Any,
+    k: int,
+    mask: np.ndarray,
+    *,
+    per_query: bool = False,
+) -> list[list[Any]]:
+    """The top ``k`` hits of each query among those whose passage row ``mask`` allows.
+
+    ``search(queries, depth)`` is the unfiltered search; only the queries still short are
+    searched again (all of them when ``per_query`` options go with the queries)."""
+    n = len(queries)
+    allowed = int(mask.sum())
+    if allowed == 0 or n == 0:
+        return [[] for _ in range(n)]
+    share = allowed / len(mask)
+    want = k if allowed == len(mask) else max(k, math.ceil(1.25 * k / share))
+    out: list[list[Any]] = [[] for _ in range(n)]
+    todo = list(range(n))
+    for _ in range(MAX_ROUNDS):
+        found = search(queries if per_query else _subset(queries, todo), want)
+        if per_query:
+            found = [found[i] for i in todo]
+        short = []
+        for i, hits in zip(todo, found, strict=True):
+            kept = [h for h in hits if 0 <= h.passage_row < len(mask) and mask[h.passage_row]]
+            out[i] = kept[:k]
+            if len(kept) < k and len(hits) >= want:
+                short.append(i)
+        if not short:
+            break
+        todo, want = short, want * 2
+    return out
+
+
+def accepts_filter(method: Callable[..., list[list[Any]]]) -> Callable[..., list[list[Any]]]:
+    """``method`` (a kind's ``search`` or ``search_encoded``) taking ``filter=`` too: the
+    :class:`~anygrain.index.base.Index` base wraps every kind's with it, so each kind, grain
+    and composite filters the same way without knowing of filters."""
+    if getattr(method, "takes_filter", False):
+        return method
+
+    @functools.wraps(method)
+    def search(self: Any, queries: Any, k: int = 10, *, filter: Any = None, **options: Any) -> Any:
+        if filter is None:
+            return method(self, queries, k, **options)
+        mask = allowed_rows(self, parse_filter(filter))
+        return search_filtered(
+            lambda qs, depth: method(self, qs, depth, **options),
+            queries,
+            k,
+            mask,
+            per_query=options.get("scope_rows") is not None,
+        )
+
+    search.takes_filter = True  # type: ignore[attr-defined]
+    return search
