@@ -299,6 +299,54 @@ def referenced_model(path: Path, record: dict[str, Any]) -> BiEncoder:
     return enc
 
 
+#: what of a side's encoding changes its vectors' scale or contents besides the weights
+#: (the fingerprint): part of the model reference an index records, checked with it
+SCORING_FIELDS = ("pooling", "normalize", "prefix")
+
+
+def states_its_settings(model: str | Path | BiEncoder) -> bool:
+    """Whether ``model`` carries its own encoding settings (an instance, an anygrain model
+    directory, a shipped model) rather than an alias's or the defaults of a plain Hugging
+    Face directory, which say nothing about how an index used the weights."""
+    if isinstance(model, BiEncoder):
+        return True
+    p = Path(str(model)).expanduser()
+    return (p / MODEL_CONFIG).exists() or (str(model) in SHIPPED and not p.exists())
+
+
+def match_recorded_sides(
+    path: Path, subdir: str, record: dict[str, Any], enc: BiEncoder, given: str | Path | BiEncoder
+) -> None:
+    """Make ``enc`` (loaded from ``given``) encode as the index at ``path`` recorded
+    (``record``: the ``model`` of its dense settings): a model stating other pooling,
+    normalisation or prefixes is refused, since its scores would be on another scale; a
+    plain directory, alias or hub name takes the recorded settings (it states none)."""
+    for side in ("question", "passage"):
+        if side not in record:  # an index from before the settings were recorded
+            continue
+        want = EncoderConfig.from_dict(record[side])
+        have: EncoderConfig = getattr(enc.config, side)
+        if have == want:
+            continue
+        if states_its_settings(given):
+            label = given.config.base_model if isinstance(given, BiEncoder) else given
+            for name in SCORING_FIELDS:
+                a, b = getattr(have, name), getattr(want, name)
+                a, b = getattr(a, "value", a), getattr(b, "value", b)
+                if a != b:
+                    raise IndexMismatchError(
+                        f"{path}: the model {label} encodes "
+                        f"{side}s with {name}={a!r}, but this index was built with "
+                        f"{name}={b!r} ({subdir}/{SETTINGS_FILE}, field model.{side}.{name}): "
+                        "its scores would be on another scale. Pass the model the index was "
+                        "built with (or its plain weights directory, which takes the index's "
+                        "settings), or rebuild the index with this model."
+                    )
+            continue  # only lengths differ: the model's own are kept
+        setattr(enc.config, side, want)
+        getattr(enc, side).config = want
+
+
 @register_index(IndexKind.DENSE)
 class DenseIndex(Index):
     """Dense passage retrieval; ``search`` returns passage hits scored by inner product."""
@@ -432,6 +480,8 @@ class DenseIndex(Index):
                 "not match the stored passage vectors. Use the index's own model, a model fine-tuned "
                 "on the question side only, or rebuild the index with this model."
             )
+        if model is not None:
+            match_recorded_sides(path, subdir, record, enc, model)
         if enc.dim != settings["dim"]:
             raise IndexMismatchError(
                 f"{path}: model vectors have {enc.dim} dimensions, the index {settings['dim']}"
