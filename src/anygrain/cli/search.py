@@ -21,6 +21,7 @@ from anygrain.cli.common import (
     FusionOpt,
     FusionWeightOpt,
     QuietOpt,
+    RescoreOpt,
     SparseWeightOpt,
     ThreadsOpt,
     VerifyOpt,
@@ -49,6 +50,14 @@ ReaderOpt = Annotated[
         "--reader",
         help="Answer grain: reader directory or shipped name (default: the shipped reader "
         "for the corpus language)",
+    ),
+]
+FilterOpt = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option(
+        "--filter",
+        help="Keep hits whose metadata match: FIELD=VALUE (repeatable; FIELD=A,B or the "
+        "field again: any of them; or a JSON filter object); the top K that match",
     ),
 ]
 RetrieverWeightOpt = Annotated[
@@ -145,6 +154,7 @@ def _options(
     fusion_depth: int | None,
     sparse_weight: float | None,
     batch_size: int | None,
+    filter_: list[str] | None = None,
 ) -> dict[str, Any]:
     """The search options given on the command line (None: not given), which the index
     refuses by name when its kind does not take them."""
@@ -156,6 +166,7 @@ def _options(
         "depth": fusion_depth,
         "sparse_weight": sparse_weight,
         "batch_size": batch_size,
+        "filter": filter_ or None,
     }
 
 
@@ -195,6 +206,7 @@ def search_cmd(
     fusion_weight: FusionWeightOpt = None,
     fusion_depth: FusionDepthOpt = None,
     sparse_weight: SparseWeightOpt = None,
+    rescore: RescoreOpt = None,
     threads: ThreadsOpt = None,
     device: DeviceOpt = None,
     verify: VerifyOpt = Verify.SMALL,
@@ -207,6 +219,7 @@ def search_cmd(
     read: ReadOpt = None,
     reader: ReaderOpt = None,
     retriever_weight: RetrieverWeightOpt = None,
+    filter_: FilterOpt = None,
 ) -> None:
     """Search an index with one question (phrase indexes: answer phrases in their context),
     or with many (--questions: one JSON line of hits per question).  --unit answer (or
@@ -218,16 +231,18 @@ def search_cmd(
         _search_batch(
             index_dir, questions, query, question_file, k, unit, model, stats, quiet,
             verify, device, threads,
-            (fusion, fusion_weight, fusion_depth, sparse_weight, batch_size),
-            {"read": read, "reader": reader, "retriever_weight": retriever_weight},
+            (fusion, fusion_weight, fusion_depth, sparse_weight, batch_size, filter_),
+            {"read": read, "reader": reader, "retriever_weight": retriever_weight,
+             "rescore": rescore},
         )  # fmt: skip
         return
     collected: list[Any] = []
     try:
         question = _read_question(query, question_file)
-        opts = _options(fusion, fusion_weight, fusion_depth, sparse_weight, batch_size)
+        opts = _options(fusion, fusion_weight, fusion_depth, sparse_weight, batch_size, filter_)
         at_least_one("--read", read)
         opts.update(read=read, reader=reader, retriever_weight=retriever_weight)
+        opts["rescore"] = rescore
         idx = load_index(index_dir, verify=verify, model=model, device=device)
         opts["stats"] = collected if stats else None
         hits = search_index(idx, [question], k, unit=unit, threads=threads, **opts)[0]
@@ -270,7 +285,9 @@ def _search_batch(
     verify: Verify,
     device: str | None,
     threads: int | None,
-    given: tuple[FusionMethod | None, float | None, int | None, float | None, int | None],
+    given: tuple[
+        FusionMethod | None, float | None, int | None, float | None, int | None, list[str] | None
+    ],
     reading: dict[str, Any],
 ) -> None:
     """``search --questions``: one JSON line per question, ``{"id", "question", "hits"}``,

@@ -55,8 +55,11 @@ Test = Callable[[Mapping[str, Any]], bool]
 
 
 def parse_filter(spec: Any) -> dict[str, Any]:
-    """``spec`` (a dict, or its JSON text) checked: :class:`UsageError`, one line naming what
-    is wrong, for anything :mod:`this syntax <anygrain.index.filters>` does not define."""
+    """``spec`` (a dict, its JSON text, or the command line's list of ``FIELD=VALUE``:
+    :func:`pairs_filter`) checked: :class:`UsageError`, one line naming what is wrong, for
+    anything :mod:`this syntax <anygrain.index.filters>` does not define."""
+    if isinstance(spec, list | tuple):
+        return pairs_filter(spec)
     if isinstance(spec, str):
         try:
             spec = json.loads(spec)
@@ -66,6 +69,43 @@ def parse_filter(spec: Any) -> dict[str, Any]:
         raise UsageError(f"filter: a JSON object of field: value is needed, not {spec!r}")
     compile_filter(spec)
     return dict(spec)
+
+
+def pairs_filter(items: Sequence[Any]) -> dict[str, Any]:
+    """The filter of ``anygrain search --filter``'s values: ``FIELD=VALUE`` is equality,
+    ``FIELD=A,B`` and a field given again are membership (any of the values), and the
+    fields must all match; a value that reads as a JSON number, boolean or null matches
+    that too (``year=2012`` matches 2012 and "2012").  An item that is a JSON object is a
+    filter of its own, which must match too."""
+    fields: dict[str, list[Scalar]] = {}
+    objects: list[dict[str, Any]] = []
+    for item in items:
+        text = str(item).strip()
+        if text.startswith("{"):
+            objects.append(parse_filter(text))
+            continue
+        name, eq, value = text.partition("=")
+        if not eq or not name.strip():
+            raise UsageError(f"filter: {text!r} is not FIELD=VALUE (nor a JSON object)")
+        values = fields.setdefault(name.strip(), [])
+        for v in value.split(","):
+            values.extend(_command_line_values(v.strip()))
+    spec: dict[str, Any] = {f: {"$in": vs} for f, vs in fields.items()}
+    if objects:
+        spec = {"$and": [spec, *objects]} if spec else {"$and": objects}
+    compile_filter(spec)
+    return spec
+
+
+def _command_line_values(v: str) -> list[Scalar]:
+    """``v`` as a string, and as the JSON scalar it spells when it spells one."""
+    try:
+        parsed = json.loads(v)
+    except json.JSONDecodeError:
+        return [v]
+    if parsed is None or isinstance(parsed, bool | int | float):
+        return [v, parsed]
+    return [v]
 
 
 def compile_filter(spec: Mapping[str, Any]) -> Test:
@@ -281,7 +321,7 @@ def accepts_filter(method: Callable[..., list[list[Any]]]) -> Callable[..., list
 
     @functools.wraps(method)
     def search(self: Any, queries: Any, k: int = 10, *, filter: Any = None, **options: Any) -> Any:
-        if filter is None:
+        if filter is None or (isinstance(filter, Mapping | list | tuple) and not filter):
             return method(self, queries, k, **options)
         mask = allowed_rows(self, parse_filter(filter))
         return search_filtered(

@@ -72,8 +72,10 @@ class AnygrainRetriever(BaseRetriever):
     :class:`~anygrain.serve.service.SearchService`; ``k``: documents per query (4, as
     LangChain's retrievers); ``unit``:
     the grain (phrase, sentence, passage, document, or answer; default: the index's first);
-    ``reader`` / ``read``: unit answer's reader and passages read.  ``invoke(query, k=...,
-    unit=...)`` overrides ``k`` and ``unit`` for one call."""
+    ``reader`` / ``read``: unit answer's reader and passages read; ``filter``: keep the top
+    ``k`` hits whose metadata match (:mod:`anygrain.index.filters`); ``search_kwargs``:
+    ``k``, ``unit`` and ``filter`` as LangChain's vector-store retrievers take them.
+    ``invoke(query, k=..., unit=..., filter=...)`` overrides them for one call."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -82,6 +84,12 @@ class AnygrainRetriever(BaseRetriever):
     unit: str | None = Field(default=None, description="The grain of the hits")
     reader: str | None = Field(default=None, description="Unit answer: the reader")
     read: int | None = Field(default=None, description="Unit answer: passages read")
+    filter: dict[str, Any] | None = Field(
+        default=None, description="Keep the top k hits whose metadata match (a metadata filter)"
+    )
+    search_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="k, unit and filter, as LangChain's retrievers take"
+    )
 
     _service: SearchService = PrivateAttr()
 
@@ -93,6 +101,13 @@ class AnygrainRetriever(BaseRetriever):
                 f"{type(self.index).__name__}"
             )
         self._service = shared_service(self.index, reader=self.reader, read=self.read)
+        unknown = set(self.search_kwargs) - {"k", "unit", "filter"}
+        if unknown:
+            raise ValueError(f"search_kwargs: {', '.join(sorted(unknown))} (takes k, unit, filter)")
+        for key in ("k", "unit", "filter"):  # LangChain's spelling of the same settings
+            if self.search_kwargs.get(key) is not None:
+                setattr(self, key, self.search_kwargs[key])
+        self.filter = self._service.check_filter(self.filter)  # a bad filter fails here
         if self.unit is not None:
             self.unit = self._service.check_unit(self.unit).value  # a bad unit fails here
 
@@ -101,9 +116,22 @@ class AnygrainRetriever(BaseRetriever):
         """The search service this retriever searches through."""
         return self._service
 
-    def search(self, query: str, *, k: int | None = None, unit: str | None = None) -> list[Hit]:
-        """The hits behind :meth:`invoke`'s documents (``k`` and ``unit`` as there)."""
-        r = self._service.search([query], unit=unit or self.unit, k=k or self.k)
+    def search(
+        self,
+        query: str,
+        *,
+        k: int | None = None,
+        unit: str | None = None,
+        filter: dict[str, Any] | None = None,
+    ) -> list[Hit]:
+        """The hits behind :meth:`invoke`'s documents (``k``, ``unit`` and ``filter`` as
+        there: given for one call, they replace the retriever's)."""
+        r = self._service.search(
+            [query],
+            unit=unit or self.unit,
+            k=k or self.k,
+            filter=filter if filter is not None else self.filter,
+        )
         return r.hits[0]
 
     def _get_relevant_documents(
@@ -113,8 +141,9 @@ class AnygrainRetriever(BaseRetriever):
         run_manager: CallbackManagerForRetrieverRun,
         k: int | None = None,
         unit: str | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> list[Document]:
-        hits = self.search(query, k=k, unit=unit)
+        hits = self.search(query, k=k, unit=unit, filter=filter)
         return [hit_document(h, i) for i, h in enumerate(hits, 1)]
 
     async def _aget_relevant_documents(
@@ -124,9 +153,10 @@ class AnygrainRetriever(BaseRetriever):
         run_manager: AsyncCallbackManagerForRetrieverRun,
         k: int | None = None,
         unit: str | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> list[Document]:
         # the service's workers batch concurrent queries; this coroutine waits in a thread
-        hits = await asyncio.to_thread(self.search, query, k=k, unit=unit)
+        hits = await asyncio.to_thread(self.search, query, k=k, unit=unit, filter=filter)
         return [hit_document(h, i) for i, h in enumerate(hits, 1)]
 
 

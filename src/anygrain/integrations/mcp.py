@@ -3,9 +3,9 @@
 Three tools, answering with the HTTP API's models (:mod:`anygrain.serve.schemas`: one
 definition for both, so a tool's output schema is the REST response's):
 
-* ``search(query, k, unit)`` -- :class:`SearchResponse`: the top ``k`` hits, each with the
-  exact answer ``span`` inside the passage ``text``, its sentence, passage and document, and
-  the passage's metadata;
+* ``search(query, k, unit, filter)`` -- :class:`SearchResponse`: the top ``k`` hits (those
+  whose metadata match ``filter``, when given), each with the exact answer ``span`` inside
+  the passage ``text``, its sentence, passage and document, and the passage's metadata;
 * ``get_passage(id)`` -- :class:`PassageOut`: one passage by the ``passage_id`` of a hit;
 * ``info()`` -- :class:`InfoResponse`: the index's kind, units, corpus and limits.
 
@@ -126,10 +126,20 @@ def create_server(
                 f"{described['default_unit']})"
             ),
         ] = None,
+        filter: Annotated[
+            dict[str, Any] | None,
+            Field(
+                description="Keep the top k hits whose metadata (a hit's meta) match: "
+                '{"field": value}, {"field": [a, b]} (any of), or operators: {"field": '
+                '{"$ne"|"$in"|"$nin"|"$gt"|"$gte"|"$lt"|"$lte"|"$exists": ...}}, '
+                '{"$and"|"$or": [filters]}, {"$not": filter}'
+            ),
+        ] = None,
     ) -> SearchResponse:
         """Search the index: the top k hits for the question, each with the exact answer
-        span inside its passage, the passage's title, ids and metadata."""
-        r = await _call(functools.partial(service.search, [query], unit=unit, k=k))
+        span inside its passage, the passage's title, ids and metadata; ``filter`` keeps
+        the top k whose metadata match."""
+        r = await _call(functools.partial(service.search, [query], unit=unit, k=k, filter=filter))
         return SearchResponse(
             question=query, unit=r.unit, k=r.k, hits=hits_out(r.hits[0]), latency_ms=r.latency_ms
         )

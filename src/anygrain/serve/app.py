@@ -200,9 +200,17 @@ def create_app(
             float | None,
             Query(description="Phrase indexes: weight of the BM25 part (0: dense scores alone)"),
         ] = None,
+        filter: Annotated[
+            str | None,
+            Query(
+                description="Keep the top k hits whose metadata match: a JSON object, "
+                '{"field": value}, {"field": [a, b]}, $ne, $in, $nin, $gt, $gte, $lt, $lte, '
+                "$exists, $and, $or, $not (docs/serve.md)"
+            ),
+        ] = None,
     ) -> SearchResponse:
         """Top-``k`` hits for one question."""
-        r = service.search([q], unit=unit, k=k, sparse_weight=sparse_weight)
+        r = service.search([q], unit=unit, k=k, sparse_weight=sparse_weight, filter=filter)
         return SearchResponse(
             question=q, unit=r.unit, k=r.k, hits=hits_out(r.hits[0]), latency_ms=r.latency_ms
         )
@@ -211,7 +219,11 @@ def create_app(
     def search_post(body: BatchRequest) -> BatchResponse:
         """Top-``k`` hits for each of a batch of questions (searched together)."""
         r = service.search(
-            body.questions, unit=body.unit, k=body.k, sparse_weight=body.sparse_weight
+            body.questions,
+            unit=body.unit,
+            k=body.k,
+            sparse_weight=body.sparse_weight,
+            filter=body.filter,
         )
         results = [
             QuestionResult(question=q, hits=hits_out(h))

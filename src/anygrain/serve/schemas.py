@@ -97,6 +97,12 @@ class BatchRequest(BaseModel):
     sparse_weight: float | None = Field(
         default=None, ge=0, description="Phrase indexes: weight of the BM25 part (0: dense alone)"
     )
+    filter: dict[str, Any] | None = Field(
+        default=None,
+        description='Keep the top k hits whose metadata match: {"field": value}, '
+        '{"field": [a, b]}, or operators ($ne, $in, $nin, $gt, $gte, $lt, $lte, $exists, '
+        "$and, $or, $not)",
+    )
 
 
 class QuestionResult(BaseModel):

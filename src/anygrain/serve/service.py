@@ -63,6 +63,7 @@ from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit, Unit
 from anygrain.index.base import MANIFEST, Index, external_corpus
 from anygrain.index.encoded import EncodedQueries
+from anygrain.index.filters import filter_key, parse_filter
 from anygrain.utils.precision import native_bf16
 
 if TYPE_CHECKING:  # the reader imports torch: only when unit answer is asked
@@ -157,6 +158,7 @@ class _Job:
     future: Future[list[list[Hit]]]
     sparse_weight: float | None = None
     encoded: EncodedQueries | None = None  # set by the encoder thread
+    filter: dict[str, Any] | None = None  # metadata filter (anygrain.index.filters)
 
 
 @dataclass
@@ -368,6 +370,17 @@ class SearchService:
         return float(w)
 
     @staticmethod
+    def check_filter(spec: Any) -> dict[str, Any] | None:
+        """A request's metadata filter checked (None or empty: none); :class:`RequestError`
+        naming what is wrong with it."""
+        if spec is None or spec == "" or spec == {}:
+            return None
+        try:
+            return parse_filter(spec)
+        except AnygrainError as e:
+            raise RequestError(str(e)) from None
+
+    @staticmethod
     def check_k(k: int) -> int:
         if not 1 <= k <= MAX_K:
             raise RequestError(f"k must be between 1 and {MAX_K}, got {k}")
@@ -435,15 +448,18 @@ class SearchService:
         unit: Unit | str | None = None,
         k: int = DEFAULT_K,
         sparse_weight: float | None = None,
+        filter: Any = None,
     ) -> SearchOutcome:
         """Check the request, then have the worker search it; the latency includes the wait.
-        ``sparse_weight`` overrides a phrase index's BM25 weight (0: dense scores alone)."""
+        ``sparse_weight`` overrides a phrase index's BM25 weight (0: dense scores alone);
+        ``filter`` keeps the top ``k`` hits whose metadata match (a dict or its JSON text:
+        :mod:`anygrain.index.filters`)."""
         t0 = time.perf_counter()
         qs = self.check_questions(questions)
         u = self.check_unit(unit)
         k = self.check_k(k)
         w = self.check_sparse_weight(sparse_weight)
-        job = _Job(qs, u, k, Future(), w)
+        job = _Job(qs, u, k, Future(), w, filter=self.check_filter(filter))
         self._queue.put(job)
         hits = job.future.result()  # raises what the search raised
         return SearchOutcome(hits, u, k, (time.perf_counter() - t0) * 1000.0)
@@ -533,22 +549,31 @@ class SearchService:
                 except queue.Empty:
                     break
             for index in dict.fromkeys(b.index for b in batches):
-                groups: dict[tuple[Unit, int, float | None], list[_Job]] = {}
+                groups: dict[tuple[Unit, int, float | None, str], list[_Job]] = {}
                 for b in batches:
                     if b.index is not index:
                         continue
                     for job in b.jobs:
-                        groups.setdefault((job.unit, job.k, job.sparse_weight), []).append(job)
-                for (unit, k, w), group in groups.items():
-                    self._run(index, group, unit, k, w)
+                        f = filter_key(job.filter) if job.filter else ""
+                        groups.setdefault((job.unit, job.k, job.sparse_weight, f), []).append(job)
+                for (unit, k, w, _), group in groups.items():
+                    self._run(index, group, unit, k, w, group[0].filter)
 
     def _run(
-        self, index: Index, jobs: list[_Job], unit: Unit, k: int, sparse_weight: float | None
+        self,
+        index: Index,
+        jobs: list[_Job],
+        unit: Unit,
+        k: int,
+        sparse_weight: float | None,
+        filter: dict[str, Any] | None = None,
     ) -> None:
         encoded = EncodedQueries.join([job.encoded for job in jobs if job.encoded is not None])
         options: dict[str, Any] = {}
         if sparse_weight is not None:
             options["sparse_weight"] = sparse_weight
+        if filter:
+            options["filter"] = filter
         try:
             if unit is Unit.ANSWER:
                 hits = self._answer(index, encoded, k, options)
@@ -557,7 +582,7 @@ class SearchService:
         except Exception as e:  # reported to the waiting requests; the worker goes on
             if len(jobs) > 1:  # one request's questions must not fail the others
                 for job in jobs:
-                    self._run(index, [job], unit, k, sparse_weight)
+                    self._run(index, [job], unit, k, sparse_weight, filter)
                 return
             err = RequestError(str(e)) if isinstance(e, AnygrainError) else e
             jobs[0].future.set_exception(err)
