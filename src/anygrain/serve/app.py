@@ -55,7 +55,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         "model": ErrorResponse,
         "description": "Malformed request body, or unit answer on a server without a reader",
     },
-    422: {"model": ErrorResponse, "description": "Invalid question, unit, k or batch"},
+    422: {"model": ErrorResponse, "description": "Invalid question, unit, k, filter or batch"},
     503: {"model": ErrorResponse, "description": "The index changed on disk and does not open"},
 }
 
