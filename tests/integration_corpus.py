@@ -113,3 +113,15 @@ def check_hit(text: str, m: dict[str, Any], node_id: str | None) -> tuple[int, i
     assert not {"text", "before", "after"} & set(m)
     json.dumps(m)  # JSON all the way (vector stores, tracing, pipeline files)
     return s, e
+
+
+#: A query every document of :data:`DOCS` shares a term with (BM25 returns all four).
+ALL_FOUR = "Python, the Great Wall, Mount Everest or Zürich?"
+
+
+def brute_force(index_dir: Path, query: str, k: int, keep: Any) -> list[str]:
+    """The passage ids of the top ``k`` hits whose metadata ``keep`` accepts, from an
+    unfiltered search for every hit: what a filtered search must return."""
+    idx = Index.load(index_dir)
+    hits = idx.search([query], k=100)[0]
+    return [h.passage_id for h in hits if keep(h.meta)][:k]

@@ -23,10 +23,12 @@ from haystack import Document, Pipeline  # noqa: E402
 from haystack.components.builders import PromptBuilder  # noqa: E402
 from haystack.dataclasses import ExtractedAnswer  # noqa: E402
 from integration_corpus import (  # noqa: E402
+    ALL_FOUR,
     DOCS,
     EIGHT,
     QUESTIONS,
     bm25_index,
+    brute_force,
     check_hit,
     phrase_index,
 )
@@ -135,6 +137,7 @@ def test_to_dict_from_dict_and_an_index_object(index_dir: Path) -> None:
             "unit": "passage",
             "reader": None,
             "read": None,
+            "filters": None,
         },
     }
     again = AnygrainRetriever.from_dict(data)
@@ -222,3 +225,50 @@ def test_fields_named_as_a_documents_own_are_kept_whole_in_passage_meta() -> Non
     assert not RESERVED & set(d.meta)
     for flatten in (True, False):
         assert Document.from_dict(d.to_dict(flatten=flatten)) == d
+
+
+def test_filters_return_exactly_the_matching_top_k(index_dir: Path) -> None:
+    """Haystack's filter syntax and anygrain's, against brute force; the component's
+    filters saved with it, and replaced by a run's."""
+    year = {"field": "meta.year", "operator": ">", "value": 1500}
+    cases = [
+        (year, lambda m: m.get("year", 0) > 1500),
+        (
+            {
+                "operator": "OR",
+                "conditions": [
+                    year,
+                    {"field": "meta.source.lang", "operator": "==", "value": "en"},
+                ],
+            },
+            lambda m: m.get("year", 0) > 1500 or m.get("source", {}).get("lang") == "en",
+        ),
+        ({"operator": "NOT", "conditions": [year]}, lambda m: not m.get("year", 0) > 1500),
+        (
+            {"field": "meta.year", "operator": "in", "value": [1218, 1991]},
+            lambda m: m.get("year") in (1218, 1991),
+        ),
+        ({"year": {"$lt": 1500}}, lambda m: "year" in m and m["year"] < 1500),
+    ]
+    for spec, keep in cases:
+        for k in (1, 2):
+            want = brute_force(index_dir, ALL_FOUR, k, keep)
+            r = AnygrainRetriever(str(index_dir), top_k=k, filters=spec)
+            docs = r.run(ALL_FOUR)["documents"]
+            assert [d.meta["passage_id"] for d in docs] == want, spec
+            for rank, d in enumerate(docs, 1):
+                check_document(d, rank)
+            again = AnygrainRetriever.from_dict(r.to_dict())
+            assert again.filters == spec
+            assert [d.id for d in again.run(ALL_FOUR)["documents"]] == [d.id for d in docs]
+            # a run's filters replace the component's
+            other = AnygrainRetriever(str(index_dir), top_k=k).run(ALL_FOUR, filters=spec)
+            assert [d.id for d in other["documents"]] == [d.id for d in docs]
+    with pytest.raises(ValueError, match="unknown operator"):
+        AnygrainRetriever(
+            str(index_dir), filters={"field": "meta.year", "operator": "~", "value": 1}
+        )
+    with pytest.raises(ValueError, match="Document's own"):
+        AnygrainRetriever(
+            str(index_dir), filters={"field": "content", "operator": "==", "value": "x"}
+        )

@@ -17,10 +17,12 @@ pytest.importorskip(
 )
 
 from integration_corpus import (  # noqa: E402
+    ALL_FOUR,
     DOCS,
     EIGHT,
     QUESTIONS,
     bm25_index,
+    brute_force,
     check_hit,
     phrase_index,
 )
@@ -28,6 +30,12 @@ from llama_index.core.base.base_retriever import BaseRetriever  # noqa: E402
 from llama_index.core.llms import MockLLM  # noqa: E402
 from llama_index.core.query_engine import RetrieverQueryEngine  # noqa: E402
 from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode  # noqa: E402
+from llama_index.core.vector_stores.types import (  # noqa: E402
+    FilterCondition,
+    FilterOperator,
+    MetadataFilter,
+    MetadataFilters,
+)
 
 from anygrain import Index  # noqa: E402
 from anygrain.integrations.llamaindex import HIDDEN, AnygrainRetriever, hit_node  # noqa: E402
@@ -146,3 +154,45 @@ def test_two_spans_of_one_passage_are_two_nodes() -> None:
     assert na.node.node_id == "python_0#0-6" and nb.node.node_id == "python_0#52-68"
     assert na.node.metadata["answer"] == "Python"
     assert nb.node.metadata["answer"] == "Guido van Rossum" == text[52:68]
+
+
+def test_a_filter_returns_exactly_the_matching_top_k(index_dir: Path) -> None:
+    """anygrain's filter syntax and LlamaIndex's MetadataFilters, against brute force."""
+    year = MetadataFilter(key="year", value=1500, operator=FilterOperator.GT)
+    cases = [
+        ({"year": {"$gte": 1000}}, lambda m: m.get("year", 0) >= 1000),
+        (MetadataFilters(filters=[year]), lambda m: m.get("year", 0) > 1500),
+        (
+            MetadataFilters(
+                filters=[year, MetadataFilter(key="source.lang", value="en")],
+                condition=FilterCondition.OR,
+            ),
+            lambda m: m.get("year", 0) > 1500 or m.get("source", {}).get("lang") == "en",
+        ),
+        (
+            MetadataFilters(filters=[year], condition=FilterCondition.NOT),
+            lambda m: not m.get("year", 0) > 1500,
+        ),
+        (
+            MetadataFilters(
+                filters=[MetadataFilter(key="tags", value="language", operator="contains")]
+            ),
+            lambda m: "language" in m.get("tags", []),
+        ),
+    ]
+    for spec, keep in cases:
+        for k in (1, 2):
+            want = brute_force(index_dir, ALL_FOUR, k, keep)
+            nodes = AnygrainRetriever(str(index_dir), k=k, filter=spec).retrieve(ALL_FOUR)
+            assert [n.node.metadata["passage_id"] for n in nodes] == want, spec
+            for rank, n in enumerate(nodes, 1):
+                check_node(n, rank)
+    with pytest.raises(ValueError, match="text_match"):
+        AnygrainRetriever(
+            str(index_dir),
+            filter=MetadataFilters(
+                filters=[MetadataFilter(key="author", value="Gu", operator="text_match")]
+            ),
+        )
+    with pytest.raises(ValueError, match="unknown operator"):
+        AnygrainRetriever(str(index_dir), filter={"year": {"$regex": "19"}})

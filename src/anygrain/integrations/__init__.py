@@ -4,6 +4,10 @@
   the ``mcp`` extra)
 * :mod:`anygrain.integrations.langchain` -- ``AnygrainRetriever``, a LangChain retriever
   (the ``langchain`` extra)
+* :mod:`anygrain.integrations.llamaindex` -- ``AnygrainRetriever``, a LlamaIndex retriever
+  (the ``llamaindex`` extra)
+* :mod:`anygrain.integrations.haystack` -- ``AnygrainRetriever``, a Haystack component
+  (the ``haystack`` extra)
 
 Each module imports its framework at the top, so ``import anygrain`` imports none of
 them: nothing outside this package imports it (``tests/test_layering.py``).  All of them

@@ -12,8 +12,8 @@
         s, e = a.document_offset.start, a.document_offset.end
         print(a.document.content[s:e], "--", a.document.meta["title"], a.document.id)
 
-``run(query, top_k=None, unit=None)`` (and ``run_async``, the same in a worker thread)
-returns
+``run(query, top_k=None, unit=None, filters=None)`` (and ``run_async``, the same in a
+worker thread) returns
 
 * ``documents`` -- one :class:`~haystack.Document` per hit, best first: ``content`` the
   passage text, ``score`` the hit's, ``id`` ``PASSAGE_ID#START-END`` (the span inside the
@@ -31,6 +31,12 @@ returns
   order: ``data`` the span's text, ``document`` its document, ``document_offset`` the span
   inside ``document.content`` (``content[start:end] == data``), ``score`` the hit's; an
   answer hit's ``context`` is its sentence, ``context_offset`` the span inside it.
+
+``filters`` keeps the top ``top_k`` hits whose metadata match, exactly (not the top
+``top_k`` filtered): Haystack's filter syntax (``{"field": "meta.year", "operator": ">=",
+"value": 2000}``, with ``AND`` / ``OR`` / ``NOT`` conditions; :func:`haystack_filter`) or an
+anygrain filter (``{"year": {"$gte": 2000}}``; :mod:`anygrain.index.filters`).  Given to
+``run``, they replace the component's.
 
 The component serialises as its index directory and settings (``to_dict`` /
 ``from_dict``; a pipeline's YAML), and opens the index in :meth:`warm_up` (or on the first
@@ -61,6 +67,65 @@ LEFT_OUT = ("text", "before", "after", "score", "meta")
 RESERVED = frozenset(
     ("id", "content", "blob", "meta", "score", "embedding", "sparse_embedding", "dataframe")
 )
+
+
+#: Haystack's comparison operators as anygrain's (:mod:`anygrain.index.filters`).
+OPERATORS = {
+    "==": "$eq",
+    "!=": "$ne",
+    ">": "$gt",
+    ">=": "$gte",
+    "<": "$lt",
+    "<=": "$lte",
+    "in": "$in",
+    "not in": "$nin",
+}
+
+
+def is_haystack_filter(spec: Any) -> bool:
+    """Whether ``spec`` is in Haystack's filter syntax (a comparison or a logical condition)
+    rather than anygrain's."""
+    if not isinstance(spec, dict) or "operator" not in spec:
+        return False
+    return set(spec) in ({"field", "operator", "value"}, {"operator", "conditions"})
+
+
+def haystack_filter(spec: dict[str, Any]) -> dict[str, Any]:
+    """A filter in Haystack's syntax as an anygrain filter: ``meta.FIELD`` is the field
+    ``FIELD`` (a dotted name reaches into a nested object, as in Haystack); the comparisons
+    of :data:`OPERATORS`; ``AND``, ``OR`` and ``NOT`` (not all of the conditions, as
+    Haystack reads it).  A ``ValueError`` names what does not translate (a Document field
+    such as ``content``)."""
+    if "conditions" in spec:
+        op = str(spec["operator"]).upper()
+        parts = [haystack_filter(c) for c in spec["conditions"]]
+        if op == "AND":
+            return {"$and": parts}
+        if op == "OR":
+            return {"$or": parts}
+        if op == "NOT":
+            return {"$not": {"$and": parts}}
+        raise ValueError(f"filters: unknown logical operator {spec['operator']!r} (AND, OR, NOT)")
+    field, op, value = spec["field"], spec["operator"], spec["value"]
+    if not isinstance(field, str) or not field:
+        raise ValueError(f"filters: a field is a non-empty string, not {field!r}")
+    if field.startswith("meta."):
+        field = field[len("meta.") :]
+    elif field in RESERVED:
+        raise ValueError(
+            f"filters: field {field!r} is a Document's own; anygrain filters on metadata "
+            "(meta.FIELD)"
+        )
+    if op not in OPERATORS:
+        raise ValueError(f"filters: unknown operator {op!r} (use one of {', '.join(OPERATORS)})")
+    return {field: {OPERATORS[op]: value}}
+
+
+def anygrain_filter(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``spec`` (Haystack's syntax or anygrain's) as an anygrain filter; None for none."""
+    if not spec:
+        return None
+    return haystack_filter(spec) if is_haystack_filter(spec) else spec
 
 
 def hit_document(hit: Hit, rank: int = 1) -> Document:
@@ -113,7 +178,8 @@ class AnygrainRetriever:
     as its directory); ``top_k``: documents per query (1 to 100); ``unit``: the grain
     (phrase, sentence, passage, document, or answer; default: the index's first);
     ``reader`` / ``read``: unit answer's reader (a directory or a shipped reader's name) and
-    passages read."""
+    passages read; ``filters``: keep the top ``top_k`` hits whose metadata match (Haystack's
+    filter syntax or anygrain's; see the module docstring)."""
 
     def __init__(
         self,
@@ -122,6 +188,7 @@ class AnygrainRetriever:
         unit: str | None = None,
         reader: str | None = None,
         read: int | None = None,
+        filters: dict[str, Any] | None = None,
     ) -> None:
         if isinstance(index, Index):
             if getattr(index, "path", None) is None:
@@ -143,6 +210,8 @@ class AnygrainRetriever:
         self.unit = unit
         self.reader = None if reader is None else str(reader)
         self.read = read
+        self.filters = filters or None
+        SearchService.check_filter(anygrain_filter(self.filters))  # a bad filter fails here
         self._service: SearchService | None = None
 
     def warm_up(self) -> None:
@@ -168,15 +237,29 @@ class AnygrainRetriever:
             unit=self.unit,
             reader=self.reader,
             read=self.read,
+            filters=self.filters,
         )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AnygrainRetriever:
         return default_from_dict(cls, data)
 
-    def search(self, query: str, *, top_k: int | None = None, unit: str | None = None) -> list[Hit]:
-        """The hits behind :meth:`run`'s documents (``top_k`` and ``unit`` as there)."""
-        r = self.service.search([query], unit=unit or self.unit, k=top_k or self.top_k)
+    def search(
+        self,
+        query: str,
+        *,
+        top_k: int | None = None,
+        unit: str | None = None,
+        filters: dict[str, Any] | None = None,
+    ) -> list[Hit]:
+        """The hits behind :meth:`run`'s documents (``top_k``, ``unit`` and ``filters`` as
+        there)."""
+        r = self.service.search(
+            [query],
+            unit=unit or self.unit,
+            k=top_k or self.top_k,
+            filter=anygrain_filter(filters if filters is not None else self.filters),
+        )
         return r.hits[0]
 
     def _output(self, query: str, hits: list[Hit]) -> dict[str, Any]:
@@ -185,18 +268,35 @@ class AnygrainRetriever:
         return {"documents": documents, "answers": [a for a in answers if a is not None]}
 
     @component.output_types(documents=list[Document], answers=list[ExtractedAnswer])
-    def run(self, query: str, top_k: int | None = None, unit: str | None = None) -> dict[str, Any]:
+    def run(
+        self,
+        query: str,
+        top_k: int | None = None,
+        unit: str | None = None,
+        filters: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Search ``query``: ``documents`` and ``answers`` (see the module docstring);
-        ``top_k`` and ``unit`` override the component's for this run."""
-        return self._output(query, self.search(query, top_k=top_k, unit=unit))
+        ``top_k``, ``unit`` and ``filters`` replace the component's for this run."""
+        return self._output(query, self.search(query, top_k=top_k, unit=unit, filters=filters))
 
     @component.output_types(documents=list[Document], answers=list[ExtractedAnswer])
     async def run_async(
-        self, query: str, top_k: int | None = None, unit: str | None = None
+        self,
+        query: str,
+        top_k: int | None = None,
+        unit: str | None = None,
+        filters: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """:meth:`run`, waiting for the search service in a worker thread."""
-        hits = await asyncio.to_thread(self.search, query, top_k=top_k, unit=unit)
+        hits = await asyncio.to_thread(self.search, query, top_k=top_k, unit=unit, filters=filters)
         return self._output(query, hits)
 
 
-__all__ = ["RESERVED", "AnygrainRetriever", "hit_answer", "hit_document"]
+__all__ = [
+    "RESERVED",
+    "AnygrainRetriever",
+    "anygrain_filter",
+    "haystack_filter",
+    "hit_answer",
+    "hit_document",
+]

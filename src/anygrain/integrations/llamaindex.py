@@ -29,6 +29,11 @@ around a :class:`~llama_index.core.schema.TextNode`:
 
 ``node.text[span[0]:span[1]] == metadata["answer"]``: the exact span to cite.
 
+``filter`` keeps the top ``k`` hits whose metadata match, exactly (not the top ``k``
+filtered): an anygrain filter (``{"year": 1991}``, ``{"lang": ["en", "de"]}``,
+``{"year": {"$gte": 2000}}``; :mod:`anygrain.index.filters`) or LlamaIndex's
+``MetadataFilters`` (:func:`metadata_filter`).
+
 Searches go through the index's :class:`~anygrain.serve.service.SearchService`, shared by
 every retriever (and MCP server) over the same index in the process, so concurrent calls
 never run the tokenizer from two threads; ``aretrieve`` waits in a worker thread, never on
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
@@ -48,6 +54,12 @@ from llama_index.core.schema import (
     QueryBundle,
     RelatedNodeInfo,
     TextNode,
+)
+from llama_index.core.vector_stores.types import (
+    FilterCondition,
+    FilterOperator,
+    MetadataFilter,
+    MetadataFilters,
 )
 
 from anygrain.hits.hit import Hit
@@ -72,6 +84,52 @@ HIDDEN = (
     "start",
     "end",
 )
+
+
+#: LlamaIndex's filter operators as anygrain's (:mod:`anygrain.index.filters`).
+OPERATORS = {
+    FilterOperator.EQ: "$eq",
+    FilterOperator.NE: "$ne",
+    FilterOperator.GT: "$gt",
+    FilterOperator.GTE: "$gte",
+    FilterOperator.LT: "$lt",
+    FilterOperator.LTE: "$lte",
+    FilterOperator.IN: "$in",
+    FilterOperator.NIN: "$nin",
+    FilterOperator.ANY: "$in",  # a list field holding any of the values
+    FilterOperator.CONTAINS: "$eq",  # a list field holding the value
+}
+
+
+def metadata_filter(filters: MetadataFilters | MetadataFilter) -> dict[str, Any]:
+    """LlamaIndex's :class:`MetadataFilters` as an anygrain filter: the operators of
+    :data:`OPERATORS`, ``all`` (a list field holding every value) and the conditions
+    ``and``, ``or`` and ``not`` (none of the filters match, as LlamaIndex's own stores
+    read it); a ``ValueError`` names any other (text matches, ``is_empty``)."""
+    if isinstance(filters, MetadataFilter):
+        op = FilterOperator(filters.operator)
+        if op is FilterOperator.ALL:
+            values = filters.value if isinstance(filters.value, list) else [filters.value]
+            return {"$and": [{filters.key: {"$eq": v}} for v in values]}
+        if op not in OPERATORS:
+            raise ValueError(
+                f"filter: LlamaIndex's operator {op.value!r} has no anygrain equivalent "
+                f"(use one of {', '.join(o.value for o in [*OPERATORS, FilterOperator.ALL])}, "
+                "or an anygrain filter dict)"
+            )
+        value: Any = filters.value
+        if OPERATORS[op] in ("$in", "$nin") and not isinstance(value, list):
+            value = [value]
+        return {filters.key: {OPERATORS[op]: value}}
+    parts = [metadata_filter(f) for f in filters.filters]
+    condition = FilterCondition(filters.condition or FilterCondition.AND)
+    if condition is FilterCondition.NOT:
+        return {"$not": {"$or": parts}} if parts else {}
+    if not parts:
+        return {}
+    if len(parts) == 1:
+        return parts[0]
+    return {"$and" if condition is FilterCondition.AND else "$or": parts}
 
 
 def hit_node(hit: Hit, rank: int = 1) -> NodeWithScore:
@@ -99,8 +157,10 @@ class AnygrainRetriever(BaseRetriever):
     ``index``: an index directory, an open :class:`~anygrain.index.base.Index`, or a
     :class:`~anygrain.serve.service.SearchService`; ``k``: nodes per query (1 to 100);
     ``unit``: the grain (phrase, sentence, passage, document, or answer; default: the
-    index's first); ``reader`` / ``read``: unit answer's reader and passages read.
-    ``callback_manager`` / ``verbose``: LlamaIndex's."""
+    index's first); ``reader`` / ``read``: unit answer's reader and passages read;
+    ``filter``: keep the top ``k`` hits whose metadata match (an anygrain filter,
+    :mod:`anygrain.index.filters`, or LlamaIndex's :class:`MetadataFilters`:
+    :func:`metadata_filter`).  ``callback_manager`` / ``verbose``: LlamaIndex's."""
 
     def __init__(
         self,
@@ -110,6 +170,7 @@ class AnygrainRetriever(BaseRetriever):
         unit: str | None = None,
         reader: str | Path | None = None,
         read: int | None = None,
+        filter: dict[str, Any] | str | MetadataFilters | None = None,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
@@ -120,6 +181,9 @@ class AnygrainRetriever(BaseRetriever):
             )
         self.k = SearchService.check_k(int(k))
         self._service = shared_service(index, reader=reader, read=read)
+        if isinstance(filter, MetadataFilters | MetadataFilter):
+            filter = metadata_filter(filter)
+        self.filter = self._service.check_filter(filter)  # a bad filter fails here
         # a bad unit fails here, not at the first query
         self.unit = None if unit is None else self._service.check_unit(unit).value
         super().__init__(callback_manager=callback_manager, verbose=verbose)
@@ -129,10 +193,22 @@ class AnygrainRetriever(BaseRetriever):
         """The search service this retriever searches through."""
         return self._service
 
-    def search(self, query: str, *, k: int | None = None, unit: str | None = None) -> list[Hit]:
-        """The hits behind :meth:`retrieve`'s nodes (``k`` and ``unit``: this call's, over
-        the retriever's)."""
-        r = self._service.search([query], unit=unit or self.unit, k=k or self.k)
+    def search(
+        self,
+        query: str,
+        *,
+        k: int | None = None,
+        unit: str | None = None,
+        filter: dict[str, Any] | None = None,
+    ) -> list[Hit]:
+        """The hits behind :meth:`retrieve`'s nodes (``k``, ``unit`` and ``filter``: given
+        for this call, they replace the retriever's)."""
+        r = self._service.search(
+            [query],
+            unit=unit or self.unit,
+            k=k or self.k,
+            filter=filter if filter is not None else self.filter,
+        )
         return r.hits[0]
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
@@ -145,4 +221,4 @@ class AnygrainRetriever(BaseRetriever):
         return [hit_node(h, i) for i, h in enumerate(hits, 1)]
 
 
-__all__ = ["AnygrainRetriever", "HIDDEN", "hit_node"]
+__all__ = ["HIDDEN", "AnygrainRetriever", "hit_node", "metadata_filter"]
