@@ -357,11 +357,27 @@ class HybridIndex(Index):
         depth: int | None = None,
         **options: Any,
     ) -> list[list[Hit]]:
-        (qvecs,) = encoded.vectors
-        rows, scores = self.search_rows(
-            encoded.texts, k, fusion=fusion, weight=weight, depth=depth, qvecs=qvecs
+        rows, scores = self.search_rows_encoded(
+            encoded, k, fusion=fusion, weight=weight, depth=depth
         )
         return hits_from_rows(self.corpus, rows, scores)
+
+    def search_rows_encoded(
+        self,
+        encoded: EncodedQueries,
+        k: int = 10,
+        *,
+        fusion: str | None = None,
+        weight: float | None = None,
+        depth: int | None = None,
+        **options: Any,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`search_encoded`'s ``(rows, scores)`` before hits are made of them (what a
+        filtered search reads: :mod:`anygrain.index.filters`)."""
+        (qvecs,) = encoded.vectors
+        return self.search_rows(
+            encoded.texts, k, fusion=fusion, weight=weight, depth=depth, qvecs=qvecs
+        )
 
     def search_rows(
         self,

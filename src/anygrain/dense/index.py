@@ -529,9 +529,22 @@ class DenseIndex(Index):
         ef_search: int | None = None,
         **options: Any,
     ) -> list[list[Hit]]:
-        (qvecs,) = encoded.vectors
-        rows, scores = self.search_vectors(qvecs, k, nprobe=nprobe, ef_search=ef_search)
+        rows, scores = self.search_rows_encoded(encoded, k, nprobe=nprobe, ef_search=ef_search)
         return hits_from_rows(self.store, rows, scores)
+
+    def search_rows_encoded(
+        self,
+        encoded: EncodedQueries,
+        k: int = 10,
+        *,
+        nprobe: int | None = None,
+        ef_search: int | None = None,
+        **options: Any,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`search_encoded`'s ``(rows, scores)`` before hits are made of them (what a
+        filtered search reads: :mod:`anygrain.index.filters`)."""
+        (qvecs,) = encoded.vectors
+        return self.search_vectors(qvecs, k, nprobe=nprobe, ef_search=ef_search)
 
     def search_rows(
         self,

@@ -17,8 +17,11 @@ A filter is evaluated once per corpus into a boolean mask over passage rows (cac
 index: :func:`allowed_rows`); a filtered search (:func:`search_filtered`) asks the index
 for more than ``k`` hits (``k`` over the share of rows that match) and drops hits of other
 rows, doubling the depth for the queries still short of ``k`` until they have ``k`` or the
-index returns fewer hits than asked (it has no more).  What comes back is the top ``k``
-that match, not the top ``k`` filtered.  This module imports no index kind.
+index returns fewer hits than asked (it has no more).  Kinds whose hits are made from
+``(rows, scores)`` arrays (``search_rows_encoded``: BM25, dense, hybrid, their shards) are
+masked on the arrays, before any hit is made (:func:`search_rows_filtered`); phrase indexes
+on their hits.  What comes back is the top ``k`` that match, not the top ``k`` filtered.
+This module imports no index kind.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from anygrain.errors import UsageError
+from anygrain.index.encoded import EncodedQueries
 
 if TYPE_CHECKING:
     import numpy as np
@@ -276,6 +280,15 @@ def _subset(queries: Any, todo: list[int]) -> Any:
     return [queries[i] for i in todo]
 
 
+def first_depth(k: int, mask: np.ndarray) -> int:
+    """How many hits the first round asks for: ``k`` over the share of rows that match
+    (and a quarter more), so that one round mostly suffices."""
+    allowed = int(mask.sum())
+    if allowed == len(mask):
+        return k
+    return max(k, math.ceil(1.25 * k * len(mask) / max(allowed, 1)))
+
+
 def search_filtered(
     search: Callable[[Any, int], list[list[Any]]],
     queries: Sequence[Any] | Any,
@@ -289,11 +302,9 @@ def search_filtered(
     ``search(queries, depth)`` is the unfiltered search; only the queries still short are
     searched again (all of them when ``per_query`` options go with the queries)."""
     n = len(queries)
-    allowed = int(mask.sum())
-    if allowed == 0 or n == 0:
+    if n == 0 or not mask.any():
         return [[] for _ in range(n)]
-    share = allowed / len(mask)
-    want = k if allowed == len(mask) else max(k, math.ceil(1.25 * k / share))
+    want = first_depth(k, mask)
     out: list[list[Any]] = [[] for _ in range(n)]
     todo = list(range(n))
     for _ in range(MAX_ROUNDS):
@@ -312,6 +323,42 @@ def search_filtered(
     return out
 
 
+def search_rows_filtered(
+    search_rows: Callable[[EncodedQueries, int], tuple[np.ndarray, np.ndarray]],
+    encoded: EncodedQueries,
+    k: int,
+    mask: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`search_filtered` on ``(rows, scores)`` arrays (a kind's ``search_rows_encoded``,
+    rows -1 where there is no hit): rows are masked before any hit is made of them, so a
+    deep round costs the backend's search, not thousands of hits."""
+    import numpy as np
+
+    n = len(encoded)
+    rows_k = np.full((n, k), -1, dtype=np.int64)
+    scores_k = np.zeros((n, k), dtype=np.float32)
+    if n == 0 or not mask.any():
+        return rows_k, scores_k
+    want = first_depth(k, mask)
+    todo = list(range(n))
+    for _ in range(MAX_ROUNDS):
+        rows, scores = search_rows(encoded.take(todo), want)
+        rows = np.asarray(rows, dtype=np.int64)
+        short = []
+        for j, i in enumerate(todo):
+            r = rows[j]
+            found = r >= 0
+            keep = np.flatnonzero(found & mask[np.where(found, r, 0)])[:k]
+            rows_k[i, : len(keep)] = r[keep]
+            scores_k[i, : len(keep)] = np.asarray(scores[j])[keep]
+            if len(keep) < k and int(found.sum()) >= want:
+                short.append(i)
+        if not short:
+            break
+        todo, want = short, want * 2
+    return rows_k, scores_k
+
+
 def accepts_filter(method: Callable[..., list[list[Any]]]) -> Callable[..., list[list[Any]]]:
     """``method`` (a kind's ``search`` or ``search_encoded``) taking ``filter=`` too: the
     :class:`~anygrain.index.base.Index` base wraps every kind's with it, so each kind, grain
@@ -324,6 +371,8 @@ def accepts_filter(method: Callable[..., list[list[Any]]]) -> Callable[..., list
         if filter is None or (isinstance(filter, Mapping | list | tuple) and not filter):
             return method(self, queries, k, **options)
         mask = allowed_rows(self, parse_filter(filter))
+        if hasattr(self, "search_rows_encoded") and options.get("scope_rows") is None:
+            return _rows_search(self, queries, k, mask, options)
         return search_filtered(
             lambda qs, depth: method(self, qs, depth, **options),
             queries,
@@ -334,3 +383,21 @@ def accepts_filter(method: Callable[..., list[list[Any]]]) -> Callable[..., list
 
     search.takes_filter = True  # type: ignore[attr-defined]
     return search
+
+
+def _rows_search(
+    index: Any, queries: Any, k: int, mask: np.ndarray, options: dict[str, Any]
+) -> list[list[Any]]:
+    """A filtered search of a kind whose hits are made from ``(rows, scores)``
+    (``search_rows_encoded``: BM25, dense, hybrid and their shards): queries not yet
+    encoded are encoded once, with the options the kind's ``encode`` takes."""
+    from anygrain.hits.results import hits_from_rows
+
+    if not isinstance(queries, EncodedQueries):
+        takes = type(index).encode_options()
+        queries = index.encode(queries, **{o: v for o, v in options.items() if o in takes})
+        options = {o: v for o, v in options.items() if o not in takes}
+    rows, scores = search_rows_filtered(
+        lambda enc, depth: index.search_rows_encoded(enc, depth, **options), queries, k, mask
+    )
+    return hits_from_rows(index.corpus, rows, scores)

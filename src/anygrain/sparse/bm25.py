@@ -27,6 +27,7 @@ from anygrain.index.base import (
     register_index,
     write_manifest,
 )
+from anygrain.index.encoded import EncodedQueries
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.sparse.analyzers import Analyzer, analyzer_from_config, make_analyzer
 from anygrain.utils.progress import progress_bar
@@ -396,6 +397,13 @@ class BM25Index(Index):
     def search(self, queries: Sequence[str], k: int = 10, **options: Any) -> list[list[Hit]]:
         rows, scores = self.search_rows(queries, k)
         return hits_from_rows(self.store, rows, scores)
+
+    def search_rows_encoded(
+        self, encoded: EncodedQueries, k: int = 10, **options: Any
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`search_rows` of queries :meth:`encode` passed through (what a filtered
+        search reads: :mod:`anygrain.index.filters`)."""
+        return self.search_rows(encoded.texts, k)
 
     def search_rows(self, queries: Sequence[str], k: int = 10) -> tuple[np.ndarray, np.ndarray]:
         """Raw ``(rows, scores)`` of shape (n_queries, k); rows are -1 where nothing matched."""
