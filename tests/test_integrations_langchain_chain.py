@@ -17,10 +17,12 @@ pytest.importorskip(
 )
 
 from integration_corpus import (  # noqa: E402
+    ALL_FOUR,
     DOCS,
     EIGHT,
     QUESTIONS,
     bm25_index,
+    brute_force,
     check_hit,
     phrase_index,
 )
@@ -120,3 +122,19 @@ def test_concurrent_async_chains_return_what_sequential_chains_return(index_dir:
         return list(await asyncio.gather(*(c.ainvoke(q) for q in EIGHT)))
 
     assert [key(o) for o in asyncio.run(together())] == sequential
+
+
+def test_a_filtered_retriever_cites_exactly_the_matching_top_k(index_dir: Path) -> None:
+    """The chain's sources under a metadata filter: the top k that match, by brute force."""
+    for spec, keep in [
+        ({"year": {"$gte": 1000}}, lambda m: m.get("year", 0) >= 1000),
+        ({"$not": {"year": 1991}}, lambda m: m.get("year") != 1991),
+        ({"source.lang": "en"}, lambda m: m.get("source", {}).get("lang") == "en"),
+    ]:
+        for k in (1, 2):
+            retriever = AnygrainRetriever(index=str(index_dir), k=k, filter=spec)
+            out = chain(retriever, ParrotFakeChatModel()).invoke(ALL_FOUR)
+            want = brute_force(index_dir, ALL_FOUR, k, keep)
+            assert [d.metadata["passage_id"] for d in out["sources"]] == want, spec
+            for d in out["sources"]:
+                check_hit(d.page_content, d.metadata, d.id)
