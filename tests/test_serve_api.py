@@ -145,7 +145,7 @@ def test_openapi_lists_every_endpoint(bm25: TestClient) -> None:
     assert set(spec["paths"]) == {"/search", "/health", "/info"}
     assert set(spec["paths"]["/search"]) == {"get", "post"}
     params = {p["name"] for p in spec["paths"]["/search"]["get"]["parameters"]}
-    assert params == {"q", "unit", "k", "sparse_weight"}
+    assert params == {"q", "unit", "k", "sparse_weight", "filter"}
     # FastAPI's /docs and /redoc would load scripts from a CDN; they are off
     assert bm25.get("/docs").status_code == 404 and bm25.get("/redoc").status_code == 404
 
