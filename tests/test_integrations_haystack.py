@@ -110,6 +110,16 @@ def test_a_pipeline_saved_as_yaml_loads_and_runs(index_dir: Path) -> None:
     # the original pipeline answers the same
     first = pipe.run({"retriever": {"query": q}, "prompt": {"query": q}})
     assert first["prompt"]["prompt"] == prompt
+    # and the loaded one run asynchronously (Haystack 3's Pipeline.run_async, 2.x's
+    # AsyncPipeline), through the component's run_async
+    if hasattr(Pipeline, "run_async"):
+        pipe_async: Any = loaded
+    else:  # pragma: no cover - haystack-ai 2.x
+        from haystack import AsyncPipeline
+
+        pipe_async = AsyncPipeline.from_dict(loaded.to_dict())
+    again = asyncio.run(pipe_async.run_async({"retriever": {"query": q}, "prompt": {"query": q}}))
+    assert again["prompt"]["prompt"] == prompt
 
 
 def test_documents_carry_the_passage_and_the_metadata(index_dir: Path) -> None:
