@@ -339,7 +339,8 @@ def search_rows_filtered(
     scores_k = np.zeros((n, k), dtype=np.float32)
     if n == 0 or not mask.any():
         return rows_k, scores_k
-    want = first_depth(k, mask)
+    # one hit per row at most: asking for more rows than the corpus has only costs memory
+    want = min(first_depth(k, mask), len(mask))
     todo = list(range(n))
     for _ in range(MAX_ROUNDS):
         rows, scores = search_rows(encoded.take(todo), want)
@@ -353,9 +354,9 @@ def search_rows_filtered(
             scores_k[i, : len(keep)] = np.asarray(scores[j])[keep]
             if len(keep) < k and int(found.sum()) >= want:
                 short.append(i)
-        if not short:
+        if not short or want >= len(mask):
             break
-        todo, want = short, want * 2
+        todo, want = short, min(want * 2, len(mask))
     return rows_k, scores_k
 
 
