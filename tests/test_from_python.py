@@ -148,3 +148,28 @@ def test_bad_input_is_one_line(call: Any, says: str) -> None:
     with pytest.raises(InputError) as e:
         call()
     assert says in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("framework", ["langchain_core", "llama_index.core", "haystack"])
+def test_from_documents_real_framework_documents(framework: str) -> None:
+    """The duck typing holds for the real classes, where their packages are installed."""
+    pytest.importorskip(framework, reason=f"{framework} is not installed")
+    if framework == "langchain_core":
+        from langchain_core.documents import Document
+
+        doc: Any = Document(page_content=TEXTS[0], metadata={"fw": "lc"}, id="x")
+    elif framework == "llama_index.core":
+        from llama_index.core.schema import TextNode
+
+        doc = TextNode(text=TEXTS[0], metadata={"fw": "lc"}, id_="x")
+    else:
+        from haystack import Document as HaystackDocument
+
+        doc = HaystackDocument(content=TEXTS[0], meta={"fw": "lc"}, id="x")
+    with Index.from_documents([doc]) as idx:
+        (h,) = idx.search(["Python"], 3)[0]
+        assert (h.doc_id, h.text, h.meta) == (
+            "x",
+            TEXTS[0],
+            {"fw": "lc", "start": 0, "end": len(TEXTS[0])},
+        )
