@@ -189,8 +189,18 @@ def phrase(root: Path, tmp_path_factory: pytest.TempPathFactory) -> Index:
     )
 
 
+@pytest.mark.parametrize("scope", [True, False], ids=["scope", "over-fetch"])
 @pytest.mark.parametrize("unit", [Unit.PHRASE, Unit.PASSAGE, Unit.SENTENCE, Unit.DOCUMENT])
-def test_phrase_filter_is_the_brute_force_top_k(phrase: Index, unit: Unit) -> None:
+def test_phrase_filter_is_the_brute_force_top_k(
+    phrase: Index, unit: Unit, scope: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both ways a phrase index filters: few matching rows searched alone (``scope_rows``),
+    and over-fetched hits filtered (every filter here matches few rows: forced)."""
+    import anygrain.index.filters as filters
+
+    if not scope:
+        monkeypatch.setattr(filters, "SCOPE_ROWS", 0)
+    phrase.__dict__.pop("_filter_masks", None)
     check_exact(phrase, ks=(1, 5), unit=unit)
 
 

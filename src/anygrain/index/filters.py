@@ -20,7 +20,8 @@ rows, doubling the depth for the queries still short of ``k`` until they have ``
 index returns fewer hits than asked (it has no more).  Kinds whose hits are made from
 ``(rows, scores)`` arrays (``search_rows_encoded``: BM25, dense, hybrid, their shards) are
 masked on the arrays, before any hit is made (:func:`search_rows_filtered`); phrase indexes
-on their hits.  What comes back is the top ``k`` that match, not the top ``k`` filtered.
+search only the matching rows when they are few (:func:`scope_of`), and filter their hits
+otherwise.  What comes back is the top ``k`` that match, not the top ``k`` filtered.
 This module imports no index kind.
 """
 
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
 MAX_ROUNDS = 12
 #: Masks kept per index (one per distinct filter).
 MAX_CACHED = 32
+#: Up to this many matching rows, a phrase index searches only them (``scope_rows``).
+SCOPE_ROWS = 256
 #: Rows whose metadata is read at a time when a mask is computed.
 BATCH = 4096
 
@@ -372,8 +375,12 @@ def accepts_filter(method: Callable[..., list[list[Any]]]) -> Callable[..., list
         if filter is None or (isinstance(filter, Mapping | list | tuple) and not filter):
             return method(self, queries, k, **options)
         mask = allowed_rows(self, parse_filter(filter))
-        if hasattr(self, "search_rows_encoded") and options.get("scope_rows") is None:
-            return _rows_search(self, queries, k, mask, options)
+        if options.get("scope_rows") is None:
+            if hasattr(self, "search_rows_encoded"):
+                return _rows_search(self, queries, k, mask, options)
+            scope = scope_of(self, mask)
+            if scope is not None:  # few rows: search only them, exhaustively, in one round
+                return method(self, queries, k, scope_rows=[scope] * len(queries), **options)
         return search_filtered(
             lambda qs, depth: method(self, qs, depth, **options),
             queries,
@@ -384,6 +391,18 @@ def accepts_filter(method: Callable[..., list[list[Any]]]) -> Callable[..., list
 
     search.takes_filter = True  # type: ignore[attr-defined]
     return search
+
+
+def scope_of(index: Any, mask: np.ndarray) -> list[int] | None:
+    """The rows ``mask`` allows, for a kind that searches given rows exhaustively
+    (``scope_rows``: phrase indexes) when they are at most :data:`SCOPE_ROWS`; None
+    otherwise (over-fetching is cheaper than scoring every phrase of many rows)."""
+    import numpy as np
+
+    if "scope_rows" not in type(index).search_options():
+        return None
+    rows = np.flatnonzero(mask)
+    return [int(r) for r in rows] if len(rows) <= SCOPE_ROWS else None
 
 
 def _rows_search(
