@@ -25,6 +25,18 @@ def shared_file(rel: str) -> Path:
     return p
 
 
+@pytest.fixture(scope="session", autouse=True)
+def onnx_graph_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The ONNX graphs tests export (a phrase index's questions run on ONNX Runtime by
+    default, anygrain.encode.onnx_runtime) go to a cache of the session's, not the user's."""
+    from anygrain.encode import onnx_runtime
+
+    root = tmp_path_factory.mktemp("onnx-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(onnx_runtime, "default_cache_root", lambda: root)
+        yield root
+
+
 @pytest.fixture(scope="module")
 def torch_one_thread() -> Iterator[None]:
     """Tiny test models gain nothing from threads, and on a shared CPU each op waits for them.

@@ -31,6 +31,7 @@ from anygrain.cli.common import (
     out,
 )
 from anygrain.composite.fusion import FusionMethod
+from anygrain.encode.onnx_runtime import Runtime
 from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit, Unit
 from anygrain.utils.checksums import Verify
@@ -65,6 +66,16 @@ RetrieverWeightOpt = Annotated[
     typer.Option(
         "--retriever-weight",
         help="Answer grain: weight of the passage's retrieval score beside the reader's",
+    ),
+]
+
+
+RuntimeOpt = Annotated[
+    Optional[Runtime],  # noqa: UP045  (typer reads the annotation at run time)
+    typer.Option(
+        "--runtime",
+        help="What encodes the questions: auto (ONNX Runtime on a CPU where onnxruntime is "
+        "installed, the graph exported once and cached; else torch), onnx or torch",
     ),
 ]
 
@@ -209,6 +220,7 @@ def search_cmd(
     rescore: RescoreOpt = None,
     threads: ThreadsOpt = None,
     device: DeviceOpt = None,
+    runtime: RuntimeOpt = None,
     verify: VerifyOpt = Verify.SMALL,
     stats: Annotated[
         bool,
@@ -234,6 +246,7 @@ def search_cmd(
             (fusion, fusion_weight, fusion_depth, sparse_weight, batch_size, filter_),
             {"read": read, "reader": reader, "retriever_weight": retriever_weight,
              "rescore": rescore},
+            runtime=runtime,
         )  # fmt: skip
         return
     collected: list[Any] = []
@@ -243,7 +256,7 @@ def search_cmd(
         at_least_one("--read", read)
         opts.update(read=read, reader=reader, retriever_weight=retriever_weight)
         opts["rescore"] = rescore
-        idx = load_index(index_dir, verify=verify, model=model, device=device)
+        idx = load_index(index_dir, verify=verify, model=model, device=device, runtime=runtime)
         opts["stats"] = collected if stats else None
         hits = search_index(idx, [question], k, unit=unit, threads=threads, **opts)[0]
     except AnygrainError as e:
@@ -289,6 +302,8 @@ def _search_batch(
         FusionMethod | None, float | None, int | None, float | None, int | None, list[str] | None
     ],
     reading: dict[str, Any],
+    *,
+    runtime: Runtime | None = None,
 ) -> None:
     """``search --questions``: one JSON line per question, ``{"id", "question", "hits"}``,
     printed as each chunk of questions comes back; the progress bar is on stderr."""
@@ -305,7 +320,7 @@ def _search_batch(
         opts = _options(*given)
         at_least_one("--read", reading["read"])
         opts.update(reading)
-        idx = load_index(index_dir, verify=verify, model=model, device=device)
+        idx = load_index(index_dir, verify=verify, model=model, device=device, runtime=runtime)
         for result in search_questions(
             idx, questions, k, unit=unit, threads=threads, progress=not quiet, **opts
         ):

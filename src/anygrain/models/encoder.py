@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from anygrain.errors import AnygrainError
 from anygrain.utils.device import autocast, module_device
+from anygrain.utils.finite import check_finite as check_finite
 from anygrain.utils.progress import progress_bar
 
 
@@ -46,20 +46,6 @@ class EncoderConfig:
         return cls(
             Pooling(d["pooling"]), bool(d["normalize"]), str(d["prefix"]), int(d["max_length"])
         )
-
-
-def check_finite(vectors: np.ndarray, model: str, what: str) -> np.ndarray:
-    """``vectors``, or an error naming ``model`` when any is NaN or infinite.
-
-    Damaged weights give NaN vectors, and FAISS then returns no hits at all: every
-    search would come back empty and every metric 0 without a word."""
-    if not np.isfinite(vectors).all():
-        bad = int((~np.isfinite(vectors.reshape(len(vectors), -1))).any(axis=1).sum())
-        raise AnygrainError(
-            f"model {model or '(unnamed)'}: {bad} of {len(vectors)} {what} vectors are NaN or "
-            "infinite; its weights are probably damaged (reinstall or retrain it)"
-        )
-    return vectors
 
 
 def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Tensor:

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from anygrain.errors import AnygrainError
+from anygrain.utils.threads import follow_threads
 
 
 def _damaged() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
@@ -56,6 +57,7 @@ def load_hf_dir(path: Path) -> tuple[Any, Any]:
         (path / n for n in ("model.safetensors", "pytorch_model.bin") if (path / n).is_file()),
         path,
     )
+    follow_threads()  # a --threads given before torch was imported
     with quiet_transformers():
         try:
             model = AutoModel.from_pretrained(str(path), dtype=torch.float32)

@@ -26,11 +26,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,9 +47,22 @@ from anygrain.phrase.compress import Compress, compressed_factory, default_pq_m,
 from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_phrases
 from anygrain.phrase.filtering import dump_filter, fraction_threshold, refiltered_flags, subset_dump
 from anygrain.phrase.lexical import SparseFusion, copy_sparse, write_sparse
-from anygrain.phrase.model import PhraseEncoder
 from anygrain.utils.device import resolve_device
 from anygrain.utils.ranges import Range
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
+    from anygrain.phrase.model import PhraseEncoder
+
+
+def is_phrase_encoder(model: object) -> TypeIs[PhraseEncoder]:
+    """Whether ``model`` is a loaded :class:`~anygrain.phrase.model.PhraseEncoder`, asked
+    without importing torch (none exists before its module is imported): opening an index
+    with the ONNX question encoder imports neither torch nor transformers."""
+    mod = sys.modules.get("anygrain.phrase.model")
+    return mod is not None and isinstance(model, mod.PhraseEncoder)
+
 
 SUBDIR = "phrase"
 #: The float16 vectors; optional once the FAISS indexes hold codes to decode.
@@ -100,7 +114,7 @@ class PhraseSettings(IndexSettings):
     copy_model: bool | None = None
 
     def __post_init__(self) -> None:
-        if self.copy_model is False and isinstance(self.model, PhraseEncoder):
+        if self.copy_model is False and is_phrase_encoder(self.model):
             model_reference(self.model, False)  # refused, before anything is read
         if self.lang is not None:
             from anygrain.corpus.lang import Lang
@@ -186,8 +200,9 @@ def as_phrase_model(
     """A phrase model from an instance, a shipped model's name (``phrase-minilm``) or a saved
     directory; ``None`` is the shipped default for ``lang``.  An untrained encoder is refused."""
     from anygrain.models.shipped import SHIPPED, default_phrase_model, shipped_model_dir
+    from anygrain.phrase.model import PhraseEncoder
 
-    if isinstance(model, PhraseEncoder):
+    if is_phrase_encoder(model):
         return model
     if model is None:
         model = default_phrase_model(lang)
@@ -223,7 +238,7 @@ def model_reference(model: str | Path | PhraseEncoder, copy_model: bool | None =
     name nor path, refused)."""
     if copy_model:
         return ""
-    if isinstance(model, PhraseEncoder):
+    if is_phrase_encoder(model):
         if copy_model is False:
             raise UsageError(
                 "copy_model=False needs a phrase model given by name or directory: an "

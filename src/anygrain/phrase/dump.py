@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,10 +36,12 @@ from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.encode.jobs import ShardJob
 from anygrain.encode.manifest import DoneMapManifest
 from anygrain.encode.npy import concatenate_npy
-from anygrain.phrase.model import EncodedPassage, PhraseEncoder
 from anygrain.utils.atomic import atomic_path
 from anygrain.utils.device import place, resolve_device
 from anygrain.utils.memory import trim_heap
+
+if TYPE_CHECKING:
+    from anygrain.phrase.model import EncodedPassage, PhraseEncoder
 
 DUMP_MANIFEST = "dump.json"
 FORMAT = "anygrain.phrase-dump"

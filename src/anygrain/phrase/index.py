@@ -26,7 +26,8 @@ the search for sentences, passages and documents in rounds is :mod:`anygrain.phr
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -36,6 +37,13 @@ import numpy as np
 from anygrain.corpus.source import open_corpus_of
 from anygrain.corpus.store import CorpusStore
 from anygrain.dense.faiss_index import FaissIndex, unwrap_index
+from anygrain.encode.onnx_runtime import (
+    GraphCache,
+    Runtime,
+    files_signature,
+    parse_runtime,
+    wants_onnx,
+)
 from anygrain.errors import AnygrainError, IndexMismatchError, ModelNotFoundError
 from anygrain.hits.hit import Hit, Unit, UnitSearchStats
 from anygrain.index.base import (
@@ -55,11 +63,11 @@ from anygrain.phrase.build import (
     as_phrase_model,
     build_model,
     given_by_name,
+    is_phrase_encoder,
     write_index,
 )
 from anygrain.phrase.compress import DecodedVectors
 from anygrain.phrase.lexical import LexicalQuery, LexicalScorer, SparseFusion, open_sparse
-from anygrain.phrase.model import PhraseEncoder
 from anygrain.phrase.search import (
     Phrases,
     PhraseTable,
@@ -76,6 +84,7 @@ from anygrain.utils.threads import single_thread
 if TYPE_CHECKING:
     from anygrain.corpus.questions import Questions
     from anygrain.eval.evaluate import EvalReport
+    from anygrain.phrase.model import PhraseEncoder
 
 
 def referenced_model(path: Path, record: dict[str, Any]) -> PhraseEncoder:
@@ -107,6 +116,28 @@ def referenced_model(path: Path, record: dict[str, Any]) -> PhraseEncoder:
         raise ModelNotFoundError(f"{what}, and it cannot be loaded here: {e} {fix}") from None
 
 
+def model_dir_of(
+    path: Path, manifest: dict[str, Any], model: str | Path | PhraseEncoder | None
+) -> Path | None:
+    """The directory the phrase model of the index at ``path`` is loaded from (``model``
+    given by name or directory, else the copy in the index or the model it refers to), found
+    without loading it; None when there is none to find."""
+    from anygrain.models.shipped import shipped_model_dir
+
+    if is_phrase_encoder(model):
+        return None
+    record = manifest.get("model") or {}
+    if model is None and record.get("path"):
+        return path / record["path"]
+    name = model if model is not None else record.get("ref")
+    if not name:
+        return None
+    if given_by_name(name):
+        return shipped_model_dir(str(name))
+    p = Path(str(name)).expanduser()
+    return p if p.is_dir() else None
+
+
 @register_index(IndexKind.PHRASE)
 class PhraseIndex(Index):
     """Phrase retrieval; ``search`` returns phrase hits (or sentences, passages, documents)."""
@@ -114,7 +145,7 @@ class PhraseIndex(Index):
     units = (Unit.PHRASE, Unit.SENTENCE, Unit.PASSAGE, Unit.DOCUMENT)
     default_unit = Unit.PHRASE
     takes_query_model = True
-    load_options = frozenset({"model", "device", "store", "mmap"})
+    load_options = frozenset({"model", "device", "store", "mmap", "runtime"})
     settings_type = PhraseSettings
     format_version = FORMAT_VERSION
     update_module = "anygrain.phrase.update"
@@ -185,16 +216,27 @@ class PhraseIndex(Index):
         path: Path,
         manifest: dict[str, Any],
         store: CorpusStore,
-        model: PhraseEncoder,
+        model: PhraseEncoder | Callable[[], PhraseEncoder],
         table: PhraseTable,
         start_index: FaissIndex,
         end_index: FaissIndex,
         start_ids: np.ndarray,
         end_ids: np.ndarray,
+        *,
+        questions: Any = None,
     ) -> None:
         super().__init__(path, manifest)
         self.store = store
-        self.model = model
+        # the torch model, or what loads it on first use (a search on ONNX Runtime never
+        # does; adding documents, re-scoring and training do)
+        self._model: PhraseEncoder | None = None
+        self._load_model: Callable[[], PhraseEncoder] | None = None
+        if callable(model) and not is_phrase_encoder(model):
+            self._load_model = model
+        else:
+            self._model = model
+        # what encodes questions: the model itself, or its graph on ONNX Runtime
+        self.questions: Any = questions if questions is not None else self._model
         self.table = table
         self.start_index = start_index
         self.end_index = end_index
@@ -205,6 +247,24 @@ class PhraseIndex(Index):
         self.fusion = SparseFusion.from_dict(sp, f"{path}/index.json") if sp else None
         # the BM25 part opens on first use: a pure-dense search never reads it
         self._lexical: LexicalScorer | None = None
+
+    @property
+    def model(self) -> PhraseEncoder:
+        """The phrase model (torch), loaded on first use when questions run on ONNX Runtime."""
+        if self._model is None:
+            assert self._load_model is not None
+            self._model = self._load_model()
+        return self._model
+
+    @model.setter
+    def model(self, value: PhraseEncoder) -> None:
+        self._model = value
+        self.questions = value
+
+    @property
+    def runtime(self) -> Runtime:
+        """What encodes this index's questions now."""
+        return Runtime.ONNX if getattr(self.questions, "runtime", "") == "onnx" else Runtime.TORCH
 
     @property
     def lexical(self) -> LexicalScorer | None:
@@ -284,43 +344,29 @@ class PhraseIndex(Index):
         model: str | Path | PhraseEncoder | None = None,
         mmap: bool = True,
         device: str | None = None,
+        runtime: Runtime | str | None = None,
         **options: Any,
     ) -> PhraseIndex:
         """Open the index; ``model`` replaces the saved one, or the one the index refers to
         by name (it must make the same phrases); ``device`` is where questions are encoded
-        (None: auto)."""
+        (None: auto); ``runtime`` what encodes them (:mod:`anygrain.encode.onnx_runtime`:
+        ``auto``, ``onnx`` or ``torch``).  On ONNX Runtime, a model whose files are unchanged
+        since its graph was exported is not loaded at all (no torch)."""
         path = Path(path)
         base = path / SUBDIR
-        record = manifest.get("model") or {}
-        want = record.get("fingerprint")
-        if model is not None:
-            enc = as_phrase_model(model)
-            got = enc.phrase_fingerprint()
-        elif record.get("path"):
-            # re-hashing the weights (a fraction of a second) catches a model swapped or
-            # damaged inside the index directory, which the recorded fingerprint alone cannot
-            enc = PhraseEncoder.load(path / record["path"])
-            got = enc.config.phrase_fingerprint
-        else:
-            # a name loads whatever is installed now: its weights are re-hashed against the
-            # fingerprint saved beside them on load, and that one must be the index's
-            enc = referenced_model(path, record)
-            got = enc.config.phrase_fingerprint or enc.phrase_fingerprint()
-            if got != want:
-                raise IndexMismatchError(
-                    f"{path}: the phrase model {record['ref']!r} now has phrase fingerprint "
-                    f"{got}, not the {want} this index was built with (base "
-                    f"{record.get('base_model')!r}); another model behind the same name is "
-                    "never used in its place. Pass the model the index was built with "
-                    "(--model DIR, or Index.load(path, model=DIR)), or rebuild the index."
-                )
-        if got != want:
-            raise IndexMismatchError(
-                f"{path}: the model's phrase encoder (fingerprint {got}) is not the one this index "
-                f"was built with ({want}); its questions would not match the stored phrase vectors. "
-                "Use the index's own model or rebuild the index with this one."
+        use_onnx = wants_onnx(runtime, device)
+        questions = cls.cached_questions(path, manifest, model) if use_onnx else None
+        enc: PhraseEncoder | Callable[[], PhraseEncoder]
+        if questions is None:
+            strict = parse_runtime(runtime) is Runtime.ONNX
+            enc, questions = cls.open_model(
+                path, manifest, model, device, onnx=use_onnx, strict=strict
             )
-        place(enc, device)
+        else:
+
+            def enc() -> PhraseEncoder:
+                return cls.open_model(path, manifest, model, device, onnx=False)[0]
+
         store = store or open_corpus_of(path, manifest)
         decoded = manifest["settings"].get("span_vectors") == "codes"
         for name in (
@@ -380,14 +426,123 @@ class PhraseIndex(Index):
                 f"{path}: phrase dump covers {len(table.passage_ptr) - 1} passages, "
                 f"the corpus has {len(store)}; rebuild the index"
             )
-        return cls(path, manifest, store, enc, table, fs, fe, start_ids, end_ids)
+        return cls(
+            path, manifest, store, enc, table, fs, fe, start_ids, end_ids, questions=questions
+        )
+
+    @classmethod
+    def open_model(
+        cls,
+        path: Path,
+        manifest: dict[str, Any],
+        model: str | Path | PhraseEncoder | None,
+        device: str | None,
+        *,
+        onnx: bool,
+        strict: bool = False,
+    ) -> tuple[PhraseEncoder, Any]:
+        """``(model, question encoder)``: the index's phrase model loaded and checked against
+        the fingerprint the index records, and what encodes its questions (the model, or
+        with ``onnx`` its graph, exported once per version of its weights; a graph that cannot
+        be made falls back to torch with a warning, unless ``strict``)."""
+        from anygrain.phrase.model import PhraseEncoder
+
+        files = None
+        src = model_dir_of(path, manifest, model)
+        if onnx and src is not None:
+            from anygrain.phrase.onnx import model_files
+
+            files = files_signature(model_files(src))  # before loading: what was checked
+        record = manifest.get("model") or {}
+        want = record.get("fingerprint")
+        if model is not None:
+            enc = as_phrase_model(model)
+            got = enc.phrase_fingerprint()
+        elif record.get("path"):
+            # re-hashing the weights (a fraction of a second) catches a model swapped or
+            # damaged inside the index directory, which the recorded fingerprint alone cannot
+            enc = PhraseEncoder.load(path / record["path"])
+            got = enc.config.phrase_fingerprint
+        else:
+            # a name loads whatever is installed now: its weights are re-hashed against the
+            # fingerprint saved beside them on load, and that one must be the index's
+            enc = referenced_model(path, record)
+            got = enc.config.phrase_fingerprint or enc.phrase_fingerprint()
+            if got != want:
+                raise IndexMismatchError(
+                    f"{path}: the phrase model {record['ref']!r} now has phrase fingerprint "
+                    f"{got}, not the {want} this index was built with (base "
+                    f"{record.get('base_model')!r}); another model behind the same name is "
+                    "never used in its place. Pass the model the index was built with "
+                    "(--model DIR, or Index.load(path, model=DIR)), or rebuild the index."
+                )
+        if got != want:
+            raise IndexMismatchError(
+                f"{path}: the model's phrase encoder (fingerprint {got}) is not the one this index "
+                f"was built with ({want}); its questions would not match the stored phrase vectors. "
+                "Use the index's own model or rebuild the index with this one."
+            )
+        place(enc, device)
+        if not onnx:
+            return enc, enc
+        from anygrain.phrase.onnx import onnx_questions
+
+        try:
+            questions = onnx_questions(
+                enc,
+                GraphCache.default(),
+                files=files,
+                phrase_fingerprint=got,
+                config=enc.config.to_dict(),
+            )
+        except (AnygrainError, ImportError, OSError, RuntimeError, ValueError) as e:
+            if strict:
+                raise AnygrainError(
+                    f"{path}: cannot run the phrase model's question encoder on ONNX Runtime "
+                    f"({type(e).__name__}: {e}); search with --runtime torch"
+                ) from e
+            warnings.warn(
+                f"question encoder not exported to ONNX ({type(e).__name__}: {e}); "
+                "encoding questions with torch",
+                stacklevel=2,
+            )
+            return enc, enc
+        return enc, questions
+
+    @classmethod
+    def cached_questions(
+        cls, path: Path, manifest: dict[str, Any], model: str | Path | PhraseEncoder | None
+    ) -> Any:
+        """The question encoder on ONNX Runtime when the model's files are unchanged since
+        its graph was exported (the phrase fingerprint they had then checked against the
+        index's, as loading would), else None: the model must be loaded."""
+        src = model_dir_of(path, manifest, model)
+        if src is None:
+            return None
+        from anygrain.phrase.onnx import cached_questions
+
+        hit = cached_questions(src, GraphCache.default())
+        if hit is None:
+            return None
+        questions, got, config = hit
+        want = (manifest.get("model") or {}).get("fingerprint")
+        if got != want:
+            return None  # loading the model says why, as without a graph
+        from types import SimpleNamespace
+
+        from anygrain.phrase.reference import check_scoring
+
+        record = manifest.get("model") or {}
+        label = str(model) if isinstance(model, str | Path) else record.get("name", "given")
+        check_scoring(path, manifest, SimpleNamespace(**config), label)
+        return questions
 
     # --- search -----------------------------------------------------------------------
     def encode_queries(
         self, queries: Sequence[str], *, batch_size: int = 64, bf16: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``(q_start, q_end)`` float32 vectors."""
-        return self.model.encode_questions(list(queries), batch_size=batch_size, bf16=bf16)
+        """``(q_start, q_end)`` float32 vectors (from the model, or its ONNX graph)."""
+        return self.questions.encode_questions(list(queries), batch_size=batch_size, bf16=bf16)
 
     def mips(
         self, q_start: np.ndarray, q_end: np.ndarray, k: int, *, nprobe: int | None = None

@@ -7,26 +7,44 @@ with other jobs their spin-waiting slows everyone down).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from anygrain.errors import AnygrainError
 
+_requested: int | None = None
+
 
 def set_threads(n: int | None) -> None:
-    """Use ``n`` intra-op threads in torch and FAISS; ``None`` leaves their defaults."""
+    """Use ``n`` intra-op threads in torch and FAISS (and in ONNX Runtime sessions made
+    after); ``None`` leaves their defaults.  torch is not imported for it: a search on
+    ONNX Runtime never loads it, and a model loaded later (:func:`follow_threads`, called
+    by every model load) takes the setting then."""
+    global _requested
     if n is None:
         return
     if n < 1:
         raise AnygrainError(f"threads must be at least 1, got {n}")
-    import torch
-
-    torch.set_num_threads(n)
+    _requested = n
+    follow_threads()
     try:
         import faiss
     except ImportError:  # training alone needs no FAISS (e.g. on a GPU machine)
         return
     faiss.omp_set_num_threads(n)
+
+
+def requested_threads() -> int | None:
+    """The count :func:`set_threads` was last given (None: never called)."""
+    return _requested
+
+
+def follow_threads() -> None:
+    """Give torch, when it is imported, the count :func:`set_threads` was given."""
+    torch = sys.modules.get("torch")
+    if _requested is not None and torch is not None:
+        torch.set_num_threads(_requested)
 
 
 @contextmanager
@@ -37,8 +55,10 @@ def single_thread() -> Iterator[None]:
     or more intra-op threads each one pays for waking the pool -- on a loaded CPU
     ~8 ms per operation instead of ~0.2 ms.
     """
-    import torch
-
+    torch = sys.modules.get("torch")
+    if torch is None:  # nothing runs on torch (queries encoded by ONNX Runtime)
+        yield
+        return
     n = torch.get_num_threads()
     if n == 1:
         yield

@@ -324,7 +324,8 @@ def train_phrase_query_side(
     set_threads(config.threads)
     run = RunDir(config.out, config, progress=progress)
     log, out = run.log, run.out
-    index = Index.load(config.index)
+    # the questions are encoded by the model being trained, never by an exported graph
+    index = Index.load(config.index, runtime="torch")
     if not isinstance(index, PhraseIndex):
         raise AnygrainError(f"{config.index}: query-side training needs a phrase index")
     model = index.model

@@ -1,0 +1,302 @@
+"""ONNX Runtime under the query encoders: a search that imports neither torch nor transformers.
+
+A one-shot search spends seconds importing torch and transformers and milliseconds
+searching; ONNX Runtime starts in a fraction of a second and encodes a question about
+twice as fast on one CPU thread.  torch stays the training runtime and the fallback.
+
+Which runtime encodes queries (:class:`Runtime`, ``--runtime`` on search and serve):
+
+* ``auto`` (the default): ONNX Runtime on a CPU where ``onnxruntime`` is installed and the
+  encoder's graph is in the cache or can be exported (torch is then needed once);
+  otherwise torch;
+* ``onnx``: ONNX Runtime or an error saying why not;
+* ``torch``: the model itself (the only runtime on a GPU, and for bfloat16).
+
+The runtime is recorded nowhere in an index: both give the same vectors (to ~1e-6).
+
+Graphs live in the user cache directory (``platformdirs.user_cache_dir("anygrain")/onnx``),
+one directory per graph, named by the fingerprint of the weights and settings it computes
+with (:class:`GraphCache`): a changed model has another fingerprint and is exported again,
+never served by a stale graph.  Finding that fingerprint needs the weights (torch), so a
+second, small table maps the *files* a model was loaded from (paths, sizes, modification
+times: :func:`files_signature`) to the fingerprint they gave; a search that finds its
+model's files unchanged since the export opens the graph without loading the model.
+
+Each graph directory holds ``graph.onnx`` (opset :data:`OPSET`, dynamic batch and
+sequence axes), ``tokenizer.json`` (run by the ``tokenizers`` library directly) and
+``meta.json`` (what the encoder needs besides: input names, truncation, padding, and
+the model's settings), written last.
+
+This module is the engine's part and knows no model: each encoder exports its own
+graph through :func:`export_graph` and reads it back with :class:`OnnxGraph`.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import importlib.util
+import json
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anygrain.errors import AnygrainError, parse_enum
+from anygrain.utils.atomic import atomic_dir, atomic_write_text
+
+OPSET = 17
+#: bumped when what an exported graph computes changes, so old graphs are not reused
+EXPORT_VERSION = 1
+GRAPH_FILE = "graph.onnx"
+TOKENIZER_FILE = "tokenizer.json"
+META_FILE = "meta.json"
+FILES_DIR = "files"
+
+
+class Runtime(str, enum.Enum):
+    """What runs the query encoders at search time (never recorded in an index)."""
+
+    AUTO = "auto"
+    ONNX = "onnx"
+    TORCH = "torch"
+
+
+RUNTIME_HELP = (
+    "Query encoder runtime: auto (ONNX Runtime on a CPU where onnxruntime is installed, the "
+    "graph exported once and cached; else torch), onnx, or torch"
+)
+
+
+def parse_runtime(value: Runtime | str | None) -> Runtime:
+    return Runtime.AUTO if value is None else parse_enum(Runtime, value)
+
+
+def onnxruntime_installed() -> bool:
+    return importlib.util.find_spec("onnxruntime") is not None
+
+
+def wants_onnx(runtime: Runtime | str | None, device: str | None) -> bool:
+    """Whether queries should be encoded with ONNX Runtime: ``onnx`` always (an error later
+    if it cannot), ``auto`` on a CPU (``device`` None, ``auto`` or ``cpu``; the ONNX graph runs
+    on the CPU only) where onnxruntime is installed."""
+    r = parse_runtime(runtime)
+    if r is Runtime.TORCH:
+        return False
+    on_cpu = device is None or str(device) in ("auto", "cpu")
+    if r is Runtime.ONNX:
+        if not on_cpu:
+            raise AnygrainError(
+                f"--runtime onnx runs on the CPU; --device {device} needs --runtime torch"
+            )
+        if not onnxruntime_installed():
+            raise AnygrainError(
+                "--runtime onnx: onnxruntime is not installed (pip install onnxruntime)"
+            )
+        return True
+    return on_cpu and onnxruntime_installed()
+
+
+def default_cache_root() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("anygrain")) / "onnx"
+
+
+def digest(*parts: object) -> str:
+    """A short hex digest of ``parts`` (JSON-encoded)."""
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def files_signature(paths: Sequence[Path]) -> str:
+    """Identifies the files ``paths`` (directories: every file below them) as they are now:
+    path, size, modification time and inode of each.  Saving a model again changes it."""
+    rows: list[tuple[str, int, int, int]] = []
+    for p in paths:
+        p = Path(p).resolve()
+        files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+        for f in files:
+            st = f.stat()
+            rows.append((str(f), st.st_size, st.st_mtime_ns, st.st_ino))
+    return digest(EXPORT_VERSION, rows)
+
+
+@dataclass(frozen=True)
+class GraphCache:
+    """Graph directories under ``root``, by key (the weights' fingerprint), and the table
+    from model files to the key they gave."""
+
+    root: Path
+
+    @classmethod
+    def default(cls, root: str | Path | None = None) -> GraphCache:
+        return cls(Path(root) if root is not None else default_cache_root())
+
+    def entry(self, key: str) -> Path:
+        return self.root / key
+
+    def has(self, key: str) -> bool:
+        e = self.entry(key)
+        return (e / META_FILE).is_file() and (e / GRAPH_FILE).is_file()
+
+    def files_record(self, signature: str) -> dict[str, Any] | None:
+        """What was recorded for model files with ``signature`` (its ``key`` and what the
+        caller stored beside it), when that key's graph is still there."""
+        f = self.root / FILES_DIR / f"{signature}.json"
+        try:
+            record = json.loads(f.read_text())
+            key = record["key"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return record if isinstance(key, str) and self.has(key) else None
+
+    def remember_files(self, signature: str, key: str, **extra: Any) -> None:
+        """Record that model files with ``signature`` give the graph ``key`` (with
+        ``extra``, what the caller checked when it loaded them)."""
+        d = self.root / FILES_DIR
+        d.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(d / f"{signature}.json", json.dumps({"key": key, **extra}))
+
+    def write(self, key: str, fill: Callable[[Path], None]) -> Path:
+        """The graph directory for ``key``, made by ``fill(staging_dir)`` when missing
+        (atomically: a half-written graph is never found)."""
+        out = self.entry(key)
+        if self.has(key):
+            return out
+        self.root.mkdir(parents=True, exist_ok=True)
+        with atomic_dir(out) as staging:
+            fill(staging)
+        return out
+
+
+def export_graph(
+    module: Any,
+    inputs: Mapping[str, Any],
+    output_names: Sequence[str],
+    path: Path,
+) -> None:
+    """Export ``module`` (a torch module, put in eval mode) called with ``inputs`` (name ->
+    int64 tensor of shape (batch, sequence)) to ``path``: opset :data:`OPSET`, batch and
+    sequence axes dynamic.  The example inputs should hold padding, so that the traced
+    attention masking is the general one."""
+    import warnings
+
+    import torch
+
+    module.eval()
+    axes: dict[str, dict[int, str]] = {n: {0: "batch", 1: "sequence"} for n in inputs}
+    axes.update({n: {0: "batch"} for n in output_names})
+    with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
+        warnings.simplefilter("ignore")  # tracer warnings about Python branches
+        torch.onnx.export(
+            module,
+            tuple(inputs.values()),
+            str(path),
+            input_names=list(inputs),
+            output_names=list(output_names),
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            do_constant_folding=True,
+            dynamo=False,
+        )
+    module.eval()  # the exporter restores the mode it found; keep inference mode
+
+
+def save_tokenizer(tokenizer: Any, path: Path) -> dict[str, Any]:
+    """Write a Hugging Face fast tokenizer's ``tokenizers`` form to ``path``; returns the
+    settings :class:`OnnxGraph` needs to tokenize as the model does (padding)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise AnygrainError(
+            f"{getattr(tokenizer, 'name_or_path', 'this model')}: has no fast tokenizer, "
+            "which the ONNX runtime needs; search with --runtime torch"
+        )
+    backend.save(str(path))
+    return {
+        "pad_id": int(tokenizer.pad_token_id or 0),
+        "pad_token": str(tokenizer.pad_token or ""),
+        "pad_type_id": int(getattr(tokenizer, "pad_token_type_id", 0) or 0),
+        "padding_side": str(getattr(tokenizer, "padding_side", "right")),
+        "truncation_side": str(getattr(tokenizer, "truncation_side", "right")),
+    }
+
+
+def write_meta(directory: Path, meta: Mapping[str, Any]) -> None:
+    (directory / META_FILE).write_text(
+        json.dumps({"export_version": EXPORT_VERSION, "opset": OPSET, **meta}, indent=2)
+    )
+
+
+class OnnxGraph:
+    """One exported graph in an ONNX Runtime session, with its tokenizer.
+
+    ``threads``: ONNX Runtime's intra-op threads (default: the count given to
+    :func:`anygrain.utils.threads.set_threads` when the session starts, at the first run,
+    else 1: a query is a small graph, and a pool's wake-ups cost more than they save on a
+    busy CPU)."""
+
+    def __init__(self, directory: Path, *, threads: int | None = None) -> None:
+        from tokenizers import Tokenizer
+
+        self.directory = Path(directory)
+        self.threads = threads
+        self.meta: dict[str, Any] = json.loads((self.directory / META_FILE).read_text())
+        if self.meta.get("export_version") != EXPORT_VERSION:
+            raise AnygrainError(f"{self.directory}: a graph from another anygrain version")
+        self._session: Any = None
+        self._lock = threading.Lock()
+        tok = Tokenizer.from_file(str(self.directory / TOKENIZER_FILE))
+        t = self.meta["tokenizer"]
+        tok.no_padding()
+        tok.no_truncation()
+        tok.enable_truncation(
+            max_length=int(self.meta["max_length"]), direction=t.get("truncation_side", "right")
+        )
+        tok.enable_padding(
+            direction=t.get("padding_side", "right"),
+            pad_id=int(t["pad_id"]),
+            pad_type_id=int(t["pad_type_id"]),
+            pad_token=t["pad_token"],
+        )
+        self.tokenizer = tok
+
+    @property
+    def session(self) -> Any:
+        with self._lock:
+            return self._session or self._start()
+
+    def _start(self) -> Any:
+        import onnxruntime as ort
+
+        from anygrain.utils.threads import requested_threads
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = int(self.threads or requested_threads() or 1)
+        so.inter_op_num_threads = 1
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.log_severity_level = 3
+        self._session = ort.InferenceSession(
+            str(self.directory / GRAPH_FILE), so, providers=["CPUExecutionProvider"]
+        )
+        return self._session
+
+    @property
+    def input_names(self) -> list[str]:
+        return [i.name for i in self.session.get_inputs()]
+
+    def tokenize(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
+        """The graph's inputs for ``texts`` (int64, padded to the longest)."""
+        enc = self.tokenizer.encode_batch(list(texts), add_special_tokens=True)
+        cols = {
+            "input_ids": [e.ids for e in enc],
+            "attention_mask": [e.attention_mask for e in enc],
+            "token_type_ids": [e.type_ids for e in enc],
+        }
+        return {n: np.asarray(cols[n], dtype=np.int64) for n in self.input_names}
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        return [np.asarray(o) for o in self.session.run(None, dict(feeds))]
