@@ -56,12 +56,45 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+# the options `anygrain serve` and `anygrain mcp` share (cli/mcp.py imports them)
+IndexArg = Annotated[Path, typer.Argument(help="Index directory (any kind)")]
+HostOpt = Annotated[
+    str, typer.Option(help="Address to bind (loopback by default; 0.0.0.0 exposes it)")
+]
+PortOpt = Annotated[int, typer.Option(help="TCP port (1 to 65535)")]
+ReaderOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--reader",
+        metavar="DIR_OR_NAME",
+        help="Reader for unit answer (any index): a reader directory or shipped name "
+        "(default: the shipped reader for the corpus language, where one ships, loaded on "
+        "the first answer request)",
+    ),
+]
+ReadOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--read",
+        metavar="K",
+        help="Unit answer: passages the reader reads per question (default 5)",
+    ),
+]
+
+
+def mcp_missing() -> str | None:
+    """Why the MCP server cannot be imported (the SDK missing), or None."""
+    try:
+        import anygrain.integrations.mcp  # noqa: F401
+    except ImportError as e:
+        return f"the MCP server needs the mcp SDK ({e}): pip install 'anygrain[mcp]'"
+    return None
+
+
 def serve_cmd(
-    index_dir: Annotated[Path, typer.Argument(help="Index directory (any kind)")],
-    host: Annotated[
-        str, typer.Option(help="Address to bind (loopback by default; 0.0.0.0 exposes it)")
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port (1 to 65535)")] = 8000,
+    index_dir: IndexArg,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8000,
     threads: ThreadsOpt = None,
     device: DeviceOpt = None,
     question_bf16: Annotated[
@@ -72,24 +105,16 @@ def serve_cmd(
             "native bfloat16; phrase indexes)",
         ),
     ] = None,
-    reader: Annotated[
-        str | None,
+    reader: ReaderOpt = None,
+    read: ReadOpt = None,
+    mcp: Annotated[
+        bool,
         typer.Option(
-            "--reader",
-            metavar="DIR_OR_NAME",
-            help="Reader for unit answer (any index): a reader directory or shipped name, "
-            "loaded at startup (default: the shipped reader for the corpus language, where "
-            "one ships, loaded on the first answer request)",
+            "--mcp",
+            help="Serve the MCP server too, streamable HTTP at /mcp (tools search, "
+            "get_passage, info; the mcp extra)",
         ),
-    ] = None,
-    read: Annotated[
-        int | None,
-        typer.Option(
-            "--read",
-            metavar="K",
-            help="Unit answer: passages the reader reads per question (default 5)",
-        ),
-    ] = None,
+    ] = False,
     log_level: Annotated[
         str,
         typer.Option(
@@ -97,7 +122,8 @@ def serve_cmd(
         ),
     ] = "info",
 ) -> None:
-    """Serve an index over HTTP: a JSON search API and a search page at /."""
+    """Serve an index over HTTP: a JSON search API and a search page at / (and MCP at /mcp
+    with --mcp)."""
     enable_faulthandler()
     if log_level.lower() not in LOG_LEVELS:
         fail(AnygrainError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, not {log_level}"))
@@ -107,6 +133,8 @@ def serve_cmd(
         from anygrain.serve.app import create_app
     except ImportError as e:
         fail(AnygrainError(f"anygrain serve needs fastapi and uvicorn ({e}); run ./install.sh"))
+    if mcp and (why := mcp_missing()):
+        fail(AnygrainError(f"--mcp: {why}"))  # before the index loads
     try:
         sock = bind(host, port)  # before anything loads: a bad or busy port fails at once
     except AnygrainError as e:
@@ -121,6 +149,10 @@ def serve_cmd(
                 reader=reader,
                 read=read,
             )
+            if mcp:  # beside the API, over the same service
+                from anygrain.integrations.mcp import mount_http
+
+                mount_http(app, host=host)
         except AnygrainError as e:
             fail(e)
         info = app.state.info
@@ -131,7 +163,8 @@ def serve_cmd(
         )
         console.print(
             f"serving {escape(str(index_dir))} ({info['kind']}, units: "
-            f"{', '.join(info['units'])}{reading}) on http://{escape(host)}:{port}/",
+            f"{', '.join(info['units'])}{reading}) on http://{escape(host)}:{port}/"
+            + (f" (MCP: http://{escape(host)}:{port}/mcp)" if mcp else ""),
             highlight=False,
             soft_wrap=True,
         )

@@ -1,4 +1,5 @@
-"""An MCP server over one index: ``anygrain mcp INDEX`` (stdio, or streamable HTTP).
+"""An MCP server over one index: ``anygrain mcp INDEX`` (stdio, or streamable HTTP), or
+mounted at ``/mcp`` beside the REST API by ``anygrain serve INDEX --mcp`` (one service).
 
 Three tools, answering with the HTTP API's models (:mod:`anygrain.serve.schemas`: one
 definition for both, so a tool's output schema is the REST response's):
@@ -22,7 +23,8 @@ what is installed.
 # annotations name this call's units, so they are evaluated where the tools are defined
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -161,6 +163,39 @@ def create_server(
     return server
 
 
+def mount_http(app: Any, *, path: str = "/mcp", host: str = "127.0.0.1") -> Any:
+    """Mount the MCP server's streamable HTTP endpoint at ``path`` in ``app``, an app of
+    :func:`anygrain.serve.create_app` (``anygrain serve --mcp``), its tools searching through
+    the app's :class:`SearchService` (one index, one set of worker threads), and return the
+    server.  The SDK's session manager runs inside the app's lifespan (Starlette runs none
+    of a mounted app's; a manager runs once): serve the app with uvicorn, or enter
+    ``TestClient(app)`` as a context, once.  ``host``: the address the server binds; on a
+    loopback address the endpoint refuses requests whose ``Host`` or ``Origin`` is not
+    loopback (the SDK's DNS rebinding protection)."""
+    if getattr(app.state, "mcp", None) is not None:
+        raise AnygrainError("the MCP server is mounted in this app already")
+    server = create_server(app.state.service, warm_up=False)
+    if MCP_MAJOR >= 2:
+        sub = server.streamable_http_app(streamable_http_path=path, host=host)
+    else:  # mcp 1.x reads them from its settings
+        server.settings.streamable_http_path = path
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            server.settings.transport_security = None
+        sub = server.streamable_http_app()
+    run_manager = server.session_manager.run
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(a: Any) -> AsyncIterator[Any]:
+        async with run_manager(), inner(a) as state:  # the manager outlives the app's own
+            yield state
+
+    app.router.lifespan_context = lifespan
+    app.router.routes.extend(sub.routes)  # after the API's routes: its 404s stay the API's
+    app.state.mcp = server
+    return server
+
+
 def run_server(
     server: Any, transport: Transport = "stdio", *, host: str = "127.0.0.1", port: int = 8000
 ) -> None:
@@ -178,4 +213,4 @@ def run_server(
         raise AnygrainError(f"unknown MCP transport {transport!r}: stdio or streamable-http")
 
 
-__all__ = ["INSTRUCTIONS", "MCP_MAJOR", "create_server", "run_server"]
+__all__ = ["INSTRUCTIONS", "MCP_MAJOR", "create_server", "mount_http", "run_server"]

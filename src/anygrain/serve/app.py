@@ -1,7 +1,9 @@
 """The FastAPI application: ``create_app(index)`` -> an ASGI app for uvicorn (or TestClient).
 
 Endpoints: ``GET /`` (the search page), ``GET /search``, ``POST /search`` (a batch),
-``GET /health``, ``GET /info``, and FastAPI's schema at ``/openapi.json``.  Unit
+``GET /health``, ``GET /info``, and FastAPI's schema at ``/openapi.json`` (and the MCP
+server at ``/mcp``, over the same service, once :func:`anygrain.integrations.mcp.mount_http`
+mounts it: ``anygrain serve --mcp``).  Unit
 ``answer`` (any kind of index) has a reader read the top passages; a server without a
 reader refuses it with a 400 naming ``--reader``.  FastAPI's
 ``/docs`` and ``/redoc`` pages are off: they load their scripts from a CDN.
@@ -14,6 +16,7 @@ blocks the event loop.
 """
 
 import logging
+import re
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -87,6 +90,20 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
         where = ".".join(loc) or "body"
         parts.append(f"{where}: {err.get('msg', 'invalid')}")
     return 422, "; ".join(parts) or "invalid request"
+
+
+# ``FIELD=VALUE`` items of a query's filter: each begins at a word followed by ``=``
+_PAIR_START = re.compile(r"\s+(?=[^\s=]+=)")
+
+
+def query_filter(text: str | None) -> str | list[str] | None:
+    """``GET /search``'s ``filter``: a JSON object (as it is), or ``FIELD=VALUE`` items
+    separated by spaces (``lang=fr year=2001``; ``FIELD=A,B``: any of; a value may hold
+    spaces: ``title=Great Wall``), as ``anygrain search --filter`` reads them."""
+    if text is None or not text.strip():
+        return None
+    text = text.strip()
+    return text if text.startswith("{") else _PAIR_START.split(text)
 
 
 def create_app(
@@ -205,12 +222,15 @@ def create_app(
             Query(
                 description="Keep the top k hits whose metadata match: a JSON object, "
                 '{"field": value}, {"field": [a, b]}, $ne, $in, $nin, $gt, $gte, $lt, $lte, '
-                "$exists, $and, $or, $not (docs/serve.md)"
+                "$exists, $and, $or, $not; or FIELD=VALUE items separated by spaces "
+                "(FIELD=A,B: any of) (docs/serve.md)"
             ),
         ] = None,
     ) -> SearchResponse:
         """Top-``k`` hits for one question."""
-        r = service.search([q], unit=unit, k=k, sparse_weight=sparse_weight, filter=filter)
+        r = service.search(
+            [q], unit=unit, k=k, sparse_weight=sparse_weight, filter=query_filter(filter)
+        )
         return SearchResponse(
             question=q, unit=r.unit, k=r.k, hits=hits_out(r.hits[0]), latency_ms=r.latency_ms
         )

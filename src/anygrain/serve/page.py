@@ -8,6 +8,12 @@ When the server has a reader (``info["reader"]``), each search also asks for the
 answer (``unit=answer&k=1``, a second request beside the hits') and shows it above the
 hits in ``#answer``: the answer marked inside its sentence, with the passage title.  The
 unit switch keeps the index's own units; the answer shows whichever is chosen.
+
+Each hit shows its passage's metadata (``meta``: its document's fields) compactly, as
+``field value`` chips (``start``/``end``, the passage's offsets, left out; long values cut),
+built as text like the rest.  The filter field takes what ``GET /search``'s ``filter`` does:
+a JSON object, or ``FIELD=VALUE`` items separated by spaces; it is kept in the address with
+the question and unit.
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ _TEMPLATE = """<!doctype html>
                    font-size:14px; cursor:pointer; background:#fff; }
   fieldset input { margin:0 5px 0 0; }
   fieldset label:has(input:checked) { border-color:var(--accent); background:#eaf0ff; }
+  #filter { flex:1 1 100%; font:14px/1.4 ui-monospace, SFMono-Regular, Menlo, monospace;
+            padding:6px 10px; border:1px solid #c9ced6; border-radius:8px; margin-top:8px; }
   #status { color:var(--muted); font-size:14px; margin:14px 0 6px; min-height:1.5em; }
   #status.error { color:#b42318; }
   ol { list-style:none; margin:0; padding:0; }
@@ -52,6 +60,10 @@ _TEMPLATE = """<!doctype html>
   .hit .score { color:var(--muted); font-variant-numeric:tabular-nums; }
   .hit .answer { font-size:18px; font-weight:600; margin:4px 0; }
   .hit .text { margin:4px 0 0; color:#344054; white-space:pre-wrap; }
+  .hit .meta { display:flex; flex-wrap:wrap; gap:4px 6px; margin:8px 0 0; font-size:12.5px; }
+  .hit .meta .field { background:#f2f4f7; border-radius:4px; padding:1px 6px; color:#344054;
+                      overflow-wrap:anywhere; }
+  .hit .meta .key { color:var(--muted); margin-right:4px; }
   mark { background:var(--mark); padding:0 2px; border-radius:3px; font-weight:600; }
   #answer { background:#fff; border:1px solid var(--accent); border-left-width:4px;
             border-radius:10px; padding:12px 16px; margin:10px 0 4px; }
@@ -75,6 +87,9 @@ _TEMPLATE = """<!doctype html>
            maxlength="__MAXLEN__" aria-label="Question">
     <button id="go" type="submit">Search</button>
     <fieldset id="units" aria-label="Unit">__UNITS__</fieldset>
+    <input id="filter" name="filter" type="text" spellcheck="false"
+           placeholder='Filter on metadata: lang=fr year=2001,2002 or {"year": {"$gte": 2001}}'
+           aria-label="Metadata filter">
   </form>
   <section id="answer" aria-label="Read answer" aria-live="polite" hidden></section>
   <div id="status" role="status"></div>
@@ -84,6 +99,7 @@ _TEMPLATE = """<!doctype html>
 "use strict";
 const form = document.getElementById("search");
 const input = document.getElementById("q");
+const filterInput = document.getElementById("filter");
 const statusEl = document.getElementById("status");
 const results = document.getElementById("results");
 const answerBox = document.getElementById("answer");
@@ -104,6 +120,24 @@ function setStatus(text, isError) {
   statusEl.className = isError ? "error" : "";
 }
 
+// A hit's metadata, compactly: one "field value" chip each, as text (start/end, the
+// passage's offsets in its document, left out; long values cut).
+function renderMeta(meta) {
+  const keys = Object.keys(meta || {}).filter((k) => k !== "start" && k !== "end");
+  if (!keys.length) return null;
+  const box = el("div", "meta");
+  for (const k of keys) {
+    const v = meta[k];
+    let s = typeof v === "string" ? v : JSON.stringify(v);
+    if (s.length > 80) s = s.slice(0, 79) + "…";
+    const chip = el("span", "field");
+    chip.title = k;
+    chip.append(el("span", "key", k), document.createTextNode(s));
+    box.append(chip);
+  }
+  return box;
+}
+
 function render(data, roundTripMs) {
   results.replaceChildren();
   for (const h of data.hits) {
@@ -119,6 +153,8 @@ function render(data, roundTripMs) {
     if (h.answer) p.append(el("mark", "", h.answer));
     p.append(document.createTextNode(h.after));
     li.append(p);
+    const meta = renderMeta(h.meta);
+    if (meta) li.append(meta);
     results.append(li);
   }
   const n = data.hits.length;
@@ -163,9 +199,10 @@ function renderAnswer(data) {
   answerBox.hidden = false;
 }
 
-async function readAnswer(q, n) {
+async function readAnswer(q, filter, n) {
   showAnswer("Reading…", "pending");
   const params = new URLSearchParams({ q: q, unit: "answer", k: "1" });
+  if (filter) params.set("filter", filter);
   try {
     const r = await fetch("search?" + params.toString(), { headers: { Accept: "application/json" } });
     const data = await r.json();
@@ -183,11 +220,16 @@ async function search(ev) {
   if (!q) { setStatus("Type a question first.", true); return; }
   const n = ++asked;
   const unit = (form.querySelector("input[name=unit]:checked") || {}).value;
+  const filter = filterInput.value.trim();
   const params = new URLSearchParams({ q: q, k: String(K) });
   if (unit) params.set("unit", unit);
-  history.replaceState(null, "", "?" + new URLSearchParams(unit ? { q: q, unit: unit } : { q: q }));
+  if (filter) params.set("filter", filter);
+  const shown = new URLSearchParams({ q: q });
+  if (unit) shown.set("unit", unit);
+  if (filter) shown.set("filter", filter);
+  history.replaceState(null, "", "?" + shown);
   setStatus("Searching…", false);
-  if (READER) readAnswer(q, n);  // beside the hits' request, shown above them
+  if (READER) readAnswer(q, filter, n);  // beside the hits' request, shown above them
   const t0 = performance.now();
   try {
     const r = await fetch("search?" + params.toString(), { headers: { Accept: "application/json" } });
@@ -203,8 +245,10 @@ async function search(ev) {
 }
 
 form.addEventListener("submit", search);
-// A link with ?q=...&unit=... (as the address bar shows after each search) asks at once.
+// A link with ?q=...&unit=...&filter=... (as the address bar shows after each search) asks
+// at once.
 const start = new URLSearchParams(location.search);
+if (start.get("filter")) filterInput.value = start.get("filter");
 for (const r of form.querySelectorAll("input[name=unit]")) {
   if (r.value === start.get("unit")) r.checked = true;
 }
