@@ -1,7 +1,7 @@
 """``anygrain serve --mcp`` (``mount_http(create_app(...))``): the MCP server mounted at
 ``/mcp`` beside the REST API, one service for both, reached through the official SDK's
-streamable HTTP client against uvicorn on a loopback port; ``GET /search``'s ``FIELD=VALUE``
-filters; and the search page's metadata and filter."""
+streamable HTTP client against uvicorn on a loopback port; and ``GET /search``'s
+``FIELD=VALUE`` filters (the search page's filter field; tests/test_serve_page_meta.py)."""
 
 from __future__ import annotations
 
@@ -201,77 +201,3 @@ def test_get_search_takes_field_value_filters(index: Index) -> None:
     assert ids({"filter": "  "}) == ids({})
     r = client.get("/search", params={"q": QUESTION, "filter": "oops"})
     assert r.status_code == 422 and "FIELD=VALUE" in r.json()["error"]
-
-
-def test_the_page_shows_metadata_as_text_and_takes_a_filter(index: Index) -> None:
-    from fastapi.testclient import TestClient
-
-    client = TestClient(create_app(index.path, warm_up=False))
-    page = client.get("/").text
-    assert 'id="filter"' in page
-    assert "renderMeta" in page
-    script = page[page.index("<script>") : page.rindex("</script>")]
-    # every corpus value reaches the page as text nodes, never parsed as HTML
-    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
-        assert sink not in script
-    # the hit whose metadata holds markup comes back as JSON data, for textContent
-    r = client.get("/search", params={"q": "snakes", "k": 1})
-    assert r.headers["content-type"].startswith("application/json")
-    assert r.json()["hits"][0]["meta"]["lang"] == "<script>alert(1)</script>"
-
-
-def test_the_page_escapes_metadata_in_a_browser_like_run(index: Index) -> None:
-    """The page's own script, run by Node on a minimal DOM: a hit whose metadata and title
-    hold markup renders them as text (no element is made from them)."""
-    import shutil
-    import subprocess
-
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not installed")
-    from fastapi.testclient import TestClient
-
-    client = TestClient(create_app(index.path, warm_up=False))
-    page = client.get("/").text
-    script = page[page.index("<script>") + len("<script>") : page.rindex("</script>")]
-    data = client.get("/search", params={"q": "snakes", "k": 1}).json()
-    harness = DOM_SHIM + script + f"\nrender({json.dumps(data)}, 1);\nconsole.log(dump());\n"
-    out = subprocess.run(
-        [node, "-e", harness], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert out.returncode == 0, out.stderr
-    made = json.loads(out.stdout)
-    assert "script" not in made["tags"] and "b" not in made["tags"]
-    assert any("<script>alert(1)</script>" in t for t in made["texts"])
-
-
-# Just enough DOM for the page's script: elements record their tag and text; setting
-# innerHTML throws, so the test fails if the page ever parses data as HTML.
-DOM_SHIM = r"""
-const tags = [], texts = [];
-class Node_ {
-  constructor(tag) { this.tag = tag; this.children = []; this.dataset = {}; this.className = "";
-                     this.hidden = false; this._text = ""; if (tag) tags.push(tag); }
-  set textContent(t) { this._text = String(t); texts.push(this._text); }
-  get textContent() { return this._text; }
-  set innerHTML(_) { throw new Error("innerHTML used"); }
-  append(...xs) { for (const x of xs) this.children.push(typeof x === "string" ? text(x) : x); }
-  replaceChildren(...xs) { this.children = []; this.append(...xs); }
-  addEventListener() {}
-  querySelector() { return null; }
-  querySelectorAll() { return []; }
-  requestSubmit() {}
-  setAttribute(k, v) { this[k] = v; }
-}
-function text(t) { const n = new Node_(null); n.textContent = t; return n; }
-const byId = {};
-const document = {
-  getElementById(id) { return byId[id] || (byId[id] = new Node_("div")); },
-  createElement(tag) { return new Node_(tag); },
-  createTextNode(t) { return text(t); },
-};
-const location = { search: "" };
-const history = { replaceState() {} };
-const performance = { now() { return 0; } };
-function dump() { return JSON.stringify({ tags: tags, texts: texts }); }
-"""

@@ -63,7 +63,7 @@ _TEMPLATE = """<!doctype html>
   .hit .meta { display:flex; flex-wrap:wrap; gap:4px 6px; margin:8px 0 0; font-size:12.5px; }
   .hit .meta .field { background:#f2f4f7; border-radius:4px; padding:1px 6px; color:#344054;
                       overflow-wrap:anywhere; }
-  .hit .meta .key { color:var(--muted); margin-right:4px; }
+  .hit .meta .key { color:var(--muted); }
   mark { background:var(--mark); padding:0 2px; border-radius:3px; font-weight:600; }
   #answer { background:#fff; border:1px solid var(--accent); border-left-width:4px;
             border-radius:10px; padding:12px 16px; margin:10px 0 4px; }
@@ -132,7 +132,7 @@ function renderMeta(meta) {
     if (s.length > 80) s = s.slice(0, 79) + "…";
     const chip = el("span", "field");
     chip.title = k;
-    chip.append(el("span", "key", k), document.createTextNode(s));
+    chip.append(el("span", "key", k), document.createTextNode(" " + s));
     box.append(chip);
   }
   return box;
