@@ -5,12 +5,15 @@ Each build runs in its own process; this one samples the child's ``/proc/PID/sta
 peak from the kernel (``wait4``'s ``ru_maxrss``), so the figure is the build's alone.  The
 corpus is real English text, one document per paragraph, in this order, cut at ``N``:
 SQuAD v1.1 dev (2,067), the three SQuAD-Shifts sets (5,666), SQuAD v1.1 train (18,896),
-read in place from ../shared/data.  With ``--search Q`` the largest index is then loaded
+read in place from ../shared/data.  ``--corpus zh`` builds over Chinese text instead:
+CMRC 2018 dev (848 paragraphs), XQuAD zh (240), DRCD dev (1,524, Traditional), with the
+default Chinese phrase model (``phrase-me5-zh``: 12 layers, a 250k-token vocabulary).  With ``--search Q`` the largest index is then loaded
 in a fresh process and searched with the first Q SQuAD dev questions (batch, one process):
 questions per second on an index of that many vectors.
 
     python bench/build_memory.py --work runs/mem --sizes 10000,20000 [--budget 1.5G] \
         [--search 2000] [--threads 1]
+    python bench/build_memory.py --corpus zh --work runs/mem-zh --sizes 1088
 
 Prints one JSON object; builds are kept under ``--work`` (a rerun re-measures them only
 with ``--rebuild``).
@@ -40,12 +43,21 @@ SOURCES = [
     *(SHARED / "squadshifts" / f"{n}_v1.0.json" for n in ("new_wiki", "amazon_reviews", "reddit")),
     SHARED / "squad-v1.1" / "train-v1.1.json",
 ]
+#: the Chinese corpus, in this order (SQuAD-format JSON files)
+SOURCES_ZH = [
+    SHARED / "cmrc2018" / "cmrc2018_dev.json",
+    SHARED / "xquad" / "xquad.zh.json",
+    SHARED / "drcd" / "DRCD_dev.json",
+]
+CORPORA = {"en": SOURCES, "zh": SOURCES_ZH}
+DEFAULT_MODELS = {"en": "phrase-minilm", "zh": "phrase-me5-zh"}
 
 
-def paragraphs(limit: int) -> Iterator[SourceDocument]:
-    """The first ``limit`` paragraphs of ``SOURCES``, each a document (ids unique across files)."""
+def paragraphs(limit: int, corpus: str = "en") -> Iterator[SourceDocument]:
+    """The first ``limit`` paragraphs of ``corpus``'s sources, each a document (ids unique
+    across files)."""
     n = 0
-    for f, path in enumerate(SOURCES):
+    for f, path in enumerate(CORPORA[corpus]):
         for a, article in enumerate(json.loads(path.read_text())["data"]):
             for p, para in enumerate(article["paragraphs"]):
                 if n >= limit:
@@ -115,12 +127,14 @@ def run_traced(cmd: list[str], interval: float, max_points: int = 300) -> dict[s
     }
 
 
-def child_build(out: str, size: int, threads: int, budget: str | None, model: str) -> None:
+def child_build(
+    out: str, size: int, threads: int, budget: str | None, model: str, corpus: str
+) -> None:
     from anygrain.phrase import PhraseIndex
     from anygrain.utils.threads import set_threads
 
     set_threads(threads)
-    docs = paragraphs(size)
+    docs = paragraphs(size, corpus)
     options: dict[str, Any] = {"model": model}
     if budget:
         options["memory_budget"] = budget
@@ -169,7 +183,8 @@ def main() -> None:
     ap.add_argument("--work", required=True)
     ap.add_argument("--sizes", default="10000,20000", help="paragraphs per build, comma-separated")
     ap.add_argument("--budget", default=None, help="memory budget of the build (e.g. 1.5G)")
-    ap.add_argument("--model", default="phrase-minilm")
+    ap.add_argument("--corpus", choices=sorted(CORPORA), default="en")
+    ap.add_argument("--model", default=None, help="default: the corpus language's shipped one")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--interval", type=float, default=0.5, help="seconds between samples")
     ap.add_argument("--search", type=int, default=0, help="SQuAD dev questions to search")
@@ -177,20 +192,23 @@ def main() -> None:
     ap.add_argument("--max-points", type=int, default=300, help="trace points kept per build")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    args.model = args.model or DEFAULT_MODELS[args.corpus]
     if args.child:
         what, *rest = args.child
         if what == "build":
-            child_build(rest[0], int(rest[1]), args.threads, args.budget, args.model)
+            child_build(
+                rest[0], int(rest[1]), args.threads, args.budget, args.model, args.corpus
+            )
         else:
             child_search(rest[0], int(rest[1]), args.threads)
         return
-    for s in SOURCES:
+    for s in CORPORA[args.corpus]:
         if not s.exists():
             sys.exit(f"{s}: not found (expected under ../shared/data)")
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     me = [sys.executable, __file__, "--work", str(work), "--threads", str(args.threads)]
-    me += ["--model", args.model]
+    me += ["--model", args.model, "--corpus", args.corpus]
     if args.budget:
         me += ["--budget", args.budget]
     builds = []
@@ -209,6 +227,7 @@ def main() -> None:
         builds.append(res)
     result: dict[str, Any] = {
         "threads": args.threads,
+        "corpus": args.corpus,
         "budget": args.budget,
         "model": args.model,
         "builds": builds,

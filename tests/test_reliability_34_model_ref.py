@@ -14,6 +14,8 @@ a saved tiny model's Hugging Face directory, as ``minilm`` points at its package
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,9 @@ TOPICS = [
     ("Mars", "Mars is the fourth planet from the Sun, red with iron oxide."),
 ]
 QUERIES = ["capital of France", "programming language", "red planet"]
+
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -170,3 +175,69 @@ def test_the_cli_search_with_the_plain_directory_gives_the_index_scores(
     )
     assert own.exit_code == 0 and other.exit_code == 0, (own.output, other.output)
     assert own.output == other.output
+
+
+# --- phrase indexes: the scoring settings recorded beside the fingerprint ------------------
+PHRASE_REFUSED = [
+    ("query_prefix", "query: ", "model.scoring.query_prefix"),
+    ("question_pooling", Pooling.CLS, "model.scoring.question_pooling"),
+    ("passage_prefix", "passage: ", "model.scoring.passage_prefix"),
+    ("include_title", False, "model.scoring.include_title"),
+    ("max_passage_length", 64, "model.scoring.max_passage_length"),
+]
+
+
+@pytest.fixture(scope="module")
+def phrase_built(squad: Path, model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("phrase") / "p"
+    with single_threaded():
+        Index.build(f"squad:{squad}", kind="phrase", out=out, model=str(model_dir), progress=False)
+    return out
+
+
+def _variant(model_dir: Path, root: Path, field: str, value: Any) -> Path:
+    from anygrain.phrase.model import PhraseEncoder
+
+    m = PhraseEncoder.load(model_dir)
+    setattr(m.config, field, value)
+    return m.save(root / f"variant-{field}")
+
+
+def test_a_phrase_index_records_its_scoring_settings(phrase_built: Path, model_dir: Path) -> None:
+    scoring = json.loads((phrase_built / "index.json").read_text())["model"]["scoring"]
+    assert set(scoring) >= {"query_prefix", "question_pooling", "passage_prefix"}
+    own = Index.load(phrase_built).search(["capital"], k=3)
+    again = Index.load(phrase_built, model=str(model_dir)).search(["capital"], k=3)
+    assert [(h.text, h.score) for h in own[0]] == [(h.text, h.score) for h in again[0]]
+
+
+@pytest.mark.parametrize(("field", "value", "where"), PHRASE_REFUSED)
+def test_a_phrase_model_with_other_scoring_settings_is_refused(
+    phrase_built: Path, model_dir: Path, tmp_path: Path, field: str, value: Any, where: str
+) -> None:
+    variant = _variant(model_dir, tmp_path, field, value)
+    before = tree(phrase_built)
+    with pytest.raises(IndexMismatchError) as e:
+        Index.load(phrase_built, model=str(variant))
+    msg = str(e.value)
+    assert str(phrase_built) in msg and where in msg and "index.json" in msg
+    line = one_line_error(
+        CliRunner().invoke(app, ["search", str(phrase_built), "capital", "--model", str(variant)])
+    )
+    assert where in line
+    assert tree(phrase_built) == before
+
+
+def test_an_index_from_before_scoring_was_recorded_is_checked_on_its_settings(
+    phrase_built: Path, model_dir: Path, tmp_path: Path
+) -> None:
+    """Without ``model.scoring`` the window settings recorded in ``settings`` still count."""
+    old = tmp_path / "old"
+    shutil.copytree(phrase_built, old)
+    manifest = json.loads((old / "index.json").read_text())
+    del manifest["model"]["scoring"]
+    (old / "index.json").write_text(json.dumps(manifest))
+    assert Index.load(old, model=str(model_dir)).search_one("capital", 1)
+    variant = _variant(model_dir, tmp_path, "max_passage_length", 64)
+    with pytest.raises(IndexMismatchError, match="settings.max_passage_length"):
+        Index.load(old, model=str(variant))

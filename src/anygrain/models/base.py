@@ -95,7 +95,9 @@ def fingerprint_modules(modules: Sequence[nn.Module], *, numbered: bool = True) 
         prefix = f"{i}." if numbered else ""
         for name, t in sorted(m.state_dict().items()):
             h.update(f"{prefix}{name}".encode())
-            h.update(t.detach().to(torch.float32).contiguous().cpu().numpy().tobytes())
+            # the array's own buffer, not a bytes copy of it (me5's embedding table is
+            # 384 MB: a copy would be a build's peak)
+            h.update(t.detach().to(torch.float32).contiguous().cpu().numpy().data)
     return h.hexdigest()[:16]
 
 

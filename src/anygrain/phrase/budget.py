@@ -16,13 +16,21 @@ here from one number, the budget (default 1.5 GB, issue 26's target on a 2-core 
   one; memory-mapped files are read and written in chunks whose pages are dropped
   (:func:`anygrain.encode.npy.drop_pages`).
 
-``bench/build_memory.py`` measures the peak at two corpus sizes.
+What is resident before the work starts depends on the model: ``BASELINE_BYTES`` was
+measured with ``phrase-minilm`` (6 layers, a 30k-token vocabulary); ``phrase-me5-zh`` (12
+layers, a 250k-token vocabulary and its tokenizer) leaves 1.25 GB resident once loaded.
+:meth:`BuildBudget.for_model` takes the larger of the two, estimated from the model's own
+weights and vocabulary (:func:`resident_bytes`), so the work shrinks to what is left; a
+budget that leaves too little is refused before any encoding, naming the budget it needs.
+
+``bench/build_memory.py`` measures the peak at two corpus sizes, in English and Chinese.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from anygrain.errors import AnygrainError
 
@@ -31,6 +39,15 @@ DEFAULT_MEMORY_BUDGET = 1_500_000_000
 #: Resident before any work: Python, torch, FAISS, tokenizer and a MiniLM-sized phrase model
 #: (measured 0.70 GB with ``phrase-minilm`` loaded).
 BASELINE_BYTES = 750_000_000
+#: Resident besides a model's weights and vocabulary: Python, torch, FAISS, transformers'
+#: model code and the allocator's slack (the imports alone measured 0.27 GB; with
+#: ``phrase-me5-zh`` loaded 1.31 GB, of which 0.56 GB weights and 0.30 GB vocabulary).
+RUNTIME_BYTES = 450_000_000
+#: Resident per entry of a model's tokenizer vocabulary (a fast tokenizer: XLM-R's 250k
+#: entries measured 0.29 GB, BERT's 30k 0.035 GB).
+TOKENIZER_ENTRY_BYTES = 1_200
+#: Working memory below which a CPU build encodes 4 windows at a time instead of 8.
+SMALL_BATCH_BELOW = 300_000_000
 #: The least a build is given to work with, whatever the budget says.
 MIN_WORKING_BYTES = 150_000_000
 #: Tokens a passage is budgeted for (one 384-token window, the models' usual; longer
@@ -56,27 +73,63 @@ def parse_bytes(value: str | int | float) -> int:
     return int(n)
 
 
+def resident_bytes(model: Any) -> int:
+    """What a loaded model keeps resident: its weights (each tensor once, however many
+    encoders share it) and its tokenizer's vocabulary, plus the runtime."""
+    sizes = {
+        t.data_ptr(): t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers())
+    }
+    tokenizer = getattr(model, "tokenizer", None)
+    vocab = len(tokenizer) if tokenizer is not None else 0
+    return RUNTIME_BYTES + sum(sizes.values()) + vocab * TOKENIZER_ENTRY_BYTES
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB"
+
+
 @dataclass(frozen=True)
 class BuildBudget:
-    """The shares of a build's memory budget (``total`` bytes)."""
+    """The shares of a build's memory budget (``total`` bytes); ``baseline`` is what is
+    resident before the work (:meth:`for_model`)."""
 
     total: int = DEFAULT_MEMORY_BUDGET
+    baseline: int = BASELINE_BYTES
+
+    def for_model(self, model: Any, name: str = "") -> BuildBudget:
+        """This budget with the baseline of ``model`` (:func:`resident_bytes`, at least
+        ``BASELINE_BYTES``); an error naming the budget needed when the rest is less than
+        ``MIN_WORKING_BYTES``."""
+        resident = resident_bytes(model)
+        if self.total - resident < MIN_WORKING_BYTES:
+            need = resident + MIN_WORKING_BYTES
+            raise AnygrainError(
+                f"memory budget {_gb(self.total)} is too small for a phrase build with "
+                f"{name or 'this model'}: the model, its tokenizer and the runtime take about "
+                f"{_gb(resident)}, and the build needs at least {_gb(need)} "
+                f"(--memory-budget {need / 1e9:.2f}G)"
+            )
+        return replace(self, baseline=max(self.baseline, resident))
 
     @property
     def working(self) -> int:
         """What is left for the work once Python, torch and the model are loaded."""
-        return max(self.total - BASELINE_BYTES, MIN_WORKING_BYTES)
+        return max(self.total - self.baseline, MIN_WORKING_BYTES)
 
     def shard_size(self, dim: int) -> int:
         """Passages per dump shard: a third of the working memory holds a shard's vectors
-        (float32 start and end while encoded, then their float16 copy)."""
-        per_passage = TOKENS_PER_PASSAGE * dim * (2 * 4 + 2 * 2)
+        (float32 start and end while encoded, then their float16 copies, kept and joined)."""
+        per_passage = TOKENS_PER_PASSAGE * dim * (2 * 4 + 2 * 2 + 2 * 2)
         return max(8, min(MAX_SHARD_SIZE, self.working // 3 // per_passage))
 
     def batch_size(self, device: str | None) -> int:
-        """Encoder batch (windows): 8 on a CPU, where larger batches are no faster; 32 on an
-        accelerator, whose memory is not this budget's."""
-        return 32 if device and device != "cpu" else 8
+        """Encoder batch (windows): 8 on a CPU, where larger batches are no faster, or 4
+        when the model leaves less than ``SMALL_BATCH_BELOW`` of working memory (12 layers'
+        attention over 8 windows of 384 tokens is 0.11 GB at once); 32 on an accelerator,
+        whose memory is not this budget's."""
+        if device and device != "cpu":
+            return 32
+        return 8 if self.working >= SMALL_BATCH_BELOW else 4
 
     def train_vectors(self, dim: int) -> int:
         """The most FAISS training vectors (float32) held at once: a fifth of the work

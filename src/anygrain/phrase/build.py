@@ -364,6 +364,8 @@ def write_index(
     referenced: :func:`model_reference`, with ``settings.copy_model`` deciding.  ``ref``
     decides instead when given (an update keeps its index's: "" copies)."""
     s = settings
+    # what the model leaves of the memory budget (refused here when too little is left)
+    budget = s.budget.for_model(model, str(model_name or model.config.base_model))
     out = Path(out)
     if ref is None:
         given = s.model if s.model is not None else model_name
@@ -389,8 +391,8 @@ def write_index(
         work,
         base,
         threshold=threshold,
-        shard_size=s.shard_size or s.budget.shard_size(model.dim),
-        batch_size=s.batch_size or s.budget.batch_size(resolve_device(options.device).type),
+        shard_size=s.shard_size or budget.shard_size(model.dim),
+        batch_size=s.batch_size or budget.batch_size(resolve_device(options.device).type),
         bf16=s.bf16,
         progress=options.progress,
         on_shard=on_shard,
@@ -418,13 +420,16 @@ def write_index(
     if build is not None:
         recorded["build"] = build.to_dict()
     # where the model is found again: its copy in the index, or the name it was given by
-    model_info = {
+    model_info: dict[str, Any] = {
         "fingerprint": fingerprint,
         "base_model": model.config.base_model,
         **({"ref": ref} if ref else {"path": f"{SUBDIR}/model"}),
     }
     if model_name is not None:
         model_info["name"] = model_name
+    from anygrain.phrase.reference import scoring_record
+
+    model_info["scoring"] = scoring_record(model.config)  # checked with the fingerprint
     return finish_index(
         out,
         store,
@@ -434,6 +439,7 @@ def write_index(
         model_info=model_info,
         progress=options.progress,
         timings={"dump_seconds": round(time.time() - t0, 3)},
+        budget=budget,
     )
 
 
@@ -468,6 +474,7 @@ def finish_index(
     model_info: dict[str, Any],
     progress: bool,
     timings: dict[str, Any],
+    budget: BuildBudget | None = None,
 ) -> dict[str, Any]:
     """Build both MIPS indexes over the token arrays in ``out/phrase`` and write ``index.json``.
 
@@ -504,7 +511,7 @@ def finish_index(
         or compressed_factory(comp, min(len(start_ids), len(end_ids)), dim, pq_m=settings.pq_m)
         or default_phrase_factory(max(len(start_ids), len(end_ids)), dim)
     )
-    budget = settings.budget
+    budget = budget or settings.budget  # a build's: what its model leaves of the budget
     train_size = budget.train_vectors(dim)
     for n_side in (len(start_ids), len(end_ids)):
         plan_training(n_side, dim, spec, min(train_size, n_side))

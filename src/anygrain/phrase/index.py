@@ -482,6 +482,10 @@ class PhraseIndex(Index):
                 f"was built with ({want}); its questions would not match the stored phrase vectors. "
                 "Use the index's own model or rebuild the index with this one."
             )
+        from anygrain.phrase.reference import check_scoring
+
+        label = str(model) if isinstance(model, str | Path) else record.get("name", "given")
+        check_scoring(path, manifest, enc.config, label)
         place(enc, device)
         if not onnx:
             return enc, enc

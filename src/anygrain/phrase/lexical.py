@@ -173,6 +173,9 @@ def write_sparse(out: Path, store: CorpusStore, *, lang: str | None, progress: b
     # never written into: files there may be links to another index's (a staged update)
     shutil.rmtree(out / SPARSE_SUBDIR, ignore_errors=True)
     write_bm25_index(out / SPARSE_SUBDIR, store, Bm25Settings(lang=lang), progress=progress)
+    from anygrain.sparse.analyzers import release_segmenter
+
+    release_segmenter()  # the dump that follows has the memory (loaded again for queries)
 
 
 def check_copied_part(src: Path, manifest: dict[str, Any], sub: str) -> None:

@@ -537,6 +537,7 @@ class PhraseEncoder(Model):
         finally:
             bar.close()
         out: list[EncodedPassage] = []
+        none = np.zeros((0, d), np.float32)
         for ids in by_passage:
             parts = [(wins[i], owned[i], i) for i in ids]
             cat = {
@@ -546,6 +547,8 @@ class PhraseEncoder(Model):
             s_all = np.concatenate([vec_s[i] for _, _, i in parts])
             e_all = np.concatenate([vec_e[i] for _, _, i in parts])
             f_all = np.concatenate([logit[i] for _, _, i in parts])
+            for _, _, i in parts:  # each window's vectors freed as its passage is made,
+                vec_s[i] = vec_e[i] = logit[i] = none  # so they are never held twice
             order_t = np.argsort(cat["cs"], kind="stable")
             out.append(
                 EncodedPassage(

@@ -137,14 +137,20 @@ def apply_delta_tensors(
         name = key[len(head) :]
         if name not in state:
             raise AnygrainError(f"packed tensor {key} has no place in the backbone")
+        target = state[name]  # the encoder's own tensor: written in place, one at a time
         if key + ":value" in tensors:
             new = tensors[key + ":value"]
         else:
-            new = state[name].to(torch.float32) + dequantize(
-                tensors[key + ":codes"], tensors[key + ":scale"], state[name].shape, s
+            new = target.to(torch.float32) + dequantize(
+                tensors[key + ":codes"], tensors[key + ":scale"], target.shape, s
             )
-        state[name] = new.to(state[name].dtype)
-    encoder.load_state_dict(state, strict=True)
+        if new.shape != target.shape:
+            raise AnygrainError(
+                f"packed tensor {key} has shape {tuple(new.shape)}, the backbone's "
+                f"{tuple(target.shape)}"
+            )
+        with torch.no_grad():
+            target.copy_(new)
 
 
 @dataclass
@@ -281,7 +287,16 @@ def _rebuild(
     import copy
 
     cfg = PhraseConfig.from_dict(config.to_dict())
-    encoders = [copy.deepcopy(base) for _ in range(1 + len(question_dirs))]
+    # The backbone becomes the phrase encoder; each question encoder is a copy of it that
+    # shares the tensors no encoder changed (with frozen embeddings, the token embedding
+    # table: 384 MB of me5-small's 250k-token vocabulary) instead of holding its own.
+    # Trainers give each encoder its own copy again first (:func:`untie`).
+    changed = {k.split(":")[0].split("/", 1)[1] for k in tensors if not k.startswith("heads/")}
+    unchanged = [
+        t for name, t in [*base.named_parameters(), *base.named_buffers()] if name not in changed
+    ]
+    questions = [copy.deepcopy(base, memo={id(t): t for t in unchanged}) for _ in question_dirs]
+    encoders = [base, *questions]
     for enc_name, enc in zip(["phrase", *question_dirs], encoders, strict=True):
         apply_delta_tensors(enc, tensors, s, enc_name)
     model = PhraseEncoder(cfg, encoders[0], tokenizer, encoders[1:])
@@ -324,7 +339,8 @@ def load_packed(
     # one hash of every rebuilt weight covers the phrase side too, so the phrase fingerprint
     # in the config can be trusted; the backbone is hashed only to explain a mismatch
     if verify is not False and full_fingerprint(model) != info.full_fingerprint:
-        base_fp = fingerprint_modules([base])
+        del model  # the backbone became its phrase encoder: load it again to explain
+        base_fp = fingerprint_modules([_backbone(info.base_model, cache_dir)[0]])
         if base_fp != info.base_fingerprint:
             raise IndexMismatchError(
                 f"{path}: packed against backbone {info.base_model} with weights "
@@ -337,6 +353,27 @@ def load_packed(
         )
     model.packed = PackedSource(path, info.full_fingerprint)
     return model
+
+
+def untie(model: PhraseEncoder) -> None:
+    """Give each encoder of ``model`` its own copy of every tensor it shares with an
+    earlier one (what a packed load shares), so training one side leaves the others as
+    they are; ties inside one encoder stay."""
+    owned: set[int] = set()
+    for enc in model.encoders():
+        copies: dict[int, torch.Tensor] = {}
+        for mod in enc.modules():
+            for table in (mod._parameters, mod._buffers):
+                for name, t in list(table.items()):
+                    if t is None or id(t) not in owned:
+                        continue
+                    if id(t) not in copies:
+                        c = t.detach().clone()
+                        if isinstance(t, torch.nn.Parameter):
+                            c = torch.nn.Parameter(c, requires_grad=t.requires_grad)
+                        copies[id(t)] = c
+                    table[name] = copies[id(t)]  # type: ignore[assignment]
+        owned |= {id(t) for t in [*enc.parameters(), *enc.buffers()]}
 
 
 register_form(

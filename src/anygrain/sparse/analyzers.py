@@ -84,6 +84,25 @@ class ChineseAnalyzer(Analyzer):
         }
 
 
+def release_segmenter() -> None:
+    """Free jieba's dictionary (65 MB resident) when it is loaded; it loads again on its
+    next use.  A phrase build frees it once its BM25 part is written, so its memory goes
+    to the dump instead (issue 34: the budget holds for Chinese)."""
+    import gc
+    import sys
+
+    jieba = sys.modules.get("jieba")
+    dt = getattr(jieba, "dt", None)
+    if dt is None or not getattr(dt, "initialized", False):
+        return
+    with dt.lock:
+        dt.FREQ, dt.total, dt.initialized = {}, 0, False
+    gc.collect()
+    from anygrain.utils.memory import trim_heap
+
+    trim_heap()
+
+
 def make_analyzer(lang: Lang | str, **options: object) -> Analyzer:
     kind = AnalyzerKind(Lang(lang).value)
     if kind is AnalyzerKind.ZH:

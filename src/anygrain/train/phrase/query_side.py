@@ -189,6 +189,11 @@ class QuerySideTrainer:
         self.index = index
         self.data = data
         self.kind = QuerySideLoss(config.loss)
+        # a packed model's question encoder shares the phrase encoder's unchanged tensors
+        # (its embeddings): trained, they must not move the phrase side
+        from anygrain.phrase.packed import untie
+
+        untie(model)
         for p in model.parameters():
             p.requires_grad_(False)
         self.trainable = question_modules(model)

@@ -104,6 +104,9 @@ class PhraseTrainer(EpochPosition):
         self.data = data
         self.teacher = teacher
         self.device = resolve_device(config.device)
+        from anygrain.phrase.packed import untie
+
+        untie(model)  # a packed model's encoders share their unchanged tensors
         model.to(self.device)
         self.fingerprint = fingerprint or data.fingerprint()
         self.plans = [
