@@ -238,3 +238,12 @@ def test_search_without_torch_once_the_graph_is_cached(index_dir: Path, xdg: Pat
         timeout=300,
     )
     assert r.returncode != 0
+
+
+@pytest.mark.parametrize("runtime", ["torch", "onnx"])
+def test_the_server_takes_the_runtime(index_dir: Path, runtime: str) -> None:
+    pytest.importorskip("fastapi")
+    from anygrain.serve.app import create_app
+
+    app = create_app(index_dir, runtime=runtime, warm_up=False)
+    assert app.state.service.index.runtime is Runtime(runtime)

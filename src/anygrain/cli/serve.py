@@ -12,6 +12,7 @@ import typer
 from rich.markup import escape
 
 from anygrain.cli.common import DeviceOpt, ThreadsOpt, console, fail
+from anygrain.cli.search import RuntimeOpt
 from anygrain.errors import AnygrainError
 
 #: uvicorn's log levels (it raises a KeyError for any other)
@@ -97,6 +98,7 @@ def serve_cmd(
     port: PortOpt = 8000,
     threads: ThreadsOpt = None,
     device: DeviceOpt = None,
+    runtime: RuntimeOpt = None,
     question_bf16: Annotated[
         bool | None,
         typer.Option(
@@ -145,6 +147,7 @@ def serve_cmd(
                 index_dir,
                 threads=threads,
                 device=device,
+                runtime=runtime,
                 question_bf16=question_bf16,
                 reader=reader,
                 read=read,
