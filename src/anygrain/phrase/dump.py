@@ -209,13 +209,13 @@ def dump_phrases(
         on_mismatch=OnMismatch.RESTART,  # the work directory is ours: start it again
         what="phrase shards",
         desc="dumping phrases",
-        # the bar is the encoder's, within each shard, by passages with an ETA: a shard
-        # bar stays at 0/1 for the whole of a small corpus
-        progress=False,
+        # one bar for the whole dump, by passages with an ETA (resumed shards counted from
+        # the start), advanced as each shard is saved: not a bar per shard (issue 34)
+        progress=progress,
     )
     resolve_device(device)  # a missing GPU is refused before any work
     trim_heap()  # what loading the model freed (a packed model's unpacking) back first
-    encoder = _PhraseShards(store, model, threshold, batch_size, bf16, device, progress)
+    encoder = _PhraseShards(store, model, threshold, batch_size, bf16, device, False)
     result = ShardedEncode(work, len(store), encoder, spec, executor=executor).run(
         None if on_shard is None else lambda i, _n: on_shard(i)
     )
