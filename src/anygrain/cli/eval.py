@@ -123,6 +123,8 @@ def eval_cmd(
     if errors.n_skipped:
         console.print(f"[yellow]{escape(errors.summary())}[/]", soft_wrap=True)
     d = report.to_dict()  # with the scope, and the unit of an index with several
+    for note in d.get("notes", []):  # options that cannot change this evaluation
+        console.print(f"note: {escape(note)}", soft_wrap=True)
     if as_json:
         print(json.dumps(d, ensure_ascii=False))
         return

@@ -64,6 +64,20 @@ def provenance(
     )
 
 
+def scope_note(scope: Any, search_options: Mapping[str, Any] | None) -> str:
+    """What a report says of search options that cannot change it in ``scope`` ("" none):
+    inside one gold passage the BM25 term of a phrase score is the same for every phrase,
+    so a sparse weight moves every score alike and no ranking."""
+    weight = (search_options or {}).get("sparse_weight")
+    if _plain(scope) != "gold-passage" or weight is None:
+        return ""
+    return (
+        f"--sparse-weight {weight:g} changes nothing with --scope gold-passage: the BM25 term "
+        "is the same for every phrase of one passage, so the ranking inside the gold passage "
+        "is the dense one whatever the weight"
+    )
+
+
 def write_run_provenance(run_path: str | os.PathLike[str], record: Mapping[str, Any]) -> str:
     """``RUN.provenance.json`` beside the run file (written atomically); its path."""
     path = os.fspath(run_path) + SUFFIX
@@ -89,6 +103,9 @@ def annotate_report(
     if errors.noted:  # records kept despite an irregularity, counted by the reader
         report.extra["noted_records"] = dict(errors.noted)
     report.extra["scope"] = _plain(scope)
+    note = scope_note(scope, search_options)
+    if note:
+        report.extra["notes"] = [note]
     if index.cuts_units():
         report.extra["unit"] = _plain(unit)
     record = provenance(
