@@ -14,6 +14,12 @@ each K read), the answer grain's throughput through the public API on one thread
     python bench/read_answers.py tune --reader DIR --index VAL_PHRASE_IDX \
         --questions squad:/work/runs/split/validation.json [--bm25 VAL_BM25_IDX]
     python bench/read_answers.py eval --reader DIR --index SQ_DEV_PHRASE_IDX [--limit N]
+
+``zh`` measures the Chinese targets: the reader with the gold passage on CMRC 2018 dev and
+XQuAD zh, and retrieve-then-read over one phrase index of both files' 1,088 paragraphs
+(``bench/chinese.py``'s corpus), for all 4,409 questions, beside the phrase grain alone:
+
+    python bench/read_answers.py zh --index ZH_PHRASE_IDX [--reader DIR] [--limit N]
 """
 
 from __future__ import annotations
@@ -180,6 +186,39 @@ def cmd_eval(args: argparse.Namespace) -> None:
     print(json.dumps(out, indent=1))
 
 
+def cmd_zh(args: argparse.Namespace) -> None:
+    from anygrain.corpus.questions import Questions
+
+    torch.set_num_threads(args.threads)
+    files = {
+        "cmrc2018_dev": f"squad:{SHARED / 'cmrc2018' / 'cmrc2018_dev.json'}",
+        "xquad_zh": f"squad:{SHARED / 'xquad' / 'xquad.zh.json'}",
+    }
+    out: dict[str, Any] = {"command": " ".join(sys.argv), "device": device()}
+    idx = Index.load(args.index)
+    reader = load_reader_for(idx, args.reader)
+    items = []
+    for name, spec in files.items():
+        if "gold" in args.parts:
+            out[f"{name}_gold"] = gold(reader, spec, args.limit, args.threads)
+            log(f"{name} gold {out[f'{name}_gold']}")
+        for q in load_questions(spec, limit=args.limit):
+            q.id = f"{name}/{q.id}"  # ids repeat across the two files
+            items.append(q)
+    if "open" in args.parts:
+        qs = [q for q in Questions(items) if q.answers]
+        r = evaluate_reader(idx, reader, qs, k=args.k, at=[c for c in (1, 2, 3, 5) if c < args.k])
+        out["open"] = {k: v for k, v in r.items() if not k.endswith("seconds")}
+        found = idx.search([q.text for q in qs], 1, unit="phrase")
+        texts = [h[0].answer_text if h else "" for h in found]
+        out["open_phrase_alone"] = {
+            "em": sum(exact_match(t, q.answers) for t, q in zip(texts, qs, strict=True)) / len(qs),
+            "f1": sum(f1(t, q.answers) for t, q in zip(texts, qs, strict=True)) / len(qs),
+        }
+        log(f"open {out['open']} phrase alone {out['open_phrase_alone']}")
+    print(json.dumps(out, indent=1, ensure_ascii=False))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -200,9 +239,22 @@ def main() -> None:
     e.add_argument("--speed-questions", type=int, default=500)
     e.add_argument("--demo-dir", default="/tmp/anygrain-demo-bench")
     e.add_argument("--parts", default="gold,open,speed,demo")
+    z = sub.add_parser("zh")
+    z.add_argument("--reader")
+    z.add_argument("--index", required=True)
+    z.add_argument("--k", type=int, default=None)
+    z.add_argument("--limit", type=int)
+    z.add_argument("--threads", type=int, default=1)
+    z.add_argument("--parts", default="gold,open")
     args = ap.parse_args()
     if args.cmd == "tune":
         cmd_tune(args)
+    elif args.cmd == "zh":
+        from anygrain.reader.answering import DEFAULT_PASSAGES
+
+        args.k = args.k or DEFAULT_PASSAGES
+        args.parts = args.parts.split(",")
+        cmd_zh(args)
     else:
         from anygrain.reader.answering import DEFAULT_PASSAGES
 

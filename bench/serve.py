@@ -81,11 +81,14 @@ class Server:
         log: Path,
         precision: str = "auto",
         reader: str | None = None,
+        read: int | None = None,
     ) -> None:
         self.port = free_port()
         cmd = [sys.executable, "-m", "anygrain.cli", "serve", str(index)]
         if reader:
             cmd += ["--reader", reader]
+        if read:
+            cmd += ["--read", str(read)]
         cmd += ["--host", HOST, "--port", str(self.port), "--log-level", "warning"]
         if threads:
             cmd += ["--threads", str(threads)]
@@ -245,6 +248,7 @@ def main() -> None:
     )
     ap.add_argument("--reader", help="Reader for the answer grain (default: the shipped one)")
     ap.add_argument("--threads", type=int, help="torch threads in the server (default: torch's)")
+    ap.add_argument("--read", type=int, help="Passages read per answer (default: the server's)")
     ap.add_argument("--log-dir", type=Path, default=Path("/tmp"), help="Server logs go here")
     ap.add_argument(
         "--question-precision",
@@ -266,6 +270,8 @@ def main() -> None:
         "clients": a.clients,
         "seconds": a.seconds,
         "k": a.k,
+        "threads": a.threads,
+        "read": a.read,
         "questions": a.questions or "built-in",
         "n_questions": len(questions),
         "cpus": os.cpu_count(),
@@ -273,7 +279,7 @@ def main() -> None:
     }
     for d, precision in [(d, p) for d in a.indexes for p in precisions]:
         log = a.log_dir / f"anygrain-serve-bench-{d.name}-{precision}.log"
-        server = Server(d, a.threads, log, precision, a.reader)
+        server = Server(d, a.threads, log, precision, a.reader, a.read)
         try:
             t0 = time.perf_counter()
             info = server.wait_ready()
