@@ -351,6 +351,7 @@ def refilter_index(
     compress: Compress | str | None = None,
     pq_m: int | None = None,
     keep_dump: bool | None = None,
+    rescore: int | None = None,
     progress: bool = True,
     overwrite: bool = False,
 ) -> Index:
@@ -371,6 +372,7 @@ def refilter_index(
         compress=Compress.NONE if compress is None else compress,
         pq_m=pq_m,
         keep_dump=keep_dump,
+        rescore=rescore,
     )
 
 

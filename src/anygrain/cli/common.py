@@ -72,6 +72,14 @@ SparseWeightOpt = Annotated[
         help="Phrase indexes: weight of the BM25 part of phrase scores (0: dense scores alone)",
     ),
 ]
+RescoreOpt = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option(
+        "--rescore",
+        help="Phrase indexes: re-encode each question's top N passages and rank their spans "
+        "exactly (default: the index's setting; 0: off)",
+    ),
+]
 FusionWeightOpt = Annotated[
     Optional[float],  # noqa: UP045
     typer.Option("--fusion-weight", help="Hybrid indexes: weight of the dense side"),

@@ -183,6 +183,14 @@ def index_cmd(
             "--sparse-weight", help="Phrase indexes: weight of the BM25 part (0: dense only)"
         ),
     ] = None,
+    rescore: Annotated[
+        int | None,
+        typer.Option(
+            "--rescore",
+            help="Phrase indexes: passages each search re-encodes and re-scores exactly by "
+            "default (its top N; 0 or unset: none)",
+        ),
+    ] = None,
     bm25_k1: Annotated[
         float | None,
         typer.Option(
@@ -270,6 +278,7 @@ def index_cmd(
                 "--sparse/--no-sparse": sparse,
                 "--sparse-from": sparse_from,
                 "--sparse-weight": sparse_weight,
+                "--rescore": rescore,
                 "--ray": ray_address,
                 "--workers": ray_workers,
                 "--retries": ray_retries,
@@ -334,6 +343,8 @@ def index_cmd(
                 settings["sparse_from"] = str(sparse_from)
             if sparse_weight is not None:
                 settings["sparse_weight"] = sparse_weight
+            if rescore is not None:
+                settings["rescore"] = rescore
             if bm25_k1 is not None:
                 settings["k1"] = bm25_k1
             if bm25_b is not None:
@@ -433,6 +444,14 @@ def refilter_cmd(
             help="Keep the float16 vectors (default: only with --compress none)",
         ),
     ] = None,
+    rescore: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(
+            "--rescore",
+            help="Passages each search re-encodes and re-scores exactly by default "
+            "(default: the source's; 0: none)",
+        ),
+    ] = None,
     quiet: QuietOpt = False,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace the anygrain index already in --out")
@@ -453,6 +472,7 @@ def refilter_cmd(
             compress=compress,
             pq_m=pq_m,
             keep_dump=keep_dump,
+            rescore=rescore,
         )
     except AnygrainError as e:
         fail(e)

@@ -47,6 +47,7 @@ from anygrain.phrase.compress import Compress, compressed_factory, default_pq_m,
 from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_phrases
 from anygrain.phrase.filtering import dump_filter, fraction_threshold, refiltered_flags, subset_dump
 from anygrain.phrase.lexical import SparseFusion, copy_sparse, write_sparse
+from anygrain.phrase.rescore import RESCORE_RANGE
 from anygrain.utils.device import resolve_device
 from anygrain.utils.ranges import Range
 
@@ -112,6 +113,9 @@ class PhraseSettings(IndexSettings):
     # the model's weights in the index: None copies a directory or an in-memory model and
     # records a shipped model's name instead; True always copies, False never
     copy_model: bool | None = None
+    # passages each search re-scores exactly by default (anygrain.phrase.rescore): the
+    # first stage's top ``rescore`` passages re-encoded, their spans ranked as uncompressed
+    rescore: int | None = None
 
     def __post_init__(self) -> None:
         if self.copy_model is False and is_phrase_encoder(self.model):
@@ -128,6 +132,8 @@ class PhraseSettings(IndexSettings):
                 raise AnygrainError(f"phrase index {name} must be at least 1, got {v}")
         if self.threshold is not None:
             THRESHOLD_RANGE.check(self.threshold)
+        if self.rescore is not None:
+            RESCORE_RANGE.check(self.rescore)
         if self.keep is not None:
             if not 0 < self.keep <= 1:
                 raise AnygrainError(f"phrase index keep must be in (0, 1], got {self.keep}")
@@ -191,6 +197,7 @@ def recorded_settings(recorded: dict[str, Any], *, lang: str | None = None) -> P
         sparse=bool(sparse),
         sparse_weight=SparseFusion.from_dict(sparse).weight if sparse else None,
         lang=lang,
+        rescore=recorded.get("rescore"),
     )
 
 
@@ -560,6 +567,8 @@ def finish_index(
         # where span scoring reads vectors: the float16 dump, or the FAISS codes decoded
         "span_vectors": "dump" if keep and comp is Compress.NONE else "codes",
     }
+    if settings.rescore is not None:
+        recorded["rescore"] = int(settings.rescore)
     counts = {
         "passages": stats.n_passages,
         "tokens_seen": stats.n_tokens_seen,

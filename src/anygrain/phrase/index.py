@@ -68,6 +68,7 @@ from anygrain.phrase.build import (
 )
 from anygrain.phrase.compress import DecodedVectors
 from anygrain.phrase.lexical import LexicalQuery, LexicalScorer, SparseFusion, open_sparse
+from anygrain.phrase.rescore import RESCORE_RANGE, search_rescored
 from anygrain.phrase.search import (
     Phrases,
     PhraseTable,
@@ -265,6 +266,11 @@ class PhraseIndex(Index):
     def runtime(self) -> Runtime:
         """What encodes this index's questions now."""
         return Runtime.ONNX if getattr(self.questions, "runtime", "") == "onnx" else Runtime.TORCH
+
+    @property
+    def rescore(self) -> int:
+        """Passages a search re-scores exactly by default (the build's ``rescore``; 0: none)."""
+        return int(self.manifest["settings"].get("rescore") or 0)
 
     @property
     def lexical(self) -> LexicalScorer | None:
@@ -659,6 +665,7 @@ class PhraseIndex(Index):
         exact: bool = False,
         stats: list[UnitSearchStats] | None = None,
         sparse_weight: float | None = None,
+        rescore: int | None = None,
         **options: Any,
     ) -> list[list[Hit]]:
         """Top-``k`` units per encoded query.  ``unit`` picks the grain (default: phrases);
@@ -675,6 +682,9 @@ class PhraseIndex(Index):
         Scores fuse BM25 into the dense phrase score when the index has a lexical part
         (:mod:`anygrain.phrase.lexical`); ``sparse_weight`` overrides its saved weight for
         this search, and 0 gives the pure dense score.
+
+        ``rescore`` re-encodes each query's first that many passages and ranks their spans
+        exactly (:mod:`anygrain.phrase.rescore`); None: the index's recorded setting, 0: off.
         """
         u = Unit(unit) if unit is not None else Unit.PHRASE
         depth = top_k or max(100, 10 * k)
@@ -685,6 +695,24 @@ class PhraseIndex(Index):
         if fusion is not None:
             assert self.lexical is not None
             lex = self.lexical.queries(encoded.texts, fusion)
+        n_rescore = self.rescore if rescore is None else int(RESCORE_RANGE.check(rescore))
+        if n_rescore:
+            return search_rescored(
+                self,
+                encoded,
+                k,
+                u,
+                n_rescore,
+                scope_rows=scope_rows,
+                depth=depth,
+                max_depth=max_depth,
+                exact=exact,
+                max_words=L,
+                nprobe=nprobe,
+                fusion=fusion,
+                lexical=lex,
+                stats=stats,
+            )
         if u is Unit.PHRASE or scope_rows is not None:
             phrases = self.search_phrases(
                 qs,

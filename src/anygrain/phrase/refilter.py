@@ -62,6 +62,7 @@ def refilter(
     compress: Compress | str = Compress.NONE,
     pq_m: int | None = None,
     keep_dump: bool | None = None,
+    rescore: int | None = None,
     progress: bool = True,
     overwrite: bool = False,
 ) -> PhraseIndex:
@@ -69,7 +70,8 @@ def refilter(
     or, given ``keep`` instead, at the threshold keeping about that fraction of the vectors.
 
     ``factory`` is the FAISS factory of the new index (default: chosen by its size and
-    ``compress``); ``compress``, ``pq_m`` and ``keep_dump`` are as for a fresh build.  The
+    ``compress``); ``compress``, ``pq_m``, ``keep_dump`` and ``rescore`` (passages a search
+    re-scores exactly by default; None: the source's) are as for a fresh build.  The
     source must have kept its float16 dump (vectors are copied from it, never re-decoded).
     ``out`` must be new or empty, or an index to replace with ``overwrite``.
     """
@@ -96,7 +98,9 @@ def refilter(
         check_build_target(src.path, out, overwrite=overwrite)
         # the FAISS settings of the new index (checked before any work)
         comp = parse_enum(Compress, compress)
-        faiss = PhraseSettings(factory=factory, compress=comp, pq_m=pq_m, keep_dump=keep_dump)
+        faiss = PhraseSettings(
+            factory=factory, compress=comp, pq_m=pq_m, keep_dump=keep_dump, rescore=rescore
+        )
         old = src.manifest["settings"].get("threshold")
         if old is not None and threshold < old:
             raise AnygrainError(

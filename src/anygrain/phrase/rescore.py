@@ -1,0 +1,284 @@
+"""Exact re-scoring of a phrase index's top passages (issue 37).
+
+Compressed codes (``sq4``, ``opq-pq``) still find the right passages but lose the span
+inside them.  With ``rescore=N`` a search takes the first ``N`` passages of the index's
+own (compressed) search per question -- ranked by their best phrase, as the passage grain
+ranks them -- re-encodes them with the index's phrase model and ranks their spans exactly,
+as the uncompressed index scores them:
+
+- the passage encoder is the one the build's dump runs
+  (:meth:`~anygrain.phrase.model.PhraseEncoder.encode_passages`, with the index's recorded
+  ``bf16``), and its vectors are rounded to float16 as the dump stores them;
+- the tokens are the ones the index stored for those passages (its filter, whatever
+  threshold or refiltering made it), with their start/end flags and word numbers, so the
+  phrases and the maximum phrase length are the index's;
+- a fused score adds the same BM25 part; its dense z-score statistics are the question's
+  top MIPS scores from the index (a constant per question, as without re-scoring).
+
+So the stored codes only have to find passages.  All questions of a search batch share one
+encoder call, each passage encoded once however many questions re-score it.
+
+Hits from the re-scored passages come first, best first by their exact scores; the first
+stage's other hits follow with the scores it gave them (so scores may rise across that
+boundary).  A unit search (sentences, passages, documents) asks its first stage for at
+least ``N`` units, so ``N`` passages are there to re-score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from anygrain.errors import AnygrainError, IndexMismatchError
+from anygrain.hits.hit import Hit, Unit, UnitSearchStats
+from anygrain.phrase.dump import END_OK, START_OK
+from anygrain.phrase.lexical import LexicalQuery, SparseFusion, dense_stats, fuse
+from anygrain.phrase.search import (
+    Phrases,
+    PhraseTable,
+    UnitHit,
+    aggregate,
+    search_candidates,
+    unit_hits,
+)
+from anygrain.phrase.units import mips_scored
+from anygrain.utils.ranges import Range
+from anygrain.utils.threads import single_thread
+
+if TYPE_CHECKING:
+    from anygrain.index.encoded import EncodedQueries
+    from anygrain.phrase.index import PhraseIndex
+
+#: passages re-scored per question (0: none, the compressed scores as they are)
+RESCORE_RANGE = Range("phrase rescore passages", 0, 10_000, integer=True)
+_KEY = np.int64(1) << np.int64(31)
+
+
+@dataclass
+class ExactRows:
+    """The stored tokens of some passages with their vectors encoded again (float16)."""
+
+    table: PhraseTable  # rows hold corpus rows, tokens in corpus-row order
+    local: dict[int, int]  # corpus row -> its position in ``table.passage_ptr``
+
+    def tokens(self, rows: Sequence[int]) -> np.ndarray:
+        """Token indices (into ``table``) of passages ``rows``."""
+        ptr = self.table.passage_ptr
+        parts = [np.arange(ptr[self.local[r]], ptr[self.local[r] + 1]) for r in rows]
+        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+
+def _match(stored_cs: np.ndarray, stored_ce: np.ndarray, cs: np.ndarray, ce: np.ndarray) -> Any:
+    """Positions in the encoded tokens ``(cs, ce)`` of the stored tokens, in stored order
+    (the k-th stored token with a given span takes the k-th encoded one); None when one is
+    missing."""
+    sk = stored_cs.astype(np.int64) * _KEY + stored_ce.astype(np.int64)
+    ek = cs.astype(np.int64) * _KEY + ce.astype(np.int64)
+    e_order = np.argsort(ek, kind="stable")
+    e_sorted = ek[e_order]
+    s_order = np.argsort(sk, kind="stable")
+    s_sorted = sk[s_order]
+    occurrence = np.arange(len(s_sorted)) - np.searchsorted(s_sorted, s_sorted, side="left")
+    pos = np.searchsorted(e_sorted, s_sorted, side="left") + occurrence
+    if len(pos) and (int(pos.max()) >= len(e_sorted) or np.any(e_sorted[pos] != s_sorted)):
+        return None
+    out = np.empty(len(sk), dtype=np.int64)
+    out[s_order] = e_order[pos]
+    return out
+
+
+def passage_encoder(index: PhraseIndex) -> Any:
+    """The model that encodes the index's passages (its phrase encoder)."""
+    model = index.model
+    if not hasattr(model, "encode_passages"):
+        raise AnygrainError(
+            f"{index.path}: re-scoring (rescore) encodes passages, and the model this index "
+            f"was opened with ({type(model).__name__}) encodes questions only; open it with "
+            "its phrase model, or search with rescore=0"
+        )
+    return model
+
+
+def encode_rows(index: PhraseIndex, rows: np.ndarray, *, batch_size: int = 32) -> ExactRows:
+    """Passages ``rows`` (corpus rows) of ``index`` encoded again, in one encoder call: the
+    index's stored tokens of each with the start/end vectors the dump would store."""
+    rows = np.unique(np.asarray(rows, dtype=np.int64))
+    table = index.table
+    ptr = table.passage_ptr
+    d = int(index.manifest["settings"].get("dim") or table.start.shape[1])
+    bf16 = bool(index.manifest["settings"].get("bf16", False))
+    enc = passage_encoder(index).encode_passages(
+        index.store.texts(rows), index.store.titles(rows), batch_size=batch_size, bf16=bf16
+    )
+    counts = ptr[rows + 1] - ptr[rows]
+    n = int(counts.sum())
+    start = np.zeros((n, d), np.float16)
+    end = np.zeros((n, d), np.float16)
+    tokens = np.zeros((n, 6), np.int32)
+    local_ptr = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(counts, out=local_ptr[1:])
+    for j, (r, p) in enumerate(zip(rows.tolist(), enc, strict=True)):
+        lo, hi = int(ptr[r]), int(ptr[r + 1])
+        at = _match(table.cs[lo:hi], table.ce[lo:hi], p.cs, p.ce)
+        if at is None:
+            raise IndexMismatchError(
+                f"{index.path}: passage row {r} encoded again gives other tokens than the "
+                "index stored (its corpus or model changed); rebuild the index"
+            )
+        a, b = int(local_ptr[j]), int(local_ptr[j + 1])
+        start[a:b] = p.start[at].astype(np.float16)
+        end[a:b] = p.end[at].astype(np.float16)
+        flags = table.start_ok[lo:hi] * START_OK + table.end_ok[lo:hi] * END_OK
+        tokens[a:b] = np.stack(
+            [
+                table.row[lo:hi],
+                table.cs[lo:hi],
+                table.ce[lo:hi],
+                flags,
+                table.wfirst[lo:hi],
+                table.wlast[lo:hi],
+            ],
+            axis=1,
+        )
+    sub = PhraseTable(start, end, tokens, local_ptr)
+    return ExactRows(sub, {r: j for j, r in enumerate(rows.tolist())})
+
+
+def exact_phrases(
+    exact: ExactRows,
+    rows: Sequence[int],
+    q_start: np.ndarray,
+    q_end: np.ndarray,
+    max_words: int,
+    *,
+    lex: LexicalQuery | None = None,
+    fusion: SparseFusion | None = None,
+    stats: tuple[float, float] = (0.0, 0.0),
+) -> Phrases:
+    """Every phrase of passages ``rows`` for one question, scored as an uncompressed index
+    scores them (fused when ``fusion`` and ``lex`` are given), best first; token indices
+    are ``exact.table``'s."""
+    tok = exact.tokens(rows)
+    ph = search_candidates(exact.table, q_start, q_end, tok, tok, max_words)
+    if not len(ph) or fusion is None or lex is None:
+        return ph
+    score = fuse(ph.score, exact.table.row[ph.start], stats, lex, fusion)
+    order = np.lexsort((ph.start, -score))
+    return Phrases(ph.start[order], ph.end[order], score[order])
+
+
+def first_rows(rows: np.ndarray, n: int) -> list[int]:
+    """The first ``n`` distinct values of ``rows``, in order."""
+    if not len(rows):
+        return []
+    _, first = np.unique(rows, return_index=True)
+    return [int(r) for r in rows[np.sort(first)][:n]]
+
+
+def search_rescored(
+    index: PhraseIndex,
+    encoded: EncodedQueries,
+    k: int,
+    unit: Unit,
+    n: int,
+    *,
+    scope_rows: Sequence[Sequence[int]] | None,
+    depth: int,
+    max_depth: int | None,
+    exact: bool,
+    max_words: int,
+    nprobe: int | None,
+    fusion: SparseFusion | None,
+    lexical: Sequence[LexicalQuery] | None,
+    stats: list[UnitSearchStats] | None,
+) -> list[list[Hit]]:
+    """Top-``k`` hits per question at ``unit``, the first ``n`` passages of the index's
+    search re-scored exactly (see the module docstring); the options are
+    :meth:`~anygrain.phrase.index.PhraseIndex.search_encoded`'s."""
+    table, store = index.table, index.store
+    qs, qe = encoded.vectors
+    nq = len(qs)
+    fused = fusion is not None and lexical is not None
+    rest: list[Phrases] | None = None
+    found: list[list[UnitHit]] = []
+    if unit is Unit.PHRASE or scope_rows is not None:
+        rest = index.search_phrases(
+            qs,
+            qe,
+            top_k=depth,
+            scope_rows=scope_rows,
+            max_words=max_words,
+            nprobe=nprobe,
+            lexical=lexical,
+            fusion=fusion,
+        )
+        tops = [first_rows(table.row[p.start], n) for p in rest]
+        if stats is not None:
+            stats.extend(
+                UnitSearchStats(1, depth, min(k, len(p)), False, scope_rows is not None)
+                for p in rest
+            )
+    else:
+        found, st = index.search_units(
+            qs,
+            qe,
+            max(k, n),
+            unit,
+            depth=depth,
+            max_depth=max_depth,
+            exact=exact,
+            max_words=max_words,
+            nprobe=nprobe,
+            lexical=lexical,
+            fusion=fusion,
+        )
+        tops = [first_rows(table.row[[h.start for h in f]], n) for f in found]
+        if stats is not None:
+            stats.extend(st)
+    dense: list[tuple[float, float]] = [(0.0, 0.0)] * nq
+    if fused:
+        assert fusion is not None
+        # the question's statistics, as the first stage took them (its top MIPS scores)
+        m = mips_scored(index, qs, qe, fusion.norm_depth, nprobe)
+        dense = [dense_stats(m.ss[i], m.se[i], fusion.norm_depth) for i in range(nq)]
+    wanted = sorted({r for t in tops for r in t})
+    ex = encode_rows(index, np.asarray(wanted, np.int64)) if wanted else None
+    exact_found: list[list[UnitHit]] = []
+    rest_found: list[list[UnitHit]] = []
+    with single_thread():
+        for i in range(nq):
+            top = tops[i]
+            if ex is not None and top:
+                ph = exact_phrases(
+                    ex,
+                    top,
+                    qs[i],
+                    qe[i],
+                    max_words,
+                    lex=lexical[i] if fused and lexical is not None else None,
+                    fusion=fusion if fused else None,
+                    stats=dense[i],
+                )
+                exact_found.append(aggregate(ex.table, store, ph, k, unit))
+            else:
+                exact_found.append([])
+            if rest is not None:
+                p = rest[i]
+                keep = ~np.isin(table.row[p.start], np.asarray(top, np.int64))
+                left = Phrases(p.start[keep], p.end[keep], p.score[keep])
+                rest_found.append(aggregate(table, store, left, k, unit))
+            else:
+                done = set(top)
+                rest_found.append([h for h in found[i] if int(table.row[h.start]) not in done])
+    first = unit_hits(ex.table, store, exact_found, unit) if ex is not None else [[]] * nq
+    after = unit_hits(table, store, rest_found, unit)
+    out: list[list[Hit]] = []
+    for a, b in zip(first, after, strict=True):
+        if unit is Unit.DOCUMENT:
+            docs = {h.doc_id for h in a}
+            b = [h for h in b if h.doc_id not in docs]
+        out.append((a + b)[:k])
+    return out
