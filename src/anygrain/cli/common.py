@@ -17,9 +17,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from anygrain.api import BF16_HELP, split_help
 from anygrain.composite.fusion import FusionMethod
+from anygrain.corpus.splitters import split_help
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
+from anygrain.train.saved_config import BF16_HELP
 from anygrain.utils.checksums import Verify
 
 # emoji=False: error text and paths are printed as they are (rich would turn ":abc:" in

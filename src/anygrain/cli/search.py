@@ -31,7 +31,7 @@ from anygrain.cli.common import (
     out,
 )
 from anygrain.composite.fusion import FusionMethod
-from anygrain.encode.onnx_runtime import Runtime
+from anygrain.encode.runtime import Runtime
 from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit, Unit
 from anygrain.utils.checksums import Verify

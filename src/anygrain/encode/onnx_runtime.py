@@ -33,7 +33,6 @@ graph through :func:`export_graph` and reads it back with :class:`OnnxGraph`.
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import importlib.util
 import json
@@ -45,6 +44,8 @@ from typing import Any
 
 import numpy as np
 
+from anygrain.encode.runtime import RUNTIME_HELP as RUNTIME_HELP
+from anygrain.encode.runtime import Runtime
 from anygrain.errors import AnygrainError, parse_enum
 from anygrain.utils.atomic import atomic_dir, atomic_write_text
 
@@ -55,20 +56,6 @@ GRAPH_FILE = "graph.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 META_FILE = "meta.json"
 FILES_DIR = "files"
-
-
-class Runtime(str, enum.Enum):
-    """What runs the query encoders at search time (never recorded in an index)."""
-
-    AUTO = "auto"
-    ONNX = "onnx"
-    TORCH = "torch"
-
-
-RUNTIME_HELP = (
-    "Query encoder runtime: auto (ONNX Runtime on a CPU where onnxruntime is installed, the "
-    "graph exported once and cached; else torch), onnx, or torch"
-)
 
 
 def parse_runtime(value: Runtime | str | None) -> Runtime:
