@@ -4,8 +4,8 @@ index and ``--rescore`` N, with bytes per passage and questions per second.
 One JSON row per (index, N) on stdout, as each finishes (a list in ``--out`` too)::
 
     python bench/phrase_rescore.py --questions squad:../shared/data/squad-v1.1/dev-v1.1.json \\
-        --index sq8-keep0.5=runs/sq-default --index opq-pq-keep0.5=runs/i37/opq-0.5 \\
-        --index opq-pq-keep0.25=runs/i37/opq-0.25 --rescore 0,1,3,5 --limit 2000 --threads 1
+        --index sq8-keep0.5=runs/sq-default --index pq48-keep0.5=runs/i37/pq-0.5 \\
+        --index pq48-keep0.25=runs/i37/pq-0.25 --rescore 0,1,3,5 --limit 500 --threads 1
 
 EM/F1 are of the top phrase (open corpus, fused scores unless the index has no BM25 part);
 top@1/top@5 of passages by answer containment (``--unit passage``).  ``qps`` is questions
