@@ -196,9 +196,7 @@ def main() -> None:
     if args.child:
         what, *rest = args.child
         if what == "build":
-            child_build(
-                rest[0], int(rest[1]), args.threads, args.budget, args.model, args.corpus
-            )
+            child_build(rest[0], int(rest[1]), args.threads, args.budget, args.model, args.corpus)
         else:
             child_search(rest[0], int(rest[1]), args.threads)
         return
