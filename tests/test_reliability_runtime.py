@@ -358,6 +358,10 @@ CONSOLE_SCRIPT = "from anygrain.cli.main import main\nsys.exit(main())\n"
 RUN_MODULE = "import runpy\nrunpy.run_module('anygrain.cli', run_name='__main__', alter_sys=True)\n"
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(
     ("entry", "module", "args"),
     [
@@ -383,6 +387,9 @@ def test_ctrl_c_during_startup_exits_130_without_a_traceback(
         timeout=120,
         cwd=tmp_path,
         env=env,
+        # an ignored SIGINT is inherited across exec: a library that ignored it in the test
+        # process (seen in the full suite) would make the child deaf to the Ctrl-C under test
+        preexec_fn=_default_sigint,
     )
     assert p.returncode == 130, (p.returncode, p.stderr[-2000:])
     assert "Traceback" not in p.stderr and "KeyboardInterrupt" not in p.stderr, p.stderr
