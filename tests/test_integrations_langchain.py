@@ -18,49 +18,12 @@ pytest.importorskip(
     "langchain_core", reason="the LangChain retriever needs langchain-core (the langchain extra)"
 )
 
+from integration_corpus import DOCS, QUESTIONS  # noqa: E402  (the adapters share one corpus)
 from langchain_core.documents import Document  # noqa: E402
 from langchain_core.retrievers import BaseRetriever  # noqa: E402
 
 from anygrain import Index  # noqa: E402
 from anygrain.integrations.langchain import AnygrainRetriever, hit_document  # noqa: E402
-
-DOCS: list[dict[str, Any]] = [
-    {
-        "id": "python",
-        "title": "Python",
-        "text": "Python is a programming language. It was created by Guido van Rossum and "
-        "first released in 1991. Python uses indentation to delimit blocks.",
-        "author": "Guido",
-        "year": 1991,
-        "tags": ["language"],
-    },
-    {
-        "id": "wall",
-        "title": "Great Wall",
-        "text": "The Great Wall of China was built over many centuries. Its total length is "
-        "about 21,196 kilometres according to a 2012 survey.",
-        "source": {"url": "https://example.org/wall", "lang": "en"},
-    },
-    {
-        "id": "everest",
-        "title": "Mount Everest",
-        "text": "Mount Everest is Earth's highest mountain above sea level. Its peak is "
-        "8,849 metres high. It lies in the Himalayas.",
-    },
-    {
-        "id": "zurich",
-        "title": "Zürich",
-        "text": "Zürich is the largest city in Switzerland. The river Limmat flows through "
-        "Zürich into Lake Zürich.",
-        "year": 1218,
-    },
-]
-QUESTIONS = [
-    "Who created Python?",
-    "How long is the Great Wall of China?",
-    "How high is Mount Everest?",
-    "Which river flows through Zürich?",
-]
 
 
 def _build(root: Path) -> Path:

