@@ -198,14 +198,82 @@ def search_rescored(
     """Top-``k`` hits per question at ``unit``, the first ``n`` passages of the index's
     search re-scored exactly (see the module docstring); the options are
     :meth:`~anygrain.phrase.index.PhraseIndex.search_encoded`'s."""
-    table, store = index.table, index.store
     qs, qe = encoded.vectors
     nq = len(qs)
     fused = fusion is not None and lexical is not None
-    rest: list[Phrases] | None = None
-    found: list[list[UnitHit]] = []
+    rest, found, tops = _first_stage(
+        index,
+        qs,
+        qe,
+        k,
+        unit,
+        n,
+        scope_rows=scope_rows,
+        depth=depth,
+        max_depth=max_depth,
+        exact=exact,
+        max_words=max_words,
+        nprobe=nprobe,
+        fusion=fusion,
+        lexical=lexical,
+        stats=stats,
+    )
+    dense: list[tuple[float, float]] = [(0.0, 0.0)] * nq
+    if fused:
+        assert fusion is not None
+        # the question's statistics, as the first stage took them (its top MIPS scores)
+        m = mips_scored(index, qs, qe, fusion.norm_depth, nprobe)
+        dense = [dense_stats(m.ss[i], m.se[i], fusion.norm_depth) for i in range(nq)]
+    wanted = sorted({r for t in tops for r in t})
+    ex = encode_rows(index, np.asarray(wanted, np.int64)) if wanted else None
+    exact_found: list[list[UnitHit]] = []
+    rest_found: list[list[UnitHit]] = []
+    with single_thread():
+        for i in range(nq):
+            lex = lexical[i] if fused and lexical is not None else None
+            exact_found.append(
+                _exact_hits(
+                    ex,
+                    tops[i],
+                    qs[i],
+                    qe[i],
+                    k,
+                    unit,
+                    index,
+                    max_words,
+                    lex,
+                    fusion if fused else None,
+                    dense[i],
+                )
+            )
+            rest_found.append(_first_stage_rest(index, tops[i], rest, found, i, k, unit))
+    first = unit_hits(ex.table, index.store, exact_found, unit) if ex is not None else [[]] * nq
+    after = unit_hits(index.table, index.store, rest_found, unit)
+    return [_merged(a, b, unit, k) for a, b in zip(first, after, strict=True)]
+
+
+def _first_stage(
+    index: PhraseIndex,
+    qs: np.ndarray,
+    qe: np.ndarray,
+    k: int,
+    unit: Unit,
+    n: int,
+    *,
+    scope_rows: Sequence[Sequence[int]] | None,
+    depth: int,
+    max_depth: int | None,
+    exact: bool,
+    max_words: int,
+    nprobe: int | None,
+    fusion: SparseFusion | None,
+    lexical: Sequence[LexicalQuery] | None,
+    stats: list[UnitSearchStats] | None,
+) -> tuple[list[Phrases] | None, list[list[UnitHit]], list[list[int]]]:
+    """The index's own search: each question's phrases (at the phrase grain, or in its
+    scope) or units found, and the first ``n`` passages of them to re-score."""
     if unit is Unit.PHRASE or scope_rows is not None:
-        rest = index.search_phrases(
+        rest: list[Phrases] | None = index.search_phrases(
             qs,
             qe,
             top_k=depth,
@@ -215,13 +283,16 @@ def search_rescored(
             lexical=lexical,
             fusion=fusion,
         )
-        tops = [first_rows(table.row[p.start], n) for p in rest]
+        assert rest is not None
+        found: list[list[UnitHit]] = []
+        tops = [first_rows(index.table.row[p.start], n) for p in rest]
         if stats is not None:
             stats.extend(
                 UnitSearchStats(1, depth, min(k, len(p)), False, scope_rows is not None)
                 for p in rest
             )
     else:
+        rest = None
         found, st = index.search_units(
             qs,
             qe,
@@ -235,50 +306,56 @@ def search_rescored(
             lexical=lexical,
             fusion=fusion,
         )
-        tops = [first_rows(table.row[[h.start for h in f]], n) for f in found]
+        tops = [first_rows(index.table.row[[h.start for h in f]], n) for f in found]
         if stats is not None:
             stats.extend(st)
-    dense: list[tuple[float, float]] = [(0.0, 0.0)] * nq
-    if fused:
-        assert fusion is not None
-        # the question's statistics, as the first stage took them (its top MIPS scores)
-        m = mips_scored(index, qs, qe, fusion.norm_depth, nprobe)
-        dense = [dense_stats(m.ss[i], m.se[i], fusion.norm_depth) for i in range(nq)]
-    wanted = sorted({r for t in tops for r in t})
-    ex = encode_rows(index, np.asarray(wanted, np.int64)) if wanted else None
-    exact_found: list[list[UnitHit]] = []
-    rest_found: list[list[UnitHit]] = []
-    with single_thread():
-        for i in range(nq):
-            top = tops[i]
-            if ex is not None and top:
-                ph = exact_phrases(
-                    ex,
-                    top,
-                    qs[i],
-                    qe[i],
-                    max_words,
-                    lex=lexical[i] if fused and lexical is not None else None,
-                    fusion=fusion if fused else None,
-                    stats=dense[i],
-                )
-                exact_found.append(aggregate(ex.table, store, ph, k, unit))
-            else:
-                exact_found.append([])
-            if rest is not None:
-                p = rest[i]
-                keep = ~np.isin(table.row[p.start], np.asarray(top, np.int64))
-                left = Phrases(p.start[keep], p.end[keep], p.score[keep])
-                rest_found.append(aggregate(table, store, left, k, unit))
-            else:
-                done = set(top)
-                rest_found.append([h for h in found[i] if int(table.row[h.start]) not in done])
-    first = unit_hits(ex.table, store, exact_found, unit) if ex is not None else [[]] * nq
-    after = unit_hits(table, store, rest_found, unit)
-    out: list[list[Hit]] = []
-    for a, b in zip(first, after, strict=True):
-        if unit is Unit.DOCUMENT:
-            docs = {h.doc_id for h in a}
-            b = [h for h in b if h.doc_id not in docs]
-        out.append((a + b)[:k])
-    return out
+    return rest, found, tops
+
+
+def _exact_hits(
+    ex: ExactRows | None,
+    top: list[int],
+    q_start: np.ndarray,
+    q_end: np.ndarray,
+    k: int,
+    unit: Unit,
+    index: PhraseIndex,
+    max_words: int,
+    lex: LexicalQuery | None,
+    fusion: SparseFusion | None,
+    stats: tuple[float, float],
+) -> list[UnitHit]:
+    """One question's top ``k`` units among its re-scored passages ``top``."""
+    if ex is None or not top:
+        return []
+    ph = exact_phrases(ex, top, q_start, q_end, max_words, lex=lex, fusion=fusion, stats=stats)
+    return aggregate(ex.table, index.store, ph, k, unit)
+
+
+def _first_stage_rest(
+    index: PhraseIndex,
+    top: list[int],
+    rest: list[Phrases] | None,
+    found: list[list[UnitHit]],
+    i: int,
+    k: int,
+    unit: Unit,
+) -> list[UnitHit]:
+    """Question ``i``'s first-stage hits outside its re-scored passages ``top``: from its
+    phrases (``rest``), or else from the units its first stage found."""
+    table = index.table
+    if rest is not None:
+        p = rest[i]
+        outside = ~np.isin(table.row[p.start], np.asarray(top, np.int64))
+        left = Phrases(p.start[outside], p.end[outside], p.score[outside])
+        return aggregate(table, index.store, left, k, unit)
+    done = set(top)
+    return [h for h in found[i] if int(table.row[h.start]) not in done]
+
+
+def _merged(first: list[Hit], after: list[Hit], unit: Unit, k: int) -> list[Hit]:
+    """The re-scored hits, then the first stage's others (a document once), ``k`` at most."""
+    if unit is Unit.DOCUMENT:
+        docs = {h.doc_id for h in first}
+        after = [h for h in after if h.doc_id not in docs]
+    return (first + after)[:k]

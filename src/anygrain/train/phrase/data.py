@@ -100,6 +100,24 @@ class PhraseTrainData:
         }
 
 
+#: a question read for training: (id, text, passage index, answers, answer starts)
+RawQuestion = tuple[str, str, int, list[str], list[int]]
+
+
+@dataclass
+class _Read:
+    """What the sources hold before alignment: passages, questions, and what was skipped."""
+
+    passages: list[tuple[str, str, str]] = field(default_factory=list)
+    raw: list[RawQuestion] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)
+    not_used: list[dict[str, str]] = field(default_factory=list)
+
+    def skip(self, spec: str, qid: str, reason: str) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+        self.not_used.append({"source": spec, "id": qid, "reason": reason})
+
+
 def load_phrase_data(
     specs: Sequence[str],
     model: PhraseEncoder,
@@ -109,76 +127,90 @@ def load_phrase_data(
     seed: int = 0,
 ) -> PhraseTrainData:
     """Read SQuAD-format sources (``FORMAT:PATH`` or ``PATH``) into span examples."""
-    passages: list[tuple[str, str, str]] = []
-    pindex: dict[str, int] = {}
-    raw: list[
-        tuple[str, str, int, list[str], list[int]]
-    ] = []  # qid, text, passage, answers, starts
-    skipped: dict[str, int] = {}
-    not_used: list[dict[str, str]] = []
-
-    def skip(spec: str, qid: str, reason: str) -> None:
-        skipped[reason] = skipped.get(reason, 0) + 1
-        not_used.append({"source": spec, "id": qid, "reason": reason})
-
-    for fi, spec in enumerate(specs):
-        src = parse_source(spec)
-        for doc in src.documents(errors):
-            if not doc.passages:
-                continue
-            for sp in doc.passages:
-                key = f"{fi}:{sp.id}"
-                if key in pindex:
-                    continue
-                pindex[key] = len(passages)
-                title = sp.title if sp.title is not None else doc.title
-                passages.append((key, title, doc.text[sp.start : sp.end]))
-        qsrc = parse_source(spec, want="questions")
-        for q in qsrc.questions(errors):
-            if not q.answers or not q.answer_starts:
-                skip(spec, q.id, "no_answer_offsets")
-                continue
-            key = f"{fi}:{q.gold[0]}" if q.gold else ""
-            if key not in pindex:
-                skip(spec, q.id, "passage_not_found")
-                continue
-            raw.append(
-                (f"{fi}:{q.id}", q.text, pindex[key], list(q.answers), list(q.answer_starts))
-            )
-    if not raw:
+    read = _read_sources(specs, errors)
+    if not read.raw:
         raise AnygrainError(
             "no training questions with answer offsets found; phrase training needs "
             "SQuAD-format data (squad:PATH)"
         )
-    if max_examples is not None and max_examples < len(raw):
-        raw = [raw[i] for i in sample_by_passage([r[2] for r in raw], max_examples, seed)]
-        used = sorted({r[2] for r in raw})
-        remap = {old: new for new, old in enumerate(used)}
-        passages = [passages[i] for i in used]
-        raw = [(a, b, remap[c], d, e) for a, b, c, d, e in raw]
+    if max_examples is not None and max_examples < len(read.raw):
+        _sample(read, max_examples, seed)
+    passages, raw = read.passages, read.raw
     windows = model.windows([p[2] for p in passages], [p[1] for p in passages])
-    by_passage: list[list[int]] = [[] for _ in passages]
-    for wi, w in enumerate(windows):
+    data = PhraseTrainData(
+        passages=passages,
+        windows=windows,
+        examples=[],
+        gold_starts=[set() for _ in windows],
+        gold_ends=[set() for _ in windows],
+        questions_seen=len(raw),
+        questions_skipped=read.skipped,
+        not_used=read.not_used,
+    )
+    _align(data, raw, specs)
+    if not data.examples:
+        raise AnygrainError(f"no training answer could be aligned: {data.align.to_dict()}")
+    return data
+
+
+def _read_sources(specs: Sequence[str], errors: ErrorLog | None) -> _Read:
+    """Every source's passages (once each, keyed ``FILE_INDEX:PASSAGE_ID``) and its
+    questions with answer offsets in one of them; the others are skipped by reason."""
+    read = _Read()
+    pindex: dict[str, int] = {}
+    for fi, spec in enumerate(specs):
+        for doc in parse_source(spec).documents(errors):
+            for sp in doc.passages:
+                key = f"{fi}:{sp.id}"
+                if key in pindex:
+                    continue
+                pindex[key] = len(read.passages)
+                title = sp.title if sp.title is not None else doc.title
+                read.passages.append((key, title, doc.text[sp.start : sp.end]))
+        for q in parse_source(spec, want="questions").questions(errors):
+            if not q.answers or not q.answer_starts:
+                read.skip(spec, q.id, "no_answer_offsets")
+                continue
+            key = f"{fi}:{q.gold[0]}" if q.gold else ""
+            if key not in pindex:
+                read.skip(spec, q.id, "passage_not_found")
+                continue
+            read.raw.append(
+                (f"{fi}:{q.id}", q.text, pindex[key], list(q.answers), list(q.answer_starts))
+            )
+    return read
+
+
+def _sample(read: _Read, n: int, seed: int) -> None:
+    """Keep ``n`` questions taken passage by passage, and only the passages they use."""
+    raw = [read.raw[i] for i in sample_by_passage([r[2] for r in read.raw], n, seed)]
+    used = sorted({r[2] for r in raw})
+    remap = {old: new for new, old in enumerate(used)}
+    read.passages = [read.passages[i] for i in used]
+    read.raw = [(a, b, remap[c], d, e) for a, b, c, d, e in raw]
+
+
+def _align(data: PhraseTrainData, raw: list[RawQuestion], specs: Sequence[str]) -> None:
+    """Align each question's answers to its passage's windows: every aligned answer is a
+    gold start and end, the first one the example; a question with none is dropped."""
+    by_passage: list[list[int]] = [[] for _ in data.passages]
+    for wi, w in enumerate(data.windows):
         by_passage[w.passage].append(wi)
-    stats = AlignStats()
-    gold_s: list[set[int]] = [set() for _ in windows]
-    gold_e: list[set[int]] = [set() for _ in windows]
-    examples: list[SpanExample] = []
-    dropped = 0
+    stats = data.align
     for qid, text, p, answers, starts in raw:
         first = None
         for a, s in zip(answers, starts, strict=False):
-            al = align_answer(passages[p][2], windows, by_passage[p], a, s, stats)
+            al = align_answer(data.passages[p][2], data.windows, by_passage[p], a, s, stats)
             if al is None:
                 continue
-            gold_s[al.window].add(al.start)
-            gold_e[al.window].add(al.end)
+            data.gold_starts[al.window].add(al.start)
+            data.gold_ends[al.window].add(al.end)
             if first is None:
                 first = SpanExample(qid, text, al.window, al.start, al.end)
         if first is None:
-            dropped += 1
+            data.questions_dropped += 1
             file_no, orig = qid.split(":", 1)  # training ids are "FILE_INDEX:QUESTION_ID"
-            not_used.append(
+            data.not_used.append(
                 {
                     "source": specs[int(file_no)],
                     "id": orig,
@@ -186,21 +218,7 @@ def load_phrase_data(
                 }
             )
         else:
-            examples.append(first)
-    if not examples:
-        raise AnygrainError(f"no training answer could be aligned: {stats.to_dict()}")
-    return PhraseTrainData(
-        passages=passages,
-        windows=windows,
-        examples=examples,
-        gold_starts=gold_s,
-        gold_ends=gold_e,
-        align=stats,
-        questions_seen=len(raw),
-        questions_dropped=dropped,
-        questions_skipped=skipped,
-        not_used=not_used,
-    )
+            data.examples.append(first)
 
 
 def sample_by_passage(owner: list[int], n: int, seed: int) -> np.ndarray:
