@@ -66,7 +66,7 @@ def child(mode: str, index_dir: str, queries_file: str) -> None:
             )
         )
     else:
-        from anygrain.dense.faiss_index import FaissIndex
+        from anygrain.vectors.faiss_index import FaissIndex
 
         qv = np.load(queries_file)
         fx = FaissIndex.load(Path(index_dir) / "dense" / "faiss.index")

@@ -8,14 +8,9 @@ import numpy as np
 import pytest
 from dense_helpers import single_threaded
 
-from anygrain.dense.faiss_index import (
-    FaissIndex,
-    check_factory,
-    default_factory,
-    default_nprobe,
-    parse_factory,
-)
 from anygrain.errors import AnygrainError
+from anygrain.vectors.factory import DEFAULT_POLICY, check_factory, default_nprobe, parse_factory
+from anygrain.vectors.faiss_index import FaissIndex
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -129,10 +124,26 @@ def test_save_and_mmap_load_round_trip(tmp_path) -> None:  # type: ignore[no-unt
 
 
 def test_default_factory_rule() -> None:
-    assert default_factory(50_000, 384) == "Flat"
-    assert default_factory(1_000_000, 768) == "IVF4000,Flat"
-    assert default_factory(21_000_000, 768) == "IVF18330,PQ96"
-    assert default_factory(21_000_000, 384) == "IVF18330,PQ48"
+    assert DEFAULT_POLICY.factory(50_000, 384) == "Flat"
+    assert DEFAULT_POLICY.factory(1_000_000, 768) == "IVF4000,Flat"
+    assert DEFAULT_POLICY.factory(21_000_000, 768) == "IVF18330,PQ96"
+    assert DEFAULT_POLICY.factory(21_000_000, 384) == "IVF18330,PQ48"
+
+
+def test_one_factory_policy_gives_each_kind_its_rule() -> None:
+    """Dense and phrase indexes follow one rule with their own numbers: phrase vectors are
+    float16 (SQfp16) in sqrt(N) cells rounded down, PQ from 20M whatever the dimension."""
+    from anygrain.phrase.compress import PHRASE_POLICY, ivf_prefix
+
+    assert PHRASE_POLICY.factory(50_000, 384) == "SQfp16"
+    assert PHRASE_POLICY.factory(1_000_000, 384) == "IVF1000,SQfp16"
+    assert PHRASE_POLICY.factory(110_000, 384) == "IVF331,SQfp16"  # dense rounds: 1327 = 4 x 331.7
+    assert DEFAULT_POLICY.factory(110_000, 384) == "IVF1327,Flat"
+    assert PHRASE_POLICY.factory(21_000_000, 384) == "IVF4582,PQ48"
+    # a prime dimension: one PQ byte would code 101 dimensions; dense keeps Flat cells
+    assert PHRASE_POLICY.factory(21_000_000, 101) == "IVF4582,PQ1"
+    assert DEFAULT_POLICY.factory(21_000_000, 101) == "IVF18330,Flat"
+    assert ivf_prefix(99_999) == "" and ivf_prefix(100_000) == "IVF316,"
     info = parse_factory("OPQ16,IVF1024_HNSW32,PQ16x4")
     assert (info.opq_m, info.nlist, info.pq_m, info.pq_bits, info.hnsw_quantizer) == (
         16,
@@ -149,7 +160,8 @@ def test_batched_adds_search_as_one_add(spec: str) -> None:
     as usual under an id map) give the index one add_with_ids gives."""
     import faiss
 
-    from anygrain.dense.faiss_index import ArrayVectors, _add
+    from anygrain.vectors.adding import add_vectors
+    from anygrain.vectors.sources import ArrayVectors
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((3000, 32)).astype(np.float32)
@@ -159,7 +171,7 @@ def test_batched_adds_search_as_one_add(spec: str) -> None:
         want.train(x)
     got = faiss.clone_index(want)
     want.add_with_ids(x, np.arange(3000, dtype=np.int64))
-    _add(got, ArrayVectors(x), 0, 3000, 700, False, with_ids=True)
+    add_vectors(got, ArrayVectors(x), 0, 3000, 700, False, with_ids=True)
     assert got.ntotal == want.ntotal == 3000
     for index in (want, got):
         faiss.extract_index_ivf(index).nprobe = 4

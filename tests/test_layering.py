@@ -30,7 +30,12 @@ name.  The rules (docs/design.md, "Layers"):
 (i) ``anygrain/api.py`` is a facade: at most 650 lines, and no function in it longer than
     40 lines after its docstring -- the work lives in the package that owns it (``eval/``,
     ``reader/``, ``corpus/``, ``anygrain/search.py``, ``anygrain/demo.py``), and api.py
-    imports it or delegates to it.
+    imports it or delegates to it;
+(j) the vector-search floor ``anygrain/vectors/`` (the FAISS wrapper, the factory policy,
+    the on-disk blocks) imports no index kind and nothing that stands on the kinds: dense
+    and phrase indexes stand on it side by side (the top layers it never imports, by (a));
+(k) an index kind imports no other kind -- dense and phrase are siblings -- except that a
+    phrase index's lexical part is a BM25 index (``phrase`` may import ``sparse``).
 """
 
 from __future__ import annotations
@@ -57,6 +62,10 @@ INDEX_UPDATER = "anygrain.index.updater"
 INDEX_FLOOR = "anygrain.index"
 KINDS = ("anygrain.sparse", "anygrain.dense", "anygrain.phrase")
 ABOVE_KINDS = ("anygrain.composite", "anygrain.train", "anygrain.reader")
+# the floor under the kinds for vector search (dense and phrase)
+VECTOR_FLOOR = "anygrain.vectors"
+# (kind, kind it may import): a phrase index's lexical part is a BM25 index
+KIND_MAY_IMPORT = frozenset({("anygrain.phrase", "anygrain.sparse")})
 # the modules defining model types, which the model base knows by name only
 MODEL_TYPE_MODULES = ("anygrain.models.biencoder", "anygrain.phrase", "anygrain.reader")
 MODEL_BASE = "anygrain.models.base"
@@ -163,6 +172,15 @@ def check_source(source: str, module: str, *, is_package: bool = False) -> list[
             )
         if any(_within(module, k) for k in KINDS) and any(_within(name, k) for k in ABOVE_KINDS):
             out.append(Violation(module, line, name, "a kind imports what stands on the kinds"))
+        if _within(module, VECTOR_FLOOR) and any(_within(name, k) for k in KINDS + ABOVE_KINDS):
+            out.append(
+                Violation(
+                    module, line, name, "vectors/ imports an index kind or what stands on them"
+                )
+            )
+        mine, theirs = _kind_of(module), _kind_of(name)
+        if mine and theirs and mine != theirs and (mine, theirs) not in KIND_MAY_IMPORT:
+            out.append(Violation(module, line, name, "a kind imports another kind"))
         if _is_private_name(name) and name.rpartition(".")[0] != module:
             out.append(Violation(module, line, name, "private name imported across modules"))
         if module == MODEL_BASE and any(_within(name, k) for k in MODEL_TYPE_MODULES):
@@ -170,6 +188,11 @@ def check_source(source: str, module: str, *, is_package: bool = False) -> list[
         if _within(module, "anygrain.encode") and any(_within(name, k) for k in ENCODE_BELOW):
             out.append(Violation(module, line, name, "encode engine imports what it encodes"))
     return out
+
+
+def _kind_of(name: str) -> str | None:
+    """The index kind package ``name`` is in, if any."""
+    return next((k for k in KINDS if _within(name, k)), None)
 
 
 def _is_private_name(name: str) -> bool:
@@ -240,6 +263,19 @@ def test_layers() -> None:
         # (e)
         ("anygrain.encode.engine", "from anygrain.dense.index import DenseIndex", "encode"),
         ("anygrain.encode.ray_executor", "def f():\n    import anygrain.models\n", "encode"),
+        # (j)
+        ("anygrain.vectors.faiss_index", "from anygrain.dense.shards import ShardSet", "vectors/"),
+        ("anygrain.vectors.disk", "def f():\n    from anygrain.phrase import build\n", "vectors/"),
+        ("anygrain.vectors", "from anygrain.sparse.bm25 import BM25Index", "vectors/"),
+        ("anygrain.vectors.factory", "import anygrain.composite.sharded", "vectors/"),
+        ("anygrain.vectors.adding", "from anygrain.train.loop import run_loop", "vectors/"),
+        ("anygrain.vectors.disk", "from anygrain.serve.app import create_app", "top layer"),
+        # (k)
+        ("anygrain.phrase.build", "from anygrain.dense.index import model_reference", "another"),
+        ("anygrain.phrase.compress", "from ..dense import faiss_index", "another kind"),
+        ("anygrain.dense.index", "def f():\n    from anygrain.phrase.index import X\n", "another"),
+        ("anygrain.sparse.bm25", "from anygrain.dense.shards import ShardSet", "another kind"),
+        ("anygrain.dense.update", "import anygrain.sparse.update", "another kind"),
     ],
 )
 def test_the_checker_flags_violations(module: str, source: str, rule: str) -> None:
@@ -265,6 +301,12 @@ def test_the_checker_flags_violations(module: str, source: str, rule: str) -> No
         ("anygrain.corpus.readers.json", "from anygrain.corpus.readers import _io"),
         ("anygrain.x", "from __future__ import annotations\nfrom anygrain import __version__"),
         (MODEL_BASE, "from anygrain.models.shipped import SHIPPED"),
+        ("anygrain.dense.index", "from anygrain.vectors.faiss_index import FaissIndex"),
+        ("anygrain.phrase.build", "from anygrain.vectors.factory import plan_training"),
+        ("anygrain.vectors.faiss_index", "from anygrain.vectors.disk import read_index"),
+        ("anygrain.vectors.disk", "from anygrain.utils.atomic import atomic_path"),
+        ("anygrain.phrase.lexical", "from anygrain.sparse.bm25 import BM25Index"),
+        ("anygrain.dense.sharded", "from anygrain.index.shard_view import ShardView"),
     ],
 )
 def test_the_checker_allows_the_layers(module: str, source: str) -> None:

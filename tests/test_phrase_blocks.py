@@ -15,7 +15,6 @@ from test_phrase_helpers import PARAGRAPHS, make_tiny_model
 
 from anygrain.api import add_documents, compact_index, delete_documents
 from anygrain.corpus.records import SourceDocument
-from anygrain.dense.faiss_index import ArrayVectors, FaissIndex, block_path
 from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Unit
 from anygrain.index.base import Index, check_index_files
@@ -24,6 +23,9 @@ from anygrain.phrase.budget import BuildBudget, parse_bytes
 from anygrain.phrase.build import PhraseSettings
 from anygrain.phrase.model import PhraseEncoder
 from anygrain.utils.checksums import Verify
+from anygrain.vectors.disk import block_path
+from anygrain.vectors.faiss_index import FaissIndex
+from anygrain.vectors.sources import ArrayVectors
 
 
 class Ranged(ArrayVectors):

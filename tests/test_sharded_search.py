@@ -14,22 +14,19 @@ from test_phrase_helpers import make_tiny_model, write_squad
 from typer.testing import CliRunner
 
 from anygrain.cli.main import app
-from anygrain.composite.sharded import (
-    ConcatRows,
-    ShardedBM25,
-    ShardedDense,
-    ShardedPhrase,
-    merge_top_k,
-    shard_bounds,
-)
+from anygrain.composite.sharded import shard_bounds
 from anygrain.corpus.records import SourceDocument
 from anygrain.corpus.store import CorpusStore
 from anygrain.dense.index import DenseIndex
+from anygrain.dense.sharded import ShardedDense
 from anygrain.errors import AnygrainError, IndexMismatchError
 from anygrain.hits.hit import Hit, Unit
 from anygrain.index.base import Index
+from anygrain.index.shard_view import merge_top_k
 from anygrain.phrase import PhraseEncoder, PhraseIndex
+from anygrain.phrase.sharded import ConcatRows, ShardedPhrase
 from anygrain.sparse.bm25 import BM25Index
+from anygrain.sparse.sharded import ShardedBM25
 
 WORDS = [
     "star",

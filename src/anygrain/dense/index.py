@@ -38,7 +38,6 @@ import numpy as np
 from anygrain.corpus.lang import Lang, detect_lang
 from anygrain.corpus.source import corpus_ref, open_corpus_of
 from anygrain.corpus.store import CorpusStore
-from anygrain.dense.faiss_index import FaissIndex, plan_training
 from anygrain.dense.shards import DTYPES, ShardSet, encode_corpus
 from anygrain.errors import (
     AnygrainError,
@@ -63,6 +62,8 @@ from anygrain.models.resolve import ALIASES, default_model
 from anygrain.models.shipped import SHIPPED
 from anygrain.utils.atomic import atomic_write_text
 from anygrain.utils.device import place
+from anygrain.vectors.factory import plan_training
+from anygrain.vectors.faiss_index import FaissIndex
 
 if TYPE_CHECKING:
     pass

@@ -12,7 +12,7 @@ here from one number, the budget (default 1.5 GB, issue 26's target on a 2-core 
 - FAISS adds of :meth:`BuildBudget.add_vectors` vectors, into inverted lists reserved at
   their final size;
 - FAISS codes in blocks of at most :attr:`BuildBudget.faiss_block_bytes`
-  (:meth:`anygrain.dense.faiss_index.FaissIndex.build_blocks`), written and freed one by
+  (:meth:`anygrain.vectors.faiss_index.FaissIndex.build_blocks`), written and freed one by
   one; memory-mapped files are read and written in chunks whose pages are dropped
   (:func:`anygrain.encode.npy.drop_pages`).
 

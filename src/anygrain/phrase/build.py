@@ -37,19 +37,20 @@ import numpy as np
 
 from anygrain.corpus.source import corpus_ref
 from anygrain.corpus.store import CorpusStore
-from anygrain.dense.faiss_index import FaissIndex, default_nprobe, parse_factory, plan_training
 from anygrain.encode.npy import drop_pages
 from anygrain.errors import AnygrainError, UsageError, parse_enum
 from anygrain.index.base import IndexKind, write_manifest
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.phrase.budget import BuildBudget, parse_bytes
-from anygrain.phrase.compress import Compress, compressed_factory, default_pq_m, ivf_prefix
+from anygrain.phrase.compress import Compress, compressed_factory, ivf_prefix
 from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_phrases
 from anygrain.phrase.filtering import dump_filter, fraction_threshold, refiltered_flags, subset_dump
 from anygrain.phrase.lexical import SparseFusion, copy_sparse, write_sparse
 from anygrain.phrase.rescore import RESCORE_RANGE
 from anygrain.utils.device import resolve_device
 from anygrain.utils.ranges import Range
+from anygrain.vectors.factory import default_nprobe, default_pq_m, parse_factory, plan_training
+from anygrain.vectors.faiss_index import FaissIndex
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs

@@ -9,7 +9,7 @@ vectors:
 - ``opq-pq``: a learned rotation and product quantization, ``m`` bytes per vector
   (``OPQ{m},IVF{n},PQ{m}``; ``m`` defaults to dim/8, 48 for 384-d vectors).
 
-At or above :data:`EXACT_LIMIT` vectors an IVF layer with ``sqrt(N)`` cells is added;
+At or above 100k vectors an IVF layer with ``sqrt(N)`` cells is added (:data:`PHRASE_POLICY`);
 below it the codes are scanned exhaustively.  For tiny indexes the factory degrades
 so FAISS can train it: PQ codes get fewer bits (``PQ{m}x{b}`` with ``2**b`` at most the
 training points) and OPQ is left out below 256 vectors (its own k-means needs 256).
@@ -30,27 +30,29 @@ from typing import Any
 import faiss
 import numpy as np
 
-from anygrain.dense.faiss_index import MIN_POINTS_PER_CENTROID, FaissIndex, unwrap_index
 from anygrain.errors import AnygrainError
 from anygrain.phrase.options import Compress
+from anygrain.vectors.factory import FactoryPolicy, default_pq_m
+from anygrain.vectors.faiss_index import FaissIndex, unwrap_index
 
-#: Below this many vectors the codes are scanned exhaustively (no IVF).
-EXACT_LIMIT = 100_000
+#: The FAISS factory of phrase vectors when none is given (the rule: ``FactoryPolicy``).
+#: They are stored as float16, so FAISS keeps them as float16 too (``SQfp16``: half of
+#: ``Flat``'s memory, the same scores, and faster to scan); ``sqrt(N)`` cells (rounded
+#: down) rather than dense's ``4·sqrt(N)``, since a phrase index holds ~100x more vectors
+#: than passages and k-means on 4·sqrt(N) cells is slow to train on a CPU; PQ codes
+#: (8 dimensions per byte) from 20M vectors, where fp16 cells get large (~770 bytes per
+#: 384-d vector).
+PHRASE_POLICY = FactoryPolicy(
+    codes="SQfp16", cells_per_root=1, pq_limit=20_000_000, round_cells=False, pq_dims_max=None
+)
 #: OPQ trains its own 256-centroid k-means per sub-space, whatever the PQ bits.
 OPQ_MIN_TRAIN = 256
 
 
-def default_pq_m(dim: int) -> int:
-    """PQ sub-quantizers: about 8 dimensions each (dim/8 bytes per vector), dividing ``dim``."""
-    return next((m for m in range(max(1, dim // 8), 0, -1) if dim % m == 0), 1)
-
-
 def ivf_prefix(n_vectors: int) -> str:
-    """``IVF{sqrt(N)},`` at or above :data:`EXACT_LIMIT` vectors (phrase indexes' rule), else ``""``."""
-    if n_vectors < EXACT_LIMIT:
-        return ""
-    cells = max(1, min(int(math.sqrt(n_vectors)), n_vectors // MIN_POINTS_PER_CENTROID))
-    return f"IVF{cells},"
+    """``IVF{sqrt(N)},`` from 100k vectors on (phrase indexes' rule: :data:`PHRASE_POLICY`),
+    else ``""``."""
+    return PHRASE_POLICY.ivf_prefix(n_vectors)
 
 
 def compressed_factory(

@@ -36,7 +36,6 @@ import numpy as np
 
 from anygrain.corpus.source import open_corpus_of
 from anygrain.corpus.store import CorpusStore
-from anygrain.dense.faiss_index import FaissIndex, unwrap_index
 from anygrain.encode.onnx_runtime import (
     GraphCache,
     Runtime,
@@ -81,6 +80,7 @@ from anygrain.phrase.units import fused_phrases, mips_scored
 from anygrain.phrase.units import search_units as search_unit_rounds
 from anygrain.utils.device import place
 from anygrain.utils.threads import single_thread
+from anygrain.vectors.faiss_index import FaissIndex, unwrap_index
 
 if TYPE_CHECKING:
     from anygrain.corpus.questions import Questions

@@ -113,19 +113,9 @@ class LexicalScorer:
 
     def queries(self, queries: list[str], fusion: SparseFusion) -> list[LexicalQuery]:
         """Every passage's BM25 score per question, its top rows and statistics."""
-        r = self.bm25.retriever
-        vocab = r.vocab_dict
-        n = len(self.bm25.store)
         out = []
-        for toks in self.bm25.analyzer.tokenize(queries):
-            known = [w for w in toks if w in vocab]
-            if known:
-                full = np.asarray(r.get_scores_from_ids(r.get_tokens_ids(known)), np.float32)
-            else:
-                full = np.zeros(n, dtype=np.float32)
-            depth = min(fusion.norm_depth, n)
-            top = np.argpartition(-full, depth - 1)[:depth] if depth < n else np.arange(n)
-            top = top[np.argsort(-full[top], kind="stable")]
+        for full in self.bm25.passage_scores(queries):
+            top = self.bm25.top_rows(full, fusion.norm_depth)
             best = top[: fusion.passages]
             best = best[full[best] > 0]
             vals = full[top].astype(np.float64)

@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from anygrain.dense.faiss_index import FaissIndex, add_block, parse_factory, split_whole
 from anygrain.index.base import read_manifest, rewrite_manifest
 from anygrain.index.settings import BuildOptions
 from anygrain.index.updater import StagedUpdate, corpus_field, fresh
@@ -32,6 +31,9 @@ from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_phrases
 from anygrain.phrase.index import PhraseIndex
 from anygrain.phrase.lexical import SPARSE_SUBDIR
 from anygrain.sparse.update import rebuild_bm25
+from anygrain.vectors.disk import add_block, split_whole
+from anygrain.vectors.factory import parse_factory
+from anygrain.vectors.faiss_index import FaissIndex
 
 
 def _append_rows(path: Path, extra: np.ndarray, work: Path) -> None:

@@ -7,10 +7,10 @@ with the passage (as DPR and Pyserini do for Wikipedia), underscores read as spa
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import bm25s
 import numpy as np
@@ -32,9 +32,6 @@ from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.sparse.analyzers import Analyzer, analyzer_from_config, make_analyzer
 from anygrain.utils.progress import progress_bar
 from anygrain.utils.ranges import Range
-
-if TYPE_CHECKING:
-    pass
 
 # bm25s's scoring variants; "lucene" is Lucene's (and Pyserini's) BM25.
 #: term-frequency saturation: 0 ignores term counts; far above the usual 0.5-3, scores in
@@ -100,6 +97,16 @@ class CollectionStats:
     avg_len: float
 
 
+def _batch_texts(table: Any, include_title: bool) -> list[str]:
+    """The indexed text of each passage of a corpus batch (a pyarrow table)."""
+    return [
+        passage_field(t or "", x, include_title)
+        for t, x in zip(
+            table.column("title").to_pylist(), table.column("text").to_pylist(), strict=True
+        )
+    ]
+
+
 def collection_stats(
     store: CorpusStore, analyzer: Analyzer, *, include_title: bool = True, batch_size: int = 8192
 ) -> CollectionStats:
@@ -107,13 +114,7 @@ def collection_stats(
     df: dict[str, int] = {}
     total = 0
     for _, table in store.iter_batches(batch_size):
-        texts = [
-            passage_field(t or "", x, include_title)
-            for t, x in zip(
-                table.column("title").to_pylist(), table.column("text").to_pylist(), strict=True
-            )
-        ]
-        for toks in analyzer.tokenize(texts):
+        for toks in analyzer.tokenize(_batch_texts(table, include_title)):
             total += len(toks)
             for w in set(toks):
                 df[w] = df.get(w, 0) + 1
@@ -142,52 +143,11 @@ def index_streaming(
     one ``bm25s`` would write (same scores; term ids may be numbered differently).
     ``collection``: score with these statistics instead of ``store``'s (a shard's).
     """
-    from bm25s.scoring import (
-        _build_idf_array,
-        _build_nonoccurrence_array,
-        _select_idf_scorer,
-        _select_tfc_scorer,
-    )
-
     retriever = bm25s.BM25(k1=k1, b=b, method=method)
-    vocab: dict[str, int] = {}
-    docs: list[np.ndarray] = []
-    terms: list[np.ndarray] = []
-    tfs: list[np.ndarray] = []
     n = len(store)
-    lengths = np.zeros(n, dtype=np.int64)
-    batches = progress_bar(
-        store.iter_batches(batch_size),
-        desc="BM25 indexing",
-        unit="batch",
-        total=(n + batch_size - 1) // batch_size,
-        disable=not progress,
+    vocab, doc, term, tf_all, lengths = _postings(
+        store, analyzer, include_title, batch_size, progress
     )
-    for start, table in batches:
-        texts = [
-            passage_field(t or "", x, include_title)
-            for t, x in zip(
-                table.column("title").to_pylist(), table.column("text").to_pylist(), strict=True
-            )
-        ]
-        ids: list[int] = []
-        counts = np.zeros(len(texts), dtype=np.int64)
-        for j, toks in enumerate(analyzer.tokenize(texts)):
-            ids.extend(vocab.setdefault(w, len(vocab)) for w in toks)
-            counts[j] = len(toks)
-        lengths[start : start + len(texts)] = counts
-        if not ids:
-            continue
-        local = np.repeat(np.arange(len(texts), dtype=np.int64), counts)
-        width = max(len(vocab), 1)
-        keys, tf = np.unique(local * width + np.asarray(ids, dtype=np.int64), return_counts=True)
-        docs.append((keys // width + start).astype(np.int32))
-        terms.append((keys % width).astype(np.int32))
-        tfs.append(tf.astype(np.float32))
-    doc = np.concatenate(docs) if docs else np.zeros(0, dtype=np.int32)
-    term = np.concatenate(terms) if terms else np.zeros(0, dtype=np.int32)
-    tf_all = np.concatenate(tfs) if tfs else np.zeros(0, dtype=np.float32)
-    del docs, terms, tfs
     n_vocab = len(vocab)
     avg_len = float(lengths.mean()) if n else 0.0
     df = np.bincount(term, minlength=n_vocab)
@@ -195,45 +155,8 @@ def index_streaming(
     if collection is not None:  # a shard: idf and length norm of the whole corpus
         idf_df = np.asarray([collection.df.get(w, 0) for w in vocab], dtype=np.int64)
         idf_n, avg_len = collection.n_docs, collection.avg_len
-    doc_freqs = dict(enumerate(idf_df.tolist()))
-    idf_fn = _select_idf_scorer(retriever.idf_method)
-    tfc_fn = _select_tfc_scorer(method)
-    idf = _build_idf_array(
-        doc_frequencies=doc_freqs,
-        n_docs=idf_n,
-        compute_idf_fn=idf_fn,
-        dtype=retriever.dtype,
-    )
-    nonoccurrence = None
-    if method in retriever.methods_requiring_nonoccurrence:
-        nonoccurrence = _build_nonoccurrence_array(
-            doc_frequencies=doc_freqs,
-            n_docs=idf_n,
-            compute_idf_fn=idf_fn,
-            calculate_tfc_fn=tfc_fn,
-            l_d=avg_len,
-            l_avg=avg_len,
-            k1=k1,
-            b=b,
-            delta=retriever.delta,
-            dtype=retriever.dtype,
-        )
-    # Scores a slice at a time (bm25s computes in float64 and stores float32; so do we).
-    scores = np.empty(len(term), dtype=retriever.dtype)
-    step = 1 << 20
-    for s in range(0, len(term), step):
-        t = term[s : s + step]
-        part = idf[t] * tfc_fn(
-            tf_array=tf_all[s : s + step],
-            l_d=lengths[doc[s : s + step]],
-            l_avg=avg_len,
-            k1=k1,
-            b=b,
-            delta=retriever.delta,
-        )
-        if nonoccurrence is not None:
-            part -= nonoccurrence[t]
-        scores[s : s + step] = part
+    idf, nonoccurrence = _term_arrays(retriever, dict(enumerate(idf_df.tolist())), idf_n, avg_len)
+    scores = _scores(retriever, doc, term, tf_all, lengths, idf, nonoccurrence, avg_len)
     del tf_all
     # Column-major (CSC) by a stable sort on the term: passages stay in order in a column,
     # as scipy's conversion leaves them for bm25s.
@@ -252,6 +175,116 @@ def index_streaming(
     retriever.vocab_dict = vocab
     retriever.unique_token_ids_set = set(vocab.values())
     return retriever
+
+
+def _postings(
+    store: CorpusStore, analyzer: Analyzer, include_title: bool, batch_size: int, progress: bool
+) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(vocab, passage, term, tf, lengths)``: the corpus's ``(passage, term, tf)`` triples
+    (term ids numbered by the vocabulary, in order of first occurrence) and each passage's
+    length in tokens, one batch tokenised at a time."""
+    vocab: dict[str, int] = {}
+    docs: list[np.ndarray] = []
+    terms: list[np.ndarray] = []
+    tfs: list[np.ndarray] = []
+    n = len(store)
+    lengths = np.zeros(n, dtype=np.int64)
+    batches = progress_bar(
+        store.iter_batches(batch_size),
+        desc="BM25 indexing",
+        unit="batch",
+        total=(n + batch_size - 1) // batch_size,
+        disable=not progress,
+    )
+    for start, table in batches:
+        texts = _batch_texts(table, include_title)
+        ids: list[int] = []
+        counts = np.zeros(len(texts), dtype=np.int64)
+        for j, toks in enumerate(analyzer.tokenize(texts)):
+            ids.extend(vocab.setdefault(w, len(vocab)) for w in toks)
+            counts[j] = len(toks)
+        lengths[start : start + len(texts)] = counts
+        if not ids:
+            continue
+        local = np.repeat(np.arange(len(texts), dtype=np.int64), counts)
+        width = max(len(vocab), 1)
+        keys, tf = np.unique(local * width + np.asarray(ids, dtype=np.int64), return_counts=True)
+        docs.append((keys // width + start).astype(np.int32))
+        terms.append((keys % width).astype(np.int32))
+        tfs.append(tf.astype(np.float32))
+    doc = np.concatenate(docs) if docs else np.zeros(0, dtype=np.int32)
+    term = np.concatenate(terms) if terms else np.zeros(0, dtype=np.int32)
+    tf_all = np.concatenate(tfs) if tfs else np.zeros(0, dtype=np.float32)
+    return vocab, doc, term, tf_all, lengths
+
+
+def _term_arrays(
+    retriever: bm25s.BM25, doc_freqs: dict[int, int], n_docs: int, avg_len: float
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(idf, nonoccurrence)`` per term id by bm25s's own formulas (``nonoccurrence``:
+    None unless the retriever's method scores terms a passage lacks)."""
+    from bm25s.scoring import (
+        _build_idf_array,
+        _build_nonoccurrence_array,
+        _select_idf_scorer,
+        _select_tfc_scorer,
+    )
+
+    idf_fn = _select_idf_scorer(retriever.idf_method)
+    idf = _build_idf_array(
+        doc_frequencies=doc_freqs,
+        n_docs=n_docs,
+        compute_idf_fn=idf_fn,
+        dtype=retriever.dtype,
+    )
+    if retriever.method not in retriever.methods_requiring_nonoccurrence:
+        return idf, None
+    nonoccurrence = _build_nonoccurrence_array(
+        doc_frequencies=doc_freqs,
+        n_docs=n_docs,
+        compute_idf_fn=idf_fn,
+        calculate_tfc_fn=_select_tfc_scorer(retriever.method),
+        l_d=avg_len,
+        l_avg=avg_len,
+        k1=retriever.k1,
+        b=retriever.b,
+        delta=retriever.delta,
+        dtype=retriever.dtype,
+    )
+    return idf, nonoccurrence
+
+
+def _scores(
+    retriever: bm25s.BM25,
+    doc: np.ndarray,
+    term: np.ndarray,
+    tf: np.ndarray,
+    lengths: np.ndarray,
+    idf: np.ndarray,
+    nonoccurrence: np.ndarray | None,
+    avg_len: float,
+) -> np.ndarray:
+    """The BM25 score of every ``(passage, term, tf)`` triple, a slice at a time (bm25s
+    computes in float64 and stores float32; so do we)."""
+    from bm25s.scoring import _select_tfc_scorer
+
+    tfc_fn = _select_tfc_scorer(retriever.method)
+    scores = np.empty(len(term), dtype=retriever.dtype)
+    step = 1 << 20
+    for s in range(0, len(term), step):
+        t = term[s : s + step]
+        part = idf[t] * tfc_fn(
+            tf_array=tf[s : s + step],
+            l_d=lengths[doc[s : s + step]],
+            l_avg=avg_len,
+            k1=retriever.k1,
+            b=retriever.b,
+            delta=retriever.delta,
+        )
+        if nonoccurrence is not None:
+            part -= nonoccurrence[t]
+        scores[s : s + step] = part
+    return scores
 
 
 def write_bm25_index(
@@ -379,17 +412,32 @@ class BM25Index(Index):
             path, manifest, store, retriever, analyzer_from_config(settings["analyzer"]), cfg
         )
 
+    def passage_scores(self, queries: Sequence[str]) -> Iterator[np.ndarray]:
+        """Every passage's BM25 score for each query in turn (one array in memory at a time
+        unless the caller keeps them): float32 of shape (n_passages,), all zeros for a
+        query with no term in the index's vocabulary."""
+        vocab = self.retriever.vocab_dict
+        for toks in self.analyzer.tokenize(queries):
+            known = [w for w in toks if w in vocab]
+            if known:
+                ids = self.retriever.get_tokens_ids(known)
+                yield np.asarray(self.retriever.get_scores_from_ids(ids), np.float32)
+            else:
+                yield np.zeros(len(self.store), dtype=np.float32)
+
+    @staticmethod
+    def top_rows(scores: np.ndarray, k: int) -> np.ndarray:
+        """The ``k`` best rows of one query's :meth:`passage_scores`, best first (every row,
+        sorted, when ``k`` is at least their number)."""
+        n = len(scores)
+        depth = min(k, n)
+        top = np.argpartition(-scores, depth - 1)[:depth] if depth < n else np.arange(n)
+        return top[np.argsort(-scores[top], kind="stable")]
+
     def score_rows(self, queries: Sequence[str], rows: np.ndarray) -> np.ndarray:
         """Exact BM25 scores of given passage rows (n_queries, n_rows), e.g. for fusion."""
-        tokens = self.analyzer.tokenize(queries)
-        vocab = self.retriever.vocab_dict
         out = np.zeros(rows.shape, dtype=np.float32)
-        for i, toks in enumerate(tokens):
-            known = [w for w in toks if w in vocab]
-            if not known:
-                continue
-            ids = self.retriever.get_tokens_ids(known)
-            full = self.retriever.get_scores_from_ids(ids)
+        for i, full in enumerate(self.passage_scores(queries)):
             valid = rows[i] >= 0
             out[i, valid] = full[rows[i][valid]]
         return out
