@@ -1,6 +1,6 @@
 """What every CLI module shares: the consoles, the one way errors are printed, the options
-several commands take (threads, fusion, a question-side model, ...), options generated from
-a config dataclass, and the one way a trainer is run from the command line."""
+several commands take (threads, device, --overwrite, ...), options generated from a config
+dataclass, and the one way a trainer is run from the command line."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import enum
 import functools
 import inspect
 import typing
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, Optional
 
@@ -17,7 +17,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from anygrain.composite.fusion import FusionMethod
 from anygrain.corpus.splitters import split_help
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.train.saved_config import BF16_HELP
@@ -56,38 +55,14 @@ OnErrorOpt = Annotated[
     typer.Option("--on-error", help="stop at a malformed record, or skip and count it"),
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars")]
+OverwriteOpt = Annotated[
+    bool, typer.Option("--overwrite", help="Replace the anygrain index already in --out")
+]
 VerifyOpt = Annotated[
     Verify,
     typer.Option(
         help="Check the index files on open: sizes | small (files <= 64 MB, and model weights whatever their size, once per process) | full"
     ),
-]
-FusionOpt = Annotated[
-    Optional[FusionMethod],  # noqa: UP045  (typer reads the annotation at run time)
-    typer.Option("--fusion", help="Hybrid indexes: fusion method (default: the index's)"),
-]
-SparseWeightOpt = Annotated[
-    Optional[float],  # noqa: UP045
-    typer.Option(
-        "--sparse-weight",
-        help="Phrase indexes: weight of the BM25 part of phrase scores (0: dense scores alone)",
-    ),
-]
-RescoreOpt = Annotated[
-    Optional[int],  # noqa: UP045
-    typer.Option(
-        "--rescore",
-        help="Phrase indexes: re-encode each question's top N passages and rank their spans "
-        "exactly (default: the index's setting; 0: off)",
-    ),
-]
-FusionWeightOpt = Annotated[
-    Optional[float],  # noqa: UP045
-    typer.Option("--fusion-weight", help="Hybrid indexes: weight of the dense side"),
-]
-FusionDepthOpt = Annotated[
-    Optional[int],  # noqa: UP045
-    typer.Option("--fusion-depth", help="Hybrid indexes: candidates from each system"),
 ]
 SPLIT_HELP = split_help()
 
@@ -138,45 +113,58 @@ def run_trainer(train: Callable[[ErrorLog], Path], on_error: ErrorPolicy, what: 
 
 
 def config_options(
-    config_cls: type, names: Sequence[str], *, optional: Collection[str] = ()
+    config_cls: type,
+    names: Sequence[str] | None = None,
+    *,
+    optional: Collection[str] = (),
+    lead: int = 0,
+    helps: Mapping[str, str] | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Give a command one option per named field of the dataclass ``config_cls``, so a
-    trainer's options are written once, in its config.
+    """Give a command one option per named field of the dataclass ``config_cls`` (every
+    field when ``names`` is None), so an option is written once, in its config.
 
     Each option takes its type and default from the field, and from the field's
     ``metadata``: ``help``; ``cli``, its declarations (default ``--field-name``, and
     ``--x/--no-x`` for a bool); ``choices``, an enum the value is checked against and
     handed on as its ``.value``; ``argument``, a positional argument instead; ``path``, a
-    :class:`~pathlib.Path` handed on as a string.  The command
-    receives the values as ``**settings`` keyed by field name (a list left out as ``[]``);
-    ``optional`` fields default to ``None`` though the config needs them (a recipe may
-    supply them).  The command's own parameters follow the generated ones.
+    :class:`~pathlib.Path` handed on as a string; ``min`` and ``metavar``, as typer takes
+    them.  The command receives the values as ``**settings`` keyed by field name (a list
+    left out as ``[]``); ``optional`` fields default to ``None`` though the config needs
+    them (a recipe may supply them).  A command whose option means something of its own
+    there says so with ``helps`` and ``defaults`` (by field name).  The generated options
+    follow the command's first ``lead`` parameters and precede the rest; decorators stacked
+    on one command add their options in the order they are written.
     """
     hints = typing.get_type_hints(config_cls)
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    names = list(fields) if names is None else names
     unknown = [n for n in names if n not in fields]
     if unknown:
         raise TypeError(f"{config_cls.__name__} has no field(s) {', '.join(unknown)}")
     lists = {n for n in names if typing.get_origin(hints[n]) is list}
+    helps, defaults = helps or {}, defaults or {}
 
     def parameter(name: str) -> inspect.Parameter:
         f, meta = fields[name], fields[name].metadata
         choices: type[enum.Enum] | None = meta.get("choices")
         tp: Any = Path if meta.get("path") else choices or hints[name]
         default: Any = inspect.Parameter.empty
-        if name in optional or f.default_factory is not dataclasses.MISSING:
+        if name in defaults:
+            default = defaults[name]
+        elif name in optional or f.default_factory is not dataclasses.MISSING:
             default = None
         elif f.default is not dataclasses.MISSING:
             default = choices(f.default) if choices and f.default is not None else f.default
         if default is None and not _is_optional(tp):
             tp = Optional[tp]  # noqa: UP045  (typer reads the annotation at run time)
         info: Any
+        help_ = helps.get(name, meta["help"])
         if meta.get("argument"):
-            info = typer.Argument(help=meta["help"])
+            info = typer.Argument(help=help_)
         else:
-            flag = "--" + name.replace("_", "-")
-            decls = meta.get("cli") or (f"{flag}/--no-{flag[2:]}" if tp is bool else flag)
-            info = typer.Option(decls, help=meta["help"])
+            extra = {k: meta[k] for k in ("min", "metavar") if k in meta}
+            info = typer.Option(_declarations(name, meta, tp), help=help_, **extra)
         return inspect.Parameter(
             name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[tp, info]
         )
@@ -187,7 +175,7 @@ def config_options(
             for p in inspect.signature(command, eval_str=True).parameters.values()
             if p.kind is not inspect.Parameter.VAR_KEYWORD
         ]
-        params = [parameter(n) for n in names] + own
+        params = own[:lead] + [parameter(n) for n in names] + own[lead:]
 
         @functools.wraps(command)
         def wrapper(**kwargs: Any) -> None:
@@ -206,6 +194,28 @@ def config_options(
         return wrapper
 
     return decorate
+
+
+def option_name(config_cls: type, name: str) -> str:
+    """How the command line spells the option :func:`config_options` makes of the field
+    ``name`` (``--keep-dump/--no-keep-dump``), for messages that name it."""
+    f = next(f for f in dataclasses.fields(config_cls) if f.name == name)
+    return _declarations(name, f.metadata, typing.get_type_hints(config_cls)[name])
+
+
+def given_options(config_cls: type, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The options of ``config_cls`` in ``settings`` that were given: set to something
+    other than their field's default."""
+    return {
+        f.name: settings[f.name]
+        for f in dataclasses.fields(config_cls)
+        if f.name in settings and settings[f.name] != f.default
+    }
+
+
+def _declarations(name: str, meta: Mapping[str, Any], tp: Any) -> str:
+    flag = "--" + name.replace("_", "-")
+    return str(meta.get("cli") or (f"{flag}/--no-{flag[2:]}" if tp is bool else flag))
 
 
 def _is_optional(tp: Any) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -14,26 +14,21 @@ from rich.table import Table
 from anygrain.cli.common import (
     BatchSizeOpt,
     DeviceOpt,
-    FusionDepthOpt,
-    FusionOpt,
-    FusionWeightOpt,
     QuietOpt,
-    RescoreOpt,
-    SparseWeightOpt,
     ThreadsOpt,
     VerifyOpt,
-    at_least_one,
     console,
     fail,
     out,
 )
-from anygrain.cli.search import RetrieverWeightOpt
+from anygrain.cli.search import RetrieverWeightOpt, search_options, with_search_options
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.hits.hit import Unit
 from anygrain.index.scope import Scope
 from anygrain.utils.checksums import Verify
 
 
+@with_search_options(lead=13)
 def eval_cmd(
     index_dir: Annotated[Path, typer.Argument(help="Index directory")],
     questions: Annotated[
@@ -79,23 +74,18 @@ def eval_cmd(
             "instead of answer containment"
         ),
     ] = Scope.CORPUS,
-    fusion: FusionOpt = None,
-    fusion_weight: FusionWeightOpt = None,
-    fusion_depth: FusionDepthOpt = None,
-    sparse_weight: SparseWeightOpt = None,
-    rescore: RescoreOpt = None,
     threads: ThreadsOpt = None,
     device: DeviceOpt = None,
     verify: VerifyOpt = Verify.SMALL,
     batch_size: BatchSizeOpt = None,
+    **search: Any,
 ) -> None:
     """Evaluate an index on a question set."""
     from anygrain.api import evaluate_index
 
     errors = ErrorLog(on_error)
     try:
-        at_least_one("--batch-size", batch_size)
-        at_least_one("--fusion-depth", fusion_depth)
+        options = search_options(search, batch_size)
         report = evaluate_index(
             index_dir,  # the run file is checked before the index loads
             questions,
@@ -109,14 +99,7 @@ def eval_cmd(
             progress=not quiet,
             unit=unit,
             scope=scope,
-            search_options={
-                "fusion": fusion,
-                "weight": fusion_weight,
-                "depth": fusion_depth,
-                "sparse_weight": sparse_weight,
-                "batch_size": batch_size,
-                "rescore": rescore,
-            },
+            search_options=options,
             threads=threads,
             load_options={"verify": verify, "model": model, "device": device},
         )

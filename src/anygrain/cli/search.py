@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -17,20 +17,16 @@ from rich.table import Table
 from anygrain.cli.common import (
     BatchSizeOpt,
     DeviceOpt,
-    FusionDepthOpt,
-    FusionOpt,
-    FusionWeightOpt,
     QuietOpt,
-    RescoreOpt,
-    SparseWeightOpt,
     ThreadsOpt,
     VerifyOpt,
     at_least_one,
+    config_options,
     console,
     fail,
     out,
 )
-from anygrain.composite.fusion import FusionMethod
+from anygrain.cli.kind_options import SEARCH_HELP, FusionOptions, PhraseOptions
 from anygrain.encode.runtime import Runtime
 from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit, Unit
@@ -159,28 +155,32 @@ def print_json_hits(hits: Sequence[Hit]) -> None:
         print(json.dumps(h.to_json(i), ensure_ascii=False, allow_nan=False))
 
 
-def _options(
-    fusion: FusionMethod | None,
-    fusion_weight: float | None,
-    fusion_depth: int | None,
-    sparse_weight: float | None,
-    batch_size: int | None,
-    filter_: list[str] | None = None,
+def with_search_options(lead: int) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """The index kinds' options a search takes (a hybrid index's fusion, a phrase index's
+    BM25 weight and rescoring; :mod:`anygrain.cli.kind_options`, in their search meaning),
+    after the command's first ``lead`` parameters, handed to it as ``**search``."""
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        phrase = ("sparse_weight", "rescore")
+        command = config_options(PhraseOptions, phrase, lead=lead, helps=SEARCH_HELP)(command)
+        return config_options(FusionOptions, lead=lead, helps=SEARCH_HELP)(command)
+
+    return decorate
+
+
+def search_options(
+    search: Mapping[str, Any], batch_size: int | None, **more: Any
 ) -> dict[str, Any]:
     """The search options given on the command line (None: not given), which the index
-    refuses by name when its kind does not take them."""
+    refuses by name when its kind does not take them; ``--batch-size`` and
+    ``--fusion-depth`` below 1 refused here."""
     at_least_one("--batch-size", batch_size)
-    at_least_one("--fusion-depth", fusion_depth)
-    return {
-        "fusion": fusion,
-        "weight": fusion_weight,
-        "depth": fusion_depth,
-        "sparse_weight": sparse_weight,
-        "batch_size": batch_size,
-        "filter": filter_ or None,
-    }
+    at_least_one("--fusion-depth", search["depth"])
+    kinds = {k: v for k, v in search.items() if k != "rescore"}
+    return {**kinds, "batch_size": batch_size, **more, "rescore": search["rescore"]}
 
 
+@with_search_options(lead=8)
 def search_cmd(
     index_dir: Annotated[Path, typer.Argument(help="Index directory")],
     query: Annotated[
@@ -213,11 +213,6 @@ def search_cmd(
         str | None,
         typer.Option(help="Question-side model to search with (query-side fine-tuned)"),
     ] = None,
-    fusion: FusionOpt = None,
-    fusion_weight: FusionWeightOpt = None,
-    fusion_depth: FusionDepthOpt = None,
-    sparse_weight: SparseWeightOpt = None,
-    rescore: RescoreOpt = None,
     threads: ThreadsOpt = None,
     device: DeviceOpt = None,
     runtime: RuntimeOpt = None,
@@ -232,6 +227,7 @@ def search_cmd(
     reader: ReaderOpt = None,
     retriever_weight: RetrieverWeightOpt = None,
     filter_: FilterOpt = None,
+    **search: Any,
 ) -> None:
     """Search an index with one question (phrase indexes: answer phrases in their context),
     or with many (--questions: one JSON line of hits per question).  --unit answer (or
@@ -243,22 +239,22 @@ def search_cmd(
         _search_batch(
             index_dir, questions, query, question_file, k, unit, model, stats, quiet,
             verify, device, threads,
-            (fusion, fusion_weight, fusion_depth, sparse_weight, batch_size, filter_),
-            {"read": read, "reader": reader, "retriever_weight": retriever_weight,
-             "rescore": rescore},
+            (search, batch_size, filter_),
+            {"read": read, "reader": reader, "retriever_weight": retriever_weight},
             runtime=runtime,
         )  # fmt: skip
         return
     collected: list[Any] = []
     try:
         question = _read_question(query, question_file)
-        opts = _options(fusion, fusion_weight, fusion_depth, sparse_weight, batch_size, filter_)
+        opts = search_options(search, batch_size, filter=filter_ or None)
         at_least_one("--read", read)
         opts.update(read=read, reader=reader, retriever_weight=retriever_weight)
-        opts["rescore"] = rescore
         idx = load_index(index_dir, verify=verify, model=model, device=device, runtime=runtime)
         opts["stats"] = collected if stats else None
-        hits = search_index(idx, [question], k, unit=unit, threads=threads, **opts)[0]
+        hits = search_index(
+            idx, [question], k, unit=unit, threads=threads, runtime=runtime, **opts
+        )[0]
     except AnygrainError as e:
         fail(e)
         return
@@ -298,9 +294,7 @@ def _search_batch(
     verify: Verify,
     device: str | None,
     threads: int | None,
-    given: tuple[
-        FusionMethod | None, float | None, int | None, float | None, int | None, list[str] | None
-    ],
+    given: tuple[Mapping[str, Any], int | None, list[str] | None],
     reading: dict[str, Any],
     *,
     runtime: Runtime | None = None,
@@ -317,12 +311,20 @@ def _search_batch(
             )
         if stats:
             raise AnygrainError("--stats takes one question, not --questions")
-        opts = _options(*given)
+        search, batch_size, filter_ = given
+        opts = search_options(search, batch_size, filter=filter_ or None)
         at_least_one("--read", reading["read"])
         opts.update(reading)
         idx = load_index(index_dir, verify=verify, model=model, device=device, runtime=runtime)
         for result in search_questions(
-            idx, questions, k, unit=unit, threads=threads, progress=not quiet, **opts
+            idx,
+            questions,
+            k,
+            unit=unit,
+            threads=threads,
+            progress=not quiet,
+            runtime=runtime,
+            **opts,
         ):
             print(json.dumps(result.to_dict(), ensure_ascii=False), flush=True)
     except AnygrainError as e:
