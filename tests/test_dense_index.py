@@ -15,7 +15,9 @@ from anygrain.dense import index as dense_mod
 from anygrain.dense.index import DenseIndex, DenseSettings, write_dense_index
 from anygrain.errors import AnygrainError, IndexMismatchError
 from anygrain.hits.hit import Hit, Unit
-from anygrain.index.base import Index, IndexKind, read_manifest
+from anygrain.index.base import Index
+from anygrain.index.manifest import read_manifest
+from anygrain.index.registry import IndexKind
 from anygrain.index.settings import BuildOptions
 from anygrain.models.biencoder import BiEncoder
 

@@ -22,7 +22,8 @@ from anygrain.corpus.records import SourceDocument
 from anygrain.dense.index import DenseIndex, DenseSettings, model_reference
 from anygrain.errors import IndexMismatchError, ModelNotFoundError, UsageError
 from anygrain.hits.hit import Hit
-from anygrain.index.base import Index, check_index_files, read_manifest
+from anygrain.index.base import Index
+from anygrain.index.manifest import check_index_files, read_manifest
 from anygrain.models import resolve
 from anygrain.models.biencoder import BiEncoder
 from anygrain.models.resolve import Alias, ModelDefaults

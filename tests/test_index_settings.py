@@ -13,7 +13,9 @@ from anygrain.cli.main import app
 from anygrain.corpus.records import SourceDocument
 from anygrain.errors import AnygrainError, UsageError
 from anygrain.hits.hit import Unit
-from anygrain.index.base import MANIFEST, PASSAGE_METRICS, Index, IndexKind, index_class
+from anygrain.index.base import PASSAGE_METRICS, Index
+from anygrain.index.manifest import MANIFEST
+from anygrain.index.registry import IndexKind, index_class
 from anygrain.index.scope import Scope
 
 DOCS = [

@@ -27,7 +27,9 @@ from anygrain.corpus.records import SourceDocument
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, IndexMismatchError, InputError, UsageError
 from anygrain.hits.hit import Hit, Unit
-from anygrain.index.base import Index, check_index_files, index_class, read_manifest
+from anygrain.index.base import Index
+from anygrain.index.manifest import check_index_files, read_manifest
+from anygrain.index.registry import index_class
 from anygrain.models.biencoder import BiEncoder
 from anygrain.phrase import PhraseEncoder
 from anygrain.phrase.compress import Compress

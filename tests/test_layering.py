@@ -9,8 +9,8 @@ name.  The rules (docs/design.md, "Layers"):
     ``anygrain/cli/`` and ``anygrain/serve/`` -- never import ``anygrain.api``,
     ``anygrain.cli`` or ``anygrain.serve``: those are the top layers built on them;
 (b) ``anygrain/serve/`` never imports ``anygrain.cli``;
-(c) the floors: ``anygrain/index/`` (the base every kind stands on: base, registry,
-    settings, scope, tombstones, updater) imports no index kind (``sparse``, ``dense``,
+(c) the floors: ``anygrain/index/`` (the base every kind stands on: base, manifest,
+    registry, settings, scope, tombstones, updater) imports no index kind (``sparse``, ``dense``,
     ``phrase``) and nothing that stands on the kinds (``composite``, ``train``, ``reader``):
     it finds a kind's module by name in ``anygrain.index.registry`` and runs its updates
     through the kind's class; and the kinds import nothing that stands on them;
@@ -255,7 +255,7 @@ def test_layers() -> None:
         ("anygrain.index.scope", "from anygrain.train.loop import run_loop", "index/"),
         ("anygrain.dense.index", "from anygrain.composite.hybrid import HybridIndex", "a kind"),
         ("anygrain.phrase.build", "def f():\n    from anygrain.train import phrase\n", "a kind"),
-        ("anygrain.api", "from anygrain.index.base import _check_on_open", "private"),
+        ("anygrain.api", "from anygrain.index.manifest import _warn_unchecked", "private"),
         ("anygrain.phrase.packed", "from anygrain.phrase.model import _x", "private"),
         # (d)
         (MODEL_BASE, "def f():\n    from anygrain.phrase.packed import X\n", "model type"),
@@ -315,7 +315,7 @@ def test_the_checker_allows_the_layers(module: str, source: str) -> None:
 
 def test_every_index_kind_has_a_home() -> None:
     """Each IndexKind names a module in the registry, and importing it registers the kind."""
-    from anygrain.index.base import _REGISTRY, IndexKind
+    from anygrain.index.registry import _REGISTRY, IndexKind
     from anygrain.index.registry import KIND_MODULES as HOMES
 
     assert set(HOMES) == {k.value for k in IndexKind}
@@ -428,7 +428,7 @@ def test_the_cli_imports_only_the_api_and_option_types() -> None:
 @pytest.mark.parametrize(
     ("module", "source"),
     [
-        ("anygrain.cli.search", "from anygrain.index.base import read_manifest"),
+        ("anygrain.cli.search", "from anygrain.index.manifest import read_manifest"),
         ("anygrain.cli.search", "def f():\n    from anygrain.index.base import Index\n"),
         ("anygrain.cli.eval", "from anygrain.eval.domains import evaluate_domains"),
         ("anygrain.cli.common", "from anygrain.train.saved_config import option"),
@@ -447,7 +447,7 @@ def test_the_checker_flags_the_cli_importing_the_library(module: str, source: st
 @pytest.mark.parametrize(
     ("module", "source"),
     [
-        ("anygrain.cli.search", "from anygrain.index.base import IndexKind"),  # an Enum
+        ("anygrain.cli.search", "from anygrain.index.registry import IndexKind"),  # an Enum
         (
             "anygrain.cli.search",
             "from anygrain.hits.hit import Unit\nfrom anygrain.hits.hit import Hit",
@@ -463,7 +463,7 @@ def test_the_checker_flags_the_cli_importing_the_library(module: str, source: st
         ("anygrain.cli.common", "from anygrain.errors import AnygrainError, ErrorLog"),
         ("anygrain.cli", "from .common import fail\nfrom ..api import ask"),
         ("anygrain.cli.index", "from anygrain import api, serve"),
-        ("anygrain.api", "from anygrain.index.base import read_manifest"),  # not the CLI
+        ("anygrain.api", "from anygrain.index.manifest import read_manifest"),  # not the CLI
     ],
 )
 def test_the_checker_allows_the_cli_its_imports(module: str, source: str) -> None:

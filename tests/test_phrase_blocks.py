@@ -17,7 +17,8 @@ from anygrain.api import add_documents, compact_index, delete_documents
 from anygrain.corpus.records import SourceDocument
 from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Unit
-from anygrain.index.base import Index, check_index_files
+from anygrain.index.base import Index
+from anygrain.index.manifest import check_index_files
 from anygrain.phrase import budget as budget_mod
 from anygrain.phrase.budget import BuildBudget, parse_bytes
 from anygrain.phrase.build import PhraseSettings

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from anygrain.cli.main import app
 from anygrain.errors import AnygrainError, IndexMismatchError
 from anygrain.hits.hit import Unit
-from anygrain.index.base import Index, check_index_files
+from anygrain.index.base import Index
+from anygrain.index.manifest import check_index_files
 from anygrain.phrase import PhraseIndex
 from anygrain.phrase.lexical import (
     FusionNorm,

@@ -23,7 +23,8 @@ from anygrain.cli.main import app
 from anygrain.corpus.records import SourceDocument
 from anygrain.errors import IndexMismatchError, ModelNotFoundError, UsageError
 from anygrain.hits.hit import Hit, Unit
-from anygrain.index.base import Index, check_index_files, read_manifest
+from anygrain.index.base import Index
+from anygrain.index.manifest import check_index_files, read_manifest
 from anygrain.models import shipped
 from anygrain.phrase import PhraseEncoder, PhraseIndex
 from anygrain.phrase.build import PhraseSettings, model_reference

@@ -36,7 +36,8 @@ from typer.testing import CliRunner, Result
 from anygrain.cli.main import app
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError
-from anygrain.index.base import MANIFEST, Index, UncheckedIndexWarning, read_manifest
+from anygrain.index.base import Index
+from anygrain.index.manifest import MANIFEST, UncheckedIndexWarning, read_manifest
 from anygrain.utils.atomic import remove_stale
 
 runner = CliRunner()

@@ -21,7 +21,8 @@ from reliability34_helpers import one_line_error, tree
 from typer.testing import CliRunner
 
 from anygrain.cli.main import app
-from anygrain.index.base import Index, check_index_files
+from anygrain.index.base import Index
+from anygrain.index.manifest import check_index_files
 from anygrain.utils.atomic import remove_stale
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -132,7 +133,7 @@ def test_a_whole_bm25_index_is_copied(built: Path, tmp_path: Path) -> None:
 
 KILLER = """
 import os, signal, sys
-import anygrain.index.base as base
+import anygrain.index.manifest as manifest
 import anygrain.phrase.lexical as lexical
 
 point = sys.argv[2]
@@ -141,8 +142,8 @@ if point == "part written":
     write = lexical.write_sparse
     lexical.write_sparse = lambda *a, **k: (write(*a, **k), die())
 elif point == "manifest written":
-    rewrite = base.rewrite_manifest
-    base.rewrite_manifest = lambda *a, **k: (rewrite(*a, **k), die())
+    rewrite = manifest.rewrite_manifest
+    manifest.rewrite_manifest = lambda *a, **k: (rewrite(*a, **k), die())
 elif point == "old index moved aside":
     replace = os.replace
     def kill_after_moving_aside(src, dst):

@@ -25,8 +25,9 @@ from typer.testing import CliRunner
 from anygrain.cli.main import app as cli_app
 from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit, Unit
-from anygrain.index.base import Index, IndexKind
+from anygrain.index.base import Index
 from anygrain.index.encoded import EncodedQueries
+from anygrain.index.registry import IndexKind
 from anygrain.phrase import PhraseEncoder
 from anygrain.serve import create_app
 from anygrain.serve.page import render

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from anygrain.cli.main import app
 from anygrain.errors import AnygrainError, IndexMismatchError
-from anygrain.index.base import Index, read_manifest
+from anygrain.index.base import Index
+from anygrain.index.manifest import read_manifest
 from anygrain.models.base import load_model, saved_model_dir
 from anygrain.models.shipped import DEFAULT_PHRASE_MODEL, SHIPPED, default_phrase_model
 from anygrain.phrase import PhraseEncoder, PhraseIndex, packed

@@ -22,7 +22,8 @@ from anygrain.cli.main import app
 from anygrain.composite.hybrid import HybridIndex
 from anygrain.corpus.records import SourceDocument
 from anygrain.errors import AnygrainError
-from anygrain.index.base import Index, check_index_files, read_manifest, rewrite_manifest
+from anygrain.index.base import Index
+from anygrain.index.manifest import check_index_files, read_manifest, rewrite_manifest
 from anygrain.utils.checksums import Verify
 
 DOCS = [

@@ -26,7 +26,7 @@ _WHERE = {
     "ErrorPolicy": "anygrain.errors",
     "InputError": "anygrain.errors",
     "Index": "anygrain.index.base",
-    "IndexKind": "anygrain.index.base",
+    "IndexKind": "anygrain.index.registry",
     "Hit": "anygrain.hits.hit",
     "Unit": "anygrain.hits.hit",
 }
@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from anygrain.corpus.store import CorpusStore
     from anygrain.errors import AnygrainError, ErrorPolicy, InputError
     from anygrain.hits.hit import Hit, Unit
-    from anygrain.index.base import Index, IndexKind
+    from anygrain.index.base import Index
+    from anygrain.index.registry import IndexKind
 
 
 def __getattr__(name: str) -> Any:

@@ -8,14 +8,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from anygrain.composite.fusion import FusionMethod
-from anygrain.corpus.formats import Format, parse_source
-from anygrain.corpus.questions import Questions
+from anygrain.corpus.formats import Format
+from anygrain.corpus.questions import Questions, read_questions
 from anygrain.corpus.questions import batch_questions as batch_questions  # FORMAT:PATH or lines
 from anygrain.corpus.questions import read_question_lines as read_question_lines
 from anygrain.corpus.script import ConversionReport, Script
 from anygrain.corpus.splitters import split_help as split_help  # help text of split options
 from anygrain.demo import DemoAnswer as DemoAnswer  # what run_demo returns
 from anygrain.demo import DemoResult as DemoResult
+from anygrain.demo import run_demo as run_demo  # index the offline demo and answer it
 from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.errors import AnygrainError, ErrorLog, parse_enum
 from anygrain.eval.domains import DOMAIN_SLOT as DOMAIN_SLOT  # one index per domain
@@ -23,7 +24,9 @@ from anygrain.eval.domains import MULTICPR_METRICS, DomainTable
 from anygrain.eval.evaluate import EvalReport
 from anygrain.eval.provenance import annotate_report
 from anygrain.hits.hit import Hit, Unit
-from anygrain.index.base import Index, IndexKind, read_manifest
+from anygrain.index.base import Index
+from anygrain.index.manifest import check_index_files, read_manifest
+from anygrain.index.registry import ENCODING_KINDS, IndexKind
 from anygrain.index.scope import Scope
 from anygrain.search import READ_OPTIONS as READ_OPTIONS  # the answer grain's options
 from anygrain.search import QuestionHits as QuestionHits  # a batch search's lines
@@ -50,15 +53,7 @@ def load_questions(
     spec: str | Path, *, errors: ErrorLog | None = None, limit: int | None = None
 ) -> Questions:
     """Read a question set from ``FORMAT:PATH`` or ``PATH`` (format detected)."""
-    return _first(parse_source(str(spec), want="questions").questions(errors), limit)
-
-
-def _first(qs: Questions, limit: int | None) -> Questions:
-    if limit is None:
-        return qs
-    if limit < 1:
-        raise AnygrainError(f"limit must be at least 1, got {limit}")
-    return Questions(qs.items[:limit], source=qs.source, format=qs.format)
+    return read_questions(spec, errors=errors, limit=limit)
 
 
 def load_index(path: str | Path, *, verify: Verify | str = Verify.SMALL, **options: Any) -> Index:
@@ -117,9 +112,9 @@ def evaluate_index(
     idx = index if isinstance(index, Index) else load_index(index, **(load_options or {}))
     errors = errors if errors is not None else ErrorLog()
     if isinstance(questions, Questions):
-        qs = _first(questions, limit)
+        qs = questions.first(limit)
     else:
-        qs = load_questions(questions, errors=errors, limit=limit)
+        qs = read_questions(questions, errors=errors, limit=limit)
     # each kind knows its units, scopes and default metrics (IndexKind-free here)
     u = idx.check_unit(unit)
     sc = idx.check_scope(scope)
@@ -199,8 +194,8 @@ def evaluate_reader(
     from anygrain.reader.evaluate import evaluate_reader_at
 
     set_threads(threads)
-    qs = questions if isinstance(questions, Questions) else load_questions(questions)
-    qs = _first(qs, limit)
+    qs = questions if isinstance(questions, Questions) else read_questions(questions)
+    qs = qs.first(limit)
     idx = index if isinstance(index, Index) or index is None else Index.load(index)
     return evaluate_reader_at(
         idx,
@@ -284,10 +279,6 @@ def combine_hybrid(
     )
 
 
-#: the kinds whose build encodes a corpus, which an executor (Ray) can spread over workers
-ENCODING_KINDS = (IndexKind.DENSE, IndexKind.HYBRID, IndexKind.PHRASE)
-
-
 def ray_executor(
     kind: IndexKind | str,
     address: str,
@@ -331,8 +322,6 @@ def verify_index(path: str | Path) -> IndexCheck:
     the checksums recorded when it was built, listing damaged, missing and unexpected
     files; when none differs, open it as a search does (kind, version, corpus, models,
     tombstones) without hashing the files again, raising what the open raises."""
-    from anygrain.index.base import check_index_files
-
     m = read_manifest(Path(path))
     problems = check_index_files(path, m, extra=True)
     n = len(m["files"]) + len(m.get("corpus_files") or {})
@@ -564,39 +553,3 @@ def compact_index(index: str | Path, *, progress: bool = True, threads: int | No
 
     set_threads(threads)
     return compact(index, progress=progress)
-
-
-def run_demo(
-    out: str | Path,
-    *,
-    kind: IndexKind | str = IndexKind.PHRASE,
-    progress: bool = True,
-    max_documents: int | None = None,
-    k: int = 5,
-    lang: str = "en",
-    read: bool = True,
-    reader: str | Path | None = None,
-    **settings: Any,
-) -> DemoResult:
-    """Index CPython's reference topics (``lang="zh"``: the Chinese demo topics, with the
-    shipped Chinese models) and answer the demo questions, all offline.
-
-    A phrase index (the default, with the shipped phrase model) answers with phrases,
-    sentences and passages; other kinds with passages.  An index already at ``out`` with
-    the same corpus and model is reused; anything else there is refused, never replaced.
-    With ``read`` (the default where a reader ships for the language, or with ``reader``)
-    the shipped reader also reads the top passages: the answer grain beside the phrases.
-    """
-    from anygrain.demo import run_demo as run
-
-    return run(
-        out,
-        kind=kind,
-        progress=progress,
-        max_documents=max_documents,
-        k=k,
-        lang=lang,
-        read=read,
-        reader=reader,
-        **settings,
-    )

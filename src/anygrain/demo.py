@@ -10,7 +10,9 @@ from typing import Any
 from anygrain.corpus.questions import Question, Questions
 from anygrain.errors import AnygrainError, parse_enum
 from anygrain.hits.hit import Hit, Unit
-from anygrain.index.base import Index, IndexKind, index_class, read_manifest
+from anygrain.index.base import Index
+from anygrain.index.manifest import read_manifest
+from anygrain.index.registry import IndexKind, index_class
 from anygrain.search import search_index
 
 

@@ -29,16 +29,10 @@ from anygrain.dense.index import DenseSettings, encoder_name, write_dense_index
 from anygrain.errors import AnygrainError, IndexMismatchError, UsageError, parse_enum
 from anygrain.hits.hit import Hit
 from anygrain.hits.results import hits_from_rows
-from anygrain.index.base import (
-    Index,
-    IndexKind,
-    UpdateOp,
-    check_build_target,
-    read_manifest,
-    register_index,
-    write_manifest,
-)
+from anygrain.index.base import Index, UpdateOp
 from anygrain.index.encoded import EncodedQueries
+from anygrain.index.manifest import check_build_target, read_manifest, write_manifest
+from anygrain.index.registry import IndexKind, register_index
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.sparse.bm25 import BM25Index, Bm25Settings, write_bm25_index
 from anygrain.utils.atomic import atomic_dir

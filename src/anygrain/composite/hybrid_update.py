@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from anygrain.composite.hybrid import HybridIndex
 from anygrain.dense.update import append_dense, rewrite_dense_manifest, subset_dense
-from anygrain.index.base import read_manifest, rewrite_manifest
+from anygrain.index.manifest import read_manifest, rewrite_manifest
 from anygrain.index.updater import StagedUpdate, corpus_field
 from anygrain.sparse.update import rebuild_bm25
 

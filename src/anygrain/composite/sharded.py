@@ -37,15 +37,9 @@ from anygrain.dense.sharded import ShardedDense
 from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError, UsageError, parse_enum
 from anygrain.hits.hit import Hit
-from anygrain.index.base import (
-    Index,
-    IndexKind,
-    UpdateOp,
-    index_class,
-    read_manifest,
-    register_index,
-    write_manifest,
-)
+from anygrain.index.base import Index, UpdateOp
+from anygrain.index.manifest import read_manifest, write_manifest
+from anygrain.index.registry import IndexKind, index_class, register_index
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.phrase.build import PhraseSettings
 from anygrain.phrase.lexical import copy_sparse, write_sparse

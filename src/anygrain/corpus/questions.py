@@ -66,6 +66,24 @@ class Questions(Sequence[Question]):
     def texts(self) -> list[str]:
         return [q.text for q in self.items]
 
+    def first(self, limit: int | None) -> Questions:
+        """The first ``limit`` questions (all of them when None), from the same source."""
+        if limit is None:
+            return self
+        if limit < 1:
+            raise AnygrainError(f"limit must be at least 1, got {limit}")
+        return Questions(self.items[:limit], source=self.source, format=self.format)
+
+
+def read_questions(
+    spec: str | Path, *, errors: ErrorLog | None = None, limit: int | None = None
+) -> Questions:
+    """A question set from ``FORMAT:PATH`` or ``PATH`` (format detected); ``limit``: its
+    first N questions."""
+    from anygrain.corpus.formats import parse_source  # the formats read this module's type
+
+    return parse_source(str(spec), want="questions").questions(errors).first(limit)
+
 
 def read_question_lines(path: str | Path) -> Questions:
     """Questions one per line of a UTF-8 text file (``-``: stdin); blank lines are skipped,

@@ -48,13 +48,10 @@ from anygrain.errors import (
 )
 from anygrain.hits.hit import Hit
 from anygrain.hits.results import hits_from_rows
-from anygrain.index.base import (
-    Index,
-    IndexKind,
-    register_index,
-    write_manifest,
-)
+from anygrain.index.base import Index
 from anygrain.index.encoded import EncodedQueries
+from anygrain.index.manifest import write_manifest
+from anygrain.index.registry import IndexKind, register_index
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.models.biencoder import MODEL_CONFIG, BiEncoder
 from anygrain.models.encoder import EncoderConfig

@@ -23,7 +23,7 @@ import numpy as np
 from anygrain.corpus.store import CorpusStore
 from anygrain.dense.index import SETTINGS_FILE, DenseIndex
 from anygrain.dense.shards import SHARDS_MANIFEST, encode_corpus, save_vectors, shard_name
-from anygrain.index.base import read_manifest, rewrite_manifest
+from anygrain.index.manifest import read_manifest, rewrite_manifest
 from anygrain.index.updater import StagedUpdate, corpus_field, fresh
 from anygrain.utils.atomic import atomic_write_text
 from anygrain.vectors.faiss_index import FaissIndex

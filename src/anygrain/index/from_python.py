@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from anygrain.corpus.records import SourceDocument
 
 if TYPE_CHECKING:
-    from anygrain.index.base import Index, IndexKind
+    from anygrain.index.base import Index
+    from anygrain.index.registry import IndexKind
 
 
 def build_documents(

@@ -4,7 +4,7 @@ This module stages the update, appends to the corpus, writes tombstones and swap
 result in; what an index of each kind recomputes is the kind's own, in its class's
 hooks (:meth:`Index.add_rows <anygrain.index.base.Index.add_rows>`,
 :meth:`~anygrain.index.base.Index.compact_rows`, each given a :class:`StagedUpdate`),
-found with :func:`~anygrain.index.base.index_class` as builds are, in a module next to
+found with :func:`~anygrain.index.registry.index_class` as builds are, in a module next to
 the kind's build (``sparse/update.py``, ``dense/update.py``, ``phrase/update.py``,
 ``composite/hybrid_update.py``).  This module imports no kind; a kind without an update
 refuses it (:meth:`~anygrain.index.base.Index.check_update`) before anything is staged.
@@ -57,15 +57,9 @@ from anygrain.corpus.append import append_segment, write_subset
 from anygrain.corpus.splitters import SplitSpec
 from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, ErrorLog
-from anygrain.index.base import (
-    MANIFEST,
-    Index,
-    IndexKind,
-    UpdateOp,
-    index_class,
-    read_manifest,
-    rewrite_manifest,
-)
+from anygrain.index.base import Index, UpdateOp
+from anygrain.index.manifest import MANIFEST, read_manifest, rewrite_manifest
+from anygrain.index.registry import IndexKind, index_class
 from anygrain.index.tombstones import Tombstones, read_tombstones, tombstone_name
 from anygrain.utils.atomic import atomic_dir, atomic_write_text, is_temporary_name
 from anygrain.utils.checksums import ALGORITHM, hash_file

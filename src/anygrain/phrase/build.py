@@ -39,7 +39,8 @@ from anygrain.corpus.source import corpus_ref
 from anygrain.corpus.store import CorpusStore
 from anygrain.encode.npy import drop_pages
 from anygrain.errors import AnygrainError, UsageError, parse_enum
-from anygrain.index.base import IndexKind, write_manifest
+from anygrain.index.manifest import write_manifest
+from anygrain.index.registry import IndexKind
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.phrase.budget import BuildBudget, parse_bytes
 from anygrain.phrase.compress import Compress, compressed_factory, ivf_prefix

@@ -17,7 +17,8 @@ from anygrain.corpus.questions import Question, Questions
 from anygrain.errors import AnygrainError
 from anygrain.eval import EvalReport, evaluate, parse_metrics
 from anygrain.hits.hit import Hit, Unit, UnitSearchStats
-from anygrain.index.base import Index, IndexKind
+from anygrain.index.base import Index
+from anygrain.index.registry import IndexKind
 from anygrain.index.scope import Scope, gold_rows
 
 

@@ -45,13 +45,9 @@ from anygrain.encode.onnx_runtime import (
 )
 from anygrain.errors import AnygrainError, IndexMismatchError, ModelNotFoundError
 from anygrain.hits.hit import Hit, Unit, UnitSearchStats
-from anygrain.index.base import (
-    PASSAGE_METRICS,
-    Index,
-    IndexKind,
-    register_index,
-)
+from anygrain.index.base import PASSAGE_METRICS, Index
 from anygrain.index.encoded import EncodedQueries
+from anygrain.index.registry import IndexKind, register_index
 from anygrain.index.scope import Scope
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.phrase.build import (

@@ -203,7 +203,7 @@ def copy_sparse(bm25_dir: Path, out: Path, store: CorpusStore) -> None:
     """Copy an existing BM25 index over the same corpus into ``out/sparse``; its recorded
     corpus checksum must be ``store``'s (rows must mean the same passages), and its files
     must match its manifest (:func:`check_copied_part`)."""
-    from anygrain.index.base import read_manifest
+    from anygrain.index.manifest import read_manifest
 
     m = read_manifest(bm25_dir)
     if m.get("kind") != "bm25":
@@ -223,7 +223,7 @@ def copy_sparse(bm25_dir: Path, out: Path, store: CorpusStore) -> None:
 
 def open_sparse(path: Path, store: CorpusStore) -> LexicalScorer:
     """The BM25 part of the phrase index at ``path``."""
-    from anygrain.index.base import read_manifest
+    from anygrain.index.manifest import read_manifest
     from anygrain.sparse.bm25 import BM25Index
 
     d = path / SPARSE_SUBDIR
@@ -254,7 +254,7 @@ def attach_sparse(
     whole, so a crash at any point leaves the old index, never one whose ``index.json``
     names a ``sparse/`` that is gone; and it holds the index's writer lock throughout."""
     from anygrain.corpus.source import open_corpus_of
-    from anygrain.index.base import read_manifest, rewrite_manifest
+    from anygrain.index.manifest import read_manifest, rewrite_manifest
     from anygrain.index.updater import real_index_path, staged_index
     from anygrain.utils.lock import writer_lock
 

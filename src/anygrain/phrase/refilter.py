@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from anygrain.errors import AnygrainError, parse_enum
-from anygrain.index.base import Index, check_build_target
+from anygrain.index.base import Index
+from anygrain.index.manifest import check_build_target
 from anygrain.phrase.build import (
     DUMP_FILES,
     SUBDIR,

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from anygrain.index.base import read_manifest, rewrite_manifest
+from anygrain.index.manifest import read_manifest, rewrite_manifest
 from anygrain.index.settings import BuildOptions
 from anygrain.index.updater import StagedUpdate, corpus_field, fresh
 from anygrain.phrase.build import SUBDIR, finish_index, recorded_settings, write_index

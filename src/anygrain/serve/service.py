@@ -61,9 +61,10 @@ from typing import TYPE_CHECKING, Any
 
 from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit, Unit
-from anygrain.index.base import MANIFEST, Index, external_corpus
+from anygrain.index.base import Index
 from anygrain.index.encoded import EncodedQueries
 from anygrain.index.filters import filter_key, parse_filter
+from anygrain.index.manifest import MANIFEST, external_corpus
 from anygrain.utils.precision import native_bf16
 
 if TYPE_CHECKING:  # the reader imports torch: only when unit answer is asked

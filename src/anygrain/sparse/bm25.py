@@ -21,13 +21,10 @@ from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, parse_enum
 from anygrain.hits.hit import Hit
 from anygrain.hits.results import hits_from_rows
-from anygrain.index.base import (
-    Index,
-    IndexKind,
-    register_index,
-    write_manifest,
-)
+from anygrain.index.base import Index
 from anygrain.index.encoded import EncodedQueries
+from anygrain.index.manifest import write_manifest
+from anygrain.index.registry import IndexKind, register_index
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.sparse.analyzers import Analyzer, analyzer_from_config, make_analyzer
 from anygrain.utils.progress import progress_bar

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 from anygrain.corpus.store import CorpusStore
-from anygrain.index.base import read_manifest, rewrite_manifest
+from anygrain.index.manifest import read_manifest, rewrite_manifest
 from anygrain.index.updater import StagedUpdate
 from anygrain.sparse.bm25 import BM25Index, Bm25Settings, write_bm25_index
 

@@ -16,7 +16,7 @@ run, an index) must never destroy what it reads or what anygrain built elsewhere
 
 :func:`check_output_file` checks a file target (``eval --run-out``), and
 :func:`check_output_dir` a directory one (``pack --out``, the ``--out`` of training);
-index builds check theirs with :func:`anygrain.index.base.check_build_target`, which
+index builds check theirs with :func:`anygrain.index.manifest.check_build_target`, which
 uses the same walk (:func:`enclosing_artefact`).  :func:`unowned_files` lists what a
 directory holds beyond the files its owner recorded, so ``--overwrite`` replaces only
 an index's own files.
