@@ -15,6 +15,7 @@ from anygrain.index.base import Index
 from anygrain.utils.threads import set_threads
 
 if TYPE_CHECKING:
+    from anygrain.encode.runtime import Runtime
     from anygrain.reader.answering import ReadSettings
 
 
@@ -25,6 +26,7 @@ def search_index(
     *,
     unit: Unit | str | None = None,
     threads: int | None = None,
+    runtime: Runtime | str | None = None,
     **options: Any,
 ) -> list[list[Hit]]:
     """Top-``k`` hits per query. ``unit`` (phrase, sentence, passage, document) needs a
@@ -32,7 +34,8 @@ def search_index(
     sets torch's and FAISS's thread count (default: theirs).  ``options`` are the kind's
     search options (``batch_size``, hybrid ``fusion``/``weight``/``depth``, phrase
     ``sparse_weight``/``stats``, ...); None is no option, and one the kind does not take
-    raises :class:`~anygrain.errors.UsageError` naming it."""
+    raises :class:`~anygrain.errors.UsageError` naming it.  ``runtime`` runs the reader of
+    the answer grain (auto, onnx, torch: :func:`anygrain.reader.onnx.load_reader`)."""
     set_threads(threads)
     idx = index if isinstance(index, Index) else Index.load(index)
     if k < 1:
@@ -47,7 +50,7 @@ def search_index(
     if reading is not None:
         from anygrain.reader.answering import load_reader_for, read_passages
 
-        model = load_reader_for(idx, reading.extra.get("reader"))
+        model = load_reader_for(idx, reading.extra.get("reader"), runtime)
         return read_passages(idx, model, list(queries), k, reading, **opts)
     return idx.search(list(queries), k, **idx.unit_options(u), **opts)
 
@@ -108,6 +111,7 @@ def search_questions(
     chunk: int = 64,
     progress: bool = False,
     errors: ErrorLog | None = None,
+    runtime: Runtime | str | None = None,
     **options: Any,
 ) -> Iterator[QuestionHits]:
     """Batch search: the top-``k`` hits of each question, in order, as they come.
@@ -116,7 +120,7 @@ def search_questions(
     :func:`batch_questions` (``FORMAT:PATH``, or a file with one question per line).
     Questions are searched ``chunk`` at a time, so results stream and memory stays
     bounded; ``progress`` shows a bar on stderr.  ``options`` are the index's search
-    options, as for :func:`search_index`."""
+    options, and ``runtime`` the reader's, as for :func:`search_index`."""
     from tqdm import tqdm
 
     if chunk < 1:
@@ -145,7 +149,13 @@ def search_questions(
         for start in range(0, len(qs), chunk):
             batch = qs[start : start + chunk]
             found = search_index(
-                idx, [q.text for q in batch], k, unit=unit, threads=threads, **options
+                idx,
+                [q.text for q in batch],
+                k,
+                unit=unit,
+                threads=threads,
+                runtime=runtime,
+                **options,
             )
             for q, hits in zip(batch, found, strict=True):
                 yield QuestionHits(q.id, q.text, hits)

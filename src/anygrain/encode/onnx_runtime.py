@@ -33,6 +33,7 @@ graph through :func:`export_graph` and reads it back with :class:`OnnxGraph`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -160,16 +161,35 @@ class GraphCache:
         return out
 
 
+def graph_module(model: Any, forward: Callable[..., Any]) -> Any:
+    """A torch module holding ``model`` whose forward is ``forward(*inputs)``: the part of
+    a model a graph computes, in the form :func:`export_graph` takes."""
+    from torch import nn
+
+    class Graph(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *inputs: Any) -> Any:
+            return forward(*inputs)
+
+    return Graph().eval()
+
+
 def export_graph(
     module: Any,
     inputs: Mapping[str, Any],
     output_names: Sequence[str],
     path: Path,
+    *,
+    sequence_outputs: Sequence[str] = (),
 ) -> None:
     """Export ``module`` (a torch module, put in eval mode) called with ``inputs`` (name ->
     int64 tensor of shape (batch, sequence)) to ``path``: opset :data:`OPSET`, batch and
-    sequence axes dynamic.  The example inputs should hold padding, so that the traced
-    attention masking is the general one."""
+    sequence axes dynamic (an output's axis 1 is the sequence for those named in
+    ``sequence_outputs``: per-token logits).  The example inputs should hold padding, so
+    that the traced attention masking is the general one."""
     import warnings
 
     import torch
@@ -177,6 +197,7 @@ def export_graph(
     module.eval()
     axes: dict[str, dict[int, str]] = {n: {0: "batch", 1: "sequence"} for n in inputs}
     axes.update({n: {0: "batch"} for n in output_names})
+    axes.update({n: {0: "batch", 1: "sequence"} for n in sequence_outputs})
     with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
         warnings.simplefilter("ignore")  # tracer warnings about Python branches
         torch.onnx.export(
@@ -224,11 +245,14 @@ class OnnxGraph:
     ``threads``: ONNX Runtime's intra-op threads (default: the count given to
     :func:`anygrain.utils.threads.set_threads` when the session starts, at the first run,
     else 1: a query is a small graph, and a pool's wake-ups cost more than they save on a
-    busy CPU)."""
+    busy CPU).
 
-    def __init__(self, directory: Path, *, threads: int | None = None) -> None:
-        from tokenizers import Tokenizer
+    ``tokenize``: read the tokenizer now (else on first use: a caller that cuts its own
+    inputs, as the reader its windows, never pays for it)."""
 
+    def __init__(
+        self, directory: Path, *, threads: int | None = None, tokenize: bool = True
+    ) -> None:
         self.directory = Path(directory)
         self.threads = threads
         self.meta: dict[str, Any] = json.loads((self.directory / META_FILE).read_text())
@@ -236,6 +260,13 @@ class OnnxGraph:
             raise AnygrainError(f"{self.directory}: a graph from another anygrain version")
         self._session: Any = None
         self._lock = threading.Lock()
+        if tokenize:
+            _ = self.tokenizer
+
+    @functools.cached_property
+    def tokenizer(self) -> Any:
+        from tokenizers import Tokenizer
+
         tok = Tokenizer.from_file(str(self.directory / TOKENIZER_FILE))
         t = self.meta["tokenizer"]
         tok.no_padding()
@@ -249,7 +280,7 @@ class OnnxGraph:
             pad_type_id=int(t["pad_type_id"]),
             pad_token=t["pad_token"],
         )
-        self.tokenizer = tok
+        return tok
 
     @property
     def session(self) -> Any:

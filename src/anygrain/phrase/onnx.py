@@ -32,6 +32,7 @@ from anygrain.encode.onnx_runtime import (
     digest,
     export_graph,
     files_signature,
+    graph_module,
     save_tokenizer,
     write_meta,
 )
@@ -65,20 +66,6 @@ def question_key(model: PhraseEncoder) -> str:
     return f"{KIND}-{digest(EXPORT_VERSION, weights, settings)}"
 
 
-def _question_module(model: PhraseEncoder) -> Any:
-    from torch import nn
-
-    class QuestionGraph(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, *inputs: Any) -> Any:
-            return self.model.question_forward(*inputs)
-
-    return QuestionGraph().eval()
-
-
 def export_questions(model: PhraseEncoder, cache: GraphCache) -> Path:
     """The graph directory of ``model``'s question side, exported unless already cached."""
     key = question_key(model)
@@ -92,7 +79,8 @@ def export_questions(model: PhraseEncoder, cache: GraphCache) -> Path:
             # question_forward's positional order: input_ids, attention_mask, token_type_ids
             names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in ex]
             inputs: dict[str, Any] = {n: ex[n].cpu() for n in names}
-            export_graph(_question_module(model.cpu()), inputs, OUTPUTS, d / GRAPH_FILE)
+            module = graph_module(model.cpu(), model.question_forward)
+            export_graph(module, inputs, OUTPUTS, d / GRAPH_FILE)
         finally:
             model.train(was_training)
         tok = save_tokenizer(model.tokenizer, d / TOKENIZER_FILE)

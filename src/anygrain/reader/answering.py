@@ -28,15 +28,18 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from anygrain.errors import AnygrainError
 from anygrain.eval.squad import normalize_answer
 from anygrain.hits.hit import Hit, Unit
-from anygrain.reader.model import Reader
-from anygrain.reader.read import evaluating, window_spans, windows_of
+from anygrain.reader.read import window_spans, windows_of
+from anygrain.reader.runtime import ReadingModel
+
+if TYPE_CHECKING:
+    from anygrain.encode.runtime import Runtime
 
 __all__ = [
     "DEFAULT_PASSAGES",
@@ -124,7 +127,7 @@ class SpanCandidate:
 
 
 def span_candidates(
-    reader: Reader,
+    reader: ReadingModel,
     questions: Sequence[str],
     passage_hits: Sequence[Sequence[Hit]],
     settings: ReadSettings,
@@ -136,7 +139,7 @@ def span_candidates(
     out: list[list[SpanCandidate]] = [[] for _ in questions]
     if not pairs:
         return out
-    with evaluating(reader):
+    with reader.reading():
         windows = windows_of(
             reader,
             [questions[qi] for qi, _ in pairs],
@@ -206,7 +209,7 @@ def combine(
 
 
 def answer_hits(
-    reader: Reader,
+    reader: ReadingModel,
     questions: Sequence[str],
     passage_hits: Sequence[Sequence[Hit]],
     k: int = 1,
@@ -235,7 +238,7 @@ def answer_hits(
 
 def read_passages(
     index: Any,
-    reader: Reader,
+    reader: ReadingModel,
     queries: Sequence[str],
     k: int = 1,
     settings: ReadSettings | None = None,
@@ -257,18 +260,26 @@ def read_passages(
     return answer_hits(reader, queries, passages, k, s, sentences)
 
 
-_LOADED: dict[tuple[str, float], Reader] = {}
+_LOADED: dict[tuple[str, float, str], ReadingModel] = {}
 
 
-def load_reader_for(index: Any, reader: str | Path | Reader | None) -> Reader:
+def load_reader_for(
+    index: Any,
+    reader: str | Path | ReadingModel | None,
+    runtime: Runtime | str | None = None,
+) -> ReadingModel:
     """The reader given, or named (a directory or a shipped name), else the shipped reader
-    for the language of the index's corpus.  Loaded readers are kept (by directory and
-    config time), so a batch search or a server loads each once."""
+    for the language of the index's corpus, on ``runtime`` (:func:`anygrain.reader.onnx.
+    load_reader`: ``auto``, ``onnx`` or ``torch``; a reader given as an object reads as it
+    is).  Loaded readers are kept (by directory, config time and runtime), so a batch
+    search or a server loads each once."""
     from anygrain.corpus.lang import detect_lang
+    from anygrain.encode.onnx_runtime import parse_runtime
     from anygrain.models.base import saved_model_dir
     from anygrain.models.shipped import default_reader
+    from anygrain.reader.onnx import load_reader
 
-    if isinstance(reader, Reader):
+    if reader is not None and not isinstance(reader, str | Path):
         return reader
     if reader is None:
         reader = default_reader(detect_lang(index.corpus).value)
@@ -277,8 +288,8 @@ def load_reader_for(index: Any, reader: str | Path | Reader | None) -> Reader:
         stamp = max(f.stat().st_mtime for f in path.glob("*.json"))
     except ValueError:  # no config at all: Reader.load says what is wrong
         stamp = 0.0
-    key = (str(path), stamp)
+    key = (str(path), stamp, parse_runtime(runtime).value)
     if key not in _LOADED:
         _LOADED.clear()  # one reader at a time: they are 100 MB each
-        _LOADED[key] = Reader.load(path)
+        _LOADED[key] = load_reader(path, runtime)
     return _LOADED[key]

@@ -20,10 +20,11 @@ base: an alias (``minilm``), a hub name or a local path.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -32,6 +33,11 @@ from anygrain.errors import AnygrainError
 from anygrain.models.base import Model, ModelType, config_file, register_model
 from anygrain.models.hf import load_hf_dir, load_tensors
 from anygrain.models.resolve import resolve_model
+from anygrain.reader.runtime import WindowLogits
+from anygrain.utils.precision import cpu_autocast
+
+if TYPE_CHECKING:
+    from anygrain.reader.features import Batch
 
 __all__ = ["HEADS_FILE", "READER_CONFIG", "Reader", "ReaderConfig", "ReaderOutput"]
 
@@ -98,6 +104,7 @@ class Reader(Model):
     format = FORMAT
     format_version = FORMAT_VERSION
     noun = "an anygrain reader"
+    runtime = "torch"  # what runs it (anygrain.reader.runtime.ReadingModel)
     config: ReaderConfig
 
     def __init__(self, encoder: nn.Module, tokenizer: Any, config: ReaderConfig) -> None:
@@ -136,6 +143,27 @@ class Reader(Model):
             start_logits=logits[..., 0],
             end_logits=logits[..., 1],
             selection_logits=self.selector(h[:, 0]).squeeze(-1),
+        )
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Eval mode and no autograd for the block; the reader's mode is restored after."""
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.inference_mode():
+                yield
+        finally:
+            self.train(was_training)
+
+    def window_logits(self, batch: Batch, bf16: bool = False) -> WindowLogits:
+        """The logits of a batch of windows as float32 arrays (``bf16``: bfloat16 autocast)."""
+        with cpu_autocast(bf16):
+            o = self(**batch.model_inputs())
+        return WindowLogits(
+            start=o.start_logits.float().cpu().numpy(),
+            end=o.end_logits.float().cpu().numpy(),
+            selection=o.selection_logits.float().cpu().numpy(),
         )
 
     def freeze_embeddings(self) -> None:

@@ -14,23 +14,24 @@ its offsets (a student token takes the start mass of the teacher tokens that
 begin inside it and the end mass of those that end inside it), and
 :meth:`SpanDistributions.char_start` / :meth:`~SpanDistributions.char_end`
 give character-level arrays.
+
+The reader is any :class:`~anygrain.reader.runtime.ReadingModel`: the torch
+:class:`~anygrain.reader.model.Reader` or its graph on ONNX Runtime
+(:class:`~anygrain.reader.onnx.OnnxReader`); spans are decoded from NumPy logits either way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
 from anygrain.hits.hit import Hit
 from anygrain.reader.features import Batch, Window, collate, make_windows
-from anygrain.reader.model import Reader, ReaderOutput
-from anygrain.reader.spans import best_spans, top_spans
-from anygrain.utils.precision import cpu_autocast
+from anygrain.reader.runtime import ReadingModel, WindowLogits
+from anygrain.reader.spans import best_spans_array, top_spans
 from anygrain.utils.progress import progress_bar
 
 __all__ = [
@@ -89,7 +90,7 @@ class _WindowResult:
 
 
 def windows_of(
-    reader: Reader,
+    reader: ReadingModel,
     questions: Sequence[str],
     passages: Sequence[str],
     titles: Sequence[str | None] | None,
@@ -107,46 +108,43 @@ def windows_of(
 
 
 def _forward(
-    reader: Reader, windows: Sequence[Window], batch_size: int, bf16: bool
-) -> Iterator[tuple[list[int], Batch, ReaderOutput]]:
-    """Run windows longest first, ``batch_size`` at a time: ``(window indices, batch, output)``."""
+    reader: ReadingModel, windows: Sequence[Window], batch_size: int, bf16: bool
+) -> Iterator[tuple[list[int], Batch, WindowLogits]]:
+    """Run windows longest first, ``batch_size`` at a time: ``(window indices, batch, logits)``."""
     pad = reader.tokenizer.pad_token_id or 0
     order = sorted(range(len(windows)), key=lambda i: -len(windows[i]))
     for b in range(0, len(order), batch_size):
         rows = order[b : b + batch_size]
         batch = collate([windows[i] for i in rows], pad)
-        with cpu_autocast(bf16):
-            o = reader(**batch.model_inputs())
-        yield rows, batch, o
+        yield rows, batch, reader.window_logits(batch, bf16)
 
 
 def _run(
-    reader: Reader, windows: Sequence[Window], batch_size: int, bf16: bool
-) -> list[tuple[torch.Tensor, torch.Tensor, float]]:
+    reader: ReadingModel, windows: Sequence[Window], batch_size: int, bf16: bool
+) -> list[tuple[np.ndarray, np.ndarray, float]]:
     """``(start_logits, end_logits, selection_logit)`` per window, in input order."""
     out: list[Any] = [None] * len(windows)
     for rows, _, o in _forward(reader, windows, batch_size, bf16):
-        starts, ends = o.start_logits.float(), o.end_logits.float()
         for r, i in enumerate(rows):
             n = len(windows[i])
-            out[i] = (starts[r, :n], ends[r, :n], float(o.selection_logits[r].float()))
+            out[i] = (o.start[r, :n], o.end[r, :n], float(o.selection[r]))
     return out
 
 
 def _decode(
-    reader: Reader, windows: Sequence[Window], batch_size: int, bf16: bool
+    reader: ReadingModel, windows: Sequence[Window], batch_size: int, bf16: bool
 ) -> list[_WindowResult]:
     """Selection logit and best span (as passage character offsets) of each window."""
     out: list[Any] = [None] * len(windows)
     for rows, batch, o in _forward(reader, windows, batch_size, bf16):
-        starts, ends, scores = best_spans(
-            o.start_logits.float(),
-            o.end_logits.float(),
-            batch.start_ok,
-            batch.end_ok,
+        starts, ends, scores = best_spans_array(
+            o.start,
+            o.end,
+            batch.start_ok.numpy(),
+            batch.end_ok.numpy(),
             reader.config.max_answer_length,
         )
-        sel = o.selection_logits.float()
+        sel = o.selection
         for r, i in enumerate(rows):
             w = windows[i]
             s, e = int(starts[r]), int(ends[r])
@@ -160,17 +158,17 @@ def _decode(
 
 
 def window_spans(
-    reader: Reader, windows: Sequence[Window], batch_size: int, bf16: bool, n: int
+    reader: ReadingModel, windows: Sequence[Window], batch_size: int, bf16: bool, n: int
 ) -> list[list[tuple[int, int, float]]]:
     """The ``n`` best valid spans of each window, best first, as ``(char_start, char_end,
     score)`` in the passage text (fewer where the window has fewer valid spans)."""
     out: list[list[tuple[int, int, float]]] = [[] for _ in windows]
     for rows, batch, o in _forward(reader, windows, batch_size, bf16):
         starts, ends, scores = top_spans(
-            o.start_logits.float(),
-            o.end_logits.float(),
-            batch.start_ok,
-            batch.end_ok,
+            o.start,
+            o.end,
+            batch.start_ok.numpy(),
+            batch.end_ok.numpy(),
             reader.config.max_answer_length,
             n,
         )
@@ -186,20 +184,8 @@ def window_spans(
     return out
 
 
-@contextmanager
-def evaluating(reader: Reader) -> Iterator[None]:
-    """Eval mode and no autograd for the block; the reader's mode is restored after."""
-    was_training = reader.training
-    reader.eval()
-    try:
-        with torch.inference_mode():
-            yield
-    finally:
-        reader.train(was_training)
-
-
 def read_many(
-    reader: Reader,
+    reader: ReadingModel,
     questions: Sequence[str],
     hits: Sequence[Sequence[Hit]],
     *,
@@ -225,7 +211,7 @@ def read_many(
         questions_per_chunk = max(1, 128 // max(1, widest))
     per = questions_per_chunk
     chunks = range(0, len(questions), per)
-    with evaluating(reader):
+    with reader.reading():
         for c in progress_bar(chunks, desc="reading", unit="chunk", disable=not progress):
             qs = questions[c : c + per]
             hs = [list(h if top_passages is None else h[:top_passages]) for h in hits[c : c + per]]
@@ -272,7 +258,7 @@ def read_many(
 
 
 def read(
-    reader: Reader,
+    reader: ReadingModel,
     question: str,
     hits: Sequence[Hit],
     top_passages: int | None = None,
@@ -357,7 +343,7 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 
 
 def start_end_distributions_many(
-    reader: Reader,
+    reader: ReadingModel,
     questions: Sequence[str],
     passages: Sequence[str],
     titles: Sequence[str | None] | None = None,
@@ -366,7 +352,7 @@ def start_end_distributions_many(
     bf16: bool = False,
 ) -> list[SpanDistributions]:
     """Teacher distributions for each ``(questions[i], passages[i])`` pair."""
-    with evaluating(reader):
+    with reader.reading():
         windows = windows_of(reader, questions, passages, titles)
         outputs = _run(reader, windows, batch_size, bf16)
     # token key (start, end) -> (context, start logit, end logit), per pair
@@ -399,7 +385,7 @@ def start_end_distributions_many(
 
 
 def start_end_distributions(
-    reader: Reader, question: str, passage_text: str, title: str | None = None, **options: Any
+    reader: ReadingModel, question: str, passage_text: str, title: str | None = None, **options: Any
 ) -> SpanDistributions:
     """Teacher start/end distributions of one passage (see :class:`SpanDistributions`)."""
     return start_end_distributions_many(

@@ -19,6 +19,9 @@ clauses.  Here a boundary lies between two characters unless both are letters,
 digits or combining marks of a script written with spaces; Han, kana and bopomofo
 characters and all punctuation are words of their own (as BERT's basic tokenizer
 splits them), and a combining mark always stays with the character before it.
+
+Decoding runs on NumPy arrays (a reader on ONNX Runtime gives no tensors);
+:func:`best_spans` is the same decoding for tensors.
 """
 
 from __future__ import annotations
@@ -26,14 +29,18 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 import regex as rx
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "best_span_bruteforce",
     "best_spans",
+    "best_spans_array",
     "is_boundary",
     "top_spans",
     "word_boundaries",
@@ -113,6 +120,57 @@ def word_boundaries(
     return start_ok, end_ok
 
 
+def _band_scores(
+    start_logits: np.ndarray,
+    end_logits: np.ndarray,
+    start_ok: np.ndarray,
+    end_ok: np.ndarray,
+    a: int,
+) -> np.ndarray:
+    """``[N, L * a]`` float32 span scores: entry ``i * a + d`` scores the span ``(i, i + d)``
+    (``-inf`` where it is not valid), so the work is ``N * L * a``, not ``N * L * L``."""
+    s = np.where(start_ok.astype(bool), start_logits.astype(np.float32), np.float32(NEG_INF))
+    e = np.where(end_ok.astype(bool), end_logits.astype(np.float32), np.float32(NEG_INF))
+    e_pad = np.pad(e, ((0, 0), (0, a - 1)), constant_values=NEG_INF)
+    band = np.lib.stride_tricks.sliding_window_view(e_pad, a, axis=1)  # band[n, i, d] = e[n, i+d]
+    return (s[:, :, None] + band).reshape(len(s), -1)
+
+
+def _none(rows: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    missing = np.full((rows, n), -1, dtype=np.int64)
+    return missing, missing.copy(), np.full((rows, n), NEG_INF, dtype=np.float32)
+
+
+def best_spans_array(
+    start_logits: np.ndarray,
+    end_logits: np.ndarray,
+    start_ok: np.ndarray,
+    end_ok: np.ndarray,
+    max_answer_length: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Best valid span of each row: ``(starts, ends, scores)``, each of shape ``(N,)``
+    (int64, int64, float32), from ``(N, L)`` logits and masks.
+
+    Rows with no valid span get start and end ``-1`` and score ``-inf``.  Ties go to the
+    smaller start, then the shorter span (``argmax`` takes the first maximum)."""
+    if max_answer_length < 1:
+        raise ValueError("max_answer_length must be >= 1")
+    n, length = start_logits.shape
+    if n == 0 or length == 0:
+        starts, ends, scores = _none(n, 1)
+        return starts[:, 0], ends[:, 0], scores[:, 0]
+    a = min(max_answer_length, length)
+    scores = _band_scores(start_logits, end_logits, start_ok, end_ok, a)
+    best = scores.argmax(axis=1)
+    best_score = np.take_along_axis(scores, best[:, None], axis=1)[:, 0]
+    starts = best // a
+    ends = starts + best % a
+    none = np.isneginf(best_score)
+    starts[none] = -1
+    ends[none] = -1
+    return starts.astype(np.int64), ends.astype(np.int64), best_score
+
+
 def best_spans(
     start_logits: torch.Tensor,
     end_logits: torch.Tensor,
@@ -120,71 +178,49 @@ def best_spans(
     end_ok: torch.Tensor,
     max_answer_length: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Best valid span of each row: ``(starts, ends, scores)``, each of shape ``(N,)``.
+    """:func:`best_spans_array` on tensors (any device and float type): ``(starts, ends,
+    scores)`` as CPU tensors (long, long, float32)."""
+    import torch
 
-    Vectorised over a band instead of the full ``L x L`` triangle: entry
-    ``[n, i, d]`` scores the span ``(i, i + d)`` for ``d < max_answer_length``, so
-    the work is ``N * L * max_answer_length``.  Rows with no valid span get start
-    and end ``-1`` and score ``-inf``.  Ties go to the smaller start, then the
-    shorter span (``argmax`` takes the first maximum).
-    """
-    if max_answer_length < 1:
-        raise ValueError("max_answer_length must be >= 1")
-    n, length = start_logits.shape
-    if n == 0 or length == 0:
-        empty = torch.full((n,), -1, dtype=torch.long)
-        return empty, empty.clone(), torch.full((n,), NEG_INF)
-    a = min(max_answer_length, length)
-    s = start_logits.float().masked_fill(~start_ok.bool(), NEG_INF)
-    e = end_logits.float().masked_fill(~end_ok.bool(), NEG_INF)
-    e_pad = torch.nn.functional.pad(e, (0, a - 1), value=NEG_INF)
-    band = e_pad.unfold(1, a, 1)  # [n, length, a]: band[n, i, d] = e[n, i + d]
-    scores = (s.unsqueeze(-1) + band).reshape(n, -1)
-    best_score, best = scores.max(dim=1)
-    starts = torch.div(best, a, rounding_mode="floor")
-    ends = starts + best % a
-    none = torch.isneginf(best_score)
-    starts = starts.masked_fill(none, -1)
-    ends = ends.masked_fill(none, -1)
-    return starts, ends, best_score
+    def array(t: torch.Tensor) -> np.ndarray:
+        t = t.detach().cpu()
+        return (t.float() if t.is_floating_point() else t).numpy()
+
+    out = best_spans_array(
+        array(start_logits), array(end_logits), array(start_ok), array(end_ok), max_answer_length
+    )
+    starts, ends, scores = (torch.from_numpy(x) for x in out)
+    return starts, ends, scores
 
 
 def top_spans(
-    start_logits: torch.Tensor,
-    end_logits: torch.Tensor,
-    start_ok: torch.Tensor,
-    end_ok: torch.Tensor,
+    start_logits: np.ndarray,
+    end_logits: np.ndarray,
+    start_ok: np.ndarray,
+    end_ok: np.ndarray,
     max_answer_length: int,
     n: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ``n`` best valid spans of each row, best first: ``(starts, ends, scores)``, each
     ``(N, n)``; missing spans have start and end ``-1`` and score ``-inf``.  The same band
-    as :func:`best_spans` (``n == 1`` gives its answer)."""
+    as :func:`best_spans_array` (``n == 1`` gives its answer)."""
     if max_answer_length < 1 or n < 1:
         raise ValueError("max_answer_length and n must be >= 1")
     rows, length = start_logits.shape
     if rows == 0 or length == 0:
-        empty = torch.full((rows, n), -1, dtype=torch.long)
-        return empty, empty.clone(), torch.full((rows, n), NEG_INF)
+        return _none(rows, n)
     a = min(max_answer_length, length)
-    s = start_logits.float().masked_fill(~start_ok.bool(), NEG_INF)
-    e = end_logits.float().masked_fill(~end_ok.bool(), NEG_INF)
-    band = torch.nn.functional.pad(e, (0, a - 1), value=NEG_INF).unfold(1, a, 1)
-    scores = (s.unsqueeze(-1) + band).reshape(rows, -1)
+    scores = _band_scores(start_logits, end_logits, start_ok, end_ok, a)
     m = min(n, scores.shape[1])
     # sorted top-k; ties resolved like argmax (first index) by a stable sort on -score
-    order = torch.argsort(-scores, dim=1, stable=True)[:, :m]
-    best = scores.gather(1, order)
-    starts = torch.div(order, a, rounding_mode="floor")
-    ends = starts + order % a
-    none = torch.isneginf(best)
-    starts, ends = starts.masked_fill(none, -1), ends.masked_fill(none, -1)
-    if m < n:
-        pad = (0, n - m)
-        starts = torch.nn.functional.pad(starts, pad, value=-1)
-        ends = torch.nn.functional.pad(ends, pad, value=-1)
-        best = torch.nn.functional.pad(best, pad, value=NEG_INF)
-    return starts, ends, best
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :m]
+    best = np.take_along_axis(scores, order, axis=1)
+    starts, ends, out = _none(rows, n)
+    none = np.isneginf(best)
+    starts[:, :m] = np.where(none, -1, order // a)
+    ends[:, :m] = np.where(none, -1, order // a + order % a)
+    out[:, :m] = best
+    return starts, ends, out
 
 
 def best_span_bruteforce(
@@ -194,7 +230,7 @@ def best_span_bruteforce(
     end_ok: Sequence[bool],
     max_answer_length: int,
 ) -> tuple[int, int, float] | None:
-    """Reference for :func:`best_spans`: every pair checked by hand (tests only)."""
+    """Reference for :func:`best_spans_array`: every pair checked by hand (tests only)."""
     best: tuple[int, int, float] | None = None
     n = len(start_logits)
     for i in range(n):

@@ -1,0 +1,225 @@
+"""The reader on ONNX Runtime (:mod:`anygrain.encode.onnx_runtime`).
+
+The reader's forward over a batch of windows, ``(input_ids, attention_mask[,
+token_type_ids]) -> (start_logits, end_logits, selection_logits)``, is exported as one
+graph, keyed by the fingerprint of the reader's weights (encoder and heads) and its config
+(which cuts the windows and bounds the spans).  :class:`OnnxReader` runs it with the
+reader's tokenizer, saved beside the graph: it reads as
+:class:`~anygrain.reader.model.Reader` does (both are
+:class:`~anygrain.reader.runtime.ReadingModel`), in float32.
+
+:func:`load_reader` picks the runtime (``auto``: ONNX Runtime where it is installed) and
+first asks the cache's files table whether the reader's files -- a packed reader's include
+its backbone's -- are unchanged since a graph was exported from them; only when not is the
+reader loaded with torch (rebuilt, checked against its fingerprint) and exported, once per
+version of the weights.  The runtime is recorded nowhere: both read the same answers.
+"""
+
+from __future__ import annotations
+
+import warnings
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from anygrain.encode.onnx_runtime import (
+    EXPORT_VERSION,
+    GRAPH_FILE,
+    TOKENIZER_FILE,
+    GraphCache,
+    OnnxGraph,
+    digest,
+    export_graph,
+    files_signature,
+    graph_module,
+    parse_runtime,
+    save_tokenizer,
+    wants_onnx,
+    write_meta,
+)
+from anygrain.encode.runtime import Runtime
+from anygrain.errors import AnygrainError
+from anygrain.reader.features import collate
+from anygrain.reader.model import Reader, ReaderConfig
+from anygrain.reader.packed import PackedReaderInfo, is_packed_reader
+from anygrain.reader.read import windows_of
+from anygrain.reader.runtime import ReadingModel, WindowLogits
+
+if TYPE_CHECKING:
+    from anygrain.reader.features import Batch
+
+__all__ = ["OnnxReader", "export_reader", "load_reader", "onnx_reader", "reader_key"]
+
+KIND = "reader"
+OUTPUTS = ("start_logits", "end_logits", "selection_logits")
+# two passages of different lengths: the batch is padded, so the traced masking is general
+EXAMPLE_QUESTION = "Which NFL team represented the AFC at Super Bowl 50?"
+EXAMPLE_PASSAGES = (
+    "The American Football Conference (AFC) champion Denver Broncos defeated the National "
+    "Football Conference (NFC) champion Carolina Panthers 24-10 to earn their third title.",
+    "Super Bowl 50 was an American football game.",
+)
+
+
+def reader_key(reader: Reader) -> str:
+    """The graph's key: the reader's weights and the settings its answers depend on."""
+    settings = (reader.config.to_dict(), reader.uses_token_types)
+    return f"{KIND}-{digest(EXPORT_VERSION, reader.fingerprint(), settings)}"
+
+
+def _logits(reader: Reader) -> Any:
+    def forward(*inputs: Any) -> Any:
+        o = reader(*inputs)
+        return o.start_logits, o.end_logits, o.selection_logits
+
+    return forward
+
+
+def export_reader(reader: Reader, cache: GraphCache) -> Path:
+    """The graph directory of ``reader``, exported unless already cached."""
+    key = reader_key(reader)
+
+    def fill(d: Path) -> None:
+        windows = windows_of(
+            reader, [EXAMPLE_QUESTION] * 2, list(EXAMPLE_PASSAGES), ["Super Bowl 50"] * 2
+        )
+        batch = collate(windows, reader.tokenizer.pad_token_id or 0)
+        # Reader.forward's positional order: input_ids, attention_mask, token_type_ids
+        inputs = {
+            n: t
+            for n, t in batch.model_inputs().items()
+            if n != "token_type_ids" or reader.uses_token_types
+        }
+        was_training = reader.training
+        try:
+            export_graph(
+                graph_module(reader, _logits(reader)),
+                inputs,
+                OUTPUTS,
+                d / GRAPH_FILE,
+                sequence_outputs=OUTPUTS[:2],
+            )
+        finally:
+            reader.train(was_training)
+        reader.tokenizer.save_pretrained(str(d))  # the windows are cut by the HF tokenizer
+        tok = save_tokenizer(reader.tokenizer, d / TOKENIZER_FILE)
+        write_meta(
+            d,
+            {
+                "kind": KIND,
+                "key": key,
+                "name": reader.config.base_model,
+                "max_length": reader.config.max_length,
+                "config": reader.config.to_dict(),
+                "inputs": list(inputs),
+                "outputs": list(OUTPUTS),
+                "tokenizer": tok,
+            },
+        )
+
+    return cache.write(key, fill)
+
+
+class OnnxReader:
+    """A reader's exported graph, reading as :class:`~anygrain.reader.model.Reader` does
+    (``bf16`` is accepted and ignored: the graph runs in float32, which ONNX Runtime makes
+    faster than torch's bfloat16 on a CPU)."""
+
+    runtime = "onnx"
+
+    def __init__(self, directory: Path, *, threads: int | None = None) -> None:
+        from anygrain.models.hf import quiet_transformers
+
+        self.graph = OnnxGraph(directory, threads=threads, tokenize=False)
+        meta = self.graph.meta
+        if meta.get("kind") != KIND:
+            raise ValueError(f"{directory}: not a reader graph")
+        self.config = ReaderConfig.from_dict(meta["config"], str(directory))
+        self.inputs = [str(n) for n in meta["inputs"]]
+        self.name = str(meta.get("name", ""))
+        from transformers import AutoTokenizer
+
+        with quiet_transformers():
+            self.tokenizer = AutoTokenizer.from_pretrained(str(directory))
+
+    def reading(self) -> AbstractContextManager[None]:
+        return nullcontext()
+
+    def window_logits(self, batch: Batch, bf16: bool = False) -> WindowLogits:
+        given = batch.model_inputs()
+        ids = given["input_ids"].numpy()
+        feeds = {n: given[n].numpy() if n in given else np.zeros_like(ids) for n in self.inputs}
+        start, end, selection = self.graph.run(feeds)
+        return WindowLogits(
+            start=start.astype(np.float32, copy=False),
+            end=end.astype(np.float32, copy=False),
+            selection=selection.astype(np.float32, copy=False),
+        )
+
+
+def onnx_reader(reader: Reader, cache: GraphCache, *, files: str | None = None) -> OnnxReader:
+    """``reader`` on ONNX Runtime, exported when its graph is not cached.  ``files``: the
+    signature of the files ``reader`` was loaded from (taken before loading), recorded so
+    the next load finds the graph without loading the reader."""
+    entry = export_reader(reader, cache)
+    if files is not None:
+        cache.remember_files(files, entry.name)
+    return OnnxReader(entry)
+
+
+def model_files(path: Path) -> list[Path]:
+    """What a saved reader is loaded from: its directory and, for a packed reader, its
+    backbone's."""
+    files = [path]
+    if is_packed_reader(path):
+        from anygrain.models.resolve import resolve_model
+
+        files.append(resolve_model(PackedReaderInfo.read(path).base_model)[0])
+    return files
+
+
+def _signature(path: Path) -> str | None:
+    """The files signature of the reader at ``path``; None when its files cannot be read
+    (loading it then says what is wrong)."""
+    try:
+        return files_signature(model_files(path))
+    except (AnygrainError, OSError, ValueError, KeyError):
+        return None
+
+
+def load_reader(
+    dir_or_name: str | Path,
+    runtime: Runtime | str | None = None,
+    *,
+    cache: GraphCache | None = None,
+) -> ReadingModel:
+    """The saved reader at ``dir_or_name`` (a full or packed reader directory, or a shipped
+    reader's name) on ``runtime``: ``torch``; ``onnx`` (an error when it cannot); ``auto``
+    (None): ONNX Runtime where it is installed and the graph exports, else torch with a
+    warning."""
+    from anygrain.models.base import saved_model_dir
+
+    path = saved_model_dir(dir_or_name)
+    if not wants_onnx(runtime, None):
+        return Reader.load(path)
+    cache = cache or GraphCache.default()
+    files = _signature(path)
+    record = cache.files_record(files) if files is not None else None
+    if record is not None:
+        return OnnxReader(cache.entry(record["key"]))
+    reader = Reader.load(path)
+    try:
+        return onnx_reader(reader, cache, files=files)
+    except (AnygrainError, ImportError, OSError, RuntimeError, ValueError) as e:
+        if parse_runtime(runtime) is Runtime.ONNX:
+            raise AnygrainError(
+                f"{path}: cannot run the reader on ONNX Runtime ({type(e).__name__}: {e}); "
+                "read with --runtime torch"
+            ) from e
+        warnings.warn(
+            f"reader not exported to ONNX ({type(e).__name__}: {e}); reading with torch",
+            stacklevel=2,
+        )
+        return reader
