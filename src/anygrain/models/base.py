@@ -43,6 +43,7 @@ from torch import nn
 
 from anygrain.errors import AnygrainError, IndexMismatchError
 from anygrain.utils.atomic import atomic_dir, atomic_write_text
+from anygrain.utils.memory import release_mapped
 
 
 class ModelType(str, enum.Enum):
@@ -99,6 +100,17 @@ def fingerprint_modules(modules: Sequence[nn.Module], *, numbered: bool = True) 
             # 384 MB: a copy would be a build's peak)
             h.update(t.detach().to(torch.float32).contiguous().cpu().numpy().data)
     return h.hexdigest()[:16]
+
+
+def release_weight_pages(module: nn.Module) -> int:
+    """Give back the resident pages of ``module``'s weights that are still mapped from their
+    file (:func:`~anygrain.utils.memory.release_mapped`); returns the bytes advised."""
+    seen: dict[int, int] = {}
+    for t in [*module.parameters(), *module.buffers()]:
+        if t.device.type == "cpu":
+            storage = t.untyped_storage()
+            seen[storage.data_ptr()] = storage.nbytes()
+    return release_mapped(list(seen.items()))
 
 
 M = TypeVar("M", bound="Model")
@@ -230,6 +242,7 @@ class Model(nn.Module):
             raise AnygrainError(f"{path}: holds {form.cls.noun} ({kind.value}), not {cls.noun}")
         model = form.load(path, read_config(path, kind), verify)
         assert isinstance(model, cls)
+        release_weight_pages(model)
         return model
 
 
