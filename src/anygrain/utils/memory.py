@@ -62,7 +62,7 @@ def release_mapped(buffers: list[tuple[int, int]]) -> int:
     libc = _libc()
     madvise = getattr(libc, "madvise", None) if libc is not None else None
     maps = file_mappings() if madvise is not None else []
-    if not maps:
+    if madvise is None or not maps:
         return 0
     madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     page = mmap.PAGESIZE
