@@ -10,8 +10,8 @@ name.  The rules (docs/design.md, "Layers"):
     ``anygrain.cli`` or ``anygrain.serve``: those are the top layers built on them;
 (b) ``anygrain/serve/`` never imports ``anygrain.cli``;
 (c) the floors: ``anygrain/index/`` (the base every kind stands on: base, manifest,
-    registry, settings, scope, tombstones, updater) imports no index kind (``sparse``, ``dense``,
-    ``phrase``) and nothing that stands on the kinds (``composite``, ``train``, ``reader``):
+    registry, settings, model_ref, scope, tombstones, updater) imports no index kind
+    (``sparse``, ``dense``, ``phrase``) and nothing that stands on the kinds (``composite``, ``train``, ``reader``):
     it finds a kind's module by name in ``anygrain.index.registry`` and runs its updates
     through the kind's class; and the kinds import nothing that stands on them;
 (d) the model base ``anygrain/models/base.py`` imports no model type's module: it finds

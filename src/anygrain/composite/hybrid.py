@@ -22,10 +22,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from anygrain.composite.fusion import FusionConfig, FusionMethod, fuse_scores, rrf, union_candidates
+from anygrain.composite.fusion import (
+    DEPTH_RANGE,
+    WEIGHT_RANGE,
+    FusionConfig,
+    FusionMethod,
+    fuse_scores,
+    rrf,
+    union_candidates,
+)
 from anygrain.corpus.source import corpus_ref, open_corpus_of, path_ref
 from anygrain.corpus.store import CorpusStore
-from anygrain.dense.index import DenseSettings, encoder_name, write_dense_index
+from anygrain.dense.index import DenseSettings, build_model, find_model, write_dense_index
 from anygrain.errors import AnygrainError, IndexMismatchError, UsageError, parse_enum
 from anygrain.hits.hit import Hit
 from anygrain.hits.results import hits_from_rows
@@ -49,6 +57,14 @@ def fusion_config(
     if depth < 1:
         raise AnygrainError(f"fusion depth must be at least 1, got {depth}")
     return FusionConfig(parse_enum(FusionMethod, fusion), weight, depth)
+
+
+def fusion_method(value: Any, where: str = "") -> FusionMethod:
+    """A search's ``fusion`` override checked: a known method; an error naming ``where``."""
+    try:
+        return parse_enum(FusionMethod, value)
+    except AnygrainError as e:
+        raise AnygrainError(f"{where}: {e}" if where else str(e)) from None
 
 
 #: the flat options a hybrid build takes (the API's and the command line's) that go to its
@@ -128,6 +144,12 @@ class HybridSettings(IndexSettings):
 class HybridIndex(Index):
     settings_type = HybridSettings
     load_options = frozenset({"model", "device"})  # handed to its dense part
+    #: a search's fusion overrides: what a server's client may set
+    search_option_checks = {
+        "fusion": fusion_method,
+        "weight": WEIGHT_RANGE.check,
+        "depth": DEPTH_RANGE.check,
+    }
     update_module = "anygrain.composite.hybrid_update"
 
     def __init__(
@@ -172,7 +194,7 @@ class HybridIndex(Index):
         assert isinstance(settings, HybridSettings)
         if options.corpus_dir is not None:
             raise UsageError("a hybrid index keeps its passage store inside it: no corpus_dir")
-        settings.dense.encoder  # noqa: B018 -- a named model is loaded before the corpus is read
+        find_model(settings.dense.model)  # a wrong name fails before the corpus is read
 
     @classmethod
     def write(
@@ -188,11 +210,11 @@ class HybridIndex(Index):
         assert isinstance(settings, HybridSettings)
         s = settings
         write_bm25_index(out / "sparse", corpus, s.bm25, progress=options.progress)
-        name = encoder_name(s.dense.model, corpus, s.dense.lang)  # without one: the language's
+        model, name = build_model(s.dense, corpus)  # without one: the language's
         write_dense_index(
             out / "dense",
             corpus,
-            s.dense.encoder or name,  # loaded there (as a name is)
+            model,
             s.dense,
             options,
             subdir="",

@@ -29,7 +29,6 @@ import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +42,6 @@ from anygrain.errors import (
     AnygrainError,
     IndexMismatchError,
     ModelNotFoundError,
-    UsageError,
     parse_enum,
 )
 from anygrain.hits.hit import Hit
@@ -51,12 +49,14 @@ from anygrain.hits.results import hits_from_rows
 from anygrain.index.base import Index
 from anygrain.index.encoded import EncodedQueries
 from anygrain.index.manifest import write_manifest
+from anygrain.index.model_ref import model_location
+from anygrain.index.model_ref import model_reference as shared_model_reference
 from anygrain.index.registry import IndexKind, register_index
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.models.biencoder import MODEL_CONFIG, BiEncoder
 from anygrain.models.encoder import EncoderConfig
-from anygrain.models.resolve import ALIASES, default_model
-from anygrain.models.shipped import SHIPPED
+from anygrain.models.resolve import ALIASES, default_model, resolve_model
+from anygrain.models.shipped import SHIPPED, shipped_model_dir
 from anygrain.utils.atomic import atomic_write_text
 from anygrain.utils.device import place
 from anygrain.vectors.factory import plan_training
@@ -93,24 +93,24 @@ def given_by_name(model: str | Path) -> bool:
 
 
 def model_reference(model: str | Path | BiEncoder, copy_model: bool | None = None) -> str:
-    """What a dense index records to find ``model`` again instead of copying it ("": copy it).
+    """What a dense index records to find ``model`` again instead of copying it ("": copy
+    it): :func:`anygrain.index.model_ref.model_reference`, a name being what
+    :func:`given_by_name` says is one (an alias, a shipped model, a hub name)."""
+    return shared_model_reference(model, copy_model, by_name=given_by_name)
 
-    ``copy_model`` None: a model given by name is referenced by that name, a directory or
-    an in-memory model copied; True: always copied; False: never (a directory is referenced
-    by its absolute path, an in-memory model, which has neither name nor path, refused)."""
-    if copy_model:
-        return ""
-    if isinstance(model, BiEncoder):
-        if copy_model is False:
-            raise UsageError(
-                "copy_model=False needs a model given by name or directory: an in-memory "
-                "model has neither for the index to record; save it (model.save(DIR)) and "
-                "pass DIR, or let the index copy it (copy_model=None or True)"
-            )
-        return ""
-    if given_by_name(model):
-        return str(model)
-    return str(Path(str(model)).expanduser().resolve()) if copy_model is False else ""
+
+def find_model(model: str | Path | BiEncoder | None) -> None:
+    """Refuse a model :func:`as_biencoder` would not find, without loading its weights, so
+    that a build refuses a wrong name before it reads the corpus (None: the default)."""
+    if model is None or isinstance(model, BiEncoder):
+        return
+    p = Path(str(model)).expanduser()
+    if (p / MODEL_CONFIG).exists():
+        return
+    if str(model) in SHIPPED and not p.exists():
+        shipped_model_dir(str(model))
+    else:
+        resolve_model(model)  # an alias, a hub name (fetched once) or a plain directory
 
 
 def encoder_name(
@@ -153,11 +153,12 @@ class DenseSettings(IndexSettings):
                 f"{self.batch_size}, {self.shard_size}"
             )
 
-    @cached_property
-    def encoder(self) -> BiEncoder | None:
-        """The named model, loaded on first use and kept (None without one: the default
-        follows the corpus language, known once the corpus is read)."""
-        return None if self.model is None else as_biencoder(self.model)
+
+def build_model(settings: DenseSettings, store: CorpusStore) -> tuple[BiEncoder, str]:
+    """The model a build with ``settings`` encodes ``store`` with, loaded, and the name to
+    record: the named one, or the default encoder for the corpus language."""
+    name = encoder_name(settings.model, store, settings.lang)
+    return as_biencoder(settings.model if settings.model is not None else name), name
 
 
 def write_dense_index(
@@ -191,45 +192,28 @@ def write_dense_index(
     out = Path(out)
     if not model_name and not isinstance(model, BiEncoder):
         model_name = str(model)
-    ref = model_reference(s.model if s.model is not None else model, s.copy_model)
+    given = s.model if s.model is not None else (model_name or model)
+    ref = model_reference(given, s.copy_model)
     enc = as_biencoder(model)
     base = out / subdir
     base.mkdir(parents=True, exist_ok=True)
     plan_training(len(store), enc.dim, s.factory)  # fail now, not after encoding
     t0 = time.time()
     fingerprint = enc.passage_fingerprint()
-    # where the model is found again: its copy in the index, or the name it was given by
-    found: dict[str, str] = {"ref": ref} if ref else {"path": "model"}
     if not ref:
         enc.save(base / "model")
     t_model = time.time()
-    target = base / "vectors"
-    shards = encode_corpus(
-        store,
-        enc,
-        vectors_dir or target,
-        shard_size=s.shard_size,
-        dtype=s.dtype,
-        batch_size=s.batch_size,
-        progress=options.progress,
-        bf16=s.bf16,
-        label=model_name,
-        executor=options.executor,
-        device=options.device,
-    )
-    t_encode = time.time()
-    fx = FaissIndex.build(shards, s.factory, progress=options.progress)
-    fx.save(base / "faiss.index")
-    t_faiss = time.time()
-    if vectors_dir is not None and Path(vectors_dir).resolve() != target.resolve():
-        # Moved only once FAISS is built, so a failure there keeps the encoded vectors.
-        if target.exists():
-            shutil.rmtree(target)
-        shutil.move(str(vectors_dir), str(target))  # a rename on the same filesystem
+    fx, t_encode = _encode_and_index(store, enc, base, s, options, vectors_dir, model_name)
+    timings = {
+        "save_model_seconds": round(t_model - t0, 3),
+        "encode_seconds": round(t_encode - t_model, 3),
+        "faiss_seconds": round(time.time() - t_encode, 3),
+    }
     recorded = {
         "subdir": subdir,
         "model": {
-            **found,
+            # where the model is found again: its copy in the index, or the name it was given by
+            **({"ref": ref} if ref else {"path": "model"}),
             "name": model_name or enc.config.base_model,
             "base_model": enc.config.base_model,
             "fingerprint": fingerprint,
@@ -243,11 +227,7 @@ def write_dense_index(
         "nprobe": fx.nprobe,
         "ef_search": fx.ef_search,
         "bf16": s.bf16,
-        "timings": {
-            "save_model_seconds": round(t_model - t0, 3),
-            "encode_seconds": round(t_encode - t_model, 3),
-            "faiss_seconds": round(t_faiss - t_encode, 3),
-        },
+        "timings": timings,
     }
     atomic_write_text(base / SETTINGS_FILE, json.dumps(recorded, indent=2))
     write_manifest(
@@ -259,14 +239,48 @@ def write_dense_index(
             "checksum": store.checksum,
             "n_passages": len(store),
         },
-        model={
-            "fingerprint": fingerprint,
-            "base_model": enc.config.base_model,
-            **({"ref": ref} if ref else {"path": str(Path(subdir) / "model")}),
-        },
+        model=model_location(
+            fingerprint, enc.config.base_model, ref=ref, copy=str(Path(subdir) / "model")
+        ),
         settings={"dense": recorded} | ({"build": build.to_dict()} if build is not None else {}),
     )
     return recorded
+
+
+def _encode_and_index(
+    store: CorpusStore,
+    enc: BiEncoder,
+    base: Path,
+    s: DenseSettings,
+    options: BuildOptions,
+    vectors_dir: Path | None,
+    label: str,
+) -> tuple[FaissIndex, float]:
+    """Encode ``store`` into ``base/vectors`` (by way of ``vectors_dir`` when given) and
+    write its FAISS index ``base/faiss.index``; returns the index and when encoding ended."""
+    target = base / "vectors"
+    shards = encode_corpus(
+        store,
+        enc,
+        vectors_dir or target,
+        shard_size=s.shard_size,
+        dtype=s.dtype,
+        batch_size=s.batch_size,
+        progress=options.progress,
+        bf16=s.bf16,
+        label=label,
+        executor=options.executor,
+        device=options.device,
+    )
+    t_encode = time.time()
+    fx = FaissIndex.build(shards, s.factory, progress=options.progress)
+    fx.save(base / "faiss.index")
+    if vectors_dir is not None and Path(vectors_dir).resolve() != target.resolve():
+        # Moved only once FAISS is built, so a failure there keeps the encoded vectors.
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.move(str(vectors_dir), str(target))  # a rename on the same filesystem
+    return fx, t_encode
 
 
 def referenced_model(path: Path, record: dict[str, Any]) -> BiEncoder:
@@ -394,7 +408,7 @@ class DenseIndex(Index):
     @classmethod
     def check_build(cls, settings: IndexSettings, options: BuildOptions) -> None:
         assert isinstance(settings, DenseSettings)
-        settings.encoder  # noqa: B018 -- a named model is loaded before the corpus is read
+        find_model(settings.model)  # a wrong name fails before the corpus is read
 
     @classmethod
     def write(
@@ -411,11 +425,11 @@ class DenseIndex(Index):
         detected): ``minilm`` for English, the multilingual ``me5-small`` for Chinese.
         """
         assert isinstance(settings, DenseSettings)
-        name = encoder_name(settings.model, corpus, settings.lang)
+        model, name = build_model(settings, corpus)
         write_dense_index(
             out,
             corpus,
-            settings.encoder or name,  # loaded there (as a name is)
+            model,
             settings,
             options,
             model_name=name,

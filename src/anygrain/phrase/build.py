@@ -17,8 +17,9 @@ A phrase model given by a shipped model's name (``phrase-minilm``, or the defaul
 the corpus language) is not copied: ``index.json`` records the name (``model.ref``) beside
 the fingerprint, and opening loads the name again and refuses other weights behind it.  A
 model given as a directory or an instance is copied into ``phrase/model/``
-(``model.path``); ``PhraseSettings.copy_model`` overrides the rule, as a dense index's
-(:func:`anygrain.dense.index.model_reference`).
+(``model.path``); ``PhraseSettings.copy_model`` overrides the rule, as for every kind
+(:mod:`anygrain.index.model_ref`).  The settings hold the model as given (a name, a
+directory or an instance); the build loads it and passes it on (:func:`build_model`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,8 +38,10 @@ import numpy as np
 from anygrain.corpus.source import corpus_ref
 from anygrain.corpus.store import CorpusStore
 from anygrain.encode.npy import drop_pages
-from anygrain.errors import AnygrainError, UsageError, parse_enum
+from anygrain.errors import AnygrainError, parse_enum
 from anygrain.index.manifest import write_manifest
+from anygrain.index.model_ref import model_location
+from anygrain.index.model_ref import model_reference as shared_model_reference
 from anygrain.index.registry import IndexKind
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.phrase.budget import BuildBudget, parse_bytes
@@ -47,6 +49,7 @@ from anygrain.phrase.compress import Compress, compressed_factory, ivf_prefix
 from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_phrases
 from anygrain.phrase.filtering import dump_filter, fraction_threshold, refiltered_flags, subset_dump
 from anygrain.phrase.lexical import SparseFusion, copy_sparse, write_sparse
+from anygrain.phrase.record import DUMP_FILES, PhraseCounts, PhraseIndexRecord
 from anygrain.phrase.rescore import RESCORE_RANGE
 from anygrain.utils.device import resolve_device
 from anygrain.utils.ranges import Range
@@ -68,8 +71,6 @@ def is_phrase_encoder(model: object) -> TypeIs[PhraseEncoder]:
 
 
 SUBDIR = "phrase"
-#: The float16 vectors; optional once the FAISS indexes hold codes to decode.
-DUMP_FILES = ("start.npy", "end.npy")
 #: the layout version :class:`~anygrain.phrase.index.PhraseIndex` reads
 FORMAT_VERSION = 1
 
@@ -173,33 +174,27 @@ class PhraseSettings(IndexSettings):
             return None
         return SparseFusion().with_weight(self.sparse_weight)
 
-    @cached_property
-    def encoder(self) -> PhraseEncoder | None:
-        """The named model, loaded (and checked) on first use and kept (None without one:
-        the default follows the corpus language, known once the corpus is read)."""
-        return None if self.model is None else as_phrase_model(self.model)
 
-
-def recorded_settings(recorded: dict[str, Any], *, lang: str | None = None) -> PhraseSettings:
-    """The settings that write an index again as ``recorded`` (an ``index.json``'s
+def recorded_settings(record: PhraseIndexRecord, *, lang: str | None = None) -> PhraseSettings:
+    """The settings that write an index again as ``record`` (an ``index.json``'s
     ``settings``) says it was written: its threshold, factory, words per phrase, bf16,
     compression, dump and lexical part (``lang``: the language of its BM25 part)."""
-    sparse = recorded.get("sparse")
+    r = record
     return PhraseSettings(
-        threshold=recorded.get("threshold"),
+        threshold=r.threshold,
         # the recorded threshold already holds the keep fraction's effect; without one the
         # index kept every vector its model's filter passed
-        keep=None if recorded.get("threshold") is not None else 1.0,
-        factory=recorded.get("factory"),
-        bf16=bool(recorded.get("bf16", False)),
-        max_phrase_words=recorded.get("max_phrase_words"),
-        compress=recorded.get("compress", Compress.NONE),
-        pq_m=recorded.get("pq_m"),
-        keep_dump=recorded.get("dump"),
-        sparse=bool(sparse),
-        sparse_weight=SparseFusion.from_dict(sparse).weight if sparse else None,
+        keep=None if r.threshold is not None else 1.0,
+        factory=r.factory,
+        bf16=bool(r.bf16),
+        max_phrase_words=r.max_phrase_words,
+        compress=parse_enum(Compress, r.compress or Compress.NONE),
+        pq_m=r.pq_m,
+        keep_dump=r.dump,
+        sparse=bool(r.sparse),
+        sparse_weight=SparseFusion.from_dict(r.sparse).weight if r.sparse else None,
         lang=lang,
-        rescore=recorded.get("rescore"),
+        rescore=r.rescore,
     )
 
 
@@ -208,15 +203,24 @@ def as_phrase_model(
 ) -> PhraseEncoder:
     """A phrase model from an instance, a shipped model's name (``phrase-minilm``) or a saved
     directory; ``None`` is the shipped default for ``lang``.  An untrained encoder is refused."""
-    from anygrain.models.shipped import SHIPPED, default_phrase_model, shipped_model_dir
+    from anygrain.models.shipped import default_phrase_model
     from anygrain.phrase.model import PhraseEncoder
 
     if is_phrase_encoder(model):
         return model
-    if model is None:
-        model = default_phrase_model(lang)
+    return PhraseEncoder.load(
+        phrase_model_dir(default_phrase_model(lang) if model is None else model)
+    )
+
+
+def phrase_model_dir(model: str | Path) -> Path:
+    """The directory :func:`as_phrase_model` loads a phrase model given by name or
+    directory from, found without loading it: an error for what holds none, so that a build
+    refuses a wrong name before it reads the corpus."""
+    from anygrain.models.shipped import SHIPPED, shipped_model_dir
+
     if str(model) in SHIPPED:
-        return PhraseEncoder.load(shipped_model_dir(str(model)))
+        return shipped_model_dir(str(model))
     p = Path(str(model)).expanduser()
     if not p.exists():
         raise AnygrainError(
@@ -227,7 +231,7 @@ def as_phrase_model(
             f"{model}: not a phrase model; train one with `anygrain train phrase` and pass its "
             "directory as --model"
         )
-    return PhraseEncoder.load(p)
+    return p
 
 
 def given_by_name(model: str | Path) -> bool:
@@ -239,34 +243,18 @@ def given_by_name(model: str | Path) -> bool:
 
 
 def model_reference(model: str | Path | PhraseEncoder, copy_model: bool | None = None) -> str:
-    """What a phrase index records to find ``model`` again instead of copying it ("": copy it).
-
-    As for a dense index: ``copy_model`` None: a shipped model's name is referenced by that
-    name, a directory or an in-memory model copied; True: always copied; False: never (a
-    directory is referenced by its absolute path, an in-memory model, which has neither
-    name nor path, refused)."""
-    if copy_model:
-        return ""
-    if is_phrase_encoder(model):
-        if copy_model is False:
-            raise UsageError(
-                "copy_model=False needs a phrase model given by name or directory: an "
-                "in-memory model has neither for the index to record; save it "
-                "(model.save(DIR)) and pass DIR, or let the index copy it (copy_model=None "
-                "or True)"
-            )
-        return ""
-    if given_by_name(model):
-        return str(model)
-    return str(Path(str(model)).expanduser().resolve()) if copy_model is False else ""
+    """What a phrase index records to find ``model`` again instead of copying it ("": copy
+    it): :func:`anygrain.index.model_ref.model_reference`, a shipped model's name being a
+    name."""
+    return shared_model_reference(model, copy_model, by_name=given_by_name, noun="phrase model")
 
 
 def build_model(settings: PhraseSettings, store: CorpusStore) -> tuple[PhraseEncoder, str | None]:
-    """The model a build with ``settings`` encodes ``store`` with, and the name to record:
-    the named one, or the shipped default for ``lang`` (detected from the passages)."""
-    if settings.encoder is not None:
+    """The model a build with ``settings`` encodes ``store`` with, loaded, and the name to
+    record: the named one, or the shipped default for ``lang`` (detected from the passages)."""
+    if settings.model is not None:
         name = str(settings.model) if isinstance(settings.model, str | Path) else None
-        return settings.encoder, name
+        return as_phrase_model(settings.model), name
     from anygrain.corpus.lang import detect_lang
     from anygrain.models.shipped import default_phrase_model
 
@@ -353,7 +341,7 @@ def write_index(
     model_name: str | None = None,
     build: PhraseSettings | None = None,
     ref: str | None = None,
-) -> dict[str, Any]:
+) -> PhraseIndexRecord:
     """Dump ``store`` with ``model``, build both MIPS indexes and write ``index.json`` under
     ``out``.
 
@@ -370,8 +358,8 @@ def write_index(
 
     The model is copied into ``out/phrase/model`` or, when it was given by a shipped
     model's name (as ``settings.model``, else as ``model_name``: the default's), only
-    referenced: :func:`model_reference`, with ``settings.copy_model`` deciding.  ``ref``
-    decides instead when given (an update keeps its index's: "" copies)."""
+    referenced: :func:`model_reference`, with ``settings.copy_model`` deciding.
+    ``ref`` decides instead when given (an update keeps its index's: "" copies)."""
     s = settings
     # what the model leaves of the memory budget (refused here when too little is left)
     budget = s.budget.for_model(model, str(model_name or model.config.base_model))
@@ -380,7 +368,6 @@ def write_index(
         given = s.model if s.model is not None else model_name
         ref = model_reference(given if given is not None else model, s.copy_model)
     lexical = s.fusion()
-    threshold = s.threshold if s.threshold is not None else model.config.filter_threshold
     if lexical is not None:
         if s.sparse_from is not None:
             copy_sparse(Path(s.sparse_from), out, store)
@@ -394,6 +381,7 @@ def write_index(
     else:
         model.save(base / "model")  # records the fingerprint of the weights as they are now
         fingerprint = model.config.phrase_fingerprint
+    threshold = s.threshold if s.threshold is not None else model.config.filter_threshold
     stats = dump_phrases(
         store,
         model,
@@ -408,47 +396,56 @@ def write_index(
         executor=options.executor,
         device=options.device,
     )
-    keep = s.keep_fraction
-    if keep is not None and keep < 1:
-        threshold, stats = _keep_fraction(base, work, stats, keep, threshold, options.progress)
-    recorded: dict[str, Any] = {
-        "max_phrase_words": model.config.max_phrase_words
-        if s.max_phrase_words is None
-        else int(s.max_phrase_words),
-        "threshold": threshold,
-        **({"keep": keep} if keep is not None else {}),
-        "dim": model.dim,
-        "dtype": "float16",
-        "include_title": model.config.include_title,
-        "max_passage_length": model.config.max_passage_length,
-        "doc_stride": model.config.doc_stride,
-        "bf16": s.bf16,
-    }
-    if lexical is not None:
-        recorded["sparse"] = lexical.to_dict()
-    if build is not None:
-        recorded["build"] = build.to_dict()
-    # where the model is found again: its copy in the index, or the name it was given by
-    model_info: dict[str, Any] = {
-        "fingerprint": fingerprint,
-        "base_model": model.config.base_model,
-        **({"ref": ref} if ref else {"path": f"{SUBDIR}/model"}),
-    }
-    if model_name is not None:
-        model_info["name"] = model_name
+    fraction = s.keep_fraction
+    if fraction is not None and fraction < 1:
+        threshold, stats = _keep_fraction(base, work, stats, fraction, threshold, options.progress)
+    record = dump_record(model, s, threshold, fraction, build)
     from anygrain.phrase.reference import scoring_record
 
+    # where the model is found again: its copy in the index, or the name it was given by
+    model_info = model_location(
+        fingerprint, model.config.base_model, ref=ref, copy=f"{SUBDIR}/model"
+    )
+    if model_name is not None:
+        model_info["name"] = model_name
     model_info["scoring"] = scoring_record(model.config)  # checked with the fingerprint
     return finish_index(
         out,
         store,
         stats,
         s,
-        recorded=recorded,
+        record=record,
         model_info=model_info,
         progress=options.progress,
         timings={"dump_seconds": round(time.time() - t0, 3)},
         budget=budget,
+    )
+
+
+def dump_record(
+    model: PhraseEncoder,
+    settings: PhraseSettings,
+    threshold: float | None,
+    fraction: float | None,
+    build: PhraseSettings | None,
+) -> PhraseIndexRecord:
+    """What a dump by ``model`` with ``settings`` at ``threshold`` records (``fraction``:
+    the keep fraction asked for; ``build``: the settings the index was asked for)."""
+    cfg = model.config
+    lexical = settings.fusion()
+    return PhraseIndexRecord(
+        max_phrase_words=cfg.max_phrase_words
+        if settings.max_phrase_words is None
+        else int(settings.max_phrase_words),
+        threshold=threshold,
+        keep=fraction,
+        dim=model.dim,
+        include_title=cfg.include_title,
+        max_passage_length=cfg.max_passage_length,
+        doc_stride=cfg.doc_stride,
+        bf16=settings.bf16,
+        sparse=lexical.to_dict() if lexical is not None else None,
+        build=build.to_dict() if build is not None else None,
     )
 
 
@@ -479,12 +476,12 @@ def finish_index(
     stats: DumpStats,
     settings: PhraseSettings,
     *,
-    recorded: dict[str, Any],
+    record: PhraseIndexRecord,
     model_info: dict[str, Any],
     progress: bool,
     timings: dict[str, Any],
     budget: BuildBudget | None = None,
-) -> dict[str, Any]:
+) -> PhraseIndexRecord:
     """Build both MIPS indexes over the token arrays in ``out/phrase`` and write ``index.json``.
 
     Shared by a fresh build (after the dump), :func:`anygrain.phrase.refilter.refilter`
@@ -492,27 +489,17 @@ def finish_index(
     manifest.  Of ``settings``, the FAISS ones count here: ``compress`` picks the factory
     when ``factory`` is not given; span scoring reads the float16 dump only when the index
     is uncompressed and the dump is kept (``keep_dump``, default: kept for ``none``),
-    otherwise the vectors decoded from the FAISS codes.  ``recorded`` is what
-    ``index.json`` records as ``settings`` (its ``threshold`` and ``dim`` are read here),
-    completed with the FAISS settings.
+    otherwise the vectors decoded from the FAISS codes.  ``record`` is what the dump made
+    (its ``threshold`` and ``dim`` are read here), completed with the FAISS part and
+    written as ``index.json``'s ``settings``; it is returned.
     """
     comp = settings.compress
-    keep = (comp is Compress.NONE) if settings.keep_dump is None else bool(settings.keep_dump)
+    keep_dump = (comp is Compress.NONE) if settings.keep_dump is None else bool(settings.keep_dump)
     base = out / SUBDIR
     t0 = time.time()
-    start = np.load(base / "start.npy", mmap_mode="r")
-    end = np.load(base / "end.npy", mmap_mode="r")
-    flags = np.load(base / "tokens.npy", mmap_mode="r")[:, 3]
-    start_ids = np.flatnonzero(flags & START_OK).astype(np.int64)
-    end_ids = np.flatnonzero(flags & END_OK).astype(np.int64)
-    if not len(start_ids) or not len(end_ids):
-        raise AnygrainError(
-            f"no phrase vectors passed the filter (threshold {recorded['threshold']}); "
-            "lower --threshold"
-        )
-    np.save(base / "start_ids.npy", start_ids)
-    np.save(base / "end_ids.npy", end_ids)
-    dim = int(recorded["dim"])
+    start_ids, end_ids = _side_ids(base, record.threshold)
+    assert record.dim is not None
+    dim = int(record.dim)
     # Both sides use one factory, checked for each before building: chosen for the larger
     # side, or, compressed, for the smaller (its training points bound the PQ bits).
     spec = (
@@ -521,12 +508,79 @@ def finish_index(
         or default_phrase_factory(max(len(start_ids), len(end_ids)), dim)
     )
     budget = budget or settings.budget  # a build's: what its model leaves of the budget
+    blocks = _build_sides(base, spec, dim, start_ids, end_ids, budget, progress)
+    if not keep_dump:
+        for name in DUMP_FILES:
+            (base / name).unlink(missing_ok=True)
+    nlist = parse_factory(spec).nlist
+    record = dataclasses.replace(
+        record,
+        factory=spec,
+        # as both build paths set it (FaissIndex.build, build_blocks): reopening the index
+        # only to read it back would map its codes
+        nprobe=default_nprobe(nlist) if nlist else None,
+        # FAISS blocks beside start.faiss/end.faiss (a build larger than its memory budget)
+        faiss_blocks=blocks if any(blocks.values()) else None,
+        compress=comp.value,
+        pq_m=settings.pq_m,
+        dump=keep_dump,
+        # where span scoring reads vectors: the float16 dump, or the FAISS codes decoded
+        span_vectors="dump" if keep_dump and comp is Compress.NONE else "codes",
+        rescore=int(settings.rescore) if settings.rescore is not None else record.rescore,
+    )
+    write_manifest(
+        out,
+        IndexKind.PHRASE,
+        FORMAT_VERSION,
+        corpus={
+            "path": corpus_ref(out, store),
+            "checksum": store.checksum,
+            "n_passages": len(store),
+        },
+        model=model_info,
+        settings=record.to_manifest(),
+        counts=PhraseCounts.of_dump(stats).to_manifest(base),
+        timings={
+            **timings,
+            "faiss_seconds": round(time.time() - t0, 3),
+            "shards_resumed": stats.shards_done_before,
+        },
+    )
+    return record
+
+
+def _side_ids(base: Path, threshold: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """The token indices of the start- and end-capable tokens of the dump in ``base``,
+    saved there as each side's FAISS id -> token map."""
+    flags = np.load(base / "tokens.npy", mmap_mode="r")[:, 3]
+    start_ids = np.flatnonzero(flags & START_OK).astype(np.int64)
+    end_ids = np.flatnonzero(flags & END_OK).astype(np.int64)
+    if not len(start_ids) or not len(end_ids):
+        raise AnygrainError(
+            f"no phrase vectors passed the filter (threshold {threshold}); lower --threshold"
+        )
+    np.save(base / "start_ids.npy", start_ids)
+    np.save(base / "end_ids.npy", end_ids)
+    return start_ids, end_ids
+
+
+def _build_sides(
+    base: Path,
+    spec: str,
+    dim: int,
+    start_ids: np.ndarray,
+    end_ids: np.ndarray,
+    budget: BuildBudget,
+    progress: bool,
+) -> dict[str, int]:
+    """Build ``start.faiss`` and ``end.faiss`` with factory ``spec`` over the dump's vectors,
+    one side in memory at a time; returns the blocks each side was written in (0: whole)."""
     train_size = budget.train_vectors(dim)
     for n_side in (len(start_ids), len(end_ids)):
         plan_training(n_side, dim, spec, min(train_size, n_side))
     blocks: dict[str, int] = {}
-    for side, arr, ids in (("start", start, start_ids), ("end", end, end_ids)):
-        vectors = StoredVectors(arr, ids)
+    for side, ids in (("start", start_ids), ("end", end_ids)):
+        vectors = StoredVectors(np.load(base / f"{side}.npy", mmap_mode="r"), ids)
         n_train = min(train_size, len(ids))
         if parse_factory(spec).nlist:  # codes in blocks of bounded size, freed one by one
             blocks[side] = FaissIndex.build_blocks(
@@ -548,59 +602,5 @@ def finish_index(
             )
             fx.save(base / f"{side}.faiss")
             del fx  # one side's index in memory at a time
-    del start, end
-    nlist = parse_factory(spec).nlist
-    if not keep:
-        for name in DUMP_FILES:
-            (base / name).unlink(missing_ok=True)
-    sizes = {f.name: f.stat().st_size for f in base.iterdir() if f.is_file()}
-    n_bytes = sum(sizes.values())
-    recorded = {
-        **recorded,
-        "factory": spec,
-        # as both build paths set it (FaissIndex.build, build_blocks): reopening the index
-        # only to read it back would map its codes
-        "nprobe": default_nprobe(nlist) if nlist else None,
-        # FAISS blocks beside start.faiss/end.faiss (a build larger than its memory budget)
-        **({"faiss_blocks": blocks} if any(blocks.values()) else {}),
-        "compress": comp.value,
-        "pq_m": settings.pq_m,
-        "dump": keep,
-        # where span scoring reads vectors: the float16 dump, or the FAISS codes decoded
-        "span_vectors": "dump" if keep and comp is Compress.NONE else "codes",
-    }
-    if settings.rescore is not None:
-        recorded["rescore"] = int(settings.rescore)
-    counts = {
-        "passages": stats.n_passages,
-        "tokens_seen": stats.n_tokens_seen,
-        "tokens_kept": stats.n_kept,
-        "start_vectors": stats.n_start,
-        "end_vectors": stats.n_end,
-        "vectors_per_passage": round((stats.n_start + stats.n_end) / max(stats.n_passages, 1), 3),
-        "tokens_kept_per_passage": round(stats.n_kept / max(stats.n_passages, 1), 3),
-        "kept_fraction": round(stats.n_kept / max(stats.n_tokens_seen, 1), 4),
-        "bytes": n_bytes,
-        "bytes_per_passage": round(n_bytes / max(stats.n_passages, 1), 1),
-        "faiss_bytes": sum(v for k, v in sizes.items() if k.endswith(".faiss")),
-        "dump_bytes": sum(sizes.get(name, 0) for name in DUMP_FILES),
-    }
-    write_manifest(
-        out,
-        IndexKind.PHRASE,
-        FORMAT_VERSION,
-        corpus={
-            "path": corpus_ref(out, store),
-            "checksum": store.checksum,
-            "n_passages": len(store),
-        },
-        model=model_info,
-        settings=recorded,
-        counts=counts,
-        timings={
-            **timings,
-            "faiss_seconds": round(time.time() - t0, 3),
-            "shards_resumed": stats.shards_done_before,
-        },
-    )
-    return {"settings": recorded, "counts": counts}
+        del vectors
+    return blocks

@@ -18,7 +18,9 @@ Opening checks that the model's phrase fingerprint is the one the vectors were m
 with: a different phrase encoder would put questions and phrases in different spaces.
 A model the index refers to by name (``model.ref`` in ``index.json``: a shipped model such
 as ``phrase-minilm``, not copied into the index) is loaded by that name and checked the
-same way, so other weights behind the name are refused (:func:`referenced_model`).
+same way, so other weights behind the name are refused; opening the model and the arrays
+is :mod:`anygrain.phrase.opening`, what the index wrote (``index.json``'s settings and
+counts) :mod:`anygrain.phrase.record`.
 
 Building (the settings, the dump, both MIPS indexes) is :mod:`anygrain.phrase.build`;
 the search for sentences, passages and documents in rounds is :mod:`anygrain.phrase.units`.
@@ -26,10 +28,9 @@ the search for sentences, passages and documents in rounds is :mod:`anygrain.phr
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import faiss
 import numpy as np
@@ -37,13 +38,11 @@ import numpy as np
 from anygrain.corpus.source import open_corpus_of
 from anygrain.corpus.store import CorpusStore
 from anygrain.encode.onnx_runtime import (
-    GraphCache,
     Runtime,
-    files_signature,
     parse_runtime,
     wants_onnx,
 )
-from anygrain.errors import AnygrainError, IndexMismatchError, ModelNotFoundError
+from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit, Unit, UnitSearchStats
 from anygrain.index.base import PASSAGE_METRICS, Index
 from anygrain.index.encoded import EncodedQueries
@@ -51,18 +50,23 @@ from anygrain.index.registry import IndexKind, register_index
 from anygrain.index.scope import Scope
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.phrase.build import (
-    DUMP_FILES,
     FORMAT_VERSION,
-    SUBDIR,
     PhraseSettings,
-    as_phrase_model,
     build_model,
-    given_by_name,
     is_phrase_encoder,
+    phrase_model_dir,
     write_index,
 )
 from anygrain.phrase.compress import DecodedVectors
-from anygrain.phrase.lexical import LexicalQuery, LexicalScorer, SparseFusion, open_sparse
+from anygrain.phrase.lexical import (
+    WEIGHT_RANGE,
+    LexicalQuery,
+    LexicalScorer,
+    SparseFusion,
+    open_sparse,
+)
+from anygrain.phrase.opening import cached_question_encoder, open_arrays, open_model
+from anygrain.phrase.record import PhraseIndexRecord
 from anygrain.phrase.rescore import RESCORE_RANGE, search_rescored
 from anygrain.phrase.search import (
     Phrases,
@@ -74,7 +78,6 @@ from anygrain.phrase.search import (
 )
 from anygrain.phrase.units import fused_phrases, mips_scored
 from anygrain.phrase.units import search_units as search_unit_rounds
-from anygrain.utils.device import place
 from anygrain.utils.threads import single_thread
 from anygrain.vectors.faiss_index import FaissIndex, unwrap_index
 
@@ -82,57 +85,6 @@ if TYPE_CHECKING:
     from anygrain.corpus.questions import Questions
     from anygrain.eval.evaluate import EvalReport
     from anygrain.phrase.model import PhraseEncoder
-
-
-def referenced_model(path: Path, record: dict[str, Any]) -> PhraseEncoder:
-    """The phrase model an index at ``path`` refers to by name (``record``: the ``model`` of
-    its ``index.json``), loaded as the build loaded it (and checked against the fingerprint
-    saved beside its weights); its phrase fingerprint is the caller's to check against the
-    index's."""
-    ref = record.get("ref")
-    if not ref:
-        raise AnygrainError(
-            f"{path}: its index.json records neither a copy of the phrase model ('path') nor "
-            "a model to load ('ref'); rebuild the index"
-        )
-    fix = (
-        "Pass that model's directory with --model DIR (Index.load(path, model=DIR)), or "
-        "rebuild the index with --copy-model to carry the model in it."
-    )
-    what = (
-        f"{path}: the index refers to the phrase model {ref!r} (fingerprint "
-        f"{record.get('fingerprint')}) instead of holding a copy"
-    )
-    if not given_by_name(ref) and not Path(ref).expanduser().exists():
-        raise ModelNotFoundError(
-            f"{what}, and no shipped model has that name nor is it a directory here. {fix}"
-        )
-    try:
-        return as_phrase_model(ref)
-    except ModelNotFoundError as e:
-        raise ModelNotFoundError(f"{what}, and it cannot be loaded here: {e} {fix}") from None
-
-
-def model_dir_of(
-    path: Path, manifest: dict[str, Any], model: str | Path | PhraseEncoder | None
-) -> Path | None:
-    """The directory the phrase model of the index at ``path`` is loaded from (``model``
-    given by name or directory, else the copy in the index or the model it refers to), found
-    without loading it; None when there is none to find."""
-    from anygrain.models.shipped import shipped_model_dir
-
-    if is_phrase_encoder(model):
-        return None
-    record = manifest.get("model") or {}
-    if model is None and record.get("path"):
-        return path / record["path"]
-    name = model if model is not None else record.get("ref")
-    if not name:
-        return None
-    if given_by_name(name):
-        return shipped_model_dir(str(name))
-    p = Path(str(name)).expanduser()
-    return p if p.is_dir() else None
 
 
 @register_index(IndexKind.PHRASE)
@@ -143,6 +95,8 @@ class PhraseIndex(Index):
     default_unit = Unit.PHRASE
     takes_query_model = True
     load_options = frozenset({"model", "device", "store", "mmap", "runtime"})
+    #: a search's BM25 weight override: what a server's client may set
+    search_option_checks = {"sparse_weight": WEIGHT_RANGE.check}
     settings_type = PhraseSettings
     format_version = FORMAT_VERSION
     update_module = "anygrain.phrase.update"
@@ -239,8 +193,10 @@ class PhraseIndex(Index):
         self.end_index = end_index
         self.start_ids = start_ids
         self.end_ids = end_ids
-        self.max_words = int(manifest["settings"]["max_phrase_words"])
-        sp = manifest["settings"].get("sparse")
+        #: what the index wrote (its settings in index.json)
+        self.record = PhraseIndexRecord.from_manifest(manifest["settings"])
+        self.max_words = int(self.record.max_phrase_words)
+        sp = self.record.sparse
         self.fusion = SparseFusion.from_dict(sp, f"{path}/index.json") if sp else None
         # the BM25 part opens on first use: a pure-dense search never reads it
         self._lexical: LexicalScorer | None = None
@@ -266,7 +222,7 @@ class PhraseIndex(Index):
     @property
     def rescore(self) -> int:
         """Passages a search re-scores exactly by default (the build's ``rescore``; 0: none)."""
-        return int(self.manifest["settings"].get("rescore") or 0)
+        return int(self.record.rescore or 0)
 
     @property
     def lexical(self) -> LexicalScorer | None:
@@ -299,7 +255,8 @@ class PhraseIndex(Index):
     @classmethod
     def check_build(cls, settings: IndexSettings, options: BuildOptions) -> None:
         assert isinstance(settings, PhraseSettings)
-        settings.encoder  # noqa: B018 -- a named model is checked before any work
+        if isinstance(settings.model, str | Path):  # a wrong name fails before any work
+            phrase_model_dir(settings.model)
 
     @classmethod
     def write(
@@ -358,193 +315,32 @@ class PhraseIndex(Index):
         ``auto``, ``onnx`` or ``torch``).  On ONNX Runtime, a model whose files are unchanged
         since its graph was exported is not loaded at all (no torch)."""
         path = Path(path)
-        base = path / SUBDIR
         use_onnx = wants_onnx(runtime, device)
-        questions = cls.cached_questions(path, manifest, model) if use_onnx else None
+        questions = cached_question_encoder(path, manifest, model) if use_onnx else None
         enc: PhraseEncoder | Callable[[], PhraseEncoder]
         if questions is None:
             strict = parse_runtime(runtime) is Runtime.ONNX
-            enc, questions = cls.open_model(
-                path, manifest, model, device, onnx=use_onnx, strict=strict
-            )
+            enc, questions = open_model(path, manifest, model, device, onnx=use_onnx, strict=strict)
         else:
 
             def enc() -> PhraseEncoder:
-                return cls.open_model(path, manifest, model, device, onnx=False)[0]
+                return open_model(path, manifest, model, device, onnx=False)[0]
 
         store = store or open_corpus_of(path, manifest)
-        decoded = manifest["settings"].get("span_vectors") == "codes"
-        for name in (
-            *(() if decoded else DUMP_FILES),
-            "tokens.npy",
-            "passage_ptr.npy",
-            "start.faiss",
-            "end.faiss",
-            "start_ids.npy",
-            "end_ids.npy",
-        ):
-            if not (base / name).exists():
-                raise AnygrainError(f"{path}: incomplete phrase index (missing {SUBDIR}/{name})")
-        mode: Literal["r"] | None = "r" if mmap else None
-        tokens = _load_array(base / "tokens.npy", None)
-        ptr = _load_array(base / "passage_ptr.npy", None)
-        n = len(tokens)
-        factory = manifest["settings"].get("factory", "")
-        blocks = manifest["settings"].get("faiss_blocks") or {}
-        fs = FaissIndex.load(
-            base / "start.faiss", factory=factory, mmap=mmap, blocks=int(blocks.get("start", 0))
-        )
-        fe = FaissIndex.load(
-            base / "end.faiss", factory=factory, mmap=mmap, blocks=int(blocks.get("end", 0))
-        )
-        start_ids = _load_array(base / "start_ids.npy", None)
-        end_ids = _load_array(base / "end_ids.npy", None)
-        if fs.ntotal != len(start_ids) or fe.ntotal != len(end_ids):
-            raise IndexMismatchError(f"{path}: FAISS indexes do not match the stored tokens")
-        start: Any
-        end: Any
-        if decoded:
-            if (len(start_ids) and int(start_ids.max()) >= n) or (
-                len(end_ids) and int(end_ids.max()) >= n
-            ):
-                raise IndexMismatchError(f"{path}: FAISS ids point past the stored tokens")
-            start, end = DecodedVectors(fs, start_ids, n), DecodedVectors(fe, end_ids, n)
-        else:
-            start = _load_array(base / "start.npy", mode)
-            end = _load_array(base / "end.npy", mode)
-        if (
-            tokens.ndim != 2
-            or tokens.shape[1] < 6
-            or len(start) != n
-            or len(end) != n
-            or len(ptr) == 0
-            or int(ptr[-1]) != n
-        ):
-            raise AnygrainError(
-                f"{path}: phrase arrays disagree (tokens {tokens.shape}, start {start.shape}, "
-                f"end {end.shape}, passage_ptr ending at {int(ptr[-1]) if len(ptr) else None}); "
-                "rebuild the index"
-            )
-        table = PhraseTable(start, end, tokens, ptr)
-        if len(table.passage_ptr) != len(store) + 1:
-            raise IndexMismatchError(
-                f"{path}: phrase dump covers {len(table.passage_ptr) - 1} passages, "
-                f"the corpus has {len(store)}; rebuild the index"
-            )
+        record = PhraseIndexRecord.from_manifest(manifest["settings"])
+        a = open_arrays(path, record, store, mmap=mmap)
         return cls(
-            path, manifest, store, enc, table, fs, fe, start_ids, end_ids, questions=questions
+            path,
+            manifest,
+            store,
+            enc,
+            a.table,
+            a.start_index,
+            a.end_index,
+            a.start_ids,
+            a.end_ids,
+            questions=questions,
         )
-
-    @classmethod
-    def open_model(
-        cls,
-        path: Path,
-        manifest: dict[str, Any],
-        model: str | Path | PhraseEncoder | None,
-        device: str | None,
-        *,
-        onnx: bool,
-        strict: bool = False,
-    ) -> tuple[PhraseEncoder, Any]:
-        """``(model, question encoder)``: the index's phrase model loaded and checked against
-        the fingerprint the index records, and what encodes its questions (the model, or
-        with ``onnx`` its graph, exported once per version of its weights; a graph that cannot
-        be made falls back to torch with a warning, unless ``strict``)."""
-        from anygrain.phrase.model import PhraseEncoder
-
-        files = None
-        src = model_dir_of(path, manifest, model)
-        if onnx and src is not None:
-            from anygrain.phrase.onnx import model_files
-
-            files = files_signature(model_files(src))  # before loading: what was checked
-        record = manifest.get("model") or {}
-        want = record.get("fingerprint")
-        if model is not None:
-            enc = as_phrase_model(model)
-            got = enc.phrase_fingerprint()
-        elif record.get("path"):
-            # re-hashing the weights (a fraction of a second) catches a model swapped or
-            # damaged inside the index directory, which the recorded fingerprint alone cannot
-            enc = PhraseEncoder.load(path / record["path"])
-            got = enc.config.phrase_fingerprint
-        else:
-            # a name loads whatever is installed now: its weights are re-hashed against the
-            # fingerprint saved beside them on load, and that one must be the index's
-            enc = referenced_model(path, record)
-            got = enc.config.phrase_fingerprint or enc.phrase_fingerprint()
-            if got != want:
-                raise IndexMismatchError(
-                    f"{path}: the phrase model {record['ref']!r} now has phrase fingerprint "
-                    f"{got}, not the {want} this index was built with (base "
-                    f"{record.get('base_model')!r}); another model behind the same name is "
-                    "never used in its place. Pass the model the index was built with "
-                    "(--model DIR, or Index.load(path, model=DIR)), or rebuild the index."
-                )
-        if got != want:
-            raise IndexMismatchError(
-                f"{path}: the model's phrase encoder (fingerprint {got}) is not the one this index "
-                f"was built with ({want}); its questions would not match the stored phrase vectors. "
-                "Use the index's own model or rebuild the index with this one."
-            )
-        from anygrain.phrase.reference import check_scoring
-
-        label = str(model) if isinstance(model, str | Path) else record.get("name", "given")
-        check_scoring(path, manifest, enc.config, label)
-        place(enc, device)
-        if not onnx:
-            return enc, enc
-        from anygrain.phrase.onnx import onnx_questions
-
-        try:
-            questions = onnx_questions(
-                enc,
-                GraphCache.default(),
-                files=files,
-                phrase_fingerprint=got,
-                config=enc.config.to_dict(),
-            )
-        except (AnygrainError, ImportError, OSError, RuntimeError, ValueError) as e:
-            if strict:
-                raise AnygrainError(
-                    f"{path}: cannot run the phrase model's question encoder on ONNX Runtime "
-                    f"({type(e).__name__}: {e}); search with --runtime torch"
-                ) from e
-            warnings.warn(
-                f"question encoder not exported to ONNX ({type(e).__name__}: {e}); "
-                "encoding questions with torch",
-                stacklevel=2,
-            )
-            return enc, enc
-        return enc, questions
-
-    @classmethod
-    def cached_questions(
-        cls, path: Path, manifest: dict[str, Any], model: str | Path | PhraseEncoder | None
-    ) -> Any:
-        """The question encoder on ONNX Runtime when the model's files are unchanged since
-        its graph was exported (the phrase fingerprint they had then checked against the
-        index's, as loading would), else None: the model must be loaded."""
-        src = model_dir_of(path, manifest, model)
-        if src is None:
-            return None
-        from anygrain.phrase.onnx import cached_questions
-
-        hit = cached_questions(src, GraphCache.default())
-        if hit is None:
-            return None
-        questions, got, config = hit
-        want = (manifest.get("model") or {}).get("fingerprint")
-        if got != want:
-            return None  # loading the model says why, as without a graph
-        from types import SimpleNamespace
-
-        from anygrain.phrase.reference import check_scoring
-
-        record = manifest.get("model") or {}
-        label = str(model) if isinstance(model, str | Path) else record.get("name", "given")
-        check_scoring(path, manifest, SimpleNamespace(**config), label)
-        return questions
 
     # --- search -----------------------------------------------------------------------
     def encode_queries(
@@ -783,7 +579,7 @@ class PhraseIndex(Index):
         for fx in (self.start_index, self.end_index):
             if not isinstance(unwrap_index(fx.index), faiss.IndexFlatCodes):
                 return False
-        lossless = self.manifest["settings"].get("factory") in ("Flat", "SQfp16")
+        lossless = self.record.factory in ("Flat", "SQfp16")
         return isinstance(self.table.start, DecodedVectors) or lossless
 
     # passages, sentences and documents ranked by their best phrase, in rounds
@@ -795,11 +591,3 @@ class PhraseIndex(Index):
             **super().describe(),
             "faiss": {"start": self.start_index.ntotal, "end": self.end_index.ntotal},
         }
-
-
-def _load_array(path: Path, mode: Literal["r"] | None) -> np.ndarray:
-    """``np.load`` with an error naming the file when it is truncated or not an array."""
-    try:
-        return np.load(path, mmap_mode=mode)  # type: ignore[no-any-return]
-    except (ValueError, OSError, EOFError) as e:
-        raise AnygrainError(f"{path}: unreadable ({e}); rebuild the index") from None

@@ -15,10 +15,10 @@ the source refers to its model by name (a shipped model), refers to it the same 
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -26,7 +26,6 @@ from anygrain.errors import AnygrainError, parse_enum
 from anygrain.index.base import Index
 from anygrain.index.manifest import check_build_target
 from anygrain.phrase.build import (
-    DUMP_FILES,
     SUBDIR,
     THRESHOLD_RANGE,
     PhraseSettings,
@@ -37,6 +36,7 @@ from anygrain.phrase.dump import DumpStats
 from anygrain.phrase.filtering import dump_filter, fraction_threshold, refiltered_flags, subset_dump
 from anygrain.phrase.index import PhraseIndex
 from anygrain.phrase.lexical import SPARSE_SUBDIR
+from anygrain.phrase.record import DUMP_FILES, PhraseCounts
 from anygrain.utils.atomic import atomic_dir
 from anygrain.utils.lock import writer_lock
 
@@ -102,7 +102,7 @@ def refilter(
         faiss = PhraseSettings(
             factory=factory, compress=comp, pq_m=pq_m, keep_dump=keep_dump, rescore=rescore
         )
-        old = src.manifest["settings"].get("threshold")
+        old = src.record.threshold
         if old is not None and threshold < old:
             raise AnygrainError(
                 f"{src.path}: built at threshold {old}; tokens below it were never stored, so "
@@ -123,28 +123,28 @@ def refilter(
             n_kept, n_start, n_end = subset_dump(sbase, base, flags, n_passages, progress=progress)
             stats = DumpStats(
                 n_passages=n_passages,
-                n_tokens_seen=int(src.manifest["counts"]["tokens_seen"]),
+                n_tokens_seen=PhraseCounts.from_manifest(src.manifest["counts"]).tokens_seen,
                 n_kept=n_kept,
                 n_start=n_start,
                 n_end=n_end,
                 shards_done_before=0,
             )
-            # "build": the source's build settings are not how this index was made (its
-            # refiltered_from says that)
-            derived = ("factory", "nprobe", "compress", "pq_m", "dump", "span_vectors", "build")
-            settings: dict[str, Any] = {
-                k: v for k, v in src.manifest["settings"].items() if k not in derived
-            }
             if src.fusion is not None:  # the BM25 part covers the same passages: copied as is
                 shutil.copytree(Path(src.path) / SPARSE_SUBDIR, tmp / SPARSE_SUBDIR)
-            settings["threshold"] = float(threshold)
-            settings["refiltered_from"] = {"path": str(src.path), "threshold": old}
+            record = dataclasses.replace(
+                src.record.dump_part(),
+                threshold=float(threshold),
+                # the source's build settings are not how this index was made (its
+                # refiltered_from says that)
+                build=None,
+                refiltered_from={"path": str(src.path), "threshold": old},
+            )
             finish_index(
                 tmp,
                 src.store,
                 stats,
                 faiss,
-                recorded=settings,
+                record=record,
                 model_info=dict(src.manifest["model"]),
                 progress=progress,
                 timings={"refilter_seconds": round(time.time() - t0, 3)},

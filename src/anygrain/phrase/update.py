@@ -16,10 +16,10 @@ is rebuilt (its statistics are corpus-wide).  The model stays where it was: copi
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from anygrain.phrase.build import SUBDIR, finish_index, recorded_settings, write
 from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_phrases
 from anygrain.phrase.index import PhraseIndex
 from anygrain.phrase.lexical import SPARSE_SUBDIR
+from anygrain.phrase.record import PhraseCounts, PhraseIndexRecord
 from anygrain.sparse.update import rebuild_bm25
 from anygrain.vectors.disk import add_block, split_whole
 from anygrain.vectors.factory import parse_factory
@@ -50,19 +51,6 @@ def _append_rows(path: Path, extra: np.ndarray, work: Path) -> None:
     os.replace(tmp, path)
 
 
-def _phrase_sizes(base: Path, c: dict[str, Any]) -> None:
-    """The counts derived from the others and from file sizes, as ``finish_index`` sets them."""
-    sizes = {f.name: f.stat().st_size for f in base.iterdir() if f.is_file()}
-    n_p = max(int(c["passages"]), 1)
-    c["bytes"] = sum(sizes.values())
-    c["bytes_per_passage"] = round(c["bytes"] / n_p, 1)
-    c["vectors_per_passage"] = round((c["start_vectors"] + c["end_vectors"]) / n_p, 3)
-    c["tokens_kept_per_passage"] = round(c["tokens_kept"] / n_p, 3)
-    c["kept_fraction"] = round(c["tokens_kept"] / max(int(c["tokens_seen"]), 1), 4)
-    c["faiss_bytes"] = sum(v for k, v in sizes.items() if k.endswith(".faiss"))
-    c["dump_bytes"] = sizes.get("start.npy", 0) + sizes.get("end.npy", 0)
-
-
 def _phrase_lexical(u: StagedUpdate) -> None:
     """Rebuild a phrase index's BM25 part over the updated passages (its statistics are
     corpus-wide); nothing for an index without one."""
@@ -77,15 +65,15 @@ def add_rows(u: StagedUpdate) -> None:
     idx = u.index
     assert isinstance(idx, PhraseIndex) and u.segment is not None
     base = u.staged / SUBDIR
-    s = idx.manifest["settings"]
+    record = idx.record
     seg_dir = u.work / "dump"
     stats = dump_phrases(
         u.segment,
         idx.model,
         u.work / "shards",
         seg_dir,
-        threshold=s["threshold"],
-        bf16=bool(s.get("bf16", False)),
+        threshold=record.threshold,
+        bf16=bool(record.bf16),
         progress=u.progress,
         device=u.device,
     )
@@ -98,11 +86,11 @@ def add_rows(u: StagedUpdate) -> None:
         "start": np.flatnonzero(flags & START_OK).astype(np.int64),
         "end": np.flatnonzero(flags & END_OK).astype(np.int64),
     }
-    blocks = dict(s.get("faiss_blocks") or {})
+    blocks = dict(record.faiss_blocks or {})
     for side in ("start", "end"):
         vecs = np.load(seg_dir / f"{side}.npy", mmap_mode="r")
         new = np.ascontiguousarray(vecs[new_ids[side]], dtype=np.float32)
-        if len(new) and not blocks.get(side) and parse_factory(s.get("factory", "")).nlist:
+        if len(new) and not blocks.get(side) and parse_factory(record.factory or "").nlist:
             # a whole IVF index becomes block 0 of a blocked one: adding never loads its codes
             split_whole(base / f"{side}.faiss")
             blocks[side] = 1
@@ -113,7 +101,7 @@ def add_rows(u: StagedUpdate) -> None:
                 blocks[side] += 1
         else:
             index = FaissIndex.load(
-                base / f"{side}.faiss", factory=s.get("factory", ""), mmap=False
+                base / f"{side}.faiss", factory=record.factory or "", mmap=False
             )
             if len(new):
                 index.index.add(new)
@@ -127,18 +115,18 @@ def add_rows(u: StagedUpdate) -> None:
     seg_ptr = np.load(seg_dir / "passage_ptr.npy")
     np.save(fresh(base / "passage_ptr.npy"), np.concatenate([old_ptr, seg_ptr[1:] + old_ptr[-1]]))
     old = idx.manifest
-    c = dict(old["counts"])
-    c["passages"] += stats.n_passages
-    c["tokens_seen"] += stats.n_tokens_seen
-    c["tokens_kept"] += stats.n_kept
-    c["start_vectors"] += stats.n_start
-    c["end_vectors"] += stats.n_end
-    _phrase_sizes(base, c)
+    counts = PhraseCounts.from_manifest(old["counts"]).plus(PhraseCounts.of_dump(stats))
     _phrase_lexical(u)
     staged = read_manifest(u.staged)
-    settings = {**staged["settings"], **({"faiss_blocks": blocks} if blocks else {})}
+    settings = PhraseIndexRecord.from_manifest(staged["settings"])
+    if blocks:
+        settings = dataclasses.replace(settings, faiss_blocks=blocks)
     rewrite_manifest(
-        u.staged, staged, corpus=corpus_field(old, u.store), counts=c, settings=settings
+        u.staged,
+        staged,
+        corpus=corpus_field(old, u.store),
+        counts=counts.to_manifest(base),
+        settings=settings.to_manifest(),
     )
 
 
@@ -148,7 +136,6 @@ def compact_rows(u: StagedUpdate) -> None:
     assert isinstance(idx, PhraseIndex) and u.keep_rows is not None
     base = u.staged / SUBDIR
     old = idx.manifest
-    s = old["settings"]
     if not (base / "start.npy").exists():
         # the float16 dump was dropped for compressed codes: dump the kept passages again
         shutil.rmtree(base)
@@ -159,7 +146,7 @@ def compact_rows(u: StagedUpdate) -> None:
             u.staged,
             u.store,
             idx.model,
-            recorded_settings(s, lang=lang),
+            recorded_settings(idx.record, lang=lang),
             BuildOptions(progress=u.progress),
             work=u.work / "shards",
             model_name=recorded_model.get("name"),
@@ -201,28 +188,17 @@ def compact_rows(u: StagedUpdate) -> None:
         n_end=int(np.count_nonzero(flags & END_OK)),
         shards_done_before=0,
     )
-    pre = {
-        k: s[k]
-        for k in (
-            "max_phrase_words",
-            "threshold",
-            "dim",
-            "dtype",
-            "include_title",
-            "max_passage_length",
-            "doc_stride",
-            "bf16",
-            "sparse",
-        )
-        if k in s
-    }
     _phrase_lexical(u)
     finish_index(
         u.staged,
         u.store,
         stats,
-        recorded_settings(s),
-        recorded=pre,
+        recorded_settings(idx.record),
+        # what the dump made, as compacting has always kept it: the keep fraction, build
+        # settings and refiltering source are not carried over
+        record=dataclasses.replace(
+            idx.record.dump_part(), keep=None, build=None, refiltered_from=None
+        ),
         model_info=old["model"],
         progress=u.progress,
         timings={"dump_seconds": 0.0},

@@ -160,7 +160,7 @@ def _read_sources(specs: Sequence[str], errors: ErrorLog | None) -> _Read:
     pindex: dict[str, int] = {}
     for fi, spec in enumerate(specs):
         for doc in parse_source(spec).documents(errors):
-            for sp in doc.passages:
+            for sp in doc.passages or ():
                 key = f"{fi}:{sp.id}"
                 if key in pindex:
                     continue

@@ -1,0 +1,283 @@
+"""Opening a phrase index's parts: the model it was built with, and its arrays.
+
+The model is the copy the index carries (``model.path`` in ``index.json``), the model it
+refers to by name (``model.ref``: a shipped model such as ``phrase-minilm``, loaded by that
+name), or one given at open time; each is checked against the phrase fingerprint the
+vectors were made with (a different phrase encoder would put questions and phrases in
+different spaces, so other weights behind a name are refused).  Its questions run on torch
+or, as a graph exported once per version of its weights, on ONNX Runtime
+(:mod:`anygrain.phrase.onnx`); a model whose files are unchanged since its graph was
+exported is not loaded at all.
+
+The arrays are the token table (``phrase/tokens.npy``, ``passage_ptr.npy``), both FAISS
+indexes and their id maps, and the span vectors: the float16 dump, or the vectors decoded
+from the FAISS codes of a compressed index (:class:`~anygrain.phrase.compress.DecodedVectors`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from anygrain.corpus.store import CorpusStore
+from anygrain.encode.onnx_runtime import GraphCache, files_signature
+from anygrain.errors import AnygrainError, IndexMismatchError, ModelNotFoundError
+from anygrain.phrase.build import SUBDIR, as_phrase_model, given_by_name, is_phrase_encoder
+from anygrain.phrase.compress import DecodedVectors
+from anygrain.phrase.record import DUMP_FILES, PhraseIndexRecord
+from anygrain.phrase.search import PhraseTable
+from anygrain.utils.device import place
+from anygrain.vectors.faiss_index import FaissIndex
+
+if TYPE_CHECKING:
+    from anygrain.phrase.model import PhraseEncoder
+
+
+def referenced_model(path: Path, record: dict[str, Any]) -> PhraseEncoder:
+    """The phrase model an index at ``path`` refers to by name (``record``: the ``model`` of
+    its ``index.json``), loaded as the build loaded it (and checked against the fingerprint
+    saved beside its weights); its phrase fingerprint is the caller's to check against the
+    index's."""
+    ref = record.get("ref")
+    if not ref:
+        raise AnygrainError(
+            f"{path}: its index.json records neither a copy of the phrase model ('path') nor "
+            "a model to load ('ref'); rebuild the index"
+        )
+    fix = (
+        "Pass that model's directory with --model DIR (Index.load(path, model=DIR)), or "
+        "rebuild the index with --copy-model to carry the model in it."
+    )
+    what = (
+        f"{path}: the index refers to the phrase model {ref!r} (fingerprint "
+        f"{record.get('fingerprint')}) instead of holding a copy"
+    )
+    if not given_by_name(ref) and not Path(ref).expanduser().exists():
+        raise ModelNotFoundError(
+            f"{what}, and no shipped model has that name nor is it a directory here. {fix}"
+        )
+    try:
+        return as_phrase_model(ref)
+    except ModelNotFoundError as e:
+        raise ModelNotFoundError(f"{what}, and it cannot be loaded here: {e} {fix}") from None
+
+
+def model_dir_of(
+    path: Path, manifest: dict[str, Any], model: str | Path | PhraseEncoder | None
+) -> Path | None:
+    """The directory the phrase model of the index at ``path`` is loaded from (``model``
+    given by name or directory, else the copy in the index or the model it refers to), found
+    without loading it; None when there is none to find."""
+    from anygrain.models.shipped import shipped_model_dir
+
+    if is_phrase_encoder(model):
+        return None
+    record = manifest.get("model") or {}
+    if model is None and record.get("path"):
+        return path / record["path"]
+    name = model if model is not None else record.get("ref")
+    if not name:
+        return None
+    if given_by_name(name):
+        return shipped_model_dir(str(name))
+    p = Path(str(name)).expanduser()
+    return p if p.is_dir() else None
+
+
+def open_model(
+    path: Path,
+    manifest: dict[str, Any],
+    model: str | Path | PhraseEncoder | None,
+    device: str | None,
+    *,
+    onnx: bool,
+    strict: bool = False,
+) -> tuple[PhraseEncoder, Any]:
+    """``(model, question encoder)``: the index's phrase model loaded and checked against
+    the fingerprint the index records, and what encodes its questions (the model, or
+    with ``onnx`` its graph, exported once per version of its weights; a graph that cannot
+    be made falls back to torch with a warning, unless ``strict``)."""
+    from anygrain.phrase.model import PhraseEncoder
+
+    files = None
+    src = model_dir_of(path, manifest, model)
+    if onnx and src is not None:
+        from anygrain.phrase.onnx import model_files
+
+        files = files_signature(model_files(src))  # before loading: what was checked
+    record = manifest.get("model") or {}
+    want = record.get("fingerprint")
+    if model is not None:
+        enc = as_phrase_model(model)
+        got = enc.phrase_fingerprint()
+    elif record.get("path"):
+        # re-hashing the weights (a fraction of a second) catches a model swapped or
+        # damaged inside the index directory, which the recorded fingerprint alone cannot
+        enc = PhraseEncoder.load(path / record["path"])
+        got = enc.config.phrase_fingerprint
+    else:
+        # a name loads whatever is installed now: its weights are re-hashed against the
+        # fingerprint saved beside them on load, and that one must be the index's
+        enc = referenced_model(path, record)
+        got = enc.config.phrase_fingerprint or enc.phrase_fingerprint()
+        if got != want:
+            raise IndexMismatchError(
+                f"{path}: the phrase model {record['ref']!r} now has phrase fingerprint "
+                f"{got}, not the {want} this index was built with (base "
+                f"{record.get('base_model')!r}); another model behind the same name is "
+                "never used in its place. Pass the model the index was built with "
+                "(--model DIR, or Index.load(path, model=DIR)), or rebuild the index."
+            )
+    if got != want:
+        raise IndexMismatchError(
+            f"{path}: the model's phrase encoder (fingerprint {got}) is not the one this index "
+            f"was built with ({want}); its questions would not match the stored phrase vectors. "
+            "Use the index's own model or rebuild the index with this one."
+        )
+    from anygrain.phrase.reference import check_scoring
+
+    label = str(model) if isinstance(model, str | Path) else record.get("name", "given")
+    check_scoring(path, manifest, enc.config, label)
+    place(enc, device)
+    if not onnx:
+        return enc, enc
+    from anygrain.phrase.onnx import onnx_questions
+
+    try:
+        questions = onnx_questions(
+            enc,
+            GraphCache.default(),
+            files=files,
+            phrase_fingerprint=got,
+            config=enc.config.to_dict(),
+        )
+    except (AnygrainError, ImportError, OSError, RuntimeError, ValueError) as e:
+        if strict:
+            raise AnygrainError(
+                f"{path}: cannot run the phrase model's question encoder on ONNX Runtime "
+                f"({type(e).__name__}: {e}); search with --runtime torch"
+            ) from e
+        warnings.warn(
+            f"question encoder not exported to ONNX ({type(e).__name__}: {e}); "
+            "encoding questions with torch",
+            stacklevel=2,
+        )
+        return enc, enc
+    return enc, questions
+
+
+def cached_question_encoder(
+    path: Path, manifest: dict[str, Any], model: str | Path | PhraseEncoder | None
+) -> Any:
+    """The question encoder on ONNX Runtime when the model's files are unchanged since
+    its graph was exported (the phrase fingerprint they had then checked against the
+    index's, as loading would), else None: the model must be loaded."""
+    src = model_dir_of(path, manifest, model)
+    if src is None:
+        return None
+    from anygrain.phrase.onnx import cached_questions
+
+    hit = cached_questions(src, GraphCache.default())
+    if hit is None:
+        return None
+    questions, got, config = hit
+    want = (manifest.get("model") or {}).get("fingerprint")
+    if got != want:
+        return None  # loading the model says why, as without a graph
+    from types import SimpleNamespace
+
+    from anygrain.phrase.reference import check_scoring
+
+    record = manifest.get("model") or {}
+    label = str(model) if isinstance(model, str | Path) else record.get("name", "given")
+    check_scoring(path, manifest, SimpleNamespace(**config), label)
+    return questions
+
+
+@dataclass(frozen=True)
+class PhraseArrays:
+    """A phrase index's arrays, opened and checked against each other and the corpus."""
+
+    table: PhraseTable
+    start_index: FaissIndex
+    end_index: FaissIndex
+    start_ids: np.ndarray
+    end_ids: np.ndarray
+
+
+def open_arrays(
+    path: Path, record: PhraseIndexRecord, store: CorpusStore, *, mmap: bool
+) -> PhraseArrays:
+    """The arrays of the phrase index at ``path`` (``record``: its settings) over ``store``;
+    with ``mmap`` the FAISS codes and the float16 dump stay on disk, memory-mapped."""
+    base = path / SUBDIR
+    decoded = record.codes
+    for name in (
+        *(() if decoded else DUMP_FILES),
+        "tokens.npy",
+        "passage_ptr.npy",
+        "start.faiss",
+        "end.faiss",
+        "start_ids.npy",
+        "end_ids.npy",
+    ):
+        if not (base / name).exists():
+            raise AnygrainError(f"{path}: incomplete phrase index (missing {SUBDIR}/{name})")
+    mode: Literal["r"] | None = "r" if mmap else None
+    tokens = load_array(base / "tokens.npy", None)
+    ptr = load_array(base / "passage_ptr.npy", None)
+    n = len(tokens)
+    factory = record.factory or ""
+    fs = FaissIndex.load(
+        base / "start.faiss", factory=factory, mmap=mmap, blocks=record.blocks("start")
+    )
+    fe = FaissIndex.load(
+        base / "end.faiss", factory=factory, mmap=mmap, blocks=record.blocks("end")
+    )
+    start_ids = load_array(base / "start_ids.npy", None)
+    end_ids = load_array(base / "end_ids.npy", None)
+    if fs.ntotal != len(start_ids) or fe.ntotal != len(end_ids):
+        raise IndexMismatchError(f"{path}: FAISS indexes do not match the stored tokens")
+    start: Any
+    end: Any
+    if decoded:
+        if (len(start_ids) and int(start_ids.max()) >= n) or (
+            len(end_ids) and int(end_ids.max()) >= n
+        ):
+            raise IndexMismatchError(f"{path}: FAISS ids point past the stored tokens")
+        start, end = DecodedVectors(fs, start_ids, n), DecodedVectors(fe, end_ids, n)
+    else:
+        start = load_array(base / "start.npy", mode)
+        end = load_array(base / "end.npy", mode)
+    if (
+        tokens.ndim != 2
+        or tokens.shape[1] < 6
+        or len(start) != n
+        or len(end) != n
+        or len(ptr) == 0
+        or int(ptr[-1]) != n
+    ):
+        raise AnygrainError(
+            f"{path}: phrase arrays disagree (tokens {tokens.shape}, start {start.shape}, "
+            f"end {end.shape}, passage_ptr ending at {int(ptr[-1]) if len(ptr) else None}); "
+            "rebuild the index"
+        )
+    table = PhraseTable(start, end, tokens, ptr)
+    if len(table.passage_ptr) != len(store) + 1:
+        raise IndexMismatchError(
+            f"{path}: phrase dump covers {len(table.passage_ptr) - 1} passages, "
+            f"the corpus has {len(store)}; rebuild the index"
+        )
+    return PhraseArrays(table, fs, fe, start_ids, end_ids)
+
+
+def load_array(path: Path, mode: Literal["r"] | None) -> np.ndarray:
+    """``np.load`` with an error naming the file when it is truncated or not an array."""
+    try:
+        return np.load(path, mmap_mode=mode)  # type: ignore[no-any-return]
+    except (ValueError, OSError, EOFError) as e:
+        raise AnygrainError(f"{path}: unreadable ({e}); rebuild the index") from None
