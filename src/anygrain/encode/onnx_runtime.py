@@ -52,8 +52,13 @@ from anygrain.utils.atomic import atomic_dir, atomic_write_text
 
 OPSET = 17
 #: bumped when what an exported graph computes changes, so old graphs are not reused
-EXPORT_VERSION = 1
+# 2: the token-embedding table may stand outside the graph (TOKEN_TABLE_FILE)
+EXPORT_VERSION = 2
 GRAPH_FILE = "graph.onnx"
+# a graph's token-embedding table, when kept outside it: float32 (vocabulary, width), read by
+# memory map, so only the rows of tokens met are resident
+TOKEN_TABLE_FILE = "token_embeddings.npy"
+TOKEN_EMBEDS = "token_embeds"  # the graph input that takes the rows in place of input_ids
 TOKENIZER_FILE = "tokenizer.json"
 META_FILE = "meta.json"
 FILES_DIR = "files"
@@ -186,7 +191,7 @@ def export_graph(
     sequence_outputs: Sequence[str] = (),
 ) -> None:
     """Export ``module`` (a torch module, put in eval mode) called with ``inputs`` (name ->
-    int64 tensor of shape (batch, sequence)) to ``path``: opset :data:`OPSET`, batch and
+    tensor of shape (batch, sequence[, width])) to ``path``: opset :data:`OPSET`, batch and
     sequence axes dynamic (an output's axis 1 is the sequence for those named in
     ``sequence_outputs``: per-token logits).  The example inputs should hold padding, so
     that the traced attention masking is the general one."""
@@ -212,6 +217,24 @@ def export_graph(
             dynamo=False,
         )
     module.eval()  # the exporter restores the mode it found; keep inference mode
+
+
+def save_token_table(table: Any, path: Path, *, chunk_rows: int = 8192) -> None:
+    """Write a (vocabulary, width) torch tensor as a float32 ``.npy`` file, a chunk at a
+    time, giving back the pages each chunk read: a table mapped from its weights file
+    (me5-small's is 384 MB) never becomes resident as a whole."""
+    from numpy.lib.format import open_memmap
+
+    from anygrain.utils.memory import release_mapped
+
+    rows, width = (int(n) for n in table.shape)
+    out = open_memmap(path, mode="w+", dtype=np.float32, shape=(rows, width))
+    for i in range(0, rows, chunk_rows):
+        part = table[i : i + chunk_rows].detach().float().contiguous().numpy()
+        out[i : i + len(part)] = part
+        out.flush()
+        release_mapped([(part.ctypes.data, part.nbytes), (out[i:].ctypes.data, part.nbytes)])
+    del out
 
 
 def save_tokenizer(tokenizer: Any, path: Path) -> dict[str, Any]:
@@ -306,6 +329,11 @@ class OnnxGraph:
     def input_names(self) -> list[str]:
         return [i.name for i in self.session.get_inputs()]
 
+    @functools.cached_property
+    def token_table(self) -> np.ndarray:
+        """The token-embedding rows of a graph exported without its table (memory-mapped)."""
+        return np.load(self.directory / str(self.meta["token_table"]), mmap_mode="r")
+
     def tokenize(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
         """The graph's inputs for ``texts`` (int64, padded to the longest)."""
         enc = self.tokenizer.encode_batch(list(texts), add_special_tokens=True)
@@ -314,7 +342,14 @@ class OnnxGraph:
             "attention_mask": [e.attention_mask for e in enc],
             "token_type_ids": [e.type_ids for e in enc],
         }
-        return {n: np.asarray(cols[n], dtype=np.int64) for n in self.input_names}
+        wanted = [*self.input_names, "input_ids"]
+        return {n: np.asarray(cols[n], dtype=np.int64) for n in cols if n in wanted}
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        return [np.asarray(o) for o in self.session.run(None, dict(feeds))]
+        """The graph's outputs for ``feeds`` (``input_ids`` becomes the table's rows for a
+        graph exported without its token table)."""
+        inputs = dict(feeds)
+        if TOKEN_EMBEDS in self.input_names and "input_ids" in inputs:
+            ids = inputs.pop("input_ids")
+            inputs[TOKEN_EMBEDS] = np.asarray(self.token_table[ids], dtype=np.float32)
+        return [np.asarray(o) for o in self.session.run(None, inputs)]

@@ -379,22 +379,38 @@ class PhraseEncoder(Model):
     def question_forward_with(
         self,
         encs: Sequence[nn.Module] | nn.ModuleList,
-        input_ids: torch.Tensor,
+        input_ids: torch.Tensor | None,
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
+        *,
+        token_embeds: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`question_forward` with ``encs`` standing in for the question encoders
-        (their :meth:`bf16_questions` copies)."""
-        kw = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
+        (their :meth:`bf16_questions` copies).  ``token_embeds`` (B, L, width): the rows of
+        :meth:`question_token_table` for the tokens, in place of ``input_ids``."""
+        kw: dict[str, torch.Tensor] = {"attention_mask": attention_mask}
+        if token_type_ids is not None:
+            kw["token_type_ids"] = token_type_ids
+        if token_embeds is not None:
+            kw["inputs_embeds"] = token_embeds
+        else:
+            assert input_ids is not None
+            kw["input_ids"] = input_ids
         if self.config.question_encoder is QuestionEncoderKind.SEPARATE:
-            outs = [
-                m(input_ids=input_ids, attention_mask=attention_mask, **kw).last_hidden_state[:, 0]
-                for m in encs
-            ]
+            outs = [m(**kw).last_hidden_state[:, 0] for m in encs]
             return outs[0], outs[1]
-        h = encs[0](input_ids=input_ids, attention_mask=attention_mask, **kw).last_hidden_state
+        h = encs[0](**kw).last_hidden_state
         pooled = pool(h, attention_mask, self.config.question_pooling)
         return self.q_start_head(pooled), self.q_end_head(pooled)
+
+    def question_token_table(self) -> torch.Tensor | None:
+        """The token-embedding table every question encoder looks tokens up in, when they
+        share one (frozen embeddings: the backbone's), else None."""
+        tables = [m.get_input_embeddings().weight for m in self.questions]  # type: ignore[operator]
+        first = tables[0]
+        if all(t.data_ptr() == first.data_ptr() or torch.equal(t, first) for t in tables[1:]):
+            return first
+        return None
 
     # --- tokenization ----------------------------------------------------------------
     def tokenize_questions(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:

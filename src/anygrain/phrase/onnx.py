@@ -26,6 +26,8 @@ import numpy as np
 from anygrain.encode.onnx_runtime import (
     EXPORT_VERSION,
     GRAPH_FILE,
+    TOKEN_EMBEDS,
+    TOKEN_TABLE_FILE,
     TOKENIZER_FILE,
     GraphCache,
     OnnxGraph,
@@ -33,6 +35,7 @@ from anygrain.encode.onnx_runtime import (
     export_graph,
     files_signature,
     graph_module,
+    save_token_table,
     save_tokenizer,
     write_meta,
 )
@@ -77,9 +80,26 @@ def export_questions(model: PhraseEncoder, cache: GraphCache) -> Path:
         try:
             ex = model.tokenize_questions(list(EXAMPLE_QUESTIONS))
             # question_forward's positional order: input_ids, attention_mask, token_type_ids
-            names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in ex]
+            names: list[str] = [
+                n for n in ("input_ids", "attention_mask", "token_type_ids") if n in ex
+            ]
             inputs: dict[str, Any] = {n: ex[n].cpu() for n in names}
-            module = graph_module(model.cpu(), model.question_forward)
+            table = model.cpu().question_token_table()
+            if table is None:
+                module = graph_module(model, model.question_forward)
+            else:
+                # the table stays outside the graph (looked up with NumPy from a memory map):
+                # me5-small's is 384 MB of its 470, all but a few rows unused by any corpus
+                save_token_table(table, d / TOKEN_TABLE_FILE)
+                inputs = {TOKEN_EMBEDS: table[inputs.pop("input_ids")].detach(), **inputs}
+                names = list(inputs)
+
+                def forward(embeds: Any, *rest: Any) -> Any:
+                    return model.question_forward_with(
+                        model.questions, None, *rest, token_embeds=embeds
+                    )
+
+                module = graph_module(model, forward)
             export_graph(module, inputs, OUTPUTS, d / GRAPH_FILE)
         finally:
             model.train(was_training)
@@ -94,6 +114,7 @@ def export_questions(model: PhraseEncoder, cache: GraphCache) -> Path:
                 "max_length": c.max_query_length,
                 "query_prefix": c.query_prefix,
                 "inputs": names,
+                **({"token_table": TOKEN_TABLE_FILE} if TOKEN_EMBEDS in names else {}),
                 "outputs": list(OUTPUTS),
                 "tokenizer": tok,
             },

@@ -129,14 +129,23 @@ class Reader(Model):
 
     def forward(
         self,
-        input_ids: torch.Tensor,
+        input_ids: torch.Tensor | None,
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
+        *,
+        token_embeds: torch.Tensor | None = None,
     ) -> ReaderOutput:
-        kw: dict[str, torch.Tensor] = {}
+        """Logits of a batch of windows; ``token_embeds`` (B, L, width): the rows of the
+        encoder's token-embedding table for the tokens, in place of ``input_ids``."""
+        kw: dict[str, torch.Tensor] = {"attention_mask": attention_mask}
         if token_type_ids is not None and self.uses_token_types:
             kw["token_type_ids"] = token_type_ids
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **kw)
+        if token_embeds is not None:
+            kw["inputs_embeds"] = token_embeds
+        else:
+            assert input_ids is not None
+            kw["input_ids"] = input_ids
+        hidden = self.encoder(**kw)
         h = hidden.last_hidden_state
         logits = self.qa(h)
         return ReaderOutput(

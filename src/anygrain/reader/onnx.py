@@ -27,6 +27,8 @@ import numpy as np
 from anygrain.encode.onnx_runtime import (
     EXPORT_VERSION,
     GRAPH_FILE,
+    TOKEN_EMBEDS,
+    TOKEN_TABLE_FILE,
     TOKENIZER_FILE,
     GraphCache,
     OnnxGraph,
@@ -35,6 +37,7 @@ from anygrain.encode.onnx_runtime import (
     files_signature,
     graph_module,
     parse_runtime,
+    save_token_table,
     save_tokenizer,
     wants_onnx,
     write_meta,
@@ -70,8 +73,8 @@ def reader_key(reader: Reader) -> str:
 
 
 def _logits(reader: Reader) -> Any:
-    def forward(*inputs: Any) -> Any:
-        o = reader(*inputs)
+    def forward(embeds: Any, *rest: Any) -> Any:
+        o = reader(None, *rest, token_embeds=embeds)
         return o.start_logits, o.end_logits, o.selection_logits
 
     return forward
@@ -92,6 +95,11 @@ def export_reader(reader: Reader, cache: GraphCache) -> Path:
             for n, t in batch.model_inputs().items()
             if n != "token_type_ids" or reader.uses_token_types
         }
+        # the token table stays outside the graph (looked up with NumPy from a memory map):
+        # me5-small's is 384 MB, all but a few rows unused by any corpus
+        table = reader.encoder.get_input_embeddings().weight  # type: ignore[operator]
+        save_token_table(table, d / TOKEN_TABLE_FILE)
+        inputs = {TOKEN_EMBEDS: table[inputs.pop("input_ids")].detach(), **inputs}
         was_training = reader.training
         try:
             export_graph(
@@ -114,6 +122,7 @@ def export_reader(reader: Reader, cache: GraphCache) -> Path:
                 "max_length": reader.config.max_length,
                 "config": reader.config.to_dict(),
                 "inputs": list(inputs),
+                "token_table": TOKEN_TABLE_FILE,
                 "outputs": list(OUTPUTS),
                 "tokenizer": tok,
             },
@@ -150,7 +159,9 @@ class OnnxReader:
     def window_logits(self, batch: Batch, bf16: bool = False) -> WindowLogits:
         given = batch.model_inputs()
         ids = given["input_ids"].numpy()
-        feeds = {n: given[n].numpy() if n in given else np.zeros_like(ids) for n in self.inputs}
+        # input_ids: the graph looks its token-table rows up (OnnxGraph.run)
+        names = ["input_ids", *(n for n in self.inputs if n != TOKEN_EMBEDS)]
+        feeds = {n: given[n].numpy() if n in given else np.zeros_like(ids) for n in names}
         start, end, selection = self.graph.run(feeds)
         return WindowLogits(
             start=start.astype(np.float32, copy=False),
