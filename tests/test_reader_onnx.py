@@ -109,6 +109,7 @@ def test_unchanged_reader_found_without_loading_it(
         raise AssertionError("the reader was loaded although its graph is cached")
 
     monkeypatch.setattr(Reader, "load", refuse)
+    monkeypatch.setattr("anygrain.utils.precision.native_bf16", lambda: False)
     again = load_reader(saved, "auto", cache=cache)
     assert isinstance(again, OnnxReader)
     assert again.graph.directory == first.graph.directory
@@ -142,11 +143,15 @@ def test_changed_weights_export_again(saved: Path, tmp_path: Path, cache: GraphC
     assert isinstance(third, OnnxReader) and third.graph.directory == first.graph.directory
 
 
-def test_runtime_choice(saved: Path) -> None:
+def test_runtime_choice(saved: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(load_reader(saved, "torch"), Reader)
     assert isinstance(load_reader_for(None, saved, "torch"), Reader)
     assert isinstance(load_reader_for(None, saved, "onnx"), OnnxReader)
-    assert isinstance(load_reader_for(None, saved), OnnxReader)  # auto: onnxruntime is here
+    # auto: torch where the CPU has native bfloat16 (faster there), else ONNX Runtime
+    monkeypatch.setattr("anygrain.utils.precision.native_bf16", lambda: True)
+    assert isinstance(load_reader(saved, "auto"), Reader)
+    monkeypatch.setattr("anygrain.utils.precision.native_bf16", lambda: False)
+    assert isinstance(load_reader(saved, "auto"), OnnxReader)
     given = Reader.load(saved)
     assert load_reader_for(None, given, "onnx") is given  # a reader object reads as it is
 

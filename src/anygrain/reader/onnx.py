@@ -208,12 +208,16 @@ def load_reader(
 ) -> ReadingModel:
     """The saved reader at ``dir_or_name`` (a full or packed reader directory, or a shipped
     reader's name) on ``runtime``: ``torch``; ``onnx`` (an error when it cannot); ``auto``
-    (None): ONNX Runtime where it is installed and the graph exports, else torch with a
-    warning."""
+    (None): torch on a CPU with native bfloat16, where its bf16 reading is faster (on this
+    project's Xeon, reading 3 passages: 357 ms a question in torch bf16 against 469 in ONNX
+    Runtime float32 and more in its int8), else ONNX Runtime where it is installed and the
+    graph exports, else torch with a warning."""
     from anygrain.models.base import saved_model_dir
+    from anygrain.utils.precision import native_bf16
 
     path = saved_model_dir(dir_or_name)
-    if not wants_onnx(runtime, None):
+    auto = parse_runtime(runtime) is Runtime.AUTO
+    if not wants_onnx(runtime, None) or (auto and native_bf16()):
         return Reader.load(path)
     cache = cache or GraphCache.default()
     files = _signature(path)
