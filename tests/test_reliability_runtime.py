@@ -119,7 +119,7 @@ def test_serve_survives_an_index_file_changed_under_it(
 
 
 def test_serve_watches_every_mapped_file_of_the_manifest(pristine_bm25: Path) -> None:
-    from anygrain.serve.service import mapped_files
+    from anygrain.serve.watch import mapped_files
 
     idx = Index.load(pristine_bm25)
     listed = {rel for rel in idx.manifest["files"] if rel.endswith((".npy", ".faiss", ".arrow"))}

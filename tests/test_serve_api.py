@@ -146,7 +146,9 @@ def test_openapi_lists_every_endpoint(bm25: TestClient) -> None:
     assert set(spec["paths"]) == {"/search", "/health", "/info"}
     assert set(spec["paths"]["/search"]) == {"get", "post"}
     params = {p["name"] for p in spec["paths"]["/search"]["get"]["parameters"]}
-    assert params == {"q", "unit", "k", "sparse_weight", "filter"}
+    # the search options are documented whatever the kind (sparse_weight: phrase indexes;
+    # fusion, weight, depth: hybrid indexes); the index takes those it lets a client set
+    assert params == {"q", "unit", "k", "filter", "sparse_weight", "fusion", "weight", "depth"}
     # FastAPI's /docs and /redoc would load scripts from a CDN; they are off
     assert bm25.get("/docs").status_code == 404 and bm25.get("/redoc").status_code == 404
 
@@ -247,7 +249,7 @@ def test_sparse_weight_overrides_the_fusion_per_request(
         r = phrase.get("/search", params={"q": q, "sparse_weight": bad})
         assert r.status_code == 422 and "sparse_weight" in r.text
     r = bm25.get("/search", params={"q": q, "sparse_weight": 1})
-    assert r.status_code == 422 and "phrase indexes" in r.json()["error"]
+    assert r.status_code == 422 and "'sparse_weight' needs a phrase index" in r.json()["error"]
 
 
 def test_phrase_index_defaults_to_phrases(phrase: TestClient) -> None:

@@ -12,6 +12,7 @@ import typer
 from rich.markup import escape
 
 from anygrain.cli.common import DeviceOpt, ThreadsOpt, console, fail
+from anygrain.cli.index import check_files
 from anygrain.cli.search import RuntimeOpt
 from anygrain.errors import AnygrainError
 
@@ -83,6 +84,23 @@ ReadOpt = Annotated[
 ]
 
 
+VerifyFilesOpt = Annotated[
+    bool,
+    typer.Option(
+        "--verify",
+        help="Before serving, check every file of the index against its recorded checksums "
+        "(as anygrain verify does); refuse to serve a damaged index",
+    ),
+]
+
+
+def verify_files(index_dir: Path) -> None:
+    """``--verify``: every file of the index checked as ``anygrain verify`` checks them; each
+    damaged, missing or unexpected file listed and exit 1 when there is any."""
+    n_files = check_files(index_dir, "not serving it: rebuild the index")
+    console.print(f"verified: {n_files} files match their checksums", highlight=False)
+
+
 def mcp_missing() -> str | None:
     """Why the MCP server cannot be imported (the SDK missing), or None."""
     try:
@@ -109,6 +127,7 @@ def serve_cmd(
     ] = None,
     reader: ReaderOpt = None,
     read: ReadOpt = None,
+    verify: VerifyFilesOpt = False,
     mcp: Annotated[
         bool,
         typer.Option(
@@ -142,6 +161,8 @@ def serve_cmd(
     except AnygrainError as e:
         fail(e)
     try:
+        if verify:  # after binding (a busy port fails at once), before the index loads
+            verify_files(index_dir)
         try:
             app = create_app(
                 index_dir,

@@ -101,6 +101,10 @@ class Index(ABC):
     #: the options :meth:`load` hands to the kind's :meth:`open` (``model``: a question-side
     #: model, ``device``: where questions are encoded, ...); :meth:`load` refuses any other
     load_options: ClassVar[frozenset[str]] = frozenset()
+    #: the search options whose values the kind checks before a search, each with its check
+    #: (``check(value, name)``: the value as searched, or an AnygrainError naming ``name``);
+    #: these are the ones a server's client may set (:mod:`anygrain.serve.options`)
+    search_option_checks: ClassVar[Mapping[str, Callable[[Any, str], Any]]] = {}
     #: the kind's build settings (its options besides the shared :class:`BuildOptions`)
     settings_type: ClassVar[type[IndexSettings]]
     #: the finaliser removing the temporary directory a :meth:`from_texts` index was built
@@ -430,14 +434,16 @@ class Index(ABC):
         return _keyword_only(cls.search) | _keyword_only(cls.search_encoded) | {"filter"}
 
     def check_search_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
-        """``options`` for :meth:`search` without those set to None; :class:`UsageError` for
-        one the kind does not take, naming the kinds that do."""
+        """``options`` for :meth:`search` without those set to None, each value checked by
+        :attr:`search_option_checks` where the kind has a check for it; :class:`UsageError`
+        for an option the kind does not take, naming the kinds that do."""
         given = {k: v for k, v in options.items() if v is not None}
         takes = self.search_options()
         for name in given:
             if name not in takes:
                 raise _refused(type(self), "search", name, self.path)
-        return given
+        checks = self.search_option_checks
+        return {k: checks[k](v, k) if k in checks else v for k, v in given.items()}
 
     # --- per-kind defaults ----------------------------------------------------------------
     @classmethod

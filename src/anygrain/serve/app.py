@@ -30,7 +30,9 @@ from anygrain import __version__
 from anygrain.errors import AnygrainError
 from anygrain.index.base import Index
 from anygrain.serve import page
+from anygrain.serve.options import query_options
 from anygrain.serve.schemas import (
+    SEARCH_OPTIONS,
     BatchRequest,
     BatchResponse,
     ErrorResponse,
@@ -145,18 +147,6 @@ def create_app(
     if warm_up:
         service.warm_up()
     info = service.info()
-    # rendered once per index: again only when the service reloads a replaced index
-    described: dict[str, Any] = {"generation": service.generation, "info": info}
-    described["html"] = page.render(info)
-
-    def current() -> dict[str, Any]:
-        if described["generation"] != service.generation:
-            gen = service.generation
-            fresh = service.info()
-            described.update(generation=gen, info=fresh, html=page.render(fresh))
-            app.state.info = fresh
-        return described
-
     app = FastAPI(
         title=title or f"anygrain: {info['index']}",
         docs_url=None,  # Swagger UI and ReDoc load scripts from a CDN: nothing external here
@@ -168,7 +158,38 @@ def create_app(
         ),
     )
     app.state.service = service
-    app.state.info = info
+    add_error_handlers(app)
+    add_search_routes(app, service, info)
+    add_index_routes(app, service, Description(app, service, info))
+    return app
+
+
+class Description:
+    """What describes the served index (``/info`` and the page, kept in ``app.state.info``
+    too): rendered once per index, again only when the service reloads a replaced index."""
+
+    def __init__(self, app: FastAPI, service: SearchService, info: dict[str, Any]) -> None:
+        self.app = app
+        self.service = service
+        self._use(service.generation, info)
+
+    def _use(self, generation: int, info: dict[str, Any]) -> None:
+        self.generation = generation
+        self.info = info
+        self.html = page.render(info)
+        self.app.state.info = info
+
+    def current(self) -> "Description":
+        """This description, made again first when the index was reloaded since."""
+        if self.generation != self.service.generation:
+            generation = self.service.generation
+            self._use(generation, self.service.info())
+        return self
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    """Every refused request gets a 4xx with ``{"error": ...}``, an index that does not
+    open a 503, and a bug a 500 naming only the exception's type."""
 
     @app.exception_handler(RequestError)
     async def on_request_error(request: Request, exc: RequestError) -> JSONResponse:
@@ -196,12 +217,33 @@ def create_app(
         log.exception("search failed")
         return _error(500, f"internal error: {type(exc).__name__}")
 
-    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
-    def home() -> HTMLResponse:
-        return HTMLResponse(current()["html"], headers={"Content-Security-Policy": PAGE_CSP})
 
-    @app.get("/search", response_model=SearchResponse, responses=ERRORS)
+def option_parameters() -> list[dict[str, Any]]:
+    """The OpenAPI query parameters of the documented search options (``GET /search`` takes
+    any search option its index lets a client set: :mod:`.options`)."""
+    return [
+        {
+            "name": name,
+            "in": "query",
+            "required": False,
+            "schema": {"type": kind},
+            "description": doc,
+        }
+        for name, (kind, doc) in SEARCH_OPTIONS.items()
+    ]
+
+
+def add_search_routes(app: FastAPI, service: SearchService, info: dict[str, Any]) -> None:
+    """``GET /search`` (one question) and ``POST /search`` (a batch)."""
+
+    @app.get(
+        "/search",
+        response_model=SearchResponse,
+        responses=ERRORS,
+        openapi_extra={"parameters": option_parameters()},
+    )
     def search_get(
+        request: Request,
         q: Annotated[
             str, Query(description=f"The question (1 to {MAX_QUESTION_CHARS} characters)")
         ],
@@ -213,10 +255,6 @@ def create_app(
             ),
         ] = None,
         k: Annotated[int, Query(description=f"Hits to return, 1 to {MAX_K}")] = DEFAULT_K,
-        sparse_weight: Annotated[
-            float | None,
-            Query(description="Phrase indexes: weight of the BM25 part (0: dense scores alone)"),
-        ] = None,
         filter: Annotated[
             str | None,
             Query(
@@ -227,9 +265,13 @@ def create_app(
             ),
         ] = None,
     ) -> SearchResponse:
-        """Top-``k`` hits for one question."""
+        """Top-``k`` hits for one question; any other query parameter is a search option."""
         r = service.search(
-            [q], unit=unit, k=k, sparse_weight=sparse_weight, filter=query_filter(filter)
+            [q],
+            unit=unit,
+            k=k,
+            filter=query_filter(filter),
+            options=query_options(request.query_params),
         )
         return SearchResponse(
             question=q, unit=r.unit, k=r.k, hits=hits_out(r.hits[0]), latency_ms=r.latency_ms
@@ -242,14 +284,23 @@ def create_app(
             body.questions,
             unit=body.unit,
             k=body.k,
-            sparse_weight=body.sparse_weight,
             filter=body.filter,
+            options=body.search_options(),
         )
         results = [
             QuestionResult(question=q, hits=hits_out(h))
             for q, h in zip(body.questions, r.hits, strict=True)
         ]
         return BatchResponse(unit=r.unit, k=r.k, results=results, latency_ms=r.latency_ms)
+
+
+def add_index_routes(app: FastAPI, service: SearchService, described: Description) -> None:
+    """``GET /`` (the search page), ``GET /health`` and ``GET /info``."""
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def home() -> HTMLResponse:
+        html = described.current().html
+        return HTMLResponse(html, headers={"Content-Security-Policy": PAGE_CSP})
 
     @app.get(
         "/health",
@@ -281,6 +332,4 @@ def create_app(
     def index_info() -> InfoResponse:
         """The index: kind, format version, model, corpus, counts, allowed units (answer
         when a reader is available: ``reader``, reading ``read`` passages), limits."""
-        return InfoResponse(**current()["info"])
-
-    return app
+        return InfoResponse(**described.current().info)

@@ -7,7 +7,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from anygrain.hits.hit import Hit, Unit, hits_json
-from anygrain.serve.service import DEFAULT_K, MAX_BATCH, MAX_K, MAX_QUESTION_CHARS
+from anygrain.serve.service import DEFAULT_K, MAX_BATCH, MAX_K, MAX_QUESTION_CHARS, RequestError
+
+#: The search options a request may set, documented (the server takes whichever its index
+#: lets a client set, :mod:`anygrain.serve.options`): name -> (JSON type, description).
+SEARCH_OPTIONS = {
+    "sparse_weight": ("number", "Phrase indexes: weight of the BM25 part (0: dense scores alone)"),
+    "fusion": ("string", "Hybrid indexes: the fusion method (zscore, minmax, raw or rrf)"),
+    "weight": ("number", "Hybrid indexes: the weight of the dense side"),
+    "depth": ("integer", "Hybrid indexes: the candidates taken from each side"),
+}
 
 
 class HitOut(BaseModel):
@@ -95,7 +104,13 @@ class BatchRequest(BaseModel):
     )
     k: int = Field(default=DEFAULT_K, ge=1, le=MAX_K, description="Hits per question")
     sparse_weight: float | None = Field(
-        default=None, ge=0, description="Phrase indexes: weight of the BM25 part (0: dense alone)"
+        default=None,
+        description="Phrase indexes: weight of the BM25 part (0: dense alone); as in options",
+    )
+    options: dict[str, Any] | None = Field(
+        default=None,
+        description="The index's search options a request sets, by name: "
+        + "; ".join(f"{name}: {doc}" for name, (_, doc) in SEARCH_OPTIONS.items()),
     )
     filter: dict[str, Any] | None = Field(
         default=None,
@@ -103,6 +118,15 @@ class BatchRequest(BaseModel):
         '{"field": [a, b]}, or operators ($ne, $in, $nin, $gt, $gte, $lt, $lte, $exists, '
         "$and, $or, $not)",
     )
+
+    def search_options(self) -> dict[str, Any]:
+        """``options`` with ``sparse_weight`` given as a field of its own."""
+        options = dict(self.options or {})
+        if self.sparse_weight is not None:
+            if options.get("sparse_weight", self.sparse_weight) != self.sparse_weight:
+                raise RequestError("sparse_weight is given twice, with two values")
+            options["sparse_weight"] = self.sparse_weight
+        return options
 
 
 class QuestionResult(BaseModel):

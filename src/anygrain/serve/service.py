@@ -48,12 +48,10 @@ answer requests are read in one reader batch, as their questions are encoded in 
 from __future__ import annotations
 
 import logging
-import math
-import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,12 +62,20 @@ from anygrain.hits.hit import Hit, Unit
 from anygrain.index.base import Index
 from anygrain.index.encoded import EncodedQueries
 from anygrain.index.filters import filter_key, parse_filter
-from anygrain.index.manifest import MANIFEST, external_corpus
+from anygrain.index.manifest import MANIFEST
+from anygrain.serve.options import SearchOptions, client_options
+from anygrain.serve.reading import (
+    load_reader,
+    read_settings,
+    reader_label,
+    sentences_of,
+    shipped_reader_for,
+)
+from anygrain.serve.watch import Stamp, describe_change, mapped_files, stamp
 from anygrain.utils.precision import native_bf16
 
 if TYPE_CHECKING:  # the reader imports torch: only when unit answer is asked
-    from anygrain.reader.answering import ReadSettings
-    from anygrain.reader.model import Reader
+    from anygrain.reader.runtime import ReadingModel
 
 #: A question longer than this many characters is refused (encoders truncate far earlier).
 MAX_QUESTION_CHARS = 1000
@@ -83,9 +89,6 @@ MAX_BATCH_QUESTIONS = 64
 
 
 log = logging.getLogger("anygrain.serve")
-
-#: Suffixes of the index files that are memory-mapped (NumPy arrays, FAISS, Arrow tables).
-MAPPED_SUFFIXES = (".npy", ".faiss", ".arrow")
 
 
 class RequestError(ValueError):
@@ -102,47 +105,6 @@ class IndexUnavailable(AnygrainError):
     503 until the index is whole again)."""
 
 
-#: A file's identity as loaded: size, mtime (ns) and inode; None when it was missing.
-_Stamp = tuple[int, int, int] | None
-
-
-def mapped_files(index: Index) -> list[Path]:
-    """The files ``index`` may have memory-mapped: the ``.npy``, ``.faiss`` and ``.arrow``
-    files its manifest lists (``files``, and ``corpus_files`` of a corpus kept outside it).
-    Nothing for an index object with no directory (a stand-in built in memory)."""
-    m = getattr(index, "manifest", None)
-    if getattr(index, "path", None) is None or not isinstance(m, dict):
-        return []
-    root = Path(index.path)
-    out = [root / rel for rel in m.get("files") or {} if rel.endswith(MAPPED_SUFFIXES)]
-    corpus = external_corpus(root, m)
-    if corpus is not None:
-        files = m.get("corpus_files") or {}
-        out += [corpus / rel for rel in files if rel.endswith(MAPPED_SUFFIXES)]
-    return out
-
-
-def _stamp(path: Path) -> _Stamp:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_size, st.st_mtime_ns, st.st_ino)
-
-
-def _change(path: Path, was: _Stamp, now: _Stamp) -> str:
-    """What happened to one mapped file, in words."""
-    if now is None:
-        return f"{path}: missing (deleted, or being replaced)"
-    if was is None:
-        return f"{path}: appeared after the index was loaded"
-    if now[0] != was[0]:
-        return f"{path}: its size changed from {was[0]} to {now[0]} bytes (truncated or rewritten)"
-    if now[2] != was[2]:
-        return f"{path}: replaced by another file"
-    return f"{path}: rewritten (its modification time changed)"
-
-
 @dataclass
 class SearchOutcome:
     hits: list[list[Hit]]
@@ -157,7 +119,7 @@ class _Job:
     unit: Unit
     k: int
     future: Future[list[list[Hit]]]
-    sparse_weight: float | None = None
+    options: SearchOptions = ()  # the index's search options (anygrain.serve.options)
     encoded: EncodedQueries | None = None  # set by the encoder thread
     filter: dict[str, Any] | None = None  # metadata filter (anygrain.index.filters)
 
@@ -207,17 +169,17 @@ class SearchService:
         # index under a running search
         self._lock = threading.Lock()
         self._error: str | None = None  # why the index is unavailable; None while it is fine
-        self._failed: dict[Path, _Stamp] | None = None  # the files when the reload failed
+        self._failed: dict[Path, Stamp] | None = None  # the files when the reload failed
         self._use(index)
         # the answer grain's reader: given (loaded now, so a bad one fails the startup) or
         # the shipped one for the corpus language (loaded on the first answer request)
         self._reader_lock = threading.Lock()
-        self._reader: Reader | None = None
+        self._reader: ReadingModel | None = None
         self._reader_error: str | None = None  # why the default reader did not load
         self._reader_given = reader is not None
         if reader is not None:
             self.reader_name: str | None = reader_label(reader)
-            self._reader = load_reader(index, reader)
+            self._reader = load_reader(index, reader, self._load_options.get("runtime"))
         else:
             self.reader_name = shipped_reader_for(index)
         self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
@@ -261,14 +223,14 @@ class SearchService:
         files = mapped_files(index)
         if files:  # and index.json: rewritten when the index is updated or rebuilt
             files.append(Path(index.path) / MANIFEST)
-        self._files = {p: _stamp(p) for p in files}
+        self._files = {p: stamp(p) for p in files}
 
-    def _changed(self) -> tuple[dict[Path, _Stamp], str | None]:
+    def _changed(self) -> tuple[dict[Path, Stamp], str | None]:
         """The files' stamps now, and what changed since the index was loaded (None: nothing)."""
-        now = {p: _stamp(p) for p in self._files}
+        now = {p: stamp(p) for p in self._files}
         for p, was in self._files.items():
             if now[p] != was:
-                return now, _change(p, was, now[p])
+                return now, describe_change(p, was, now[p])
         return now, None
 
     def check_index(self) -> None:
@@ -317,7 +279,7 @@ class SearchService:
             return True
         return self.reader_name is not None and self._reader_error is None
 
-    def reader(self) -> Reader:
+    def reader(self) -> ReadingModel:
         """The reader answers are read with, loaded on first use when it was not given;
         :class:`ReaderUnavailable` when there is none."""
         with self._reader_lock:
@@ -327,7 +289,9 @@ class SearchService:
                 self._reader_error = "no reader ships for the corpus language, none was given"
             if self._reader_error is None:
                 try:
-                    self._reader = load_reader(self.index, self.reader_name)
+                    self._reader = load_reader(
+                        self.index, self.reader_name, self._load_options.get("runtime")
+                    )
                     return self._reader
                 except AnygrainError as e:
                     self._reader_error = str(e)
@@ -358,17 +322,13 @@ class SearchService:
             )
         return u
 
-    def check_sparse_weight(self, w: float | None) -> float | None:
-        if w is None:
-            return None
-        if "sparse_weight" not in self.index.search_options():
-            raise RequestError(
-                f"sparse_weight applies to phrase indexes, not {self.index.kind.value}"
-            )
-        if not math.isfinite(w) or w < 0:
-            raise RequestError(f"sparse_weight must be a number >= 0, got {w}")
-        # one the index cannot weigh (no lexical part) fails its search: a 422 naming why
-        return float(w)
+    def check_options(self, options: Mapping[str, Any] | None) -> SearchOptions:
+        """A request's search options, checked by the index (:mod:`.options`); a
+        :class:`RequestError` naming an option it does not take or a value it refuses."""
+        try:
+            return client_options(self.index, options)
+        except AnygrainError as e:
+            raise RequestError(str(e)) from None
 
     @staticmethod
     def check_filter(spec: Any) -> dict[str, Any] | None:
@@ -448,19 +408,21 @@ class SearchService:
         *,
         unit: Unit | str | None = None,
         k: int = DEFAULT_K,
-        sparse_weight: float | None = None,
         filter: Any = None,
+        options: Mapping[str, Any] | None = None,
     ) -> SearchOutcome:
         """Check the request, then have the worker search it; the latency includes the wait.
-        ``sparse_weight`` overrides a phrase index's BM25 weight (0: dense scores alone);
         ``filter`` keeps the top ``k`` hits whose metadata match (a dict or its JSON text:
-        :mod:`anygrain.index.filters`)."""
+        :mod:`anygrain.index.filters`); ``options`` are the index's search options a client
+        sets (a phrase index's ``sparse_weight``, a hybrid index's ``fusion``, ``weight``
+        and ``depth``: :mod:`.options`)."""
         t0 = time.perf_counter()
         qs = self.check_questions(questions)
         u = self.check_unit(unit)
         k = self.check_k(k)
-        w = self.check_sparse_weight(sparse_weight)
-        job = _Job(qs, u, k, Future(), w, filter=self.check_filter(filter))
+        job = _Job(
+            qs, u, k, Future(), self.check_options(options), filter=self.check_filter(filter)
+        )
         self._queue.put(job)
         hits = job.future.result()  # raises what the search raised
         return SearchOutcome(hits, u, k, (time.perf_counter() - t0) * 1000.0)
@@ -550,15 +512,15 @@ class SearchService:
                 except queue.Empty:
                     break
             for index in dict.fromkeys(b.index for b in batches):
-                groups: dict[tuple[Unit, int, float | None, str], list[_Job]] = {}
+                groups: dict[tuple[Unit, int, SearchOptions, str], list[_Job]] = {}
                 for b in batches:
                     if b.index is not index:
                         continue
                     for job in b.jobs:
                         f = filter_key(job.filter) if job.filter else ""
-                        groups.setdefault((job.unit, job.k, job.sparse_weight, f), []).append(job)
-                for (unit, k, w, _), group in groups.items():
-                    self._run(index, group, unit, k, w, group[0].filter)
+                        groups.setdefault((job.unit, job.k, job.options, f), []).append(job)
+                for (unit, k, options, _), group in groups.items():
+                    self._run(index, group, unit, k, options, group[0].filter)
 
     def _run(
         self,
@@ -566,24 +528,20 @@ class SearchService:
         jobs: list[_Job],
         unit: Unit,
         k: int,
-        sparse_weight: float | None,
+        options: SearchOptions,
         filter: dict[str, Any] | None = None,
     ) -> None:
         encoded = EncodedQueries.join([job.encoded for job in jobs if job.encoded is not None])
-        options: dict[str, Any] = {}
-        if sparse_weight is not None:
-            options["sparse_weight"] = sparse_weight
-        if filter:
-            options["filter"] = filter
+        given = {**dict(options), **({"filter": filter} if filter else {})}
         try:
             if unit is Unit.ANSWER:
-                hits = self._answer(index, encoded, k, options)
+                hits = self._answer(index, encoded, k, given)
             else:
-                hits = index.search_encoded(encoded, k, **index.unit_options(unit), **options)
+                hits = index.search_encoded(encoded, k, **index.unit_options(unit), **given)
         except Exception as e:  # reported to the waiting requests; the worker goes on
             if len(jobs) > 1:  # one request's questions must not fail the others
                 for job in jobs:
-                    self._run(index, [job], unit, k, sparse_weight, filter)
+                    self._run(index, [job], unit, k, options, filter)
                 return
             err = RequestError(str(e)) if isinstance(e, AnygrainError) else e
             jobs[0].future.set_exception(err)
@@ -640,67 +598,3 @@ class SearchService:
                 "max_batch": MAX_BATCH,
             },
         }
-
-
-# --- the answer grain -------------------------------------------------------------------
-def read_settings(read: int | None) -> ReadSettings:
-    """How the server reads answers: ``read`` passages per question (the default when None);
-    an :class:`AnygrainError` for a count out of range."""
-    from anygrain.reader.answering import ReadSettings
-
-    if read is None:
-        return ReadSettings()
-    if isinstance(read, bool) or not isinstance(read, int):
-        raise AnygrainError(f"read: the number of passages read must be an integer, not {read!r}")
-    return ReadSettings(passages=read)
-
-
-def reader_label(reader: str | Path) -> str:
-    """What ``/info`` calls a reader: a shipped reader's name, else its directory's name (a
-    path on the server's disk is no business of a client)."""
-    from anygrain.models.shipped import SHIPPED
-
-    p = Path(str(reader)).expanduser()
-    if not p.exists() and str(reader) in SHIPPED:
-        return str(reader)
-    return p.resolve().name or str(reader)
-
-
-def shipped_reader_for(index: Index) -> str | None:
-    """The name of the shipped reader for the language of ``index``'s corpus; None when no
-    reader ships for it (or the language cannot be told)."""
-    from anygrain.corpus.lang import detect_lang
-    from anygrain.models.shipped import default_reader, reader_ships
-
-    try:
-        lang = detect_lang(index.corpus).value
-    except Exception as e:  # a stand-in index without a corpus: no default reader
-        log.debug("no corpus language for the default reader: %s", e)
-        return None
-    return default_reader(lang) if reader_ships(lang) else None
-
-
-def load_reader(index: Index, reader: str | Path | None) -> Reader:
-    """:func:`~anygrain.reader.answering.load_reader_for`, with any failure an
-    :class:`AnygrainError` naming the reader."""
-    from anygrain.reader.answering import load_reader_for
-
-    try:
-        return load_reader_for(index, reader)
-    except AnygrainError:
-        raise
-    except Exception as e:  # a damaged model directory: say which, in one line
-        raise AnygrainError(f"reader {reader}: does not load ({type(e).__name__}: {e})") from e
-
-
-def sentences_of(index: Index) -> Callable[[list[int]], list[tuple[list[int], list[int]]]]:
-    """``answer_hits``'s ``sentences``: each passage row's sentence starts and ends, from
-    the corpus store's ``sent_starts`` / ``sent_ends`` columns."""
-
-    def sentences(rows: list[int]) -> list[tuple[list[int], list[int]]]:
-        store = index.corpus
-        return list(
-            zip(store.column("sent_starts", rows), store.column("sent_ends", rows), strict=True)
-        )
-
-    return sentences

@@ -1,0 +1,84 @@
+"""The answer grain of a server: its reader (given, or shipped for the corpus language) and
+how many passages it reads per question (:class:`anygrain.serve.service.SearchService`)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from anygrain.errors import AnygrainError
+from anygrain.index.base import Index
+
+if TYPE_CHECKING:  # the reader imports torch: only when unit answer is asked
+    from anygrain.encode.runtime import Runtime
+    from anygrain.reader.answering import ReadSettings
+    from anygrain.reader.runtime import ReadingModel
+
+log = logging.getLogger("anygrain.serve")
+
+
+def read_settings(read: int | None) -> ReadSettings:
+    """How the server reads answers: ``read`` passages per question (the default when None);
+    an :class:`AnygrainError` for a count out of range."""
+    from anygrain.reader.answering import ReadSettings
+
+    if read is None:
+        return ReadSettings()
+    if isinstance(read, bool) or not isinstance(read, int):
+        raise AnygrainError(f"read: the number of passages read must be an integer, not {read!r}")
+    return ReadSettings(passages=read)
+
+
+def reader_label(reader: str | Path) -> str:
+    """What ``/info`` calls a reader: a shipped reader's name, else its directory's name (a
+    path on the server's disk is no business of a client)."""
+    from anygrain.models.shipped import SHIPPED
+
+    p = Path(str(reader)).expanduser()
+    if not p.exists() and str(reader) in SHIPPED:
+        return str(reader)
+    return p.resolve().name or str(reader)
+
+
+def shipped_reader_for(index: Index) -> str | None:
+    """The name of the shipped reader for the language of ``index``'s corpus; None when no
+    reader ships for it (or the language cannot be told)."""
+    from anygrain.corpus.lang import detect_lang
+    from anygrain.models.shipped import default_reader, reader_ships
+
+    try:
+        lang = detect_lang(index.corpus).value
+    except Exception as e:  # a stand-in index without a corpus: no default reader
+        log.debug("no corpus language for the default reader: %s", e)
+        return None
+    return default_reader(lang) if reader_ships(lang) else None
+
+
+def load_reader(
+    index: Index, reader: str | Path | None, runtime: Runtime | str | None = None
+) -> ReadingModel:
+    """:func:`~anygrain.reader.answering.load_reader_for` (on ``runtime``: the server's
+    ``--runtime``), with any failure an :class:`AnygrainError` naming the reader."""
+    from anygrain.reader.answering import load_reader_for
+
+    try:
+        return load_reader_for(index, reader, runtime)
+    except AnygrainError:
+        raise
+    except Exception as e:  # a damaged model directory: say which, in one line
+        raise AnygrainError(f"reader {reader}: does not load ({type(e).__name__}: {e})") from e
+
+
+def sentences_of(index: Index) -> Callable[[list[int]], list[tuple[list[int], list[int]]]]:
+    """``answer_hits``'s ``sentences``: each passage row's sentence starts and ends, from
+    the corpus store's ``sent_starts`` / ``sent_ends`` columns."""
+
+    def sentences(rows: list[int]) -> list[tuple[list[int], list[int]]]:
+        store = index.corpus
+        return list(
+            zip(store.column("sent_starts", rows), store.column("sent_ends", rows), strict=True)
+        )
+
+    return sentences
