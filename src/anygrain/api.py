@@ -216,10 +216,11 @@ def ask(
 ) -> tuple[Answer, list[Hit]]:
     """Retrieve ``k`` passages for ``question``, read them with the reader at ``reader``:
     the answer with its evidence, and the passages read."""
-    from anygrain.reader import Reader, read
+    from anygrain.reader import read
+    from anygrain.reader.onnx import load_reader
 
     idx = index if isinstance(index, Index) else Index.load(index)
-    model = Reader.load(reader)
+    model = load_reader(reader)
     hits = idx.search_one(question, k)
     return read(model, question, hits), hits
 

@@ -24,7 +24,7 @@ from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError, UsageError
 from anygrain.eval.squad import exact_match, f1
 from anygrain.hits.hit import Hit, Unit
-from anygrain.reader.model import Reader
+from anygrain.reader.runtime import ReadingModel
 from anygrain.utils.progress import progress_bar
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def gold_hits(store: CorpusStore, questions: Sequence[Question]) -> tuple[list[l
 
 def evaluate_reader(
     index: Any | None,
-    reader: Reader,
+    reader: ReadingModel,
     questions: Sequence[Question],
     *,
     k: int = 5,
@@ -184,7 +184,7 @@ def _retrieve(
 
 
 def _read_spans(
-    reader: Reader,
+    reader: ReadingModel,
     qs: Sequence[Question],
     lists: Sequence[Sequence[Hit]],
     settings: ReadSettings,
