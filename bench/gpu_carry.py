@@ -111,7 +111,7 @@ def rebase(packed: Path, out: Path, backbone: str) -> None:
     from safetensors.torch import load_file
 
     from anygrain.phrase.packed import PackSettings
-    from anygrain.reader.model import ReaderConfig
+    from anygrain.reader.config import ReaderConfig
     from anygrain.reader.packed import PACKED_FILE, _backbone, _rebuild, pack_reader
 
     info = json.loads((packed / "anygrain_packed_reader.json").read_text())

@@ -29,7 +29,8 @@ from anygrain.models.base import (
 from anygrain.models.biencoder import BiEncoder
 from anygrain.phrase.model import PhraseEncoder
 from anygrain.phrase.packed import pack_phrase_model
-from anygrain.reader.model import Reader, ReaderConfig
+from anygrain.reader.config import ReaderConfig
+from anygrain.reader.model import Reader
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 

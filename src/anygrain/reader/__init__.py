@@ -1,8 +1,9 @@
 """The extractive reader (DPR section 6): span extraction over retrieved passages,
 and a start/end-distribution teacher for phrase distillation."""
 
+from anygrain.reader.config import ReaderConfig
 from anygrain.reader.evaluate import evaluate_reader, gold_hits
-from anygrain.reader.model import Reader, ReaderConfig, ReaderOutput
+from anygrain.reader.model import Reader, ReaderOutput
 from anygrain.reader.read import (
     Answer,
     SpanDistributions,

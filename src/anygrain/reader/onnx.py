@@ -44,8 +44,9 @@ from anygrain.encode.onnx_runtime import (
 )
 from anygrain.encode.runtime import Runtime
 from anygrain.errors import AnygrainError
+from anygrain.reader.config import ReaderConfig
 from anygrain.reader.features import collate
-from anygrain.reader.model import Reader, ReaderConfig
+from anygrain.reader.model import Reader
 from anygrain.reader.packed import PackedReaderInfo, is_packed_reader
 from anygrain.reader.read import windows_of
 from anygrain.reader.runtime import ReadingModel, WindowLogits

@@ -37,7 +37,8 @@ from anygrain.models.base import (
 )
 from anygrain.models.hf import load_hf_dir
 from anygrain.phrase.packed import PackSettings, apply_delta_tensors, delta_tensors
-from anygrain.reader.model import READER_CONFIG, Reader, ReaderConfig
+from anygrain.reader.config import ReaderConfig
+from anygrain.reader.model import READER_CONFIG, Reader
 from anygrain.utils.atomic import atomic_dir
 
 __all__ = ["PACKED_READER_CONFIG", "PackedReaderInfo", "is_packed_reader", "pack_reader"]

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
+    from anygrain.reader.config import ReaderConfig
     from anygrain.reader.features import Batch
-    from anygrain.reader.model import ReaderConfig
 
 __all__ = ["ReadingModel", "WindowLogits"]
 
