@@ -19,6 +19,17 @@ from anygrain.utils.atomic import atomic_write_text
 SUFFIX = ".provenance.json"
 
 
+def installed_version() -> str:
+    """This anygrain's version, as installed (the package metadata: eval sits below the
+    package's ``__init__`` and does not import it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("anygrain")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def _plain(value: Any) -> Any:
     """JSON-ready: enums by value, other objects by their text."""
     if isinstance(value, dict):
@@ -39,13 +50,11 @@ def provenance(
     questions: str | None,
     limit: int | None,
 ) -> dict[str, Any]:
-    from anygrain import __version__
-
     summary = index.summary()
     build = (index.manifest.get("settings") or {}).get("build")
     return _plain(
         {
-            "anygrain": __version__,
+            "anygrain": installed_version(),
             "index": {
                 "path": summary.get("path"),
                 "kind": summary.get("kind"),
