@@ -55,6 +55,7 @@ from anygrain.index.registry import IndexKind, register_index
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.models.biencoder import MODEL_CONFIG, BiEncoder
 from anygrain.models.encoder import EncoderConfig
+from anygrain.models.hf import check_weight_files
 from anygrain.models.resolve import ALIASES, default_model, resolve_model
 from anygrain.models.shipped import SHIPPED, shipped_model_dir
 from anygrain.utils.atomic import atomic_write_text
@@ -106,6 +107,7 @@ def find_model(model: str | Path | BiEncoder | None) -> None:
         return
     p = Path(str(model)).expanduser()
     if (p / MODEL_CONFIG).exists():
+        check_weight_files(p)  # damaged weights fail here too, not after the corpus is read
         return
     if str(model) in SHIPPED and not p.exists():
         shipped_model_dir(str(model))

@@ -30,6 +30,28 @@ def _damaged() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseExceptio
     return bad_weights, (*bad_weights, OSError, ValueError, RuntimeError, KeyError)
 
 
+def damaged_model(where: Path, e: BaseException) -> AnygrainError:
+    """The one-line error for a model file that cannot be read."""
+    return AnygrainError(
+        f"{where}: cannot load the model ({type(e).__name__}: {e}); a file is "
+        "truncated or damaged: save or download the model again"
+    )
+
+
+def check_weight_files(path: Path) -> None:
+    """Read the header of every safetensors file under the model directory ``path`` (a few
+    KB each, no torch), so that a truncated or damaged one fails a build before it reads the
+    corpus, with the error loading it would give."""
+    from safetensors import SafetensorError, safe_open
+
+    for f in sorted(Path(path).rglob("*.safetensors")):
+        try:
+            with safe_open(str(f), framework="numpy"):
+                pass
+        except (SafetensorError, OSError) as e:
+            raise damaged_model(f, e) from None
+
+
 @contextmanager
 def quiet_transformers() -> Iterator[None]:
     """No per-file progress bars from transformers: a model here is several small HF dirs."""
@@ -62,11 +84,7 @@ def load_hf_dir(path: Path) -> tuple[Any, Any]:
         try:
             model = AutoModel.from_pretrained(str(path), dtype=torch.float32)
         except damaged as e:
-            where = weights if isinstance(e, bad_weights) else path
-            raise AnygrainError(
-                f"{where}: cannot load the model ({type(e).__name__}: {e}); a file is "
-                "truncated or damaged: save or download the model again"
-            ) from None
+            raise damaged_model(weights if isinstance(e, bad_weights) else path, e) from None
         try:
             return model, AutoTokenizer.from_pretrained(str(path))
         except damaged as e:

@@ -231,6 +231,9 @@ def phrase_model_dir(model: str | Path) -> Path:
             f"{model}: not a phrase model; train one with `anygrain train phrase` and pass its "
             "directory as --model"
         )
+    from anygrain.models.hf import check_weight_files
+
+    check_weight_files(p)  # damaged weights fail here too, not after the corpus is read
     return p
 
 

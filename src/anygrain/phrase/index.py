@@ -28,6 +28,7 @@ the search for sentences, passages and documents in rounds is :mod:`anygrain.phr
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,7 +66,12 @@ from anygrain.phrase.lexical import (
     SparseFusion,
     open_sparse,
 )
-from anygrain.phrase.opening import cached_question_encoder, open_arrays, open_model
+from anygrain.phrase.opening import (
+    cached_question_encoder,
+    exported_in_child,
+    open_arrays,
+    open_model,
+)
 from anygrain.phrase.record import PhraseIndexRecord
 from anygrain.phrase.rescore import RESCORE_RANGE, search_rescored
 from anygrain.phrase.search import (
@@ -78,6 +84,7 @@ from anygrain.phrase.search import (
 )
 from anygrain.phrase.units import fused_phrases, mips_scored
 from anygrain.phrase.units import search_units as search_unit_rounds
+from anygrain.utils.memory import trim_heap
 from anygrain.utils.threads import single_thread
 from anygrain.vectors.faiss_index import FaissIndex, unwrap_index
 
@@ -317,14 +324,23 @@ class PhraseIndex(Index):
         path = Path(path)
         use_onnx = wants_onnx(runtime, device)
         questions = cached_question_encoder(path, manifest, model) if use_onnx else None
-        enc: PhraseEncoder | Callable[[], PhraseEncoder]
+        if questions is None and use_onnx:
+            questions = exported_in_child(path, manifest, model)
+
+        def load() -> PhraseEncoder:
+            return open_model(path, manifest, model, device, onnx=False)[0]
+
+        enc: PhraseEncoder | Callable[[], PhraseEncoder] = load
         if questions is None:
             strict = parse_runtime(runtime) is Runtime.ONNX
             enc, questions = open_model(path, manifest, model, device, onnx=use_onnx, strict=strict)
-        else:
-
-            def enc() -> PhraseEncoder:
-                return open_model(path, manifest, model, device, onnx=False)[0]
+            if questions is not enc and not is_phrase_encoder(model):
+                # loaded only to export its question graph: search needs the graph alone,
+                # and the model (with its tokenizer, ~0.8 GB for me5-small) loads again if
+                # something asks for it
+                enc = load
+                gc.collect()  # HF modules hold reference cycles
+                trim_heap()
 
         store = store or open_corpus_of(path, manifest)
         record = PhraseIndexRecord.from_manifest(manifest["settings"])

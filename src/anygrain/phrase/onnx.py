@@ -144,7 +144,9 @@ class OnnxQuestionEncoder:
     runtime = "onnx"
 
     def __init__(self, directory: Path, *, threads: int | None = None) -> None:
-        self.graph = OnnxGraph(directory, threads=threads)
+        # the tokenizer loads at the first question: when a model was just exported, after it
+        # is freed (me5-small's tokenizer alone holds ~280 MB)
+        self.graph = OnnxGraph(directory, threads=threads, tokenize=False)
         meta = self.graph.meta
         if meta.get("kind") != KIND:
             raise ValueError(f"{directory}: not a phrase question graph")
@@ -207,3 +209,51 @@ def onnx_questions(
             files, entry.name, phrase_fingerprint=phrase_fingerprint, config=config or {}
         )
     return OnnxQuestionEncoder(entry)
+
+
+def export_in_child(model_dir: Path, cache: GraphCache, *, threads: int | None = None) -> bool:
+    """Export the question graph of the saved model at ``model_dir`` in a child process;
+    True when it did.  The torch model, its tokenizer and the exporter's working memory
+    (1.6 GB resident for me5-small in-process) then go back to the system before the index
+    loads its arrays, so searching an index whose graph is not cached yet stays within the
+    memory of searching one whose graph is.  The child records the model's files, phrase
+    fingerprint and config (as :func:`onnx_questions` does), which the caller then checks
+    against the index through :func:`cached_questions`."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    cmd = [sys.executable, "-m", "anygrain.phrase.onnx", str(model_dir), str(cache.root)]
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    except OSError:
+        return False
+    return done.returncode == 0
+
+
+def _export_main(argv: Sequence[str]) -> int:
+    """``python -m anygrain.phrase.onnx MODEL_DIR CACHE_ROOT``: load the saved phrase model
+    (its fingerprints checked) and export its question graph into the cache."""
+    from anygrain.phrase.model import PhraseEncoder
+
+    model_dir, root = Path(argv[0]), Path(argv[1])
+    files = files_signature(model_files(model_dir))  # before loading: what was checked
+    model = PhraseEncoder.load(model_dir)
+    fingerprint = model.config.phrase_fingerprint or model.phrase_fingerprint()
+    onnx_questions(
+        model,
+        GraphCache(root),
+        files=files,
+        phrase_fingerprint=fingerprint,
+        config=model.config.to_dict(),
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(_export_main(sys.argv[1:]))

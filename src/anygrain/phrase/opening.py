@@ -198,6 +198,24 @@ def cached_question_encoder(
     return questions
 
 
+def exported_in_child(
+    path: Path, manifest: dict[str, Any], model: str | Path | PhraseEncoder | None
+) -> Any:
+    """The question encoder on ONNX Runtime, its graph exported by a child process
+    (:func:`~anygrain.phrase.onnx.export_in_child`: the memory of loading the model and
+    exporting goes back to the system), then found as a cached one; None when that cannot
+    be done (a model object, no directory, the child failed): the model is loaded here."""
+    src = model_dir_of(path, manifest, model)
+    if src is None:
+        return None
+    from anygrain.phrase.onnx import export_in_child
+    from anygrain.utils.threads import requested_threads
+
+    if not export_in_child(src, GraphCache.default(), threads=requested_threads()):
+        return None
+    return cached_question_encoder(path, manifest, model)
+
+
 @dataclass(frozen=True)
 class PhraseArrays:
     """A phrase index's arrays, opened and checked against each other and the corpus."""
