@@ -218,11 +218,12 @@ def ask(
     the answer with its evidence, and the passages read."""
     from anygrain.reader import read
     from anygrain.reader.onnx import load_reader
+    from anygrain.utils.precision import native_bf16
 
     idx = index if isinstance(index, Index) else Index.load(index)
     model = load_reader(reader)
     hits = idx.search_one(question, k)
-    return read(model, question, hits), hits
+    return read(model, question, hits, bf16=native_bf16()), hits
 
 
 def build_index(

@@ -2,14 +2,14 @@
 
 The reader's forward over a batch of windows, ``(input_ids, attention_mask[,
 token_type_ids]) -> (start_logits, end_logits, selection_logits)``, is exported as one
-graph, keyed by the fingerprint of the reader's weights (encoder and heads) and its config
+graph (the token-embedding table beside it, looked up with NumPy), keyed by the fingerprint of the reader's weights (encoder and heads) and its config
 (which cuts the windows and bounds the spans).  :class:`OnnxReader` runs it with the
 reader's tokenizer, saved beside the graph: it reads as
 :class:`~anygrain.reader.model.Reader` does (both are
 :class:`~anygrain.reader.runtime.ReadingModel`), in float32.
 
-:func:`load_reader` picks the runtime (``auto``: ONNX Runtime where it is installed) and
-first asks the cache's files table whether the reader's files -- a packed reader's include
+:func:`load_reader` picks the runtime (``auto``: torch on a CPU with native bfloat16,
+where its bf16 reading is faster, else ONNX Runtime where it is installed) and first asks the cache's files table whether the reader's files -- a packed reader's include
 its backbone's -- are unchanged since a graph was exported from them; only when not is the
 reader loaded with torch (rebuilt, checked against its fingerprint) and exported, once per
 version of the weights.  The runtime is recorded nowhere: both read the same answers.
