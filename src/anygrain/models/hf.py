@@ -30,6 +30,27 @@ def _damaged() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseExceptio
     return bad_weights, (*bad_weights, OSError, ValueError, RuntimeError, KeyError)
 
 
+def encoder_inputs(
+    input_ids: torch.Tensor | None,
+    attention_mask: torch.Tensor,
+    token_type_ids: torch.Tensor | None = None,
+    token_embeds: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
+    """A Hugging Face encoder's keyword inputs; ``token_embeds`` (B, L, width), the rows of
+    its token-embedding table, stands in for ``input_ids`` (how an ONNX graph that keeps the
+    table outside is traced)."""
+    kw = {"attention_mask": attention_mask}
+    if token_type_ids is not None:
+        kw["token_type_ids"] = token_type_ids
+    if token_embeds is not None:
+        kw["inputs_embeds"] = token_embeds
+    elif input_ids is not None:
+        kw["input_ids"] = input_ids
+    else:
+        raise ValueError("input_ids or token_embeds is needed")
+    return kw
+
+
 def damaged_model(where: Path, e: BaseException) -> AnygrainError:
     """The one-line error for a model file that cannot be read."""
     return AnygrainError(

@@ -73,7 +73,7 @@ from anygrain.phrase.opening import (
     open_model,
 )
 from anygrain.phrase.record import PhraseIndexRecord
-from anygrain.phrase.rescore import RESCORE_RANGE, search_rescored
+from anygrain.phrase.rescore import RESCORE_RANGE, FirstStage, search_rescored
 from anygrain.phrase.search import (
     Phrases,
     PhraseTable,
@@ -505,22 +505,8 @@ class PhraseIndex(Index):
             lex = self.lexical.queries(encoded.texts, fusion)
         n_rescore = self.rescore if rescore is None else int(RESCORE_RANGE.check(rescore))
         if n_rescore:
-            return search_rescored(
-                self,
-                encoded,
-                k,
-                u,
-                n_rescore,
-                scope_rows=scope_rows,
-                depth=depth,
-                max_depth=max_depth,
-                exact=exact,
-                max_words=L,
-                nprobe=nprobe,
-                fusion=fusion,
-                lexical=lex,
-                stats=stats,
-            )
+            stage = FirstStage(scope_rows, depth, max_depth, exact, L, nprobe, fusion, lex, stats)
+            return search_rescored(self, encoded, k, u, n_rescore, stage)
         if u is Unit.PHRASE or scope_rows is not None:
             phrases = self.search_phrases(
                 qs,

@@ -45,7 +45,7 @@ from anygrain.models.base import (
     saved_model_dir,
 )
 from anygrain.models.encoder import Pooling, check_finite, pool
-from anygrain.models.hf import load_hf_dir, load_tensors, quiet_transformers
+from anygrain.models.hf import encoder_inputs, load_hf_dir, load_tensors, quiet_transformers
 from anygrain.models.resolve import resolve_model
 from anygrain.phrase.options import QuestionEncoderKind
 from anygrain.phrase.tokens import Window, best_windows, tokenize_windows
@@ -388,14 +388,7 @@ class PhraseEncoder(Model):
         """:meth:`question_forward` with ``encs`` standing in for the question encoders
         (their :meth:`bf16_questions` copies).  ``token_embeds`` (B, L, width): the rows of
         :meth:`question_token_table` for the tokens, in place of ``input_ids``."""
-        kw: dict[str, torch.Tensor] = {"attention_mask": attention_mask}
-        if token_type_ids is not None:
-            kw["token_type_ids"] = token_type_ids
-        if token_embeds is not None:
-            kw["inputs_embeds"] = token_embeds
-        else:
-            assert input_ids is not None
-            kw["input_ids"] = input_ids
+        kw = encoder_inputs(input_ids, attention_mask, token_type_ids, token_embeds)
         if self.config.question_encoder is QuestionEncoderKind.SEPARATE:
             outs = [m(**kw).last_hidden_state[:, 0] for m in encs]
             return outs[0], outs[1]

@@ -178,46 +178,33 @@ def first_rows(rows: np.ndarray, n: int) -> list[int]:
     return [int(r) for r in rows[np.sort(first)][:n]]
 
 
+@dataclass(frozen=True)
+class FirstStage:
+    """The options of the index's own search that finds what is re-scored
+    (:meth:`~anygrain.phrase.index.PhraseIndex.search_encoded`'s)."""
+
+    scope_rows: Sequence[Sequence[int]] | None
+    depth: int
+    max_depth: int | None
+    exact: bool
+    max_words: int
+    nprobe: int | None
+    fusion: SparseFusion | None
+    lexical: Sequence[LexicalQuery] | None
+    stats: list[UnitSearchStats] | None  # filled with each question's search statistics
+
+
 def search_rescored(
-    index: PhraseIndex,
-    encoded: EncodedQueries,
-    k: int,
-    unit: Unit,
-    n: int,
-    *,
-    scope_rows: Sequence[Sequence[int]] | None,
-    depth: int,
-    max_depth: int | None,
-    exact: bool,
-    max_words: int,
-    nprobe: int | None,
-    fusion: SparseFusion | None,
-    lexical: Sequence[LexicalQuery] | None,
-    stats: list[UnitSearchStats] | None,
+    index: PhraseIndex, encoded: EncodedQueries, k: int, unit: Unit, n: int, stage: FirstStage
 ) -> list[list[Hit]]:
     """Top-``k`` hits per question at ``unit``, the first ``n`` passages of the index's
     search re-scored exactly (see the module docstring); the options are
     :meth:`~anygrain.phrase.index.PhraseIndex.search_encoded`'s."""
     qs, qe = encoded.vectors
     nq = len(qs)
+    fusion, lexical, nprobe, max_words = stage.fusion, stage.lexical, stage.nprobe, stage.max_words
     fused = fusion is not None and lexical is not None
-    rest, found, tops = _first_stage(
-        index,
-        qs,
-        qe,
-        k,
-        unit,
-        n,
-        scope_rows=scope_rows,
-        depth=depth,
-        max_depth=max_depth,
-        exact=exact,
-        max_words=max_words,
-        nprobe=nprobe,
-        fusion=fusion,
-        lexical=lexical,
-        stats=stats,
-    )
+    rest, found, tops = _first_stage(index, qs, qe, k, unit, n, stage)
     dense: list[tuple[float, float]] = [(0.0, 0.0)] * nq
     if fused:
         assert fusion is not None
@@ -259,29 +246,21 @@ def _first_stage(
     k: int,
     unit: Unit,
     n: int,
-    *,
-    scope_rows: Sequence[Sequence[int]] | None,
-    depth: int,
-    max_depth: int | None,
-    exact: bool,
-    max_words: int,
-    nprobe: int | None,
-    fusion: SparseFusion | None,
-    lexical: Sequence[LexicalQuery] | None,
-    stats: list[UnitSearchStats] | None,
+    stage: FirstStage,
 ) -> tuple[list[Phrases] | None, list[list[UnitHit]], list[list[int]]]:
     """The index's own search: each question's phrases (at the phrase grain, or in its
     scope) or units found, and the first ``n`` passages of them to re-score."""
+    scope_rows, depth, stats = stage.scope_rows, stage.depth, stage.stats
     if unit is Unit.PHRASE or scope_rows is not None:
         rest: list[Phrases] | None = index.search_phrases(
             qs,
             qe,
             top_k=depth,
             scope_rows=scope_rows,
-            max_words=max_words,
-            nprobe=nprobe,
-            lexical=lexical,
-            fusion=fusion,
+            max_words=stage.max_words,
+            nprobe=stage.nprobe,
+            lexical=stage.lexical,
+            fusion=stage.fusion,
         )
         assert rest is not None
         found: list[list[UnitHit]] = []
@@ -299,12 +278,12 @@ def _first_stage(
             max(k, n),
             unit,
             depth=depth,
-            max_depth=max_depth,
-            exact=exact,
-            max_words=max_words,
-            nprobe=nprobe,
-            lexical=lexical,
-            fusion=fusion,
+            max_depth=stage.max_depth,
+            exact=stage.exact,
+            max_words=stage.max_words,
+            nprobe=stage.nprobe,
+            lexical=stage.lexical,
+            fusion=stage.fusion,
         )
         tops = [first_rows(index.table.row[[h.start for h in f]], n) for f in found]
         if stats is not None:

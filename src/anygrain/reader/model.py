@@ -31,7 +31,7 @@ from torch import nn
 
 from anygrain.errors import AnygrainError
 from anygrain.models.base import Model, ModelType, config_file, register_model
-from anygrain.models.hf import load_hf_dir, load_tensors
+from anygrain.models.hf import encoder_inputs, load_hf_dir, load_tensors
 from anygrain.models.resolve import resolve_model
 from anygrain.reader.config import ReaderConfig
 from anygrain.reader.runtime import WindowLogits
@@ -95,14 +95,8 @@ class Reader(Model):
     ) -> ReaderOutput:
         """Logits of a batch of windows; ``token_embeds`` (B, L, width): the rows of the
         encoder's token-embedding table for the tokens, in place of ``input_ids``."""
-        kw: dict[str, torch.Tensor] = {"attention_mask": attention_mask}
-        if token_type_ids is not None and self.uses_token_types:
-            kw["token_type_ids"] = token_type_ids
-        if token_embeds is not None:
-            kw["inputs_embeds"] = token_embeds
-        else:
-            assert input_ids is not None
-            kw["input_ids"] = input_ids
+        types = token_type_ids if self.uses_token_types else None
+        kw = encoder_inputs(input_ids, attention_mask, types, token_embeds)
         hidden = self.encoder(**kw)
         h = hidden.last_hidden_state
         logits = self.qa(h)
