@@ -38,12 +38,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
 
+import numpy as np
 import torch
 from torch import nn
 
 from anygrain.errors import AnygrainError, IndexMismatchError
 from anygrain.utils.atomic import atomic_dir, atomic_write_text
-from anygrain.utils.memory import release_mapped
+from anygrain.utils.memory import file_mappings, release_mapped
 
 
 class ModelType(str, enum.Enum):
@@ -85,6 +86,9 @@ class ModelConfig(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
 
+_HASH_CHUNK = 16 << 20  # bytes hashed between two page releases
+
+
 def fingerprint_modules(modules: Sequence[nn.Module], *, numbered: bool = True) -> str:
     """sha256 over parameter names and values: identifies weights, whatever the files.
 
@@ -92,13 +96,21 @@ def fingerprint_modules(modules: Sequence[nn.Module], *, numbered: bool = True) 
     spellings are kept because indexes and packed models record fingerprints made
     each way (bi-encoders: one module, unnumbered; phrase models: numbered)."""
     h = hashlib.sha256()
+    maps = file_mappings()
     for i, m in enumerate(modules):
         prefix = f"{i}." if numbered else ""
         for name, t in sorted(m.state_dict().items()):
             h.update(f"{prefix}{name}".encode())
             # the array's own buffer, not a bytes copy of it (me5's embedding table is
-            # 384 MB: a copy would be a build's peak)
-            h.update(t.detach().to(torch.float32).contiguous().cpu().numpy().data)
+            # 384 MB: a copy would be a build's peak), a chunk at a time, giving back the
+            # pages of a chunk mapped from its weights file once hashed: reading them all
+            # would otherwise leave the whole table resident
+            a = t.detach().to(torch.float32).contiguous().cpu().numpy().reshape(-1).view(np.uint8)
+            for j in range(0, len(a), _HASH_CHUNK):
+                part = a[j : j + _HASH_CHUNK]
+                h.update(part.data)
+                if maps:
+                    release_mapped([(part.ctypes.data, part.nbytes)], maps)
     return h.hexdigest()[:16]
 
 

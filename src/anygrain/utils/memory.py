@@ -51,7 +51,9 @@ def file_mappings() -> list[tuple[int, int]]:
     return out
 
 
-def release_mapped(buffers: list[tuple[int, int]]) -> int:
+def release_mapped(
+    buffers: list[tuple[int, int]], maps: list[tuple[int, int]] | None = None
+) -> int:
     """Give back the resident pages of ``(address, size)`` buffers that are mapped from a
     file; returns the bytes advised.
 
@@ -61,7 +63,8 @@ def release_mapped(buffers: list[tuple[int, int]]) -> int:
     pages can go; those a model uses come back from the file (the page cache) on demand."""
     libc = _libc()
     madvise = getattr(libc, "madvise", None) if libc is not None else None
-    maps = file_mappings() if madvise is not None else []
+    if maps is None:
+        maps = file_mappings() if madvise is not None else []
     if madvise is None or not maps:
         return 0
     madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
