@@ -185,7 +185,7 @@ def test_a_model_saved_again_is_never_served_by_its_old_graph(
         m.q_start_head.bias.add_(0.25)
     m.save(mine)
     changed = _load(index_dir, "onnx", model=str(mine))
-    # loaded, checked and exported again, in a child process: this one never loads torch's
+    # loaded, checked and exported again; the index keeps the graph alone
     assert changed._model is None
     assert changed.questions.graph.directory != first.questions.graph.directory
     ts, _ = m.encode_questions(QUESTIONS)
@@ -209,6 +209,31 @@ import runpy
 sys.argv[0] = "anygrain"
 runpy.run_module("anygrain.cli", run_name="__main__")
 """
+
+
+def test_a_large_model_is_exported_in_a_child_process(
+    index_dir: Path, model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above the size threshold the graph is exported by ``python -m anygrain.phrase.onnx``:
+    this process never loads the model, and the graph gives the torch path's hits."""
+    import shutil
+
+    import anygrain.phrase.opening as opening
+
+    mine = tmp_path / "model"
+    shutil.copytree(model_dir, mine)
+    monkeypatch.setattr(opening, "CHILD_EXPORT_BYTES", 0)
+    loads: list[object] = []
+    real_open_model = opening.open_model
+    monkeypatch.setattr(
+        "anygrain.phrase.index.open_model",
+        lambda *a, **kw: loads.append(a) or real_open_model(*a, **kw),
+    )
+    onnx = _load(index_dir, "onnx", model=str(mine))
+    assert loads == [] and onnx._model is None  # the child loaded and exported it
+    t = _load(index_dir, "torch", model=str(mine))
+    want, got = t.search(QUESTIONS, 3), onnx.search(QUESTIONS, 3)
+    assert [[h.span for h in q] for q in got] == [[h.span for h in q] for q in want]
 
 
 def test_search_without_torch_once_the_graph_is_cached(index_dir: Path, xdg: Path) -> None:

@@ -118,6 +118,16 @@ def files_signature(paths: Sequence[Path]) -> str:
     return digest(EXPORT_VERSION, rows)
 
 
+def files_bytes(paths: Sequence[Path]) -> int:
+    """The total size of the files ``paths`` (directories: every file below them)."""
+    total = 0
+    for p in paths:
+        p = Path(p).resolve()
+        files = (f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+        total += sum(f.stat().st_size for f in files)
+    return total
+
+
 @dataclass(frozen=True)
 class GraphCache:
     """Graph directories under ``root``, by key (the weights' fingerprint), and the table

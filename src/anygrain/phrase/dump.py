@@ -36,7 +36,6 @@ from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.encode.jobs import ShardJob
 from anygrain.encode.manifest import DoneMapManifest
 from anygrain.encode.npy import concatenate_npy
-from anygrain.models.base import release_weight_pages
 from anygrain.utils.atomic import atomic_path
 from anygrain.utils.device import place, resolve_device
 from anygrain.utils.memory import trim_heap
@@ -177,6 +176,8 @@ class _PhraseShards:
         # and the pages of the token table the shard's text touched: the kernel maps 64 KB
         # or more around each row read, so a Chinese corpus spread over me5-small's 250k
         # rows would make most of its 384 MB resident
+        from anygrain.models.base import release_weight_pages  # torch: imported by the dump only
+
         release_weight_pages(self.model)
         return out
 

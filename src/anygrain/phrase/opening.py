@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from anygrain.corpus.store import CorpusStore
-from anygrain.encode.onnx_runtime import GraphCache, files_signature
+from anygrain.encode.onnx_runtime import GraphCache, files_bytes, files_signature
 from anygrain.errors import AnygrainError, IndexMismatchError, ModelNotFoundError
 from anygrain.phrase.build import SUBDIR, as_phrase_model, given_by_name, is_phrase_encoder
 from anygrain.phrase.compress import DecodedVectors
@@ -198,19 +198,27 @@ def cached_question_encoder(
     return questions
 
 
+# A child costs a Python start and torch's import (~4 s): it pays for a model as large as
+# me5-small (470 MB of weights, 1.6 GB resident to export in-process), not for minilm (90 MB).
+CHILD_EXPORT_BYTES = 200 * 2**20
+
+
 def exported_in_child(
     path: Path, manifest: dict[str, Any], model: str | Path | PhraseEncoder | None
 ) -> Any:
     """The question encoder on ONNX Runtime, its graph exported by a child process
     (:func:`~anygrain.phrase.onnx.export_in_child`: the memory of loading the model and
     exporting goes back to the system), then found as a cached one; None when that cannot
-    be done (a model object, no directory, the child failed): the model is loaded here."""
+    be done (a model object, no directory, the child failed) or is not worth it (model files
+    under :data:`CHILD_EXPORT_BYTES`): the model is loaded here."""
     src = model_dir_of(path, manifest, model)
     if src is None:
         return None
-    from anygrain.phrase.onnx import export_in_child
+    from anygrain.phrase.onnx import export_in_child, model_files
     from anygrain.utils.threads import requested_threads
 
+    if files_bytes(model_files(src)) < CHILD_EXPORT_BYTES:
+        return None
     if not export_in_child(src, GraphCache.default(), threads=requested_threads()):
         return None
     return cached_question_encoder(path, manifest, model)
