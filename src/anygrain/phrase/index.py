@@ -28,7 +28,6 @@ the search for sentences, passages and documents in rounds is :mod:`anygrain.phr
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,7 +83,6 @@ from anygrain.phrase.search import (
 )
 from anygrain.phrase.units import fused_phrases, mips_scored
 from anygrain.phrase.units import search_units as search_unit_rounds
-from anygrain.utils.memory import trim_heap
 from anygrain.utils.threads import single_thread
 from anygrain.vectors.faiss_index import FaissIndex, unwrap_index
 
@@ -334,13 +332,6 @@ class PhraseIndex(Index):
         if questions is None:
             strict = parse_runtime(runtime) is Runtime.ONNX
             enc, questions = open_model(path, manifest, model, device, onnx=use_onnx, strict=strict)
-            if questions is not enc and not is_phrase_encoder(model):
-                # loaded only to export its question graph: search needs the graph alone,
-                # and the model (with its tokenizer, ~0.8 GB for me5-small) loads again if
-                # something asks for it
-                enc = load
-                gc.collect()  # HF modules hold reference cycles
-                trim_heap()
 
         store = store or open_corpus_of(path, manifest)
         record = PhraseIndexRecord.from_manifest(manifest["settings"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import ctypes.util
 import functools
@@ -33,6 +34,7 @@ def trim_heap() -> None:
 # madvise advice: reclaim these pages now (Linux >= 5.4). Clean file pages are dropped and
 # read again on the next touch; dirty ones stay (nothing is lost, whatever the mapping).
 _MADV_PAGEOUT = 21
+MIN_RELEASE = 1 << 20  # buffers smaller than this are left alone (a bias, a norm)
 
 
 def file_mappings() -> list[tuple[int, int]]:
@@ -68,12 +70,19 @@ def release_mapped(
     if madvise is None or not maps:
         return 0
     madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    spans = sorted(maps)  # mappings never overlap: sorted by start, they are by end too
+    starts = [start for start, _ in spans]
     page = mmap.PAGESIZE
     done = 0
     for addr, size in buffers:
-        for start, end in maps:
+        if size < MIN_RELEASE:
+            continue  # not worth a system call
+        j = bisect.bisect_left(starts, addr + size) - 1  # the last mapping starting inside
+        while j >= 0 and spans[j][1] > addr:
+            start, end = spans[j]
             lo, hi = max(addr, start), min(addr + size, end)
             lo, hi = lo - lo % page, hi - hi % page  # whole pages inside the mapping
             if hi > lo and madvise(lo, hi - lo, _MADV_PAGEOUT) == 0:
                 done += hi - lo
+            j -= 1
     return done
