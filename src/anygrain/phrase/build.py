@@ -45,7 +45,7 @@ from anygrain.index.model_ref import model_reference as shared_model_reference
 from anygrain.index.registry import IndexKind
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.phrase.budget import BuildBudget, parse_bytes
-from anygrain.phrase.compress import Compress, compressed_factory, ivf_prefix
+from anygrain.phrase.compress import PHRASE_POLICY, Compress, compressed_factory
 from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_phrases
 from anygrain.phrase.filtering import dump_filter, fraction_threshold, refiltered_flags, subset_dump
 from anygrain.phrase.lexical import SparseFusion, copy_sparse, write_sparse
@@ -53,7 +53,7 @@ from anygrain.phrase.record import DUMP_FILES, PhraseCounts, PhraseIndexRecord
 from anygrain.phrase.rescore import RESCORE_RANGE
 from anygrain.utils.device import resolve_device
 from anygrain.utils.ranges import Range
-from anygrain.vectors.factory import default_nprobe, default_pq_m, parse_factory, plan_training
+from anygrain.vectors.factory import default_nprobe, parse_factory, plan_training
 from anygrain.vectors.faiss_index import FaissIndex
 
 if TYPE_CHECKING:
@@ -263,27 +263,6 @@ def build_model(settings: PhraseSettings, store: CorpusStore) -> tuple[PhraseEnc
 
     lang = settings.lang or detect_lang(store).value
     return as_phrase_model(None, lang=lang), default_phrase_model(lang)
-
-
-#: Above this many vectors fp16 cells get large (~770 bytes per 384-d vector); PQ beyond.
-PQ_LIMIT = 20_000_000
-
-
-def default_phrase_factory(n_vectors: int, dim: int) -> str:
-    """The FAISS factory for phrase vectors when none is given.
-
-    Phrase vectors are stored as float16, so FAISS keeps them as float16 too
-    (``SQfp16``: half of ``Flat``'s memory, the same scores, and faster to scan).
-
-    - ``N < 100k``: ``SQfp16``, exact.
-    - ``N < 20M``: ``IVF{sqrt(N)},SQfp16``: sqrt(N) cells rather than dense's 4·sqrt(N),
-      since a phrase index holds ~100x more vectors than passages and k-means on
-      4·sqrt(N) cells is slow to train on a CPU; ``nprobe`` defaults to sqrt(cells).
-    - beyond: ``IVF{sqrt(N)},PQ{dim/8}`` (8 dimensions per byte).
-    """
-    if n_vectors < PQ_LIMIT:
-        return f"{ivf_prefix(n_vectors)}SQfp16"
-    return f"{ivf_prefix(n_vectors)}PQ{default_pq_m(dim)}"
 
 
 #: rows of a dump file read between two drops of its mapped pages (~50 MB of 384-d float16)
@@ -508,7 +487,7 @@ def finish_index(
     spec = (
         settings.factory
         or compressed_factory(comp, min(len(start_ids), len(end_ids)), dim, pq_m=settings.pq_m)
-        or default_phrase_factory(max(len(start_ids), len(end_ids)), dim)
+        or PHRASE_POLICY.factory(max(len(start_ids), len(end_ids)), dim)
     )
     budget = budget or settings.budget  # a build's: what its model leaves of the budget
     blocks = _build_sides(base, spec, dim, start_ids, end_ids, budget, progress)

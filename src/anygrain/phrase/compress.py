@@ -3,7 +3,7 @@
 ``--compress`` picks how the two FAISS indexes (start and end vectors) store their
 vectors:
 
-- ``none``: float16 (``SQfp16``; the default factory of :func:`default_phrase_factory`).
+- ``none``: float16 (``SQfp16``; the default factory of :data:`PHRASE_POLICY`).
 - ``sq8``: 8-bit scalar quantization, one byte per dimension (``SQ8``).
 - ``sq4``: 4-bit scalar quantization, half a byte per dimension (``SQ4``).
 - ``opq-pq``: a learned rotation and product quantization, ``m`` bytes per vector
