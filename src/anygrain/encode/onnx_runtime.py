@@ -241,9 +241,10 @@ def save_token_table(table: Any, path: Path, *, chunk_rows: int = 8192) -> None:
     out = open_memmap(path, mode="w+", dtype=np.float32, shape=(rows, width))
     for i in range(0, rows, chunk_rows):
         part = table[i : i + chunk_rows].detach().float().contiguous().numpy()
-        out[i : i + len(part)] = part
+        written = out[i : i + len(part)]
+        written[:] = part
         out.flush()
-        release_mapped([(part.ctypes.data, part.nbytes), (out[i:].ctypes.data, part.nbytes)])
+        release_mapped([(part.ctypes.data, part.nbytes), (written.ctypes.data, written.nbytes)])
     del out
 
 

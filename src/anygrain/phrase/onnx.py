@@ -229,9 +229,17 @@ def export_in_child(model_dir: Path, cache: GraphCache, *, threads: int | None =
     cmd = [sys.executable, "-m", "anygrain.phrase.onnx", str(model_dir), str(cache.root)]
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    except OSError:
-        return False
-    return done.returncode == 0
+    except OSError as e:
+        why = str(e)
+    else:
+        if done.returncode == 0:
+            return True
+        why = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+    import warnings
+
+    # the export then happens in this process: it works, but holds the model's memory
+    warnings.warn(f"exporting the question graph in a child process failed ({why})", stacklevel=2)
+    return False
 
 
 def _export_main(argv: Sequence[str]) -> int:
