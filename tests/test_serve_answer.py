@@ -317,6 +317,69 @@ def test_concurrent_answer_requests_are_read_in_one_batch(
     assert out["Great Wall"].unit is Unit.PASSAGE
 
 
+def test_reading_does_not_hold_back_other_searches(
+    bm25_index: Index, reader_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading has its own thread: a passage search completes while an answer is read."""
+    reading, release = threading.Event(), threading.Event()
+    real = answering.answer_hits
+
+    def slow(*args: Any, **kw: Any) -> Any:
+        reading.set()
+        assert release.wait(60), "the test never released the reader"
+        return real(*args, **kw)
+
+    monkeypatch.setattr(answering, "answer_hits", slow)
+    svc = SearchService(bm25_index, reader=str(reader_dir), read=READ)
+    out: dict[str, Any] = {}
+    t = threading.Thread(
+        target=lambda: out.setdefault("a", svc.search(["Who created Python?"], unit="answer"))
+    )
+    t.start()
+    wait_until(reading.is_set, "the answer is being read")
+    passage = svc.search(["Great Wall"], unit="passage", k=1)
+    assert passage.hits[0][0].doc_id == "wall" and "a" not in out
+    release.set()
+    t.join(timeout=60)
+    assert out["a"].unit is Unit.ANSWER and out["a"].hits[0]
+
+
+def test_a_failing_read_fails_only_its_own_request(
+    bm25_index: Index, reader_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = answering.answer_hits
+
+    def picky(reader: Any, questions: Any, *args: Any, **kw: Any) -> Any:
+        if "Everest" in " ".join(questions):
+            raise AnygrainError("cannot read this one")
+        return real(reader, questions, *args, **kw)
+
+    monkeypatch.setattr(answering, "answer_hits", picky)
+    idx = HeldIndex(bm25_index)
+    svc = SearchService(cast(Index, idx), reader=str(reader_dir), read=READ)
+    out: dict[str, Any] = {}
+
+    def run(q: str) -> None:
+        try:
+            out[q] = svc.search([q], unit="answer", k=1)
+        except Exception as e:
+            out[q] = e
+
+    idx.hold.clear()
+    qs = ["Who created Python?", "How high is Mount Everest?", "How long is the Great Wall?"]
+    threads = [threading.Thread(target=run, args=(q,)) for q in qs]
+    threads[0].start()
+    wait_until(lambda: idx.encodes, "the first request is being encoded (and waits there)")
+    for t in threads[1:]:
+        t.start()
+    wait_until(lambda: svc._queue.qsize() >= 2, "the other requests queue")
+    idx.hold.set()
+    for t in threads:
+        t.join(timeout=60)
+    assert "cannot read this one" in str(out[qs[1]])
+    assert out[qs[0]].hits[0] and out[qs[2]].hits[0]
+
+
 # --- no reader ----------------------------------------------------------------------------
 @pytest.mark.usefixtures("no_shipped_reader")
 def test_answer_without_a_reader_is_a_400_naming_reader(bm25_index: Index) -> None:

@@ -40,9 +40,11 @@ The answer grain (unit ``answer``, any kind of index) needs a reader: the one gi
 (``reader``, loaded at startup) or the shipped reader for the corpus language (loaded on
 the first answer request).  Without one, an answer request is refused with
 :class:`ReaderUnavailable` (a 400 saying to pass ``--reader``).  The search thread
-retrieves the top ``read`` passages of every answer question of a batch and the reader
-reads them all in one :func:`~anygrain.reader.answering.answer_hits` call, so concurrent
-answer requests are read in one reader batch, as their questions are encoded in one.
+retrieves the top ``read`` passages of every answer question of a batch and hands them to
+a third stage, the *reader* thread, which reads everything handed to it meanwhile in one
+:func:`~anygrain.reader.answering.answer_hits` call.  Reading is the costliest stage
+(~25 ms a passage against ~6 ms for a search); in the search thread it held back every
+other search, and its own batches stayed at ~1.3 questions (issue 33).
 """
 
 from __future__ import annotations
@@ -125,6 +127,18 @@ class _Job:
 
 
 @dataclass
+class _Reading:
+    """An answer job the search thread hands to the reader thread: its questions' passages,
+    retrieved from ``index``, and the number of answers each question gets."""
+
+    index: Index
+    job: _Job
+    texts: list[str]
+    passages: list[list[Hit]]
+    k: int
+
+
+@dataclass
 class _Encoded:
     """A batch the encoder thread hands to the search thread: the index that encoded it
     (searched with the same, even if the index is reloaded meanwhile) and its jobs."""
@@ -186,9 +200,11 @@ class SearchService:
         # one batch in hand between the stages: the encoder runs at most one batch ahead,
         # and what arrives meanwhile waits to be batched with what follows
         self._encoded: queue.Queue[_Encoded] = queue.Queue(maxsize=1)
+        self._reading: queue.SimpleQueue[_Reading] = queue.SimpleQueue()
         self._workers = [
             threading.Thread(target=self._encode_work, name="anygrain-encode", daemon=True),
             threading.Thread(target=self._search_work, name="anygrain-search", daemon=True),
+            threading.Thread(target=self._read_work, name="anygrain-read", daemon=True),
         ]
         for w in self._workers:
             w.start()
@@ -535,7 +551,10 @@ class SearchService:
         given = {**dict(options), **({"filter": filter} if filter else {})}
         try:
             if unit is Unit.ANSWER:
-                hits = self._answer(index, encoded, k, given)
+                # the passages to read; the reader thread answers the jobs
+                hits = index.search_encoded(
+                    encoded, self.read, **index.unit_options(Unit.PASSAGE), **given
+                )
             else:
                 hits = index.search_encoded(encoded, k, **index.unit_options(unit), **given)
         except Exception as e:  # reported to the waiting requests; the worker goes on
@@ -548,25 +567,55 @@ class SearchService:
             return
         self.n_searches += 1
         self.n_questions += len(encoded)
-        i = 0
-        for job in jobs:
-            job.future.set_result(hits[i : i + len(job.questions)])
-            i += len(job.questions)
+        if unit is Unit.ANSWER:  # one item per job, so a failed read can fail just its job
+            i = 0
+            for job in jobs:
+                n = len(job.questions)
+                self._reading.put(_Reading(index, job, job.questions, hits[i : i + n], k))
+                i += n
+            return
+        _settle(jobs, hits)
 
-    def _answer(
-        self, index: Index, encoded: EncodedQueries, k: int, options: dict[str, Any]
-    ) -> list[list[Hit]]:
-        """The top ``k`` answers of each question: its top ``read`` passages (retrieved as
-        :meth:`Index.search_encoded` ranks passages, ``options`` included), read by the
-        reader in one batch for all the questions."""
+    def _read_work(self) -> None:
+        while True:
+            # what the search thread handed over while the last batch was read joins this one
+            items = [self._reading.get()]
+            while self.batching:
+                try:
+                    items.append(self._reading.get_nowait())
+                except queue.Empty:
+                    break
+            groups: dict[tuple[int, int], list[_Reading]] = {}
+            for item in items:
+                groups.setdefault((id(item.index), item.k), []).append(item)
+            for group in groups.values():
+                self._read_answers(group)
+
+    def _read_answers(self, items: list[_Reading]) -> None:
+        """The top ``k`` answers of every question of ``items`` (one index, one ``k``), read
+        in one reader batch; a failure is retried job by job, so one request's passages
+        cannot fail the others."""
         from anygrain.reader.answering import answer_hits
 
-        passages = index.search_encoded(
-            encoded, self.read, **index.unit_options(Unit.PASSAGE), **options
-        )
-        return answer_hits(
-            self.reader(), encoded.texts, passages, k, self.read_settings, sentences_of(index)
-        )
+        index = items[0].index
+        try:
+            hits = answer_hits(
+                self.reader(),
+                [t for item in items for t in item.texts],
+                [p for item in items for p in item.passages],
+                items[0].k,
+                self.read_settings,
+                sentences_of(index),
+            )
+        except Exception as e:  # reported to the waiting requests; the worker goes on
+            if len(items) > 1:
+                for item in items:
+                    self._read_answers([item])
+                return
+            err = RequestError(str(e)) if isinstance(e, AnygrainError) else e
+            items[0].job.future.set_exception(err)
+            return
+        _settle([item.job for item in items], hits)
 
     def warm_up(self) -> None:
         """One search at startup, so the first client does not pay for torch's first call
@@ -598,3 +647,11 @@ class SearchService:
                 "max_batch": MAX_BATCH,
             },
         }
+
+
+def _settle(jobs: list[_Job], hits: list[list[Hit]]) -> None:
+    """Give each job its questions' hits, in the order the jobs' questions were joined."""
+    i = 0
+    for job in jobs:
+        job.future.set_result(hits[i : i + len(job.questions)])
+        i += len(job.questions)
