@@ -23,7 +23,8 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from anygrain import __version__
@@ -242,7 +243,7 @@ def add_search_routes(app: FastAPI, service: SearchService, info: dict[str, Any]
         responses=ERRORS,
         openapi_extra={"parameters": option_parameters()},
     )
-    def search_get(
+    async def search_get(
         request: Request,
         q: Annotated[
             str, Query(description=f"The question (1 to {MAX_QUESTION_CHARS} characters)")
@@ -264,23 +265,25 @@ def add_search_routes(app: FastAPI, service: SearchService, info: dict[str, Any]
                 "(FIELD=A,B: any of) (docs/serve.md)"
             ),
         ] = None,
-    ) -> SearchResponse:
+    ) -> Response:
         """Top-``k`` hits for one question; any other query parameter is a search option."""
-        r = service.search(
+        r = await service.search_async(
             [q],
             unit=unit,
             k=k,
             filter=query_filter(filter),
             options=query_options(request.query_params),
         )
-        return SearchResponse(
-            question=q, unit=r.unit, k=r.k, hits=hits_out(r.hits[0]), latency_ms=r.latency_ms
+        return _json(
+            SearchResponse(
+                question=q, unit=r.unit, k=r.k, hits=hits_out(r.hits[0]), latency_ms=r.latency_ms
+            )
         )
 
     @app.post("/search", response_model=BatchResponse, responses=ERRORS)
-    def search_post(body: BatchRequest) -> BatchResponse:
+    async def search_post(body: BatchRequest) -> Response:
         """Top-``k`` hits for each of a batch of questions (searched together)."""
-        r = service.search(
+        r = await service.search_async(
             body.questions,
             unit=body.unit,
             k=body.k,
@@ -291,7 +294,13 @@ def add_search_routes(app: FastAPI, service: SearchService, info: dict[str, Any]
             QuestionResult(question=q, hits=hits_out(h))
             for q, h in zip(body.questions, r.hits, strict=True)
         ]
-        return BatchResponse(unit=r.unit, k=r.k, results=results, latency_ms=r.latency_ms)
+        return _json(BatchResponse(unit=r.unit, k=r.k, results=results, latency_ms=r.latency_ms))
+
+
+def _json(model: BaseModel) -> Response:
+    """``model`` as the JSON response, serialised once: returned as a model, FastAPI would
+    validate it again against the declared ``response_model`` (the schema /docs shows)."""
+    return Response(model.model_dump_json(), media_type="application/json")
 
 
 def add_index_routes(app: FastAPI, service: SearchService, described: Description) -> None:
