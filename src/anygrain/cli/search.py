@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -26,7 +27,7 @@ from anygrain.cli.common import (
     fail,
     out,
 )
-from anygrain.cli.kind_options import SEARCH_HELP, FusionOptions, PhraseOptions
+from anygrain.cli.kind_options import SEARCH_HELP, FusionOptions, PhraseOptions, _option
 from anygrain.encode.runtime import Runtime
 from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit, Unit
@@ -155,6 +156,23 @@ def print_json_hits(hits: Sequence[Hit]) -> None:
         print(json.dumps(h.to_json(i), ensure_ascii=False, allow_nan=False))
 
 
+@dataclass(frozen=True)
+class RescoreOptions:
+    """How a phrase search's re-scoring (``--rescore``) re-encodes its passages: search
+    options only (no build setting; :func:`anygrain.phrase.rescore.search_rescored`)."""
+
+    rescore_tokens: str | None = _option(
+        "Phrase indexes, with --rescore: rank spans over the re-encoded passages' stored "
+        "tokens (stored, the default), those passing the model's own filter (model: an "
+        "uncompressed --keep 1 index's), or every token (all)",
+        metavar="stored|model|all",
+    )
+    rescore_bf16: bool | None = _option(
+        "Phrase indexes, with --rescore: re-encode in bfloat16 (default: as the index was built)",
+        "--rescore-bf16/--no-rescore-bf16",
+    )
+
+
 def with_search_options(lead: int) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """The index kinds' options a search takes (a hybrid index's fusion, a phrase index's
     BM25 weight and rescoring; :mod:`anygrain.cli.kind_options`, in their search meaning),
@@ -162,6 +180,7 @@ def with_search_options(lead: int) -> Callable[[Callable[..., None]], Callable[.
 
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
         phrase = ("sparse_weight", "rescore")
+        command = config_options(RescoreOptions, lead=lead)(command)
         command = config_options(PhraseOptions, phrase, lead=lead, helps=SEARCH_HELP)(command)
         return config_options(FusionOptions, lead=lead, helps=SEARCH_HELP)(command)
 

@@ -72,7 +72,7 @@ from anygrain.phrase.opening import (
     open_model,
 )
 from anygrain.phrase.record import PhraseIndexRecord
-from anygrain.phrase.rescore import RESCORE_RANGE, FirstStage, search_rescored
+from anygrain.phrase.rescore import RESCORE_RANGE, FirstStage, RescoreTokens, search_rescored
 from anygrain.phrase.search import (
     Phrases,
     PhraseTable,
@@ -101,7 +101,10 @@ class PhraseIndex(Index):
     takes_query_model = True
     load_options = frozenset({"model", "device", "store", "mmap", "runtime"})
     #: a search's BM25 weight override: what a server's client may set
-    search_option_checks = {"sparse_weight": WEIGHT_RANGE.check}
+    search_option_checks = {
+        "sparse_weight": WEIGHT_RANGE.check,
+        "rescore_tokens": RescoreTokens.parse,
+    }
     settings_type = PhraseSettings
     format_version = FORMAT_VERSION
     update_module = "anygrain.phrase.update"
@@ -465,6 +468,8 @@ class PhraseIndex(Index):
         stats: list[UnitSearchStats] | None = None,
         sparse_weight: float | None = None,
         rescore: int | None = None,
+        rescore_tokens: str | None = None,
+        rescore_bf16: bool | None = None,
         **options: Any,
     ) -> list[list[Hit]]:
         """Top-``k`` units per encoded query.  ``unit`` picks the grain (default: phrases);
@@ -484,6 +489,9 @@ class PhraseIndex(Index):
 
         ``rescore`` re-encodes each query's first that many passages and ranks their spans
         exactly (:mod:`anygrain.phrase.rescore`); None: the index's recorded setting, 0: off.
+        ``rescore_tokens`` says over which tokens of those passages (stored|model|all,
+        :class:`~anygrain.phrase.rescore.RescoreTokens`; None: stored) and ``rescore_bf16``
+        whether they are encoded in bfloat16 (None: as the index was built).
         """
         u = Unit(unit) if unit is not None else Unit.PHRASE
         depth = top_k or max(100, 10 * k)
@@ -495,9 +503,12 @@ class PhraseIndex(Index):
             assert self.lexical is not None
             lex = self.lexical.queries(encoded.texts, fusion)
         n_rescore = self.rescore if rescore is None else int(RESCORE_RANGE.check(rescore))
+        rescore_tokens = RescoreTokens.parse(rescore_tokens)  # refused even when not used
         if n_rescore:
             stage = FirstStage(scope_rows, depth, max_depth, exact, L, nprobe, fusion, lex, stats)
-            return search_rescored(self, encoded, k, u, n_rescore, stage)
+            return search_rescored(
+                self, encoded, k, u, n_rescore, stage, tokens=rescore_tokens, bf16=rescore_bf16
+            )
         if u is Unit.PHRASE or scope_rows is not None:
             phrases = self.search_phrases(
                 qs,
