@@ -526,17 +526,26 @@ def add_documents(
     progress: bool = True,
     threads: int | None = None,
     device: str | None = None,
+    runtime: str | None = None,
 ) -> Index:
     """Add the documents of ``source`` (``FORMAT:PATH``, a path, or SourceDocuments) to the
     index at ``index``, encoding only the new passages; returns the index reopened.  Ids it
     holds already are refused; ``model`` must be the index's own (the default).  See
     :mod:`anygrain.index.updater` for what each kind recomputes.  ``device``: where the new
-    passages are encoded (auto | cpu | cuda; None: auto)."""
+    passages are encoded (auto | cpu | cuda; None: auto); ``runtime``: what encodes them
+    (auto | onnx | torch; None: auto)."""
     from anygrain.index.updater import add_documents as add
 
     set_threads(threads)
     return add(
-        index, source, split=split, model=model, errors=errors, progress=progress, device=device
+        index,
+        source,
+        split=split,
+        model=model,
+        errors=errors,
+        progress=progress,
+        device=device,
+        runtime=runtime,
     )
 
 

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
@@ -33,9 +33,21 @@ from anygrain.cli.kind_options import (
     RayOptions,
 )
 from anygrain.corpus.script import Script
+from anygrain.encode.runtime import Runtime
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.index.registry import IndexKind
 from anygrain.phrase.options import Compress
+
+#: ``--runtime`` of the commands that encode a corpus (``index``, ``add``)
+BuildRuntimeOpt = Annotated[
+    Optional[Runtime],  # noqa: UP045  (typer reads the annotation at run time)
+    typer.Option(
+        "--runtime",
+        help="What encodes the passages (phrase): auto (ONNX Runtime on a CPU where "
+        "onnxruntime is installed, the graph exported once and cached; else torch), onnx or "
+        "torch. Not recorded: both write the same vectors",
+    ),
+]
 
 
 def _index_summary(idx: Any, out_dir: Path, errors: ErrorLog) -> dict[str, Any]:
@@ -118,6 +130,7 @@ def index_cmd(
     ] = 1,
     threads: ThreadsOpt = None,
     device: DeviceOpt = None,
+    runtime: BuildRuntimeOpt = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the summary as one JSON object on stdout")
     ] = False,
@@ -132,7 +145,9 @@ def index_cmd(
     errors = ErrorLog(on_error)
     try:
         if from_dirs:
-            _check_combine(from_dirs, source, kind, settings, shards=shards, device=device)
+            _check_combine(
+                from_dirs, source, kind, settings, shards=shards, device=device, runtime=runtime
+            )
             idx = api.combine_hybrid(
                 from_dirs[0],
                 from_dirs[1],
@@ -147,6 +162,8 @@ def index_cmd(
             build = _build_settings(kind, settings)
             if device is not None:
                 build["device"] = device
+            if runtime is not None:
+                build["runtime"] = runtime.value
             idx = api.build_index(
                 source,
                 kind=kind,
@@ -193,6 +210,7 @@ def _check_combine(
     *,
     shards: int,
     device: str | None,
+    runtime: Runtime | None = None,
 ) -> None:
     """Refuse what ``--kind hybrid --from`` cannot do: it reuses two built indexes, so any
     option that shapes a build is refused by name, never dropped (--bm25-b was accepted and
@@ -211,6 +229,7 @@ def _check_combine(
         )
     given = [option_name(g, n) for g in BUILT_WITH for n in given_options(g, settings)]
     given += ["--device"] * (device is not None) + ["--shards"] * (shards != 1)
+    given += ["--runtime"] * (runtime is not None)
     if given:
         raise AnygrainError(
             f"{', '.join(given)}: {'applies' if len(given) == 1 else 'apply'} when "

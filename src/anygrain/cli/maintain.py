@@ -18,6 +18,7 @@ from anygrain.cli.common import (
     fail,
     out,
 )
+from anygrain.cli.index import BuildRuntimeOpt
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 
 
@@ -31,6 +32,7 @@ def add_cmd(
     on_error: OnErrorOpt = ErrorPolicy.STOP,
     threads: ThreadsOpt = None,
     device: DeviceOpt = None,
+    runtime: BuildRuntimeOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Add documents to an index: only new passages are encoded; old rows and ids stay.
@@ -48,6 +50,7 @@ def add_cmd(
             progress=not quiet,
             threads=threads,
             device=device,
+            runtime=runtime.value if runtime is not None else None,
         )
     except AnygrainError as e:
         fail(e)

@@ -123,6 +123,7 @@ class ShardedIndex(Index):
         overwrite: bool = False,
         executor: Executor | ExecutorKind | str | None = None,
         device: str | None = None,
+        runtime: str | None = None,
         **options: Any,
     ) -> Index:
         """``shards`` indexes of kind ``of`` over contiguous row ranges of one corpus;
@@ -141,7 +142,9 @@ class ShardedIndex(Index):
         settings = ShardedSettings(of=kind, shards=shards, lang=lang, shard=dict(options))
         index_class(kind).settings_type.from_options(kind.value, {**options, "lang": lang})
         resolve_device(device)  # a missing GPU is refused before anything is read
-        common = BuildOptions(split, errors, progress, corpus_dir, overwrite, executor, device)
+        common = BuildOptions(
+            split, errors, progress, corpus_dir, overwrite, executor, device, runtime
+        )
         return cls.build_with(source, Path(out), settings, common)
 
     @classmethod
@@ -196,6 +199,7 @@ class ShardedIndex(Index):
                     progress=options.progress,
                     executor=options.executor,
                     device=options.device,
+                    runtime=options.runtime,
                     **shard_opts,
                 )
             parts.append({"path": rel, "rows": [a, b]})

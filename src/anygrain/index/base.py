@@ -217,6 +217,7 @@ class Index(ABC):
         overwrite: bool = False,
         executor: Executor | ExecutorKind | str | None = None,
         device: str | None = None,
+        runtime: str | None = None,
         **options: Any,
     ) -> Index:
         """Build this kind from ``source`` into ``out``: ``options`` are the kind's settings
@@ -225,7 +226,9 @@ class Index(ABC):
 
         settings = cls.settings_type.from_options(cls.kind.value, options)
         check_device(device)  # a missing GPU is refused before anything is read
-        common = BuildOptions(split, errors, progress, corpus_dir, overwrite, executor, device)
+        common = BuildOptions(
+            split, errors, progress, corpus_dir, overwrite, executor, device, runtime
+        )
         return cls.build_with(source, Path(out), settings, common)
 
     #: names the scratch directory beside the output a build keeps across an interruption

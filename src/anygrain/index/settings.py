@@ -38,6 +38,9 @@ class BuildOptions:
     # where encoders run: auto (a CUDA GPU when torch sees one), cpu, cuda[:N]; not
     # recorded: every device writes the same vectors, up to rounding
     device: str | None = None
+    # what runs the encoders: auto | onnx | torch (anygrain.encode.runtime.Runtime; None:
+    # auto); not recorded, both runtimes write the same vectors (to ~1e-5)
+    runtime: str | None = None
 
 
 #: the options every kind takes (``threads`` is taken by ``api.build_index`` before the build)

@@ -166,6 +166,7 @@ class StagedUpdate:
     keep_rows: np.ndarray | None = None  # compact: the old rows kept
     progress: bool = False
     device: str | None = None  # where new passages are encoded (None: auto)
+    runtime: str | None = None  # what encodes them: auto | onnx | torch (None: auto)
 
 
 # --- operations ---------------------------------------------------------------------------
@@ -188,10 +189,11 @@ def add_documents(
     errors: ErrorLog | None = None,
     progress: bool = True,
     device: str | None = None,
+    runtime: str | None = None,
 ) -> Index:
     """Add the documents of ``source`` to the index at ``path`` (see the module docstring
     for what each kind recomputes); returns the index reopened.  ``device``: where the new
-    passages are encoded (None: auto).
+    passages are encoded (None: auto); ``runtime``: what encodes them (None: auto).
 
     ``split`` defaults to the one the corpus was built with.  ``model`` must be the
     index's own encoder (same fingerprint; by default the one stored in the index).
@@ -200,7 +202,7 @@ def add_documents(
     p = real_index_path(path)
     check_device(device)  # a missing GPU is refused before anything is read
     with writer_lock(p, UpdateOp.ADD.value):  # held from the read to the swap
-        return _add_documents(p, source, split, model, errors, progress, device)
+        return _add_documents(p, source, split, model, errors, progress, device, runtime)
 
 
 def _add_documents(
@@ -211,6 +213,7 @@ def _add_documents(
     errors: ErrorLog | None,
     progress: bool,
     device: str | None,
+    runtime: str | None = None,
 ) -> Index:
     opts = {"model": model} if model is not None else {}
     idx = Index.load(p, **opts)
@@ -229,7 +232,14 @@ def _add_documents(
         grown = CorpusStore(staged / rel)
         cls.add_rows(
             StagedUpdate(
-                idx, staged, grown, work, segment=segment, progress=progress, device=device
+                idx,
+                staged,
+                grown,
+                work,
+                segment=segment,
+                progress=progress,
+                device=device,
+                runtime=runtime,
             )
         )
     return Index.load(p)

@@ -330,8 +330,8 @@ def write_index(
     ``settings`` says how (threshold, default: the model's; factory, batch and shard size,
     bf16, words per phrase, compression, the lexical part); its ``model`` is the caller's
     to resolve into ``model``.  ``options`` is how the dump runs (progress, executor,
-    device: not recorded, the dump is the same).  ``work`` keeps the dump's shards, so an
-    interrupted dump resumes (``on_shard(i)`` runs after shard ``i``: tests interrupt
+    device, runtime: not recorded, the dump is the same).  ``work`` keeps the dump's shards,
+    so an interrupted dump resumes (``on_shard(i)`` runs after shard ``i``: tests interrupt
     there).  ``model_name``: how the model was named (a shipped name or a directory),
     recorded beside its fingerprint; ``build``: the settings the index was asked for,
     recorded as ``settings.build``.  The lexical part (``settings.fusion()``) is a BM25
@@ -377,6 +377,7 @@ def write_index(
         on_shard=on_shard,
         executor=options.executor,
         device=options.device,
+        runtime=options.runtime,
     )
     fraction = s.keep_fraction
     if fraction is not None and fraction < 1:

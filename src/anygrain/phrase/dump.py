@@ -41,7 +41,10 @@ from anygrain.utils.device import place, resolve_device
 from anygrain.utils.memory import trim_heap
 
 if TYPE_CHECKING:
-    from anygrain.phrase.model import EncodedPassage, PhraseEncoder
+    from anygrain.encode.onnx_runtime import GraphCache
+    from anygrain.encode.runtime import Runtime
+    from anygrain.phrase.model import PhraseEncoder
+    from anygrain.phrase.passages import EncodedPassage, PassageEncoding
 
 DUMP_MANIFEST = "dump.json"
 FORMAT = "anygrain.phrase-dump"
@@ -76,7 +79,7 @@ def _shard_file(i: int, name: str) -> str:
 
 def encode_shard(
     store: CorpusStore,
-    model: PhraseEncoder,
+    model: PassageEncoding,
     rows: range,
     threshold: float | None,
     *,
@@ -85,8 +88,9 @@ def encode_shard(
     progress: bool = False,
     desc: str = "dumping phrases",
 ) -> dict[str, np.ndarray]:
-    """Encode passages ``rows`` and keep the tokens that pass; arrays as in the module
-    docstring.  ``progress``: a bar (``desc``) over the shard's passages, with an ETA."""
+    """Encode passages ``rows`` with ``model`` (the phrase model, or its passage graph on
+    ONNX Runtime) and keep the tokens that pass; arrays as in the module docstring.
+    ``progress``: a bar (``desc``) over the shard's passages, with an ETA."""
     idx = np.arange(rows.start, rows.stop)
     texts = store.texts(idx)
     titles = store.titles(idx)
@@ -143,10 +147,11 @@ def _identity(
 
 @dataclass
 class _PhraseShards:
-    """Shard encoder: the kept tokens of a shard's passages, one file per array."""
+    """Shard encoder: the kept tokens of a shard's passages, one file per array.
+    ``encoder``: what encodes them, the model (torch) or its passage graph (ONNX Runtime)."""
 
     store: CorpusStore
-    model: PhraseEncoder
+    encoder: PassageEncoding
     threshold: float | None
     batch_size: int
     bf16: bool
@@ -157,10 +162,12 @@ class _PhraseShards:
         return tuple(_shard_file(job.index, a) for a in ARRAYS)
 
     def encode(self, job: ShardJob, into: Path) -> dict[str, Any]:
-        place(self.model, self.device)
+        on_torch = getattr(self.encoder, "runtime", "torch") != "onnx"
+        if on_torch:
+            place(self.encoder, self.device)  # type: ignore[arg-type]
         arrays = encode_shard(
             self.store,
-            self.model,
+            self.encoder,
             job.rows,
             self.threshold,
             batch_size=self.batch_size,
@@ -176,10 +183,71 @@ class _PhraseShards:
         # and the pages of the token table the shard's text touched: the kernel maps 64 KB
         # or more around each row read, so a Chinese corpus spread over me5-small's 250k
         # rows would make most of its 384 MB resident
-        from anygrain.models.base import release_weight_pages  # torch: imported by the dump only
+        if on_torch:
+            from anygrain.models.base import release_weight_pages  # torch: on torch only
 
-        release_weight_pages(self.model)
+            release_weight_pages(self.encoder)  # type: ignore[arg-type]
+        else:
+            self.encoder.release()  # type: ignore[attr-defined]
         return out
+
+
+#: what ``--runtime auto`` encodes a dump's passages with on a CPU (set from
+#: bench/passage_runtime.py's figures; see :func:`passage_encoder`)
+AUTO_PASSAGES_ON_ONNX = True
+
+
+def passage_encoder(
+    model: PhraseEncoder,
+    runtime: Runtime | str | None = None,
+    *,
+    device: str | None = None,
+    bf16: bool = False,
+    executor: Executor | ExecutorKind | str | None = None,
+    cache: GraphCache | None = None,
+) -> PassageEncoding:
+    """What encodes a dump's passages on ``runtime``: ``torch``, the model itself; ``onnx``,
+    its passage graph on ONNX Runtime (exported once per version of the passage-side
+    weights; an error when it cannot); ``auto`` (None), the graph where
+    :data:`AUTO_PASSAGES_ON_ONNX` and ONNX Runtime can run it, else the model.  The graph
+    computes in float32 on this machine's CPU, so a ``bf16`` dump (recorded in the index),
+    a GPU ``device`` and an encode on Ray actors run on torch (``onnx``: refused).  Both
+    runtimes give the same vectors (to ~1e-5): the runtime is recorded nowhere."""
+    import warnings
+
+    from anygrain.encode.onnx_runtime import GraphCache, parse_runtime, wants_onnx
+    from anygrain.encode.runtime import Runtime
+    from anygrain.errors import AnygrainError
+
+    r = parse_runtime(runtime)
+    if r is Runtime.TORCH or (r is Runtime.AUTO and not AUTO_PASSAGES_ON_ONNX):
+        return model
+    why = ""
+    if bf16:
+        why = "bf16 encodes with torch"
+    elif executor is not None and str(getattr(executor, "value", executor)) != "local":
+        why = "an encode on Ray runs torch in its actors"
+    if why:
+        if r is Runtime.ONNX:
+            raise AnygrainError(f"--runtime onnx encodes passages in float32 here; {why}")
+        return model
+    if not wants_onnx(r, device):  # onnx: refused on a GPU or without onnxruntime
+        return model
+    from anygrain.phrase.onnx import onnx_passages
+
+    try:
+        return onnx_passages(model, cache or GraphCache.default())
+    except (AnygrainError, ImportError, OSError, RuntimeError, ValueError) as e:
+        if r is Runtime.ONNX:
+            raise AnygrainError(
+                f"{model.config.base_model}: cannot encode passages on ONNX Runtime "
+                f"({type(e).__name__}: {e}); build with --runtime torch"
+            ) from e
+        warnings.warn(
+            f"passage graph not exported ({type(e).__name__}: {e}); encoding with torch",
+            stacklevel=2,
+        )
+        return model
 
 
 #: passages per dump shard: a shard's vectors are held in memory until written, so this bounds
@@ -201,11 +269,13 @@ def dump_phrases(
     on_shard: Callable[[int], None] | None = None,
     executor: Executor | ExecutorKind | str | None = None,
     device: str | None = None,
+    runtime: Runtime | str | None = None,
 ) -> DumpStats:
     """Encode ``store`` into shards under ``work`` (resumable), then write the final arrays
     into ``out``.  ``on_shard(i)`` is called after shard ``i`` is saved (tests interrupt here);
     ``executor`` runs the shards (default: in this process); ``device`` is where the model
-    encodes (None: auto)."""
+    encodes (None: auto); ``runtime`` what encodes (:func:`passage_encoder`: ``auto``,
+    ``onnx`` or ``torch``; not recorded, and a resumed dump may take up on another)."""
     work, out = Path(work), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     spec = EncodeSpec(
@@ -221,7 +291,8 @@ def dump_phrases(
     )
     resolve_device(device)  # a missing GPU is refused before any work
     trim_heap()  # what loading the model freed (a packed model's unpacking) back first
-    encoder = _PhraseShards(store, model, threshold, batch_size, bf16, device, False)
+    passages = passage_encoder(model, runtime, device=device, bf16=bf16, executor=executor)
+    encoder = _PhraseShards(store, passages, threshold, batch_size, bf16, device, False)
     result = ShardedEncode(work, len(store), encoder, spec, executor=executor).run(
         None if on_shard is None else lambda i, _n: on_shard(i)
     )

@@ -48,10 +48,11 @@ from anygrain.models.encoder import Pooling, check_finite, pool
 from anygrain.models.hf import encoder_inputs, load_hf_dir, load_tensors, quiet_transformers
 from anygrain.models.resolve import resolve_model
 from anygrain.phrase.options import QuestionEncoderKind
-from anygrain.phrase.tokens import Window, best_windows, tokenize_windows
+from anygrain.phrase.passages import EncodedPassage as EncodedPassage
+from anygrain.phrase.passages import encode_windows
+from anygrain.phrase.tokens import Window, tokenize_windows
 from anygrain.utils.device import autocast, module_device
 from anygrain.utils.precision import bf16_linears, weights_version
-from anygrain.utils.progress import progress_counter
 
 MODEL_CONFIG = config_file(ModelType.PHRASE)
 FORMAT = "anygrain.phrase-model"
@@ -120,24 +121,6 @@ def _saved_phrase_dir(name: str | Path) -> Path | None:
         return None
     kind = detect_model_type(path)
     return path if kind in (ModelType.PHRASE, ModelType.PACKED_PHRASE) else None
-
-
-@dataclass
-class EncodedPassage:
-    """One passage's tokens (in text order) with their vectors and filter logits."""
-
-    cs: np.ndarray
-    ce: np.ndarray
-    start_ok: np.ndarray
-    end_ok: np.ndarray
-    wfirst: np.ndarray
-    wlast: np.ndarray
-    start: np.ndarray  # (n, d) float32
-    end: np.ndarray  # (n, d) float32
-    filter_logits: np.ndarray  # (n, 2) float32: start, end
-
-    def __len__(self) -> int:
-        return len(self.cs)
 
 
 @register_model(ModelType.PHRASE)
@@ -498,73 +481,26 @@ class PhraseEncoder(Model):
         progress: bool = False,
         desc: str = "encoding phrases",
     ) -> list[EncodedPassage]:
-        """Every passage token's start/end vectors and filter logits, in text order.
-
-        Windows are batched by length; a token seen by several windows takes its
-        vectors from the one giving it most context.  ``progress`` shows a bar (``desc``)
-        counting passages, each once its last window is encoded, with an ETA.
-        """
+        """Every passage token's start/end vectors and filter logits, in text order
+        (:func:`anygrain.phrase.passages.encode_windows`: windows batched by length; a token
+        seen by several windows takes its vectors from the one giving it most context).
+        ``progress`` shows a bar (``desc``) counting passages, with an ETA."""
         self.eval()
-        wins = self.windows(texts, titles)
-        d = self.dim
-        vec_s: list[np.ndarray] = [np.zeros((0, d), np.float32)] * len(wins)
-        vec_e: list[np.ndarray] = [np.zeros((0, d), np.float32)] * len(wins)
-        logit: list[np.ndarray] = [np.zeros((0, 2), np.float32)] * len(wins)
-        by_passage: list[list[int]] = [[] for _ in texts]
-        for wi, w in enumerate(wins):
-            by_passage[w.passage].append(wi)
-        owned: list[np.ndarray] = [np.zeros(0, np.int64)] * len(wins)
-        for ids in by_passage:
-            for wi, pos in zip(ids, best_windows([wins[i] for i in ids]), strict=True):
-                owned[wi] = pos
-        order = np.argsort([-len(w) for w in wins], kind="stable")
-        batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
         dev = self.device
-        left = [len(ids) for ids in by_passage]  # windows of each passage not encoded yet
-        bar = progress_counter(desc=desc, unit="passage", total=len(texts), disable=not progress)
-        # a passage with no window (empty text) has nothing to wait for
-        bar.update(sum(1 for n in left if n == 0))
-        try:
-            for b in batches:
-                batch = self.collate([wins[i] for i in b])
-                with autocast(dev, bf16):
-                    ts, te, tf = self.phrase_forward(**{k: v.to(dev) for k, v in batch.items()})
-                s, e, f = (
-                    ts.float().cpu().numpy(),
-                    te.float().cpu().numpy(),
-                    tf.float().cpu().numpy(),
-                )
-                for arr, what in ((s, "phrase start"), (e, "phrase end"), (f, "filter logit")):
-                    check_finite(arr, self.config.base_model, what)
-                done = 0
-                for r, wi in enumerate(b):
-                    pos = owned[wi]
-                    vec_s[wi], vec_e[wi], logit[wi] = s[r, pos], e[r, pos], f[r, pos]
-                    left[wins[wi].passage] -= 1
-                    done += left[wins[wi].passage] == 0
-                bar.update(done)
-        finally:
-            bar.close()
-        out: list[EncodedPassage] = []
-        none = np.zeros((0, d), np.float32)
-        for ids in by_passage:
-            parts = [(wins[i], owned[i], i) for i in ids]
-            cat = {
-                name: np.concatenate([getattr(w, name)[pos] for w, pos, _ in parts])
-                for name in ("cs", "ce", "start_ok", "end_ok", "wfirst", "wlast")
-            }
-            s_all = np.concatenate([vec_s[i] for _, _, i in parts])
-            e_all = np.concatenate([vec_e[i] for _, _, i in parts])
-            f_all = np.concatenate([logit[i] for _, _, i in parts])
-            for _, _, i in parts:  # each window's vectors freed as its passage is made,
-                vec_s[i] = vec_e[i] = logit[i] = none  # so they are never held twice
-            order_t = np.argsort(cat["cs"], kind="stable")
-            out.append(
-                EncodedPassage(
-                    **{k: v[order_t] for k, v in cat.items()},
-                    start=s_all[order_t],
-                    end=e_all[order_t],
-                    filter_logits=f_all[order_t],
-                )
-            )
-        return out
+
+        def forward(windows: Sequence[Window]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            batch = self.collate(windows)
+            with autocast(dev, bf16):
+                ts, te, tf = self.phrase_forward(**{k: v.to(dev) for k, v in batch.items()})
+            return ts.float().cpu().numpy(), te.float().cpu().numpy(), tf.float().cpu().numpy()
+
+        return encode_windows(
+            self.windows(texts, titles),
+            len(texts),
+            forward,
+            dim=self.dim,
+            name=self.config.base_model,
+            batch_size=batch_size,
+            progress=progress,
+            desc=desc,
+        )

@@ -12,17 +12,25 @@ exported from them (the files table of :class:`~anygrain.encode.onnx_runtime.Gra
 which also keeps the phrase fingerprint checked when they were loaded); only when not is
 the model loaded with torch, checked as before, and exported (:func:`onnx_questions`),
 once per version of the weights.  A packed model's files include its backbone's.
+
+The passage side -- the phrase encoder, the start/end heads and the filter, what a dump
+needs of each window -- is a second graph (:func:`export_passages`, kind ``phrase-passage``),
+keyed by the passage-side weights, the settings that cut windows and the tokenizer;
+:class:`OnnxPassageEncoder` runs it, cutting windows with the ``tokenizers`` library.  Both
+graphs keep the token-embedding table outside (:func:`_export_encoder`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from anygrain.encode.npy import drop_pages
 from anygrain.encode.onnx_runtime import (
     EXPORT_VERSION,
     GRAPH_FILE,
@@ -39,6 +47,8 @@ from anygrain.encode.onnx_runtime import (
     save_tokenizer,
     write_meta,
 )
+from anygrain.phrase.passages import EncodedPassage, collate_windows, encode_windows
+from anygrain.phrase.tokens import Window, tokenize_windows
 from anygrain.utils.finite import check_finite
 
 if TYPE_CHECKING:
@@ -48,6 +58,15 @@ KIND = "phrase-question"
 OUTPUTS = ("q_start", "q_end")
 # padded on purpose: the traced attention masking must be the general one
 EXAMPLE_QUESTIONS = ("Which NFL team represented the AFC at Super Bowl 50?", "Who?")
+PASSAGE_KIND = "phrase-passage"
+PASSAGE_OUTPUTS = ("start", "end", "filter")
+# two windows of different lengths: the batch is padded, so the traced masking is general
+EXAMPLE_PASSAGES = (
+    "The American Football Conference (AFC) champion Denver Broncos defeated the National "
+    "Football Conference (NFC) champion Carolina Panthers 24-10 to earn their third title.",
+    "Super Bowl 50 was an American football game.",
+)
+EXAMPLE_TITLES = ("Super Bowl 50", "Super Bowl 50")
 # anygrain.phrase.packed.PACKED_CONFIG, named here without importing torch (a test checks)
 PACKED_CONFIG = "anygrain_packed.json"
 
@@ -69,40 +88,60 @@ def question_key(model: PhraseEncoder) -> str:
     return f"{KIND}-{digest(EXPORT_VERSION, weights, settings)}"
 
 
+def _export_encoder(
+    model: PhraseEncoder,
+    d: Path,
+    forward: Callable[..., Any],
+    inputs: Mapping[str, Any],
+    table: Any,
+    outputs: Sequence[str],
+    *,
+    sequence_outputs: Sequence[str] = (),
+) -> list[str]:
+    """Export ``forward(input_ids, attention_mask[, token_type_ids], token_embeds=...)`` of
+    ``model`` (in eval mode, restored after) called with ``inputs`` into ``d``; returns the
+    graph's input names.  With a token-embedding ``table``, the table is saved beside the
+    graph (looked up with NumPy from a memory map: me5-small's is 384 MB of its 470, all but
+    a few rows unused by any corpus) and the graph takes its rows in place of ``input_ids``."""
+    was_training = model.training
+    model.eval()
+    try:
+        feeds = dict(inputs)
+        if table is None:
+            module = graph_module(model, forward)
+        else:
+            save_token_table(table, d / TOKEN_TABLE_FILE)
+            feeds = {TOKEN_EMBEDS: table[feeds.pop("input_ids")].detach(), **feeds}
+
+            def by_rows(embeds: Any, *rest: Any) -> Any:
+                return forward(None, *rest, token_embeds=embeds)
+
+            module = graph_module(model, by_rows)
+        export_graph(module, feeds, outputs, d / GRAPH_FILE, sequence_outputs=sequence_outputs)
+    finally:
+        model.train(was_training)
+    return list(feeds)
+
+
 def export_questions(model: PhraseEncoder, cache: GraphCache) -> Path:
     """The graph directory of ``model``'s question side, exported unless already cached."""
     key = question_key(model)
     c = model.config
 
     def fill(d: Path) -> None:
-        was_training = model.training
-        model.eval()
-        try:
-            ex = model.tokenize_questions(list(EXAMPLE_QUESTIONS))
-            # question_forward's positional order: input_ids, attention_mask, token_type_ids
-            names: list[str] = [
-                n for n in ("input_ids", "attention_mask", "token_type_ids") if n in ex
-            ]
-            inputs: dict[str, Any] = {n: ex[n].cpu() for n in names}
-            table = model.cpu().question_token_table()
-            if table is None:
-                module = graph_module(model, model.question_forward)
-            else:
-                # the table stays outside the graph (looked up with NumPy from a memory map):
-                # me5-small's is 384 MB of its 470, all but a few rows unused by any corpus
-                save_token_table(table, d / TOKEN_TABLE_FILE)
-                inputs = {TOKEN_EMBEDS: table[inputs.pop("input_ids")].detach(), **inputs}
-                names = list(inputs)
+        ex = model.tokenize_questions(list(EXAMPLE_QUESTIONS))
+        # question_forward's positional order: input_ids, attention_mask, token_type_ids
+        inputs: dict[str, Any] = {
+            n: ex[n].cpu() for n in ("input_ids", "attention_mask", "token_type_ids") if n in ex
+        }
+        table = model.cpu().question_token_table()
 
-                def forward(embeds: Any, *rest: Any) -> Any:
-                    return model.question_forward_with(
-                        model.questions, None, *rest, token_embeds=embeds
-                    )
+        def forward(ids: Any, *rest: Any, token_embeds: Any = None) -> Any:
+            return model.question_forward_with(
+                model.questions, ids, *rest, token_embeds=token_embeds
+            )
 
-                module = graph_module(model, forward)
-            export_graph(module, inputs, OUTPUTS, d / GRAPH_FILE)
-        finally:
-            model.train(was_training)
+        names = _export_encoder(model, d, forward, inputs, table, OUTPUTS)
         tok = save_tokenizer(model.tokenizer, d / TOKENIZER_FILE)
         write_meta(
             d,
@@ -121,6 +160,238 @@ def export_questions(model: PhraseEncoder, cache: GraphCache) -> Path:
         )
 
     return cache.write(key, fill)
+
+
+# --- the passage side ---------------------------------------------------------------------
+
+
+def _token_types(model: PhraseEncoder) -> bool:
+    """Whether the model's windows carry token type ids (its tokenizer gives them)."""
+    return "token_type_ids" in getattr(model.tokenizer, "model_input_names", ())
+
+
+def passage_key(model: PhraseEncoder) -> str:
+    """The passage graph's key: the passage-side weights (encoder, start/end heads, filter),
+    the settings that cut a passage into windows, and the tokenizer that cuts them."""
+    from anygrain.models.base import fingerprint_modules
+
+    c = model.config
+    weights = fingerprint_modules([model.phrase, model.start_head, model.end_head, model.filter])
+    backend = getattr(model.tokenizer, "backend_tokenizer", None)
+    tokenizer = ""
+    if backend is not None:
+        # without the truncation and padding the last call set (each call sets its own)
+        state = json.loads(backend.to_str())
+        tokenizer = digest({k: v for k, v in state.items() if k not in ("truncation", "padding")})
+    settings = (
+        c.max_passage_length,
+        c.doc_stride,
+        c.include_title,
+        c.passage_prefix,
+        c.hidden_size,
+        _token_types(model),
+        tokenizer,
+    )
+    return f"{PASSAGE_KIND}-{digest(EXPORT_VERSION, weights, settings)}"
+
+
+def export_passages(model: PhraseEncoder, cache: GraphCache) -> Path:
+    """The graph directory of ``model``'s passage side, exported unless already cached:
+    ``(token_embeds, attention_mask[, token_type_ids]) -> (start, end, filter)``, each
+    ``(batch, sequence, .)``, what :meth:`PhraseEncoder.phrase_forward` gives."""
+    key = passage_key(model)
+    c = model.config
+
+    def fill(d: Path) -> None:
+        model.cpu()
+        wins = model.windows(list(EXAMPLE_PASSAGES), list(EXAMPLE_TITLES))
+        batch = model.collate(wins)  # input_ids, attention_mask[, token_type_ids]
+        table = model.phrase.get_input_embeddings().weight  # type: ignore[operator]
+
+        from anygrain.models.hf import encoder_inputs
+
+        def forward(ids: Any, mask: Any, types: Any = None, *, token_embeds: Any = None) -> Any:
+            kw = encoder_inputs(ids, mask, types, token_embeds)
+            h = model.phrase(**kw).last_hidden_state
+            return model.start_head(h), model.end_head(h), model.filter(h)
+
+        names = _export_encoder(
+            model, d, forward, batch, table, PASSAGE_OUTPUTS, sequence_outputs=PASSAGE_OUTPUTS
+        )
+        tok = save_tokenizer(model.tokenizer, d / TOKENIZER_FILE)
+        write_meta(
+            d,
+            {
+                "kind": PASSAGE_KIND,
+                "key": key,
+                "name": c.base_model,
+                "dim": c.hidden_size,
+                "max_length": c.max_passage_length,
+                "doc_stride": c.doc_stride,
+                "include_title": c.include_title,
+                "passage_prefix": c.passage_prefix,
+                "token_types": _token_types(model),
+                "inputs": names,
+                "token_table": TOKEN_TABLE_FILE,
+                "outputs": list(PASSAGE_OUTPUTS),
+                "tokenizer": tok,
+            },
+        )
+
+    return cache.write(key, fill)
+
+
+class _WindowTokenizer:
+    """The call :func:`~anygrain.phrase.tokens.tokenize_windows` makes of a Hugging Face
+    fast tokenizer (overflowing windows with offsets), answered by the ``tokenizers``
+    library from the saved ``tokenizer.json``: what the fast tokenizer itself delegates to,
+    so the windows are the same, without importing transformers."""
+
+    def __init__(self, path: Path, token_types: bool, truncation_side: str) -> None:
+        from tokenizers import Tokenizer
+
+        self.tok = Tokenizer.from_file(str(path))
+        self.tok.no_padding()
+        self.token_types = token_types
+        self.direction = truncation_side
+
+    def __call__(
+        self,
+        first: Sequence[str],
+        second: Sequence[str] | None = None,
+        *,
+        truncation: bool | str,
+        max_length: int,
+        stride: int,
+        **_: Any,
+    ) -> _Windows:
+        strategy = "only_second" if truncation == "only_second" else "longest_first"
+        self.tok.enable_truncation(
+            max_length, stride=stride, strategy=strategy, direction=self.direction
+        )
+        texts: list[Any] = list(first) if second is None else list(zip(first, second, strict=True))
+        encs = []
+        mapping = []
+        for i, e in enumerate(self.tok.encode_batch(texts, add_special_tokens=True)):
+            for part in (e, *e.overflowing):
+                encs.append(part)
+                mapping.append(i)
+        return _Windows(encs, mapping, self.token_types)
+
+
+class _Windows:
+    """A batch of encodings as the fast tokenizer's ``BatchEncoding`` shows them."""
+
+    def __init__(self, encs: list[Any], mapping: list[int], token_types: bool) -> None:
+        self.encs = encs
+        self.cols: dict[str, Any] = {
+            "overflow_to_sample_mapping": mapping,
+            "input_ids": [e.ids for e in encs],
+            "offset_mapping": [e.offsets for e in encs],
+        }
+        if token_types:
+            self.cols["token_type_ids"] = [e.type_ids for e in encs]
+
+    def __getitem__(self, name: str) -> Any:
+        return self.cols[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.cols
+
+    def sequence_ids(self, w: int) -> list[int | None]:
+        return list(self.encs[w].sequence_ids)
+
+
+class OnnxPassageEncoder:
+    """``encode_passages`` as :class:`~anygrain.phrase.model.PhraseEncoder`'s, on an
+    exported passage graph (float32), with the ``tokenizers`` library cutting the windows:
+    a dump on it imports neither torch nor transformers.  Pickled as its directory (a Ray
+    actor opens its own session)."""
+
+    runtime = "onnx"
+
+    def __init__(self, directory: Path, *, threads: int | None = None) -> None:
+        self.directory = Path(directory)
+        self.graph = OnnxGraph(self.directory, threads=threads, tokenize=False)
+        meta = self.graph.meta
+        if meta.get("kind") != PASSAGE_KIND:
+            raise ValueError(f"{directory}: not a phrase passage graph")
+        self.dim = int(meta["dim"])
+        self.name = str(meta.get("name", ""))
+        self.pad_id = int(meta["tokenizer"]["pad_id"])
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.directory,), {"threads": self.graph.threads})
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.graph.threads = state.get("threads")
+
+    @functools.cached_property
+    def tokenizer(self) -> _WindowTokenizer:
+        t = self.graph.meta["tokenizer"]
+        return _WindowTokenizer(
+            self.directory / TOKENIZER_FILE,
+            bool(self.graph.meta["token_types"]),
+            str(t.get("truncation_side", "right")),
+        )
+
+    def windows(self, texts: Sequence[str], titles: Sequence[str] | None = None) -> list[Window]:
+        """Passages as token windows, as the model cuts them
+        (:meth:`~anygrain.phrase.model.PhraseEncoder.windows`)."""
+        m = self.graph.meta
+        return tokenize_windows(
+            self.tokenizer,
+            texts,
+            titles if m["include_title"] else None,
+            max_length=int(m["max_length"]),
+            stride=int(m["doc_stride"]),
+            prefix=str(m["passage_prefix"]),
+        )
+
+    def window_vectors(
+        self, windows: Sequence[Window]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(start, end, filter)`` of a batch of windows, float32, padding included."""
+        s, e, f = self.graph.run(collate_windows(windows, self.pad_id))
+        return s, e, f
+
+    def encode_passages(
+        self,
+        texts: Sequence[str],
+        titles: Sequence[str] | None = None,
+        *,
+        batch_size: int = 32,
+        bf16: bool = False,
+        progress: bool = False,
+        desc: str = "encoding phrases",
+    ) -> list[EncodedPassage]:
+        """Every passage token's start/end vectors and filter logits, in text order
+        (:func:`~anygrain.phrase.passages.encode_windows`).  ``bf16`` is refused: an index
+        records it, and this graph computes in float32."""
+        if bf16:
+            raise ValueError("the ONNX passage graph encodes in float32; bf16 needs torch")
+        return encode_windows(
+            self.windows(texts, titles),
+            len(texts),
+            self.window_vectors,
+            dim=self.dim,
+            name=self.name,
+            batch_size=batch_size,
+            progress=progress,
+            desc=desc,
+        )
+
+    def release(self) -> None:
+        """Give back the pages of the token table the passages read (the kernel maps 64 KB
+        or more around each row; a corpus spread over a large vocabulary would make most
+        of the table resident)."""
+        if "token_table" in self.graph.__dict__:
+            drop_pages(self.graph.token_table)
+
+
+def onnx_passages(model: PhraseEncoder, cache: GraphCache) -> OnnxPassageEncoder:
+    """``model``'s passage side on ONNX Runtime, exported when its graph is not cached."""
+    return OnnxPassageEncoder(export_passages(model, cache))
 
 
 def model_files(model_dir: Path) -> list[Path]:
@@ -181,6 +452,10 @@ def cached_questions(
     found); None otherwise (the model must be loaded)."""
     sig = files_signature(model_files(model_dir))
     record = cache.files_record(sig)
+    if record is None:  # a shipped model carries its graph without weights: made with NumPy
+        from anygrain.models.shipped import shipped_graph_record
+
+        record = shipped_graph_record(model_dir, KIND, cache, sig)
     if record is None or not record.get("phrase_fingerprint"):
         return None
     config = record.get("config")

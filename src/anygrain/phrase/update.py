@@ -76,6 +76,7 @@ def add_rows(u: StagedUpdate) -> None:
         bf16=bool(record.bf16),
         progress=u.progress,
         device=u.device,
+        runtime=u.runtime,
     )
     n_tok = len(idx.table)
     n_rows = len(idx.table.passage_ptr) - 1
