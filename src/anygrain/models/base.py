@@ -331,13 +331,11 @@ def detect_model_type(path: str | Path) -> ModelType | None:
 
 
 def saved_model_dir(dir_or_name: str | Path) -> Path:
-    """A saved model's directory: ``dir_or_name`` itself, or the shipped model so named."""
-    from anygrain.models.shipped import SHIPPED, shipped_model_dir
+    """A saved model's directory: ``dir_or_name`` itself, or the shipped model so named
+    (:func:`anygrain.models.shipped.saved_model_dir`, which needs no torch)."""
+    from anygrain.models.shipped import saved_model_dir as resolve
 
-    p = Path(str(dir_or_name)).expanduser()
-    if not p.exists() and str(dir_or_name) in SHIPPED:
-        return shipped_model_dir(str(dir_or_name))
-    return p
+    return resolve(dir_or_name)
 
 
 def read_config(path: Path, kind: ModelType) -> dict[str, Any]:

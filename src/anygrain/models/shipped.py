@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from anygrain.errors import ModelNotFoundError
 
@@ -74,6 +75,14 @@ def shipped_model_dir(name: str) -> Path:
     return m.path
 
 
+def saved_model_dir(dir_or_name: str | Path) -> Path:
+    """A saved model's directory: ``dir_or_name`` itself, or the shipped model so named."""
+    p = Path(str(dir_or_name)).expanduser()
+    if not p.exists() and str(dir_or_name) in SHIPPED:
+        return shipped_model_dir(str(dir_or_name))
+    return p
+
+
 def default_phrase_model(lang: str | None) -> str:
     """The shipped phrase model for ``lang`` (English when unknown), or an error saying how
     to get one."""
@@ -102,3 +111,62 @@ def reader_ships(lang: str | None) -> bool:
     """Whether this install has a shipped reader for ``lang``."""
     name = DEFAULT_READER.get(lang or "en")
     return name is not None and SHIPPED[name].path.is_dir()
+
+
+# --- graphs shipped without weights (anygrain.encode.shipped_graphs) ---------------------
+
+#: where a model directory keeps its stripped graphs, one directory per graph kind
+GRAPHS_DIR = "graphs"
+# files of a model directory its weights do not depend on (the card is edited freely)
+_NOT_WEIGHTS = ("MODEL_CARD.md",)
+
+
+def graph_sources(model_dir: Path, backbone_dir: Path) -> dict[str, Path]:
+    """The files a packed model's weights, and so its graphs, are made of: its own (but the
+    card and the graphs) and its backbone's weights and tokenizer, by a name for each."""
+    from anygrain.models.packed_state import BACKBONE_WEIGHTS
+
+    files = {
+        f"model/{f.name}": f
+        for f in sorted(Path(model_dir).iterdir())
+        if f.is_file() and f.name not in _NOT_WEIGHTS
+    }
+    files[f"backbone/{BACKBONE_WEIGHTS}"] = backbone_dir / BACKBONE_WEIGHTS
+    if (backbone_dir / "tokenizer.json").is_file():
+        files["backbone/tokenizer.json"] = backbone_dir / "tokenizer.json"
+    return files
+
+
+def shipped_graph_record(
+    model_dir: Path, kind: str, cache: Any, signature: str, *, files_kind: str | None = None
+) -> dict[str, Any] | None:
+    """The files record (``cache.files_record``) of the graph of ``kind`` that the packed
+    model at ``model_dir`` ships without weights, made with NumPy into ``cache`` (a
+    :class:`~anygrain.encode.onnx_runtime.GraphCache`) and recorded under ``signature``
+    (the model's files signature; ``files_kind``: the kind the caller looks it up by, see
+    :meth:`~anygrain.encode.onnx_runtime.GraphCache.files_record`) when it was not; None when the model ships no such graph,
+    or ships one made from other files than those installed (a warning says which: the
+    caller then exports one, which needs torch)."""
+    from anygrain.encode.shipped_graphs import (
+        MANIFEST,
+        check_sources,
+        materialise,
+        read_manifest,
+    )
+    from anygrain.models.packed_state import PackedState, packed_config
+
+    shipped = Path(model_dir) / GRAPHS_DIR / kind
+    if not (shipped / MANIFEST).is_file() or packed_config(Path(model_dir)) is None:
+        return None
+    state = PackedState.open(model_dir)
+    why = check_sources(shipped, graph_sources(Path(model_dir), state.backbone_dir))
+    if why is not None:
+        import warnings
+
+        warnings.warn(f"{shipped}: not used, {why}", stacklevel=2)
+        return None
+    entry = materialise(shipped, state, cache, backbone_dir=state.backbone_dir)
+    extra = read_manifest(shipped).get("record", {})
+    cache.remember_files(signature, entry.name, kind=files_kind, **extra)
+    record: dict[str, Any] | None = cache.files_record(signature, files_kind)
+    return record

@@ -1,9 +1,10 @@
 """The extractive reader (DPR section 6): span extraction over retrieved passages,
 and a start/end-distribution teacher for phrase distillation."""
 
+from typing import TYPE_CHECKING
+
 from anygrain.reader.config import ReaderConfig
 from anygrain.reader.evaluate import evaluate_reader, gold_hits
-from anygrain.reader.model import Reader, ReaderOutput
 from anygrain.reader.read import (
     Answer,
     SpanDistributions,
@@ -13,6 +14,9 @@ from anygrain.reader.read import (
     start_end_distributions_many,
 )
 from anygrain.reader.spans import best_span_bruteforce, best_spans, word_boundaries
+
+if TYPE_CHECKING:
+    from anygrain.reader.model import Reader, ReaderOutput
 
 __all__ = [
     "Answer",
@@ -30,3 +34,13 @@ __all__ = [
     "start_end_distributions_many",
     "word_boundaries",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # the torch reader, imported when asked for: reading on ONNX Runtime (the base install,
+    # which has no torch) imports this package without it
+    if name in ("Reader", "ReaderOutput"):
+        from anygrain.reader import model
+
+        return getattr(model, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

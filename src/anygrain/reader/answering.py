@@ -275,8 +275,7 @@ def load_reader_for(
     search or a server loads each once."""
     from anygrain.corpus.lang import detect_lang
     from anygrain.encode.onnx_runtime import parse_runtime
-    from anygrain.models.base import saved_model_dir
-    from anygrain.models.shipped import default_reader
+    from anygrain.models.shipped import default_reader, saved_model_dir
     from anygrain.reader.onnx import load_reader
 
     if reader is not None and not isinstance(reader, str | Path):

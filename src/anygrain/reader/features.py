@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
 from anygrain.reader.spans import word_boundaries
 
-__all__ = ["Batch", "Window", "collate", "make_windows"]
+__all__ = ["Batch", "Window", "collate", "collate_arrays", "make_windows"]
 
 
 @dataclass
@@ -123,40 +122,61 @@ def make_windows(
 
 @dataclass
 class Batch:
-    """Padded tensors for a list of windows."""
+    """Padded inputs for a list of windows: NumPy arrays (:func:`collate_arrays`, what
+    reading runs on, with or without torch) or torch tensors (:func:`collate`, training)."""
 
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    token_type_ids: torch.Tensor | None
-    passage: torch.Tensor  # bool [N, L]
-    start_ok: torch.Tensor  # bool [N, L]
-    end_ok: torch.Tensor  # bool [N, L]
+    input_ids: Any  # int64 [N, L]
+    attention_mask: Any  # int64 [N, L]
+    token_type_ids: Any | None  # int64 [N, L]
+    passage: Any  # bool [N, L]
+    start_ok: Any  # bool [N, L]
+    end_ok: Any  # bool [N, L]
 
-    def model_inputs(self) -> dict[str, torch.Tensor]:
+    def model_inputs(self) -> dict[str, Any]:
         d = {"input_ids": self.input_ids, "attention_mask": self.attention_mask}
         if self.token_type_ids is not None:
             d["token_type_ids"] = self.token_type_ids
         return d
 
 
-def collate(windows: Sequence[Window], pad_id: int) -> Batch:
-    """Pad windows to the longest one."""
+def collate_arrays(windows: Sequence[Window], pad_id: int) -> Batch:
+    """Pad windows to the longest one, as NumPy arrays."""
     n = len(windows)
     width = max((len(w) for w in windows), default=0)
-    ids = torch.full((n, width), pad_id, dtype=torch.long)
-    mask = torch.zeros((n, width), dtype=torch.long)
+    ids = np.full((n, width), pad_id, dtype=np.int64)
+    mask = np.zeros((n, width), dtype=np.int64)
     has_types = bool(windows) and windows[0].token_type_ids is not None
-    types = torch.zeros((n, width), dtype=torch.long) if has_types else None
-    passage = torch.zeros((n, width), dtype=torch.bool)
-    start_ok = torch.zeros((n, width), dtype=torch.bool)
-    end_ok = torch.zeros((n, width), dtype=torch.bool)
+    types = np.zeros((n, width), dtype=np.int64) if has_types else None
+    passage = np.zeros((n, width), dtype=bool)
+    start_ok = np.zeros((n, width), dtype=bool)
+    end_ok = np.zeros((n, width), dtype=bool)
     for r, w in enumerate(windows):
         m = len(w)
-        ids[r, :m] = torch.tensor(w.input_ids, dtype=torch.long)
+        ids[r, :m] = w.input_ids
         mask[r, :m] = 1
         if types is not None and w.token_type_ids is not None:
-            types[r, :m] = torch.tensor(w.token_type_ids, dtype=torch.long)
-        passage[r, :m] = torch.from_numpy(w.passage)
-        start_ok[r, :m] = torch.from_numpy(w.start_ok)
-        end_ok[r, :m] = torch.from_numpy(w.end_ok)
+            types[r, :m] = w.token_type_ids
+        passage[r, :m] = w.passage
+        start_ok[r, :m] = w.start_ok
+        end_ok[r, :m] = w.end_ok
     return Batch(ids, mask, types, passage, start_ok, end_ok)
+
+
+def collate(windows: Sequence[Window], pad_id: int) -> Batch:
+    """Pad windows to the longest one, as torch tensors (long, masks bool)."""
+    import torch
+
+    b = collate_arrays(windows, pad_id)
+    return Batch(
+        *(
+            torch.from_numpy(a) if a is not None else None
+            for a in (
+                b.input_ids,
+                b.attention_mask,
+                b.token_type_ids,
+                b.passage,
+                b.start_ok,
+                b.end_ok,
+            )
+        )
+    )

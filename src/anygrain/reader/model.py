@@ -119,8 +119,10 @@ class Reader(Model):
 
     def window_logits(self, batch: Batch, bf16: bool = False) -> WindowLogits:
         """The logits of a batch of windows as float32 arrays (``bf16``: bfloat16 autocast)."""
+        # reading collates NumPy arrays (the same for both runtimes); training, tensors
+        inputs = {k: torch.as_tensor(v) for k, v in batch.model_inputs().items()}
         with cpu_autocast(bf16):
-            o = self(**batch.model_inputs())
+            o = self(**inputs)
         return WindowLogits(
             start=o.start_logits.float().cpu().numpy(),
             end=o.end_logits.float().cpu().numpy(),

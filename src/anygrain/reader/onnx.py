@@ -32,11 +32,13 @@ from anygrain.encode.onnx_runtime import (
     TOKENIZER_FILE,
     GraphCache,
     OnnxGraph,
+    WindowTokenizer,
     digest,
     export_graph,
     files_signature,
     graph_module,
     parse_runtime,
+    require_torch,
     save_token_table,
     save_tokenizer,
     wants_onnx,
@@ -45,14 +47,13 @@ from anygrain.encode.onnx_runtime import (
 from anygrain.encode.runtime import Runtime
 from anygrain.errors import AnygrainError
 from anygrain.reader.config import ReaderConfig
-from anygrain.reader.features import collate
-from anygrain.reader.model import Reader
-from anygrain.reader.packed import PackedReaderInfo, is_packed_reader
-from anygrain.reader.read import windows_of
 from anygrain.reader.runtime import ReadingModel, WindowLogits
 
+# torch and transformers are imported where a torch reader is loaded or exported: reading
+# with a cached (or shipped) graph needs neither installed
 if TYPE_CHECKING:
     from anygrain.reader.features import Batch
+    from anygrain.reader.model import Reader
 
 __all__ = ["OnnxReader", "export_reader", "load_reader", "onnx_reader", "reader_key"]
 
@@ -83,6 +84,9 @@ def _logits(reader: Reader) -> Any:
 
 def export_reader(reader: Reader, cache: GraphCache) -> Path:
     """The graph directory of ``reader``, exported unless already cached."""
+    from anygrain.reader.features import collate
+    from anygrain.reader.read import windows_of
+
     key = reader_key(reader)
 
     def fill(d: Path) -> None:
@@ -140,8 +144,6 @@ class OnnxReader:
     runtime = "onnx"
 
     def __init__(self, directory: Path, *, threads: int | None = None) -> None:
-        from anygrain.models.hf import quiet_transformers
-
         self.graph = OnnxGraph(directory, threads=threads, tokenize=False)
         meta = self.graph.meta
         if meta.get("kind") != KIND:
@@ -149,26 +151,44 @@ class OnnxReader:
         self.config = ReaderConfig.from_dict(meta["config"], str(directory))
         self.inputs = [str(n) for n in meta["inputs"]]
         self.name = str(meta.get("name", ""))
-        from transformers import AutoTokenizer
-
-        with quiet_transformers():
-            self.tokenizer = AutoTokenizer.from_pretrained(str(directory))
+        tok = meta["tokenizer"]
+        # the windows are cut by the tokenizers library, as the fast tokenizer cuts them
+        self.tokenizer = WindowTokenizer(
+            Path(directory) / TOKENIZER_FILE,
+            token_types="token_type_ids" in self.inputs,
+            sep_token=str(tok.get("sep_token") or _saved_sep_token(Path(directory))),
+            pad_token_id=int(tok["pad_id"]),
+            truncation_side=str(tok.get("truncation_side", "right")),
+        )
 
     def reading(self) -> AbstractContextManager[None]:
         return nullcontext()
 
     def window_logits(self, batch: Batch, bf16: bool = False) -> WindowLogits:
-        given = batch.model_inputs()
-        ids = given["input_ids"].numpy()
+        given = {n: np.asarray(a, dtype=np.int64) for n, a in batch.model_inputs().items()}
+        ids = given["input_ids"]
         # input_ids: the graph looks its token-table rows up (OnnxGraph.run)
         names = ["input_ids", *(n for n in self.inputs if n != TOKEN_EMBEDS)]
-        feeds = {n: given[n].numpy() if n in given else np.zeros_like(ids) for n in names}
+        feeds = {n: given[n] if n in given else np.zeros_like(ids) for n in names}
         start, end, selection = self.graph.run(feeds)
         return WindowLogits(
             start=start.astype(np.float32, copy=False),
             end=end.astype(np.float32, copy=False),
             selection=selection.astype(np.float32, copy=False),
         )
+
+
+def _saved_sep_token(directory: Path) -> str:
+    """The separator token of a graph exported before its meta recorded it (from the
+    tokenizer config saved beside it)."""
+    import json
+
+    try:
+        cfg = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    sep = cfg.get("sep_token") if isinstance(cfg, dict) else None
+    return sep if isinstance(sep, str) else ""
 
 
 def onnx_reader(reader: Reader, cache: GraphCache, *, files: str | None = None) -> OnnxReader:
@@ -184,11 +204,14 @@ def onnx_reader(reader: Reader, cache: GraphCache, *, files: str | None = None) 
 def model_files(path: Path) -> list[Path]:
     """What a saved reader is loaded from: its directory and, for a packed reader, its
     backbone's."""
+    from anygrain.models.packed_state import PACKED_READER_CONFIG, packed_config
+
     files = [path]
-    if is_packed_reader(path):
+    found = packed_config(path)
+    if found is not None and found[0].name == PACKED_READER_CONFIG:
         from anygrain.models.resolve import resolve_model
 
-        files.append(resolve_model(PackedReaderInfo.read(path).base_model)[0])
+        files.append(resolve_model(str(found[1].get("base_model", "")))[0])
     return files
 
 
@@ -213,19 +236,21 @@ def load_reader(
     project's Xeon, reading 3 passages: 357 ms a question in torch bf16 against 469 in ONNX
     Runtime float32 and more in its int8), else ONNX Runtime where it is installed and the
     graph exports, else torch with a warning."""
-    from anygrain.models.base import saved_model_dir
+    from anygrain.models.shipped import saved_model_dir, shipped_graph_record
     from anygrain.utils.precision import native_bf16
 
     path = saved_model_dir(dir_or_name)
     auto = parse_runtime(runtime) is Runtime.AUTO
     if not wants_onnx(runtime, None) or (auto and native_bf16()):
-        return Reader.load(path)
+        return _load_torch(path)
     cache = cache or GraphCache.default()
     files = _signature(path)
     record = cache.files_record(files) if files is not None else None
+    if record is None and files is not None:  # a shipped reader's graph, made with NumPy
+        record = shipped_graph_record(path, KIND, cache, files)
     if record is not None:
         return OnnxReader(cache.entry(record["key"]))
-    reader = Reader.load(path)
+    reader = _load_torch(path)
     try:
         return onnx_reader(reader, cache, files=files)
     except (AnygrainError, ImportError, OSError, RuntimeError, ValueError) as e:
@@ -239,3 +264,12 @@ def load_reader(
             stacklevel=2,
         )
         return reader
+
+
+def _load_torch(path: Path) -> Reader:
+    """The reader at ``path`` loaded with torch (one line saying how to get it when torch is
+    not installed)."""
+    require_torch(f"reading with {path} (no ONNX graph of it is cached or shipped)")
+    from anygrain.reader.model import Reader
+
+    return Reader.load(path)

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from anygrain.hits.hit import Hit
-from anygrain.reader.features import Batch, Window, collate, make_windows
+from anygrain.reader.features import Batch, Window, collate_arrays, make_windows
 from anygrain.reader.runtime import ReadingModel, WindowLogits
 from anygrain.reader.spans import best_spans_array, top_spans
 from anygrain.utils.progress import progress_bar
@@ -115,7 +115,7 @@ def _forward(
     order = sorted(range(len(windows)), key=lambda i: -len(windows[i]))
     for b in range(0, len(order), batch_size):
         rows = order[b : b + batch_size]
-        batch = collate([windows[i] for i in rows], pad)
+        batch = collate_arrays([windows[i] for i in rows], pad)
         yield rows, batch, reader.window_logits(batch, bf16)
 
 
@@ -140,8 +140,8 @@ def _decode(
         starts, ends, scores = best_spans_array(
             o.start,
             o.end,
-            batch.start_ok.numpy(),
-            batch.end_ok.numpy(),
+            batch.start_ok,
+            batch.end_ok,
             reader.config.max_answer_length,
         )
         sel = o.selection
@@ -167,8 +167,8 @@ def window_spans(
         starts, ends, scores = top_spans(
             o.start,
             o.end,
-            batch.start_ok.numpy(),
-            batch.end_ok.numpy(),
+            batch.start_ok,
+            batch.end_ok,
             reader.config.max_answer_length,
             n,
         )

@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib.util
 import warnings
 from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
+# torch is imported where used: the server and the reader ask native_bf16() whether to read
+# in bfloat16, and a base install (no torch: ONNX Runtime reads) must answer without it
+if TYPE_CHECKING:
+    from torch import nn
 
 
 class SlowBf16Warning(UserWarning):
@@ -29,7 +33,13 @@ class SlowBf16Warning(UserWarning):
 
 @functools.lru_cache(maxsize=1)
 def native_bf16() -> bool:
-    """True when oneDNN has native bfloat16 kernels on this CPU."""
+    """True when oneDNN has native bfloat16 kernels on this CPU (False without torch)."""
+    try:
+        if importlib.util.find_spec("torch") is None:
+            return False
+        import torch
+    except ImportError:
+        return False
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
@@ -43,6 +53,8 @@ def bf16_note() -> str | None:
     """A sentence for the user when bf16 would be slow here, else None."""
     if native_bf16():
         return None
+    import torch
+
     cap = torch.backends.cpu.get_cpu_capability()
     return (
         f"--bf16: this CPU ({cap}) has no native bfloat16, so bf16 autocast is emulated and "
@@ -58,26 +70,44 @@ def cpu_autocast(bf16: bool) -> AbstractContextManager[object]:
         if note:
             warnings.warn(note, SlowBf16Warning, stacklevel=2)
         _warned = True
+    import torch
+
     return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
 
 
-class Bf16Linear(nn.Module):
-    """A linear layer computed in bfloat16 from weights cast once; float32 in and out, so
-    the layer norms, softmax and pooling around it stay in float32."""
+@functools.lru_cache(maxsize=1)
+def _bf16_linear_class() -> Any:
+    """:class:`Bf16Linear`, defined at first use (it subclasses torch's ``nn.Module``)."""
+    import torch
+    from torch import nn
 
-    def __init__(self, linear: nn.Linear) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(linear.weight.detach().to(torch.bfloat16), requires_grad=False)
-        bias = linear.bias
-        self.bias = (
-            None
-            if bias is None
-            else nn.Parameter(bias.detach().to(torch.bfloat16), requires_grad=False)
-        )
+    class Bf16Linear(nn.Module):
+        """A linear layer computed in bfloat16 from weights cast once; float32 in and out, so
+        the layer norms, softmax and pooling around it stay in float32."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = nn.functional.linear(x.to(torch.bfloat16), self.weight, self.bias)
-        return out.to(x.dtype)
+        def __init__(self, linear: nn.Linear) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(
+                linear.weight.detach().to(torch.bfloat16), requires_grad=False
+            )
+            bias = linear.bias
+            self.bias = (
+                None
+                if bias is None
+                else nn.Parameter(bias.detach().to(torch.bfloat16), requires_grad=False)
+            )
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out = nn.functional.linear(x.to(torch.bfloat16), self.weight, self.bias)
+            return out.to(x.dtype)
+
+    return Bf16Linear
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Bf16Linear":
+        return _bf16_linear_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def bf16_linears(module: nn.Module) -> nn.Module:
@@ -85,12 +115,15 @@ def bf16_linears(module: nn.Module) -> nn.Module:
 
     Everything else (embeddings, norms) is shared with ``module``, not copied: the copy
     costs the linear weights in bfloat16, half their float32 size."""
+    from torch import nn
+
+    linear_class = _bf16_linear_class()
     shared = {id(t): t for t in (*module.parameters(), *module.buffers())}
     out = copy.deepcopy(module, memo=shared)
     for parent in list(out.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Linear):
-                setattr(parent, name, Bf16Linear(child))
+                setattr(parent, name, linear_class(child))
     return out.eval()
 
 
