@@ -25,6 +25,7 @@ from anygrain.api import add_documents, compact_index, delete_documents
 from anygrain.cli.main import app
 from anygrain.corpus.records import SourceDocument
 from anygrain.corpus.store import CorpusStore
+from anygrain.dense.onnx import OnnxTextEncoder
 from anygrain.errors import AnygrainError, IndexMismatchError, InputError, UsageError
 from anygrain.hits.hit import Hit, Unit
 from anygrain.index.base import Index
@@ -164,7 +165,9 @@ def test_add_then_search_equals_a_fresh_build_on_the_union(case, tmp_path: Path)
     assert not [f for f in p.parent.iterdir() if f.name.startswith(".")]  # no leftovers
 
 
-def test_add_encodes_only_the_new_passages(model: BiEncoder, tmp_path: Path) -> None:
+def test_add_encodes_only_the_new_passages(
+    model: BiEncoder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     p = tmp_path / "dense"
     _build("dense", _docs(TOPICS_A), p, model)
     seen: list[str] = []
@@ -175,6 +178,13 @@ def test_add_encodes_only_the_new_passages(model: BiEncoder, tmp_path: Path) -> 
         return encode(texts, *args, **kw)
 
     model.passage.encode = counting  # type: ignore[method-assign]
+    # new passages are encoded on ONNX Runtime by default (anygrain.dense.onnx): counted too
+    onnx_encode = OnnxTextEncoder.encode
+    monkeypatch.setattr(
+        OnnxTextEncoder,
+        "encode",
+        lambda self, t, *a, **k: seen.extend(t) or onnx_encode(self, t, *a, **k),
+    )
     try:
         add_documents(p, _docs(TOPICS_B), model=model, progress=False)
     finally:

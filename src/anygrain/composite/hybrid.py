@@ -143,7 +143,7 @@ class HybridSettings(IndexSettings):
 @register_index(IndexKind.HYBRID)
 class HybridIndex(Index):
     settings_type = HybridSettings
-    load_options = frozenset({"model", "device"})  # handed to its dense part
+    load_options = frozenset({"model", "device", "runtime"})  # handed to its dense part
     #: a search's fusion overrides: what a server's client may set
     search_option_checks = {
         "fusion": fusion_method,
@@ -334,7 +334,7 @@ class HybridIndex(Index):
             store=store,
             # "" when nested in a built hybrid index, "dense" for a standalone dense index
             subdir=dm["settings"]["dense"].get("subdir", ""),
-            **{k: v for k, v in options.items() if k in ("model", "device")},
+            **{k: v for k, v in options.items() if k in ("model", "device", "runtime")},
         )
         f = manifest["settings"]["fusion"]
         try:

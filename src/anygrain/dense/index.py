@@ -27,7 +27,8 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,11 @@ import numpy as np
 from anygrain.corpus.lang import Lang, detect_lang
 from anygrain.corpus.source import corpus_ref, open_corpus_of
 from anygrain.corpus.store import CorpusStore
+from anygrain.dense.onnx import BIENCODER_CONFIG as MODEL_CONFIG
+from anygrain.dense.onnx import is_biencoder
 from anygrain.dense.shards import DTYPES, ShardSet, encode_corpus
+from anygrain.encode.onnx_runtime import wants_onnx
+from anygrain.encode.runtime import Runtime
 from anygrain.errors import (
     AnygrainError,
     IndexMismatchError,
@@ -53,9 +58,6 @@ from anygrain.index.model_ref import model_location
 from anygrain.index.model_ref import model_reference as shared_model_reference
 from anygrain.index.registry import IndexKind, register_index
 from anygrain.index.settings import BuildOptions, IndexSettings
-from anygrain.models.biencoder import MODEL_CONFIG, BiEncoder
-from anygrain.models.encoder import EncoderConfig
-from anygrain.models.hf import check_weight_files
 from anygrain.models.resolve import ALIASES, default_model, resolve_model
 from anygrain.models.shipped import SHIPPED, shipped_model_dir
 from anygrain.utils.atomic import atomic_write_text
@@ -64,7 +66,11 @@ from anygrain.vectors.factory import plan_training
 from anygrain.vectors.faiss_index import FaissIndex
 
 if TYPE_CHECKING:
-    pass
+    from anygrain.dense.onnx import OnnxBiEncoder
+    from anygrain.models.biencoder import BiEncoder
+
+# torch is imported where a model is loaded, never at the top: a dense index whose graphs
+# are cached opens and searches on ONNX Runtime without it (anygrain.dense.onnx)
 
 SETTINGS_FILE = "dense.json"
 #: questions encoded at once by ``search`` (and hybrid search): measured on a 2-core CPU,
@@ -76,6 +82,8 @@ QUESTION_BATCH = 32
 def as_biencoder(model: str | Path | BiEncoder) -> BiEncoder:
     """A BiEncoder from an instance, an anygrain model dir, a shipped model's name, or an
     alias / hub name / HF dir."""
+    from anygrain.models.biencoder import BiEncoder
+
     if isinstance(model, BiEncoder):
         return model
     if str(model) in SHIPPED and not Path(str(model)).expanduser().exists():
@@ -103,10 +111,12 @@ def model_reference(model: str | Path | BiEncoder, copy_model: bool | None = Non
 def find_model(model: str | Path | BiEncoder | None) -> None:
     """Refuse a model :func:`as_biencoder` would not find, without loading its weights, so
     that a build refuses a wrong name before it reads the corpus (None: the default)."""
-    if model is None or isinstance(model, BiEncoder):
+    if model is None or is_biencoder(model):
         return
     p = Path(str(model)).expanduser()
     if (p / MODEL_CONFIG).exists():
+        from anygrain.models.hf import check_weight_files
+
         check_weight_files(p)  # damaged weights fail here too, not after the corpus is read
         return
     if str(model) in SHIPPED and not p.exists():
@@ -122,7 +132,7 @@ def encoder_name(
     language (``lang``, or detected from the passages)."""
     if model is None:
         return default_model(Lang(lang) if lang else detect_lang(store))
-    return "" if isinstance(model, BiEncoder) else str(model)
+    return "" if is_biencoder(model) else str(model)
 
 
 @dataclass(frozen=True)
@@ -141,7 +151,7 @@ class DenseSettings(IndexSettings):
     copy_model: bool | None = None
 
     def __post_init__(self) -> None:
-        if self.copy_model is False and isinstance(self.model, BiEncoder):
+        if self.copy_model is False and is_biencoder(self.model):
             model_reference(self.model, False)  # refused, before anything is read
         if self.lang is not None:
             parse_enum(Lang, self.lang)
@@ -192,7 +202,7 @@ def write_dense_index(
     """
     s = settings
     out = Path(out)
-    if not model_name and not isinstance(model, BiEncoder):
+    if not model_name and not is_biencoder(model):
         model_name = str(model)
     given = s.model if s.model is not None else (model_name or model)
     ref = model_reference(given, s.copy_model)
@@ -205,7 +215,9 @@ def write_dense_index(
     if not ref:
         enc.save(base / "model")
     t_model = time.time()
-    fx, t_encode = _encode_and_index(store, enc, base, s, options, vectors_dir, model_name)
+    fx, t_encode = _encode_and_index(
+        store, enc, base, s, options, vectors_dir, model_name, fingerprint
+    )
     timings = {
         "save_model_seconds": round(t_model - t0, 3),
         "encode_seconds": round(t_encode - t_model, 3),
@@ -257,13 +269,22 @@ def _encode_and_index(
     options: BuildOptions,
     vectors_dir: Path | None,
     label: str,
+    fingerprint: str,
 ) -> tuple[FaissIndex, float]:
-    """Encode ``store`` into ``base/vectors`` (by way of ``vectors_dir`` when given) and
-    write its FAISS index ``base/faiss.index``; returns the index and when encoding ended."""
+    """Encode ``store`` into ``base/vectors`` (by way of ``vectors_dir`` when given: on the
+    runtime :func:`passage_encoder` picks) and write its FAISS index ``base/faiss.index``;
+    returns the index and when encoding ended."""
     target = base / "vectors"
     shards = encode_corpus(
         store,
-        enc,
+        passage_encoder(
+            enc,
+            getattr(options, "runtime", None),
+            options.device,
+            bf16=s.bf16,
+            executor=options.executor,
+            fingerprint=fingerprint,
+        ),
         vectors_dir or target,
         shard_size=s.shard_size,
         dtype=s.dtype,
@@ -285,6 +306,40 @@ def _encode_and_index(
     return fx, t_encode
 
 
+def passage_encoder(
+    model: BiEncoder,
+    runtime: Runtime | str | None,
+    device: str | None,
+    *,
+    bf16: bool = False,
+    executor: Any = None,
+    fingerprint: str = "",
+) -> BiEncoder | OnnxBiEncoder:
+    """What encodes passages for a build or ``add`` with ``model``: the model itself, or its
+    passage side on ONNX Runtime (:func:`anygrain.dense.onnx.passage_runtime` decides; both
+    write the same float32 vectors, to ~1e-6).  A graph that cannot be made falls back to
+    torch with a warning, unless ``runtime`` is ``onnx``."""
+    from anygrain.dense.onnx import onnx_biencoder, passage_runtime
+    from anygrain.encode.onnx_runtime import GraphCache
+
+    if passage_runtime(runtime, device, bf16=bf16, executor=executor) is Runtime.TORCH:
+        return model
+    try:
+        return onnx_biencoder(model, GraphCache.default(), passage_fingerprint=fingerprint)
+    except (AnygrainError, ImportError, OSError, RuntimeError, ValueError) as e:
+        if parse_enum(Runtime, runtime or "auto") is Runtime.ONNX:
+            raise AnygrainError(
+                f"cannot run the passage encoder on ONNX Runtime ({type(e).__name__}: {e}); "
+                "use --runtime torch"
+            ) from e
+        warnings.warn(
+            f"passage encoder not exported to ONNX ({type(e).__name__}: {e}); encoding "
+            "passages with torch",
+            stacklevel=2,
+        )
+        return model
+
+
 def referenced_model(path: Path, record: dict[str, Any]) -> BiEncoder:
     """The model a dense index at ``path`` refers to by name (``record``: the ``model`` of
     its ``dense.json``), loaded as the build loaded it, with the question and passage
@@ -304,49 +359,56 @@ def referenced_model(path: Path, record: dict[str, Any]) -> BiEncoder:
             f"here: {e} Pass that model's directory with --model DIR (Index.load(path, "
             "model=DIR)), or rebuild the index with --copy-model to carry the model in it."
         ) from None
-    for side in ("question", "passage"):
-        if side in record:
-            cfg = EncoderConfig.from_dict(record[side])
-            if getattr(enc.config, side) != cfg:  # the alias's defaults changed since
-                setattr(enc.config, side, cfg)
-                getattr(enc, side).config = cfg
+    # the alias's defaults may have changed since: the recorded settings are the index's
+    apply_sides(enc, recorded_sides(path, "", record, own_sides(enc), None))
     return enc
 
 
 #: what of a side's encoding changes its vectors' scale or contents besides the weights
 #: (the fingerprint): part of the model reference an index records, checked with it
 SCORING_FIELDS = ("pooling", "normalize", "prefix")
+SIDES = ("question", "passage")
 
 
 def states_its_settings(model: str | Path | BiEncoder) -> bool:
     """Whether ``model`` carries its own encoding settings (an instance, an anygrain model
     directory, a shipped model) rather than an alias's or the defaults of a plain Hugging
     Face directory, which say nothing about how an index used the weights."""
-    if isinstance(model, BiEncoder):
+    if is_biencoder(model):
         return True
     p = Path(str(model)).expanduser()
     return (p / MODEL_CONFIG).exists() or (str(model) in SHIPPED and not p.exists())
 
 
-def match_recorded_sides(
-    path: Path, subdir: str, record: dict[str, Any], enc: BiEncoder, given: str | Path | BiEncoder
-) -> None:
-    """Make ``enc`` (loaded from ``given``) encode as the index at ``path`` recorded
-    (``record``: the ``model`` of its dense settings): a model stating other pooling,
-    normalisation or prefixes is refused, since its scores would be on another scale; a
-    plain directory, alias or hub name takes the recorded settings (it states none)."""
-    for side in ("question", "passage"):
+def own_sides(enc: BiEncoder) -> dict[str, dict[str, Any]]:
+    """Each side's settings as ``enc`` states them (:meth:`EncoderConfig.to_dict`)."""
+    return {side: getattr(enc.config, side).to_dict() for side in SIDES}
+
+
+def recorded_sides(
+    path: Path,
+    subdir: str,
+    record: Mapping[str, Any],
+    own: Mapping[str, Mapping[str, Any]],
+    given: str | Path | BiEncoder | None,
+) -> dict[str, dict[str, Any]]:
+    """The settings each side encodes with for the index at ``path`` (``record``: the
+    ``model`` of its dense settings) when its model states ``own`` and was ``given`` (None:
+    the name the index refers to): the recorded ones, except that a model stating its own
+    (:func:`states_its_settings`) keeps them and is refused when pooling, normalisation or
+    a prefix differ, since its scores would be on another scale.  Plain settings (dicts),
+    so that an index whose graphs are cached opens without torch."""
+    out = {side: dict(own[side]) for side in SIDES}
+    for side in SIDES:
         if side not in record:  # an index from before the settings were recorded
             continue
-        want = EncoderConfig.from_dict(record[side])
-        have: EncoderConfig = getattr(enc.config, side)
+        want, have = dict(record[side]), out[side]
         if have == want:
             continue
-        if states_its_settings(given):
-            label = given.config.base_model if isinstance(given, BiEncoder) else given
+        if given is not None and states_its_settings(given):
+            label = given.config.base_model if is_biencoder(given) else given  # type: ignore[union-attr]
             for name in SCORING_FIELDS:
-                a, b = getattr(have, name), getattr(want, name)
-                a, b = getattr(a, "value", a), getattr(b, "value", b)
+                a, b = have.get(name), want.get(name)
                 if a != b:
                     raise IndexMismatchError(
                         f"{path}: the model {label} encodes "
@@ -357,8 +419,173 @@ def match_recorded_sides(
                         "settings), or rebuild the index with this model."
                     )
             continue  # only lengths differ: the model's own are kept
-        setattr(enc.config, side, want)
-        getattr(enc, side).config = want
+        out[side] = want
+    return out
+
+
+def apply_sides(enc: BiEncoder, sides: Mapping[str, Mapping[str, Any]]) -> None:
+    """Make ``enc`` encode each side with ``sides`` (:func:`recorded_sides`)."""
+    from anygrain.models.encoder_config import EncoderConfig
+
+    for side in SIDES:
+        cfg = EncoderConfig.from_dict(dict(sides[side]))
+        if getattr(enc.config, side) != cfg:
+            setattr(enc.config, side, cfg)
+            getattr(enc, side).config = cfg
+
+
+def match_recorded_sides(
+    path: Path, subdir: str, record: dict[str, Any], enc: BiEncoder, given: str | Path | BiEncoder
+) -> None:
+    """Make ``enc`` (loaded from ``given``) encode as the index at ``path`` recorded
+    (``record``: the ``model`` of its dense settings): :func:`recorded_sides`."""
+    apply_sides(enc, recorded_sides(path, subdir, record, own_sides(enc), given))
+
+
+def model_source(
+    base: Path, record: Mapping[str, Any], model: str | Path | BiEncoder | None
+) -> Path | None:
+    """The directory the model of the dense index under ``base`` is loaded from (``model``
+    given by name or directory, else the copy in the index or the name it refers to), found
+    without loading it; None when there is none (a model object, a name not here)."""
+    if is_biencoder(model):
+        return None
+    if model is None and record.get("path"):
+        return base / str(record["path"])
+    name = model if model is not None else record.get("ref")
+    if not name:
+        return None
+    p = Path(str(name)).expanduser()
+    try:
+        if (p / MODEL_CONFIG).exists():
+            return p
+        if str(name) in SHIPPED and not p.exists():
+            return shipped_model_dir(str(name))
+        if str(name) in ALIASES or p.is_dir():
+            return resolve_model(name)[0]
+    except (AnygrainError, OSError):
+        return None  # loading the model says why
+    return None  # a hub name: found by loading it
+
+
+def open_model(
+    path: Path,
+    subdir: str,
+    settings: dict[str, Any],
+    model: str | Path | BiEncoder | None,
+    device: str | None,
+    *,
+    onnx: bool,
+    strict: bool = False,
+) -> tuple[BiEncoder, BiEncoder | OnnxBiEncoder]:
+    """``(model, question encoder)``: the index's bi-encoder loaded and checked against the
+    passage fingerprint and settings the index records (``settings``: its dense settings),
+    and what encodes its questions (the model, or with ``onnx`` its graphs, exported once
+    per version of its weights; a graph that cannot be made falls back to torch with a
+    warning, unless ``strict``)."""
+    base = path / subdir
+    record = settings["model"]
+    want = record["fingerprint"]
+    src = model_source(base, record, model) if onnx else None
+    files = dense_files_key(src) if src is not None else None  # before loading: what is checked
+    if model is not None:
+        enc = as_biencoder(model)
+        got = enc.passage_fingerprint()
+    elif record.get("path"):
+        from anygrain.models.biencoder import BiEncoder
+
+        enc = BiEncoder.load(base / record["path"])
+        # Recorded by save(); hashing the weights again would cost a second per open
+        # (Index.load checked the copy's files against the index's checksums).
+        got = enc.config.passage_fingerprint
+    else:
+        # a name resolves to whatever is installed or downloaded now: hashed every time
+        enc = referenced_model(path, record)
+        got = enc.passage_fingerprint()
+        if got != want:
+            raise IndexMismatchError(
+                f"{path}: the model {record['ref']!r} now has a passage encoder with "
+                f"fingerprint {got}, not the {want} this index was built with (base "
+                f"{record['base_model']!r}); another model behind the same name is never "
+                "used in its place. Pass the model the index was built with (--model DIR, "
+                "or Index.load(path, model=DIR)), or rebuild the index."
+            )
+    if got != want:
+        raise IndexMismatchError(
+            f"{path}: the model's passage encoder (fingerprint {got}) is not the one this index "
+            f"was built with ({want}, base {record['base_model']!r}); its questions would "
+            "not match the stored passage vectors. Use the index's own model, a model fine-tuned "
+            "on the question side only, or rebuild the index with this model."
+        )
+    own = own_sides(enc)  # before the index's settings: what the files record keeps
+    if model is not None:
+        match_recorded_sides(path, subdir, record, enc, model)
+    if enc.dim != settings["dim"]:
+        raise IndexMismatchError(
+            f"{path}: model vectors have {enc.dim} dimensions, the index {settings['dim']}"
+        )
+    place(enc, device)
+    if not onnx:
+        return enc, enc
+    from anygrain.dense.onnx import onnx_biencoder
+    from anygrain.encode.onnx_runtime import GraphCache
+
+    try:
+        questions = onnx_biencoder(
+            enc, GraphCache.default(), files=files, passage_fingerprint=got, own_sides=own
+        )
+    except (AnygrainError, ImportError, OSError, RuntimeError, ValueError) as e:
+        if strict:
+            raise AnygrainError(
+                f"{path}: cannot run the dense question encoder on ONNX Runtime "
+                f"({type(e).__name__}: {e}); search with --runtime torch"
+            ) from e
+        warnings.warn(
+            f"question encoder not exported to ONNX ({type(e).__name__}: {e}); "
+            "encoding questions with torch",
+            stacklevel=2,
+        )
+        return enc, enc
+    return enc, questions
+
+
+def dense_files_key(src: Path) -> str:
+    """The files-table key of a bi-encoder loaded from ``src`` (its files as they are now,
+    :func:`~anygrain.encode.onnx_runtime.files_signature`, apart from other kinds' records
+    of the same files)."""
+    from anygrain.dense.onnx import KIND
+    from anygrain.encode.onnx_runtime import digest, files_signature
+
+    return f"{KIND}-{digest(files_signature([src]))}"
+
+
+def cached_questions(
+    path: Path,
+    subdir: str,
+    settings: dict[str, Any],
+    model: str | Path | BiEncoder | None,
+) -> OnnxBiEncoder | None:
+    """The bi-encoder on ONNX Runtime when its files are unchanged since its graphs were
+    exported (the passage fingerprint they had then checked against the index's, and the
+    settings the index applies), else None: the model must be loaded (which says why)."""
+    from anygrain.dense.onnx import cached_biencoder, cached_model
+    from anygrain.encode.onnx_runtime import GraphCache
+
+    record = settings["model"]
+    src = model_source(path / subdir, record, model)
+    if src is None:
+        return None
+    cache = GraphCache.default()
+    found = cached_model(dense_files_key(src), cache)
+    if found is None or found.passage_fingerprint != record["fingerprint"]:
+        return None
+    if found.dim != settings["dim"]:
+        return None
+    if model is None and record.get("path"):
+        sides = found.sides  # the index's own copy: its settings are the index's
+    else:
+        sides = recorded_sides(path, subdir, record, found.sides, model)
+    return cached_biencoder(found, sides, cache)
 
 
 @register_index(IndexKind.DENSE)
@@ -366,7 +593,7 @@ class DenseIndex(Index):
     """Dense passage retrieval; ``search`` returns passage hits scored by inner product."""
 
     takes_query_model = True
-    load_options = frozenset({"model", "device", "store", "mmap"})
+    load_options = frozenset({"model", "device", "store", "mmap", "runtime"})
     settings_type = DenseSettings
     update_module = "anygrain.dense.update"
 
@@ -375,18 +602,62 @@ class DenseIndex(Index):
         path: Path,
         manifest: dict[str, Any],
         store: CorpusStore,
-        model: BiEncoder,
+        model: BiEncoder | Callable[[], BiEncoder],
         faiss_index: FaissIndex,
         settings: dict[str, Any],
         subdir: str = "dense",
+        *,
+        questions: BiEncoder | OnnxBiEncoder | None = None,
     ) -> None:
+        """``model``: the bi-encoder, or what loads it on first use (questions on ONNX
+        Runtime need it only to encode passages with torch); ``questions``: what encodes
+        questions (default: the model)."""
         super().__init__(path, manifest)
         self.store = store
-        self.model = model
+        self._model: BiEncoder | None = None
+        self._load_model: Callable[[], BiEncoder] | None = None
+        if is_biencoder(model):  # a module is callable too: asked first
+            self._model = model  # type: ignore[assignment]
+        else:
+            self._load_model = model  # type: ignore[assignment]
+        self.questions: BiEncoder | OnnxBiEncoder = questions or self.model
         self.faiss = faiss_index
         self.settings = settings
         self.subdir = subdir
         self._vectors: ShardSet | None = None
+
+    @property
+    def model(self) -> BiEncoder:
+        """The bi-encoder (torch), loaded on first use when questions run on ONNX Runtime."""
+        if self._model is None:
+            assert self._load_model is not None
+            self._model = self._load_model()
+        return self._model
+
+    @model.setter
+    def model(self, value: BiEncoder) -> None:
+        self._model = value
+        self.questions = value
+
+    @property
+    def runtime(self) -> Runtime:
+        """What encodes this index's questions now."""
+        return Runtime.ONNX if getattr(self.questions, "runtime", "") == "onnx" else Runtime.TORCH
+
+    def passage_encoder(
+        self, *, runtime: Runtime | str | None = None, device: str | None = None
+    ) -> BiEncoder | OnnxBiEncoder:
+        """What encodes new passages (``add``): the questions' runner when it is ONNX
+        Runtime's and passages run there too (:func:`anygrain.dense.onnx.passage_runtime`,
+        with the index's recorded ``bf16``), else the torch model (exported as needed)."""
+        from anygrain.dense.onnx import passage_runtime
+
+        bf16 = bool(self.settings.get("bf16", False))
+        onnx = passage_runtime(runtime, device, bf16=bf16) is Runtime.ONNX
+        if onnx and self.runtime is Runtime.ONNX:
+            return self.questions
+        fp = str(self.settings["model"]["fingerprint"])
+        return passage_encoder(self.model, runtime, device, bf16=bf16, fingerprint=fp)
 
     @property
     def corpus(self) -> CorpusStore:
@@ -451,11 +722,14 @@ class DenseIndex(Index):
         subdir: str = "dense",
         mmap: bool = True,
         device: str | None = None,
+        runtime: Runtime | str | None = None,
         **options: Any,
     ) -> DenseIndex:
         """Open the index; ``model`` replaces the saved encoder (e.g. a fine-tuned question
         side) or the one the index refers to by name; ``device`` is where questions are
-        encoded (None: auto)."""
+        encoded (None: auto); ``runtime`` what encodes them (``auto``, ``onnx``, ``torch``:
+        :mod:`anygrain.dense.onnx`).  On ONNX Runtime, a model whose files are unchanged
+        since its graphs were exported is not loaded at all (no torch)."""
         path = Path(path)
         base = path / subdir
         f = base / SETTINGS_FILE
@@ -465,55 +739,33 @@ class DenseIndex(Index):
             )
         settings = json.loads(f.read_text(encoding="utf-8"))
         store = store or open_corpus_of(path, manifest)
-        record = settings["model"]
-        want = record["fingerprint"]
-        if model is not None:
-            enc = as_biencoder(model)
-            got = enc.passage_fingerprint()
-        elif record.get("path"):
-            enc = BiEncoder.load(base / record["path"])
-            # Recorded by save(); hashing the weights again would cost a second per open
-            # (Index.load checked the copy's files against the index's checksums).
-            got = enc.config.passage_fingerprint
-        else:
-            # a name resolves to whatever is installed or downloaded now: hashed every time
-            enc = referenced_model(path, record)
-            got = enc.passage_fingerprint()
-            if got != want:
-                raise IndexMismatchError(
-                    f"{path}: the model {record['ref']!r} now has a passage encoder with "
-                    f"fingerprint {got}, not the {want} this index was built with (base "
-                    f"{record['base_model']!r}); another model behind the same name is never "
-                    "used in its place. Pass the model the index was built with (--model DIR, "
-                    "or Index.load(path, model=DIR)), or rebuild the index."
-                )
-        if got != want:
-            raise IndexMismatchError(
-                f"{path}: the model's passage encoder (fingerprint {got}) is not the one this index "
-                f"was built with ({want}, base {settings['model']['base_model']!r}); its questions would "
-                "not match the stored passage vectors. Use the index's own model, a model fine-tuned "
-                "on the question side only, or rebuild the index with this model."
+        use_onnx = wants_onnx(runtime, device)
+        questions: BiEncoder | OnnxBiEncoder | None = (
+            cached_questions(path, subdir, settings, model) if use_onnx else None
+        )
+
+        def load() -> BiEncoder:
+            return open_model(path, subdir, settings, model, device, onnx=False)[0]
+
+        enc: BiEncoder | Callable[[], BiEncoder] = load
+        if questions is None:
+            strict = parse_enum(Runtime, runtime or "auto") is Runtime.ONNX
+            enc, questions = open_model(
+                path, subdir, settings, model, device, onnx=use_onnx, strict=strict
             )
-        if model is not None:
-            match_recorded_sides(path, subdir, record, enc, model)
-        if enc.dim != settings["dim"]:
-            raise IndexMismatchError(
-                f"{path}: model vectors have {enc.dim} dimensions, the index {settings['dim']}"
-            )
-        place(enc, device)
         fx = FaissIndex.load(base / "faiss.index", factory=settings["factory"], mmap=mmap)
         if fx.ntotal != len(store):
             raise IndexMismatchError(
                 f"{path}: FAISS index holds {fx.ntotal} vectors but the corpus {len(store)} passages; rebuild the index"
             )
-        return cls(path, manifest, store, enc, fx, settings, subdir)
+        return cls(path, manifest, store, enc, fx, settings, subdir, questions=questions)
 
     # --- search --------------------------------------------------------------------------
     def encode_queries(
         self, queries: Sequence[str], *, batch_size: int = QUESTION_BATCH
     ) -> np.ndarray:
-        """Question vectors (float32, input order)."""
-        return self.model.encode_questions(list(queries), batch_size=batch_size)
+        """Question vectors (float32, input order; from the model, or its ONNX graph)."""
+        return self.questions.encode_questions(list(queries), batch_size=batch_size)
 
     def encode(self, queries: Sequence[str], *, batch_size: int = QUESTION_BATCH) -> EncodedQueries:
         """The question encoder's stage of :meth:`search`: one vector per query."""

@@ -32,7 +32,19 @@ class ShardedDense(ShardView, DenseIndex):
     ) -> None:
         first = shards[0]
         fx = shard_faiss([s.faiss for s in shards])
-        super().__init__(path, manifest, store, first.model, fx, first.settings, first.subdir)
+        # the first shard's model, or what loads it: questions on ONNX Runtime load no torch
+        model = first._model or first._load_model
+        assert model is not None
+        super().__init__(
+            path,
+            manifest,
+            store,
+            model,
+            fx,
+            first.settings,
+            first.subdir,
+            questions=first.questions,
+        )
         self.shards, self.bounds = shards, bounds
 
     def score_rows(self, qvecs: np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from anygrain.corpus.store import CorpusStore
+from anygrain.dense.onnx import OnnxBiEncoder
 from anygrain.encode.engine import EncodeSpec, OnMismatch, ShardedEncode
 from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.encode.jobs import ShardJob
@@ -35,6 +36,9 @@ from anygrain.utils.device import place, resolve_device
 
 if TYPE_CHECKING:
     from anygrain.models.biencoder import BiEncoder
+
+    #: what encodes passages: the torch model or its graphs on ONNX Runtime (the same vectors)
+    PassageModel = BiEncoder | OnnxBiEncoder
 
 SHARDS_MANIFEST = "shards.json"
 FORMAT = "anygrain.vectors"
@@ -165,12 +169,12 @@ class ShardSet:
         return self.rows(rows)
 
 
-def _encoder_settings(model: BiEncoder) -> dict[str, Any]:
+def _encoder_settings(model: PassageModel) -> dict[str, Any]:
     return model.config.passage.to_dict()
 
 
 def _expected(
-    store: CorpusStore, model: BiEncoder, shard_size: int, dtype: str, bf16: bool
+    store: CorpusStore, model: PassageModel, shard_size: int, dtype: str, bf16: bool
 ) -> dict[str, Any]:
     """The manifest fields that must match for shards to belong to this corpus and model."""
     if dtype not in DTYPES:
@@ -206,7 +210,7 @@ class _PassageShards:
     """Shard encoder: the passages of a shard's rows, through the passage encoder."""
 
     store: CorpusStore
-    model: BiEncoder
+    model: PassageModel
     dtype: str
     batch_size: int
     progress: bool
@@ -218,7 +222,8 @@ class _PassageShards:
         return (shard_name(job.index),)
 
     def encode(self, job: ShardJob, into: Path) -> dict[str, Any]:
-        place(self.model, self.device)
+        if not isinstance(self.model, OnnxBiEncoder):  # a graph runs on the CPU
+            place(self.model, self.device)
         rows = np.arange(job.start, job.end)
         vecs = self.model.passage.encode(
             self.store.texts(rows),
@@ -251,7 +256,7 @@ class _GivenShards:
 def save_vectors(
     vectors: np.ndarray,
     store: CorpusStore,
-    model: BiEncoder,
+    model: PassageModel,
     out_dir: str | Path,
     *,
     shard_size: int = 50_000,
@@ -274,7 +279,7 @@ def save_vectors(
 
 def encode_corpus(
     store: CorpusStore,
-    model: BiEncoder,
+    model: PassageModel,
     out_dir: str | Path,
     *,
     shard_size: int = 50_000,

@@ -46,7 +46,7 @@ def append_dense(
     sm = json.loads((vdir / SHARDS_MANIFEST).read_text(encoding="utf-8"))
     new = encode_corpus(
         segment,
-        dense.model,
+        dense.passage_encoder(device=device),  # ONNX Runtime or torch, as a build picks
         work / "vectors",
         shard_size=int(sm["shard_size"]),
         dtype=settings["dtype"],
@@ -84,7 +84,7 @@ def subset_dense(part: Path, dense: DenseIndex, store: CorpusStore, keep: np.nda
     shards = save_vectors(
         vectors,
         store,
-        dense.model,
+        dense.questions,  # its dim and passage settings: nothing is encoded, no model loaded
         vdir,
         shard_size=int(sm["shard_size"]),
         dtype=settings["dtype"],

@@ -5,47 +5,19 @@ follow) and always returns float32 numpy arrays on the CPU."""
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+# the settings stand apart, without torch (anygrain.dense.onnx opens questions without it)
+from anygrain.models.encoder_config import EncoderConfig as EncoderConfig
+from anygrain.models.encoder_config import Pooling as Pooling
 from anygrain.utils.device import autocast, module_device
 from anygrain.utils.finite import check_finite as check_finite
 from anygrain.utils.progress import progress_bar
-
-
-class Pooling(str, enum.Enum):
-    CLS = "cls"
-    MEAN = "mean"
-
-
-@dataclass
-class EncoderConfig:
-    """How one side (questions or passages) turns text into a vector."""
-
-    pooling: Pooling = Pooling.MEAN
-    normalize: bool = False
-    prefix: str = ""
-    max_length: int = 256
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "pooling": self.pooling.value,
-            "normalize": self.normalize,
-            "prefix": self.prefix,
-            "max_length": self.max_length,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> EncoderConfig:
-        return cls(
-            Pooling(d["pooling"]), bool(d["normalize"]), str(d["prefix"]), int(d["max_length"])
-        )
 
 
 def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Tensor:

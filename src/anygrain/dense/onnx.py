@@ -1,0 +1,455 @@
+"""The dense bi-encoder on ONNX Runtime (:mod:`anygrain.encode.onnx_runtime`).
+
+Each side of a :class:`~anygrain.models.biencoder.BiEncoder` -- its transformer, pooling and
+normalisation -- is exported as one graph, ``(token_embeds, attention_mask[,
+token_type_ids]) -> vectors``, keyed by the fingerprint of that transformer's weights and
+the pooling and normalisation (:func:`side_key`).  The token-embedding table stays outside
+the graph (a memory-mapped ``token_embeddings.npy``, as for the phrase model's question
+side), and what happens before the graph -- the prefix, the ``title [SEP] text`` pairing,
+truncation to the side's maximum length -- is the runner's (:class:`OnnxTextEncoder`, with
+the ``tokenizers`` library): a shared model whose two sides pool alike has one graph for
+both, whatever their prefixes and lengths.  :class:`OnnxBiEncoder` encodes questions and
+passages as the torch model does (the same float32 vectors to ~1e-6), importing neither
+torch nor transformers.
+
+A dense index opening its model (:meth:`anygrain.dense.index.DenseIndex.open`) first asks
+:func:`cached_biencoder` whether the model's files are unchanged since their graphs were
+exported (the files table of :class:`~anygrain.encode.onnx_runtime.GraphCache`, which also
+keeps the passage fingerprint, the weights' fingerprints and the settings found when they
+were loaded); only when not is the model loaded with torch, checked as before, and
+exported (:func:`onnx_biencoder`), once per version of its weights.
+
+Which runtime encodes what (``--runtime auto|onnx|torch``; the runtime is recorded nowhere
+in an index): questions, one at a time, always run on ONNX Runtime under ``auto`` (2-3x
+faster than torch on a CPU thread); passages too, in float32, unless the build asked for
+bfloat16 (``bf16``, which only torch runs: it changes the vectors, and is recorded) or runs
+its shards on Ray actors or a GPU (:func:`passage_runtime`).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from anygrain.encode.onnx_runtime import (
+    EXPORT_VERSION,
+    GRAPH_FILE,
+    TOKEN_EMBEDS,
+    TOKEN_TABLE_FILE,
+    TOKENIZER_FILE,
+    GraphCache,
+    OnnxGraph,
+    digest,
+    export_graph,
+    graph_module,
+    parse_runtime,
+    save_token_table,
+    save_tokenizer,
+    wants_onnx,
+    write_meta,
+)
+from anygrain.encode.runtime import Runtime
+from anygrain.models.encoder_config import EncoderConfig, Pooling
+from anygrain.utils.finite import check_finite
+from anygrain.utils.progress import progress_bar
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
+    from anygrain.models.biencoder import BiEncoder
+    from anygrain.models.encoder import TextEncoder
+
+KIND = "dense-encoder"
+OUTPUTS = ("vectors",)
+SIDES = ("question", "passage")
+# padded, and a pair, on purpose: the traced attention masking and token types are general
+EXAMPLE = (("Super Bowl 50", "Which NFL team represented the AFC at Super Bowl 50?"), ("", "Who?"))
+# anygrain.models.biencoder.MODEL_CONFIG, named here without importing torch (a test checks)
+BIENCODER_CONFIG = "anygrain_model.json"
+
+
+def is_biencoder(model: object) -> TypeIs[BiEncoder]:
+    """Whether ``model`` is a loaded :class:`~anygrain.models.biencoder.BiEncoder`, asked
+    without importing torch (none exists before its module is imported)."""
+    mod = sys.modules.get("anygrain.models.biencoder")
+    return mod is not None and isinstance(model, mod.BiEncoder)
+
+
+# --- export ---------------------------------------------------------------------------------
+def weights_fingerprint(encoder: TextEncoder) -> str:
+    """The fingerprint of a side's transformer, as a dense index records the passage side's
+    (:meth:`~anygrain.models.biencoder.BiEncoder.passage_fingerprint`)."""
+    from anygrain.models.base import fingerprint_modules
+
+    return fingerprint_modules([encoder.model], numbered=False)
+
+
+def side_key(weights: str, config: EncoderConfig | Mapping[str, Any], dim: int) -> str:
+    """A side's graph key: its transformer's weights and what the graph does after it
+    (pooling, normalisation).  Prefix and maximum length act on the text, before the graph."""
+    c = config if isinstance(config, EncoderConfig) else EncoderConfig.from_dict(dict(config))
+    return f"{KIND}-{digest(EXPORT_VERSION, weights, c.pooling.value, c.normalize, dim)}"
+
+
+def export_side(
+    model: BiEncoder, side: str, cache: GraphCache, *, weights: str | None = None
+) -> Path:
+    """The graph directory of ``model``'s ``side`` (question or passage), exported unless
+    already cached.  ``weights``: the side's :func:`weights_fingerprint`, when known."""
+    enc: TextEncoder = getattr(model, side)
+    weights = weights or weights_fingerprint(enc)
+    key = side_key(weights, enc.config, model.dim)
+
+    def fill(d: Path) -> None:
+        from anygrain.models.encoder import pool
+        from anygrain.models.hf import encoder_inputs
+
+        was_training = enc.training
+        enc.eval()
+        try:
+            titles, texts = (list(x) for x in zip(*EXAMPLE, strict=True))
+            ex = enc.tokenize(texts, titles, padding=True)
+            table = enc.model.cpu().get_input_embeddings().weight  # type: ignore[operator]
+            # the table stays outside the graph (looked up with NumPy from a memory map): a
+            # multilingual model's is most of its weights, all but a few rows unused
+            save_token_table(table, d / TOKEN_TABLE_FILE)
+            inputs: dict[str, Any] = {
+                TOKEN_EMBEDS: table[ex["input_ids"]].detach(),
+                "attention_mask": ex["attention_mask"],
+            }
+            if "token_type_ids" in ex:
+                inputs["token_type_ids"] = ex["token_type_ids"]
+            c = enc.config
+
+            def forward(embeds: Any, mask: Any, types: Any = None) -> Any:
+                import torch
+
+                out = enc.model(**encoder_inputs(None, mask, types, embeds))
+                v = pool(out.last_hidden_state, mask, c.pooling)
+                return torch.nn.functional.normalize(v, dim=-1) if c.normalize else v
+
+            export_graph(graph_module(enc, forward), inputs, OUTPUTS, d / GRAPH_FILE)
+        finally:
+            enc.train(was_training)
+        tok = save_tokenizer(enc.tokenizer, d / TOKENIZER_FILE)
+        write_meta(
+            d,
+            {
+                "kind": KIND,
+                "key": key,
+                "name": enc.name or model.config.base_model,
+                "dim": model.dim,
+                "pooling": enc.config.pooling.value,
+                "normalize": enc.config.normalize,
+                # what OnnxGraph.tokenize would cut to; the runner cuts to its side's length
+                "max_length": enc.config.max_length,
+                "inputs": list(inputs),
+                "token_table": TOKEN_TABLE_FILE,
+                "outputs": list(OUTPUTS),
+                "tokenizer": tok,
+            },
+        )
+
+    return cache.write(key, fill)
+
+
+def side_weights(model: BiEncoder) -> dict[str, str]:
+    """Each side's :func:`weights_fingerprint` (one hash for a shared model)."""
+    p = weights_fingerprint(model.passage)
+    shared = model.question.model is model.passage.model
+    return {"passage": p, "question": p if shared else weights_fingerprint(model.question)}
+
+
+def export_biencoder(
+    model: BiEncoder, cache: GraphCache, *, weights: Mapping[str, str] | None = None
+) -> dict[str, Path]:
+    """The graph directory of each side of ``model`` (``{"question": ..., "passage": ...}``;
+    one directory for both when the sides share weights, pooling and normalisation),
+    exported unless already cached.  ``weights``: :func:`side_weights`, when known."""
+    w = dict(weights or side_weights(model))
+    return {side: export_side(model, side, cache, weights=w[side]) for side in SIDES}
+
+
+# --- running --------------------------------------------------------------------------------
+def _pad(rows: Sequence[Any], pad_id: int, types: bool) -> dict[str, np.ndarray]:
+    """A batch of ``tokenizers`` encodings padded into int64 arrays."""
+    width = max(len(e.ids) for e in rows)
+    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    tt = np.zeros((len(rows), width), dtype=np.int64)
+    for r, e in enumerate(rows):
+        n = len(e.ids)
+        ids[r, :n] = e.ids
+        mask[r, :n] = 1
+        tt[r, :n] = e.type_ids
+    out = {"input_ids": ids, "attention_mask": mask}
+    if types:
+        out["token_type_ids"] = tt
+    return out
+
+
+class OnnxTextEncoder:
+    """One side of a bi-encoder on its exported graph: ``encode`` as
+    :meth:`~anygrain.models.encoder.TextEncoder.encode` (the prefix, ``title [SEP] text``
+    with only the text truncated, batches of similar length), the same float32 vectors.
+    ``bf16`` is accepted and ignored: the graph runs in float32."""
+
+    runtime = "onnx"
+
+    def __init__(self, graph: OnnxGraph, config: EncoderConfig, *, side: str = "text") -> None:
+        meta = graph.meta
+        if meta.get("kind") != KIND:
+            raise ValueError(f"{graph.directory}: not a dense encoder graph")
+        if (meta.get("pooling"), bool(meta.get("normalize"))) != (
+            config.pooling.value,
+            config.normalize,
+        ):
+            raise ValueError(
+                f"{graph.directory}: graph pools {meta.get('pooling')} (normalize "
+                f"{meta.get('normalize')}), the {side} side {config.pooling.value} "
+                f"({config.normalize})"
+            )
+        self.graph = graph
+        self.config = config
+        self.side = side
+        self.name = str(meta.get("name", ""))
+        self.dim = int(meta["dim"])
+
+    def _tokenizer(self, pairs: bool) -> Any:
+        # a tokenizer per mode: truncation is a setting of the tokenizer object
+        return self._pair_tokenizer if pairs else self._single_tokenizer
+
+    @functools.cached_property
+    def _single_tokenizer(self) -> Any:
+        return self._configured("longest_first")
+
+    @functools.cached_property
+    def _pair_tokenizer(self) -> Any:
+        return self._configured("only_second")  # DPR: the title is never cut
+
+    def _configured(self, strategy: str) -> Any:
+        from tokenizers import Tokenizer
+
+        t = self.graph.meta["tokenizer"]
+        tok = Tokenizer.from_file(str(self.graph.directory / TOKENIZER_FILE))
+        tok.no_padding()
+        tok.enable_truncation(
+            max_length=self.config.max_length,
+            strategy=strategy,
+            direction=t.get("truncation_side", "right"),
+        )
+        return tok
+
+    def encode(
+        self,
+        texts: Sequence[str],
+        titles: Sequence[str] | None = None,
+        *,
+        batch_size: int = 64,
+        progress: bool = False,
+        desc: str = "encoding",
+        bf16: bool = False,
+    ) -> np.ndarray:
+        """Vectors for ``texts`` (float32, input order)."""
+        n = len(texts)
+        out = np.zeros((n, self.dim), dtype=np.float32)
+        if n == 0:
+            return out
+        texts = [self.config.prefix + t for t in texts]
+        items: list[Any] = list(zip(titles, texts, strict=True)) if titles is not None else texts
+        enc = self._tokenizer(titles is not None).encode_batch(items, add_special_tokens=True)
+        order = np.argsort([-len(e.ids) for e in enc], kind="stable")
+        pad_id = int(self.graph.meta["tokenizer"]["pad_id"])
+        types = "token_type_ids" in self.graph.input_names
+        batches = [order[i : i + batch_size] for i in range(0, n, batch_size)]
+        for b in progress_bar(batches, desc=desc, unit="batch", disable=not progress):
+            (vecs,) = self.graph.run(_pad([enc[i] for i in b], pad_id, types))
+            out[b] = vecs
+        return check_finite(out, self.name, self.side)
+
+
+@dataclass
+class RunnerConfig:
+    """What :class:`OnnxBiEncoder` encodes with: the base model's name, each side's
+    settings and the passage fingerprint (as :class:`~anygrain.models.biencoder.BiEncoderConfig`
+    names them)."""
+
+    base_model: str
+    question: EncoderConfig
+    passage: EncoderConfig
+    passage_fingerprint: str
+
+
+class OnnxBiEncoder:
+    """``encode_questions`` / ``encode_passages`` as :class:`~anygrain.models.biencoder.BiEncoder`'s,
+    on the exported graphs of its two sides (one ONNX Runtime session when they share one)."""
+
+    runtime = "onnx"
+
+    def __init__(
+        self,
+        graphs: Mapping[str, Path],
+        config: RunnerConfig,
+        *,
+        threads: int | None = None,
+    ) -> None:
+        sessions: dict[Path, OnnxGraph] = {}
+        for d in graphs.values():
+            sessions.setdefault(Path(d), OnnxGraph(Path(d), threads=threads, tokenize=False))
+        self.question = OnnxTextEncoder(
+            sessions[Path(graphs["question"])], config.question, side="question"
+        )
+        self.passage = OnnxTextEncoder(
+            sessions[Path(graphs["passage"])], config.passage, side="passage"
+        )
+        self.config = config
+
+    @property
+    def dim(self) -> int:
+        return self.question.dim
+
+    def passage_fingerprint(self) -> str:
+        return self.config.passage_fingerprint
+
+    def encode_questions(self, texts: Sequence[str], **kw: Any) -> np.ndarray:
+        return self.question.encode(texts, desc="encoding questions", **kw)
+
+    def encode_passages(
+        self, texts: Sequence[str], titles: Sequence[str] | None = None, **kw: Any
+    ) -> np.ndarray:
+        return self.passage.encode(texts, titles, desc="encoding passages", **kw)
+
+
+def runner_config(model: BiEncoder, passage_fingerprint: str) -> RunnerConfig:
+    c = model.config
+    return RunnerConfig(c.base_model, c.question, c.passage, passage_fingerprint)
+
+
+def onnx_biencoder(
+    model: BiEncoder,
+    cache: GraphCache,
+    *,
+    files: str | None = None,
+    passage_fingerprint: str = "",
+    own_sides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> OnnxBiEncoder:
+    """``model`` on ONNX Runtime, its sides exported when not cached.  ``files``: the
+    signature of the files ``model`` was loaded from (taken before loading), recorded with
+    the ``passage_fingerprint`` loading found, the sides' weights and ``own_sides`` (the
+    model's own settings, before an index's were applied), so the next open finds the
+    graphs without loading the model."""
+    weights = side_weights(model)
+    graphs = export_biencoder(model, cache, weights=weights)
+    fp = passage_fingerprint or weights["passage"]
+    if files is not None and passage_fingerprint:
+        sides = own_sides or {s: getattr(model.config, s).to_dict() for s in SIDES}
+        cache.remember_files(
+            files,
+            graphs["passage"].name,
+            passage_fingerprint=passage_fingerprint,
+            weights=weights,
+            sides={s: dict(v) for s, v in sides.items()},
+            base_model=model.config.base_model,
+            dim=model.dim,
+        )
+    return OnnxBiEncoder(graphs, runner_config(model, fp))
+
+
+@dataclass(frozen=True)
+class CachedModel:
+    """What the files table recorded for a model's files: enough to open its graphs
+    without loading it."""
+
+    passage_fingerprint: str
+    weights: dict[str, str]
+    sides: dict[str, dict[str, Any]]  # the model's own settings, per side
+    base_model: str
+    dim: int
+
+
+def cached_model(files: str, cache: GraphCache) -> CachedModel | None:
+    """The record of a saved model (an anygrain model directory or a plain Hugging Face
+    one) whose files, as signed by ``files``, are unchanged since its graphs were exported;
+    None otherwise."""
+    record = cache.files_record(files)
+    if record is None:
+        return None
+    try:
+        return CachedModel(
+            str(record["passage_fingerprint"]),
+            {s: str(record["weights"][s]) for s in SIDES},
+            {s: dict(record["sides"][s]) for s in SIDES},
+            str(record["base_model"]),
+            int(record["dim"]),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None  # recorded by another kind of model: load it
+
+
+def cached_biencoder(
+    found: CachedModel, sides: Mapping[str, Mapping[str, Any]], cache: GraphCache
+) -> OnnxBiEncoder | None:
+    """The runner for a cached model whose sides encode with ``sides`` (the settings an
+    index applies), when the graph of each side is in the cache; else None."""
+    cfg = {s: EncoderConfig.from_dict(dict(sides[s])) for s in SIDES}
+    keys = {s: side_key(found.weights[s], cfg[s], found.dim) for s in SIDES}
+    if not all(cache.has(k) for k in keys.values()):
+        return None
+    config = RunnerConfig(
+        found.base_model, cfg["question"], cfg["passage"], found.passage_fingerprint
+    )
+    return OnnxBiEncoder({s: cache.entry(k) for s, k in keys.items()}, config)
+
+
+def passage_runtime(
+    runtime: Runtime | str | None,
+    device: str | None,
+    *,
+    bf16: bool = False,
+    executor: Any = None,
+) -> Runtime:
+    """What encodes passage batches (a build, ``add``): ONNX Runtime under ``auto`` on a
+    CPU where it is installed -- float32, faster than torch's float32 (bench/dense_runtime.py)
+    -- except where only torch can: ``bf16`` (bfloat16 vectors, asked for and recorded by
+    the build), shards on Ray actors (each loads the torch model), a GPU.  ``onnx`` refuses
+    those cases rather than silently running torch."""
+    from anygrain.errors import AnygrainError
+
+    r = parse_runtime(runtime)
+    if r is Runtime.TORCH:
+        return Runtime.TORCH
+    remote = executor is not None and str(getattr(executor, "value", executor)) != "local"
+    if bf16 or remote:
+        if r is Runtime.ONNX:
+            why = "bf16 (bfloat16 vectors)" if bf16 else f"the {executor} executor"
+            raise AnygrainError(f"--runtime onnx: {why} encodes passages with torch only")
+        return Runtime.TORCH
+    if not wants_onnx(r, device):
+        return Runtime.TORCH
+    if r is Runtime.AUTO and device in (None, "auto") and "torch" in sys.modules:
+        import torch
+
+        if torch.cuda.is_available():  # auto takes the GPU: torch is faster there
+            return Runtime.TORCH
+    return Runtime.ONNX
+
+
+__all__ = [
+    "BIENCODER_CONFIG",
+    "OnnxBiEncoder",
+    "OnnxTextEncoder",
+    "Pooling",
+    "cached_biencoder",
+    "cached_model",
+    "export_biencoder",
+    "export_side",
+    "onnx_biencoder",
+    "passage_runtime",
+    "side_key",
+]
