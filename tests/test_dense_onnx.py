@@ -330,3 +330,31 @@ def test_the_runner_refuses_a_graph_pooling_otherwise(tok) -> None:  # type: ign
 
     with pytest.raises(ValueError, match="pools"):
         OnnxTextEncoder(OnnxGraph(d, tokenize=False), EncoderConfig(Pooling.CLS, True, "", 8))
+
+
+def test_build_and_add_take_the_runtime(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``runtime`` of a build and of ``add`` picks what encodes the passages; both write
+    the same vectors (to 1e-4), and neither is recorded."""
+    from anygrain.index.updater import add_documents
+
+    onnx_calls: list[str] = []
+    real = OnnxTextEncoder.encode
+    monkeypatch.setattr(
+        OnnxTextEncoder,
+        "encode",
+        lambda self, t, *a, **k: onnx_calls.append(self.side) or real(self, t, *a, **k),
+    )
+    built = {}
+    for runtime in ("torch", "onnx"):
+        onnx_calls.clear()
+        out = tmp_path / runtime
+        opts = {"model": str(model_dir), "progress": False, "lang": "en", "runtime": runtime}
+        Index.build(_docs()[:5], kind="dense", out=out, **opts)  # type: ignore[arg-type]
+        add_documents(out, _docs()[5:], runtime=runtime)
+        assert ("passage" in onnx_calls) is (runtime == "onnx")
+        built[runtime] = _load(out, "torch")
+        assert "runtime" not in json.dumps(built[runtime].settings)
+    t, o = built["torch"].vectors.concatenate(), built["onnx"].vectors.concatenate()
+    assert t.shape == (len(TOPICS), 32) and np.abs(t - o).max() < TOL

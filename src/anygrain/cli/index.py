@@ -43,7 +43,7 @@ BuildRuntimeOpt = Annotated[
     Optional[Runtime],  # noqa: UP045  (typer reads the annotation at run time)
     typer.Option(
         "--runtime",
-        help="What encodes the passages (phrase): auto (ONNX Runtime on a CPU where "
+        help="What encodes the passages (phrase, dense, hybrid): auto (ONNX Runtime on a CPU where "
         "onnxruntime is installed, the graph exported once and cached; else torch), onnx or "
         "torch. Not recorded: both write the same vectors",
     ),

@@ -21,7 +21,9 @@ def add_rows(u: StagedUpdate) -> None:
     idx = u.index
     assert isinstance(idx, HybridIndex) and u.segment is not None
     rebuild_bm25(u.staged / "sparse", idx.sparse, u.store, u.progress)
-    append_dense(u.staged / "dense", idx.dense, u.store, u.segment, u.work, u.progress, u.device)
+    append_dense(
+        u.staged / "dense", idx.dense, u.store, u.segment, u.work, u.progress, u.device, u.runtime
+    )
     rewrite_dense_manifest(u.staged / "dense", idx.dense, u.store)
     rewrite_manifest(u.staged, read_manifest(u.staged), corpus=corpus_field(idx.manifest, u.store))
 

@@ -279,7 +279,7 @@ def _encode_and_index(
         store,
         passage_encoder(
             enc,
-            getattr(options, "runtime", None),
+            options.runtime,
             options.device,
             bf16=s.bf16,
             executor=options.executor,

@@ -37,16 +37,18 @@ def append_dense(
     work: Path,
     progress: bool,
     device: str | None = None,
+    runtime: str | None = None,
 ) -> None:
-    """Encode ``segment`` only, add its vectors to the FAISS index and its shards to the
-    vectors directory of the dense index at ``part`` (files under ``part/subdir``)."""
+    """Encode ``segment`` only (on ``runtime``: auto, onnx or torch; None: auto), add its
+    vectors to the FAISS index and its shards to the vectors directory of the dense index
+    at ``part`` (files under ``part/subdir``)."""
     base = part / dense.subdir
     settings = json.loads((base / SETTINGS_FILE).read_text(encoding="utf-8"))
     vdir = base / "vectors"
     sm = json.loads((vdir / SHARDS_MANIFEST).read_text(encoding="utf-8"))
     new = encode_corpus(
         segment,
-        dense.passage_encoder(device=device),  # ONNX Runtime or torch, as a build picks
+        dense.passage_encoder(runtime=runtime, device=device),  # as a build picks
         work / "vectors",
         shard_size=int(sm["shard_size"]),
         dtype=settings["dtype"],
@@ -108,7 +110,7 @@ def rewrite_dense_manifest(part: Path, dense: DenseIndex, store: CorpusStore) ->
 
 def add_rows(u: StagedUpdate) -> None:
     assert isinstance(u.index, DenseIndex) and u.segment is not None
-    append_dense(u.staged, u.index, u.store, u.segment, u.work, u.progress, u.device)
+    append_dense(u.staged, u.index, u.store, u.segment, u.work, u.progress, u.device, u.runtime)
     rewrite_dense_manifest(u.staged, u.index, u.store)
 
 
