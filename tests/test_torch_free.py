@@ -1,12 +1,10 @@
 """The base install has no torch and no transformers: the CLI starts, a phrase index with the
-shipped ``phrase-minilm`` is searched, and the shipped ``reader-minilm`` reads (the answer
-grain), in a child process where importing either raises ImportError (a meta-path finder
-installed before anything else is imported), with an empty graph cache, so the shipped
-graphs are rebuilt with NumPy there.
+shipped ``phrase-minilm`` is built and searched, and the shipped ``reader-minilm`` reads (the
+answer grain), in a child process where importing either raises ImportError (a meta-path
+finder installed before anything else is imported), with an empty graph cache, so the
+shipped graphs are rebuilt with NumPy there; the index is the one torch builds.
 
-What still needs torch is marked: building a phrase index loads the phrase model with torch
-to encode passages (``test_phrase_build_without_torch`` is a strict xfail until the build
-opens the shipped passage graph without it; it then fails, to be turned into a plain test).
+What needs torch (training, bf16, a GPU, a model that ships no graph) says so in one line.
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("onnxruntime")
@@ -93,36 +92,70 @@ def test_help_without_torch(tmp_path: Path) -> None:
     assert "search" in done.stdout and "index" in done.stdout
 
 
-@pytest.fixture(scope="module")
-def phrase_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A phrase index over a small corpus with the shipped phrase-minilm (built with torch
-    while the build still needs it)."""
-    pytest.importorskip("torch")
-    from anygrain import api
+def _kinds(cache: Path) -> list[str]:
+    """The graphs in a graph cache, by kind (and its files table)."""
+    return sorted(p.name.rsplit("-", 1)[0] for p in (cache / "anygrain" / "onnx").iterdir())
 
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """``(index, graph cache)``: a phrase index over a small corpus with the shipped
+    phrase-minilm (the default), built without torch from an empty graph cache."""
     d = tmp_path_factory.mktemp("torch-free")
     (d / "corpus.txt").write_text(CORPUS, encoding="utf-8")
-    api.build_index(d / "corpus.txt", kind="phrase", out=d / "idx", model="phrase-minilm")
-    return d / "idx"
-
-
-def test_phrase_search_and_reading_without_torch(phrase_index: Path, tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
-    q = "Which team represented the AFC at Super Bowl 50?"
-    done = anygrain_without_torch(cache, "search", str(phrase_index), q, "--unit", "phrase")
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "Denver Broncos" in done.stdout
-    made = sorted(p.name.rsplit("-", 1)[0] for p in (cache / "anygrain" / "onnx").iterdir())
-    assert made == ["files", "phrase-question"]  # rebuilt from the shipped form
-
+    cache = d / "cache"
     done = anygrain_without_torch(
-        cache, "search", str(phrase_index), q, "--unit", "answer", "--json"
+        cache, "index", str(d / "corpus.txt"), "--out", str(d / "idx"), "--kind", "phrase", "-q"
     )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "with model phrase-minilm" in done.stdout
+    # the passage and question graphs rebuilt with NumPy from their shipped forms
+    assert _kinds(cache) == ["files", "phrase-passage", "phrase-question"]
+    return d / "idx", cache
+
+
+def test_phrase_search_and_reading_without_torch(built: tuple[Path, Path]) -> None:
+    index, cache = built
+    q = "Who was the first woman to win a Nobel Prize?"
+    done = anygrain_without_torch(cache, "search", str(index), q, "--unit", "phrase")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Marie Curie" in done.stdout
+
+    q = "Which team represented the AFC at Super Bowl 50?"
+    done = anygrain_without_torch(cache, "search", str(index), q, "--unit", "answer", "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     first = json.loads(done.stdout.splitlines()[0])  # one JSON object a hit, best first
     assert first["unit"] == "answer" and first["answer"] == "Denver Broncos", first
-    kinds = sorted(p.name.rsplit("-", 1)[0] for p in (cache / "anygrain" / "onnx").iterdir())
-    assert kinds == ["files", "phrase-question", "reader"]
+    assert _kinds(cache) == ["files", "phrase-passage", "phrase-question", "reader"]
+
+
+def test_the_torch_free_build_is_the_torch_build(built: tuple[Path, Path], tmp_path: Path) -> None:
+    """Built with the torch model (its passages on torch), the index keeps the same phrases,
+    and a search finds the same hits with the same scores (to 1e-4)."""
+    pytest.importorskip("torch")
+    from anygrain import api
+
+    (tmp_path / "corpus.txt").write_text(CORPUS, encoding="utf-8")
+    api.build_index(
+        tmp_path / "corpus.txt",
+        kind="phrase",
+        out=tmp_path / "idx",
+        runtime="torch",
+        progress=False,
+    )
+    index, _ = built
+    a = json.loads((index / "index.json").read_text())
+    b = json.loads((tmp_path / "idx" / "index.json").read_text())
+    assert a["model"] == b["model"] and a["settings"] == b["settings"]
+    for name in ("tokens.npy", "start_ids.npy", "end_ids.npy", "passage_ptr.npy", "filter.npy"):
+        x, y = np.load(index / "phrase" / name), np.load(tmp_path / "idx" / "phrase" / name)
+        np.testing.assert_allclose(x.astype(np.float64), y, atol=1e-3, rtol=0, err_msg=name)
+    q = ["Who was the first woman to win a Nobel Prize?", "What exits a loop?"]
+    torch_hits = api.search_index(tmp_path / "idx", q, 5, unit="phrase", runtime="torch")
+    free_hits = api.search_index(index, q, 5, unit="phrase", runtime="onnx")
+    for hs, gs in zip(torch_hits, free_hits, strict=True):
+        assert [h.text for h in hs] == [g.text for g in gs]
+        np.testing.assert_allclose([h.score for h in hs], [g.score for g in gs], atol=1e-4)
 
 
 def test_a_model_that_needs_torch_says_how_to_get_it(tmp_path: Path) -> None:
@@ -150,19 +183,8 @@ def test_a_model_that_needs_torch_says_how_to_get_it(tmp_path: Path) -> None:
     assert "\n" not in line and line.endswith("pip install 'anygrain[train]'"), line
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a phrase build loads the phrase model with torch to encode passages (the shipped "
-    "passage graph is not yet opened without it)",
-)
-def test_phrase_build_without_torch(tmp_path: Path) -> None:
-    (tmp_path / "corpus.txt").write_text(CORPUS, encoding="utf-8")
-    out = tmp_path / "idx"
-    cache = tmp_path / "cache"
-    done = anygrain_without_torch(
-        cache, "index", str(tmp_path / "corpus.txt"), "--out", str(out), "--kind", "phrase"
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    q = "Who was the first woman to win a Nobel Prize?"
-    done = anygrain_without_torch(cache, "search", str(out), q, "--unit", "phrase")
-    assert done.returncode == 0 and "Marie Curie" in done.stdout, done.stderr[-3000:]
+def test_config_file_names_agree() -> None:
+    pytest.importorskip("torch")
+    from anygrain.phrase import graph_model, model
+
+    assert graph_model.MODEL_CONFIG == model.MODEL_CONFIG

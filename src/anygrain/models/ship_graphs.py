@@ -30,16 +30,21 @@ from anygrain.models.shipped import GRAPHS_DIR, SHIPPED, graph_sources
 Exporter = Callable[[Path, GraphCache], tuple[Path, dict[str, Any]]]
 
 
+def _phrase_record(model: Any) -> dict[str, Any]:
+    """What a phrase graph's files record holds (as a torch load records it): the phrase
+    fingerprint and config the model loaded with."""
+    return {
+        "phrase_fingerprint": model.config.phrase_fingerprint or model.phrase_fingerprint(),
+        "config": model.config.to_dict(),
+    }
+
+
 def _phrase_question(model_dir: Path, cache: GraphCache) -> tuple[Path, dict[str, Any]]:
     from anygrain.phrase.model import PhraseEncoder
     from anygrain.phrase.onnx import export_questions
 
     model = PhraseEncoder.load(model_dir)
-    record = {
-        "phrase_fingerprint": model.config.phrase_fingerprint or model.phrase_fingerprint(),
-        "config": model.config.to_dict(),
-    }
-    return export_questions(model, cache), record
+    return export_questions(model, cache), _phrase_record(model)
 
 
 def _reader(model_dir: Path, cache: GraphCache) -> tuple[Path, dict[str, Any]]:
@@ -67,7 +72,8 @@ def exporters(model_dir: Path) -> dict[str, Exporter]:
         def _passages(d: Path, cache: GraphCache) -> tuple[Path, dict[str, Any]]:
             from anygrain.phrase.model import PhraseEncoder
 
-            return passages(PhraseEncoder.load(d), cache), {}
+            model = PhraseEncoder.load(d)
+            return passages(model, cache), _phrase_record(model)
 
         found[str(passage_kind)] = _passages
     return found

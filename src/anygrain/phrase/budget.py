@@ -76,6 +76,9 @@ def parse_bytes(value: str | int | float) -> int:
 def resident_bytes(model: Any) -> int:
     """What a loaded model keeps resident: its weights (each tensor once, however many
     encoders share it) and its tokenizer's vocabulary, plus the runtime."""
+    own = getattr(model, "resident_bytes", None)  # a model on its shipped graphs (no torch)
+    if own is not None:
+        return RUNTIME_BYTES + int(own())
     sizes = {
         t.data_ptr(): t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers())
     }

@@ -31,7 +31,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -203,14 +203,19 @@ def as_phrase_model(
 ) -> PhraseEncoder:
     """A phrase model from an instance, a shipped model's name (``phrase-minilm``) or a saved
     directory; ``None`` is the shipped default for ``lang``.  An untrained encoder is refused."""
+    from anygrain.encode.onnx_runtime import torch_installed
     from anygrain.models.shipped import default_phrase_model
+    from anygrain.phrase.graph_model import GraphPhraseModel
+
+    if is_phrase_encoder(model) or isinstance(model, GraphPhraseModel):
+        return cast("PhraseEncoder", model)
+    path = phrase_model_dir(default_phrase_model(lang) if model is None else model)
+    if not torch_installed():
+        # a base install: a shipped model on its shipped graphs (what a build asks of a model)
+        return cast("PhraseEncoder", GraphPhraseModel(path))
     from anygrain.phrase.model import PhraseEncoder
 
-    if is_phrase_encoder(model):
-        return model
-    return PhraseEncoder.load(
-        phrase_model_dir(default_phrase_model(lang) if model is None else model)
-    )
+    return PhraseEncoder.load(path)
 
 
 def phrase_model_dir(model: str | Path) -> Path:

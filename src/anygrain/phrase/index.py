@@ -301,6 +301,8 @@ class PhraseIndex(Index):
         # ONNX Runtime session holds its own copy of the question side's weights: with
         # phrase-me5-zh, 0.2 GB over the 1.5 GB budget at the build's end; the next open
         # of the index uses the graph)
+        if getattr(model, "runtime", "torch") == "onnx":
+            return {}  # a shipped model on its graphs (no torch): opened as any index is
         return {"model": model, "runtime": "torch"}
 
     # --- opening ----------------------------------------------------------------------

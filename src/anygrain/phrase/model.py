@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +46,7 @@ from anygrain.models.base import (
 from anygrain.models.encoder import Pooling, check_finite, pool
 from anygrain.models.hf import encoder_inputs, load_hf_dir, load_tensors, quiet_transformers
 from anygrain.models.resolve import resolve_model
+from anygrain.phrase.config import PhraseConfig as PhraseConfig
 from anygrain.phrase.options import QuestionEncoderKind
 from anygrain.phrase.passages import EncodedPassage as EncodedPassage
 from anygrain.phrase.passages import encode_windows
@@ -58,49 +58,6 @@ MODEL_CONFIG = config_file(ModelType.PHRASE)
 FORMAT = "anygrain.phrase-model"
 FORMAT_VERSION = 1
 HEADS_FILE = "heads.safetensors"
-
-
-@dataclass
-class PhraseConfig:
-    """Everything needed to rebuild the model and tokenize as it was trained."""
-
-    base_model: str
-    hidden_size: int
-    question_encoder: QuestionEncoderKind = QuestionEncoderKind.SHARED
-    question_pooling: Pooling = Pooling.MEAN  # shared encoder only; separate uses [CLS]
-    max_phrase_words: int = 20
-    max_passage_length: int = 384
-    doc_stride: int = 128
-    max_query_length: int = 64
-    include_title: bool = True
-    query_prefix: str = ""
-    passage_prefix: str = ""
-    lang: str = "en"
-    filter_threshold: float | None = None  # index-time default for tau (None: keep all)
-    phrase_fingerprint: str = ""
-
-    def __post_init__(self) -> None:
-        self.question_encoder = QuestionEncoderKind(self.question_encoder)
-        self.question_pooling = Pooling(self.question_pooling)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["question_encoder"] = self.question_encoder.value
-        d["question_pooling"] = self.question_pooling.value
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str = "") -> PhraseConfig:
-        """From a config dict (a saved one's format and version are checked by the model
-        base, which reads it); an unknown field is an error."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known - {"format", "format_version"})
-        if unknown:
-            raise AnygrainError(f"{where}: unknown phrase model field(s) {', '.join(unknown)}")
-        try:
-            return cls(**{k: v for k, v in d.items() if k in known})
-        except (TypeError, ValueError) as e:
-            raise AnygrainError(f"{where}: invalid phrase model config ({e})") from None
 
 
 def identity_linear(dim: int) -> nn.Linear:

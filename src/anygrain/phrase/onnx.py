@@ -391,6 +391,9 @@ class OnnxPassageEncoder:
 
 def onnx_passages(model: PhraseEncoder, cache: GraphCache) -> OnnxPassageEncoder:
     """``model``'s passage side on ONNX Runtime, exported when its graph is not cached."""
+    shipped = getattr(model, "onnx_passages", None)  # a model on its shipped graphs (no torch)
+    if shipped is not None:
+        return shipped(cache)  # type: ignore[no-any-return]
     return OnnxPassageEncoder(export_passages(model, cache))
 
 

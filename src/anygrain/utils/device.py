@@ -33,8 +33,37 @@ class DeviceChoice(str, enum.Enum):
 DEVICE_HELP = "auto: a CUDA GPU when torch sees one, else the CPU; cpu; cuda (cuda:N for one GPU)"
 
 
+class CpuDevice:
+    """The CPU where torch is not installed (a base install, whose models run on ONNX
+    Runtime): what callers read of a ``torch.device`` (``type``, ``index``)."""
+
+    type = "cpu"
+    index = None
+
+    def __str__(self) -> str:
+        return "cpu"
+
+
+def _without_torch(choice: object) -> CpuDevice:
+    name = "auto" if choice is None else str(getattr(choice, "value", choice)).strip().lower()
+    if name in (DeviceChoice.AUTO.value, DeviceChoice.CPU.value):
+        return CpuDevice()
+    raise AnygrainError(
+        f"--device {name} needs torch and transformers, not installed: pip install 'anygrain[train]'"
+    )
+
+
 def resolve_device(choice: str | DeviceChoice | torch.device | None = None) -> torch.device:
-    """The torch device for ``choice`` (None means ``auto``)."""
+    """The torch device for ``choice`` (None means ``auto``); without torch, the CPU (a
+    :class:`CpuDevice`) for ``auto`` and ``cpu``, else an error saying how to get torch."""
+    import importlib.util
+
+    try:
+        installed = importlib.util.find_spec("torch") is not None
+    except ImportError:
+        installed = False
+    if not installed:
+        return _without_torch(choice)  # type: ignore[return-value]
     import torch
 
     if isinstance(choice, torch.device):
