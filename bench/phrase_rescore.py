@@ -17,6 +17,11 @@ divides by this process's CPU seconds instead of wall time (what an idle core wo
 when other jobs share it).
 Bytes per passage count every file of the index but its corpus store (FAISS codes, token
 table, filter logits, ids, the BM25 part), the model referenced by name.
+
+``--rescore-tokens stored,all`` adds a row per token mode (which tokens of the re-encoded
+passages spans are ranked over: the index's stored ones, those passing the model's own
+filter, or all) and ``--rescore-bf16 0,1`` per re-encoding precision (1: bfloat16
+autocast); ``N`` = 0 gives one row (neither applies).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from typing import Any
 from anygrain.api import evaluate_index, load_questions
 from anygrain.corpus.questions import Questions
 from anygrain.index.base import Index
+from anygrain.phrase import rescore as rescore_module
 from anygrain.utils.threads import set_threads
 
 
@@ -52,12 +58,44 @@ def index_bytes(path: Path) -> dict[str, int]:
     return out
 
 
-def run_one(idx: Index, qs: Questions, n: int, *, passage: bool, batch_size: int) -> dict[str, Any]:
-    opts = {"rescore": n, "batch_size": batch_size}
+encoded: list[int] = []  # passage rows re-encoded, one entry per row per encoder call
+
+
+def _counting(encode_rows: Any) -> Any:
+    def counted(index: Any, rows: Any, **kw: Any) -> Any:
+        encoded.extend(int(r) for r in set(int(x) for x in rows))
+        return encode_rows(index, rows, **kw)
+
+    return counted
+
+
+rescore_module.encode_rows = _counting(rescore_module.encode_rows)
+
+
+def run_one(
+    idx: Index,
+    qs: Questions,
+    n: int,
+    *,
+    passage: bool,
+    batch_size: int,
+    tokens: str | None = None,
+    bf16: bool | None = None,
+) -> dict[str, Any]:
+    opts: dict[str, Any] = {"rescore": n, "batch_size": batch_size}
+    if n:
+        opts.update(rescore_tokens=tokens, rescore_bf16=bf16)
+        # what a server has loaded before its first request (the torch phrase model that
+        # re-encodes, its bf16 kernels) is not the evaluation's time
+        idx.search([q.text for q in list(qs)[:4]], 1, **opts)
+    encoded.clear()
     t, c = time.perf_counter(), time.process_time()
     phrase = evaluate_index(idx, qs, metrics=["em", "f1"], k=1, progress=False, search_options=opts)
     secs, cpu = time.perf_counter() - t, time.process_time() - c
     row: dict[str, Any] = {
+        # passages re-encoded (each once per search batch, however many questions share it)
+        "passages_encoded": len(encoded),
+        "passages_encoded_per_question": round(len(encoded) / len(qs), 3),
         "em": round(100 * phrase.metrics["em"], 2),
         "f1": round(100 * phrase.metrics["f1"], 2),
         "phrase_seconds": round(secs, 2),
@@ -97,6 +135,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         help="the N at which the passage grain is evaluated too (comma-separated; with N <= 5 "
         "re-scoring reorders the first N passages only, so top@5 cannot change)",
     )
+    ap.add_argument(
+        "--rescore-tokens",
+        default="stored",
+        help="tokens re-scored: stored|model|all, comma-separated (a row each)",
+    )
+    ap.add_argument(
+        "--rescore-bf16", default="0", help="re-encode in bfloat16: 0|1, comma-separated"
+    )
     ap.add_argument("--out", type=Path, default=None, help="also write the rows here (JSON)")
     a = ap.parse_args(argv)
     set_threads(a.threads)
@@ -116,8 +162,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         settings = idx.manifest["settings"]
         b = index_bytes(path)
         n_p = int(counts["passages"])
-        for n in ns:
-            log(f"{name}: rescore {n} over {len(qs)} questions")
+        modes = [x.strip() for x in a.rescore_tokens.split(",") if x.strip()]
+        precisions = [bool(int(x)) for x in a.rescore_bf16.split(",") if x.strip()]
+        runs = [(0, None, None)] * (0 in ns) + [
+            (n, t, b) for n in ns if n for t in modes for b in precisions
+        ]
+        for n, tokens, bf16 in runs:
+            log(f"{name}: rescore {n} ({tokens}, bf16 {bf16}) over {len(qs)} questions")
             row = {
                 "index": name,
                 "path": str(path),
@@ -125,6 +176,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 "factory": settings.get("factory"),
                 "threshold": settings.get("threshold"),
                 "rescore": n,
+                "rescore_tokens": tokens,
+                "rescore_bf16": bf16,
                 "n_questions": len(qs),
                 "shuffled": a.shuffle is not None,
                 "threads": a.threads,
@@ -133,7 +186,15 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 "kb_per_passage": round(sum(b.values()) / n_p / 1000, 2),
                 "kb_per_passage_phrase": round(b["phrase"] / n_p / 1000, 2),
                 "kb_per_passage_bm25": round(b["sparse"] / n_p / 1000, 2),
-                **run_one(idx, qs, n, passage=n in at_passage, batch_size=a.batch_size),
+                **run_one(
+                    idx,
+                    qs,
+                    n,
+                    passage=n in at_passage,
+                    batch_size=a.batch_size,
+                    tokens=tokens,
+                    bf16=bf16,
+                ),
             }
             print(json.dumps(row), flush=True)
             rows.append(row)
