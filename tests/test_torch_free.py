@@ -188,3 +188,18 @@ def test_config_file_names_agree() -> None:
     from anygrain.phrase import graph_model, model
 
     assert graph_model.MODEL_CONFIG == model.MODEL_CONFIG
+
+
+def test_add_without_torch(built: tuple[Path, Path], tmp_path: Path) -> None:
+    """Adding documents encodes them on the shipped passage graph too."""
+    import shutil
+
+    index, cache = built
+    copy = tmp_path / "idx"
+    shutil.copytree(index, copy)
+    more = tmp_path / "more.txt"
+    more.write_text("Rosalind Franklin took the X-ray image of DNA known as Photo 51.\n")
+    done = anygrain_without_torch(cache, "add", str(copy), str(more), "-q")
+    assert done.returncode == 0, done.stderr[-3000:]
+    done = anygrain_without_torch(cache, "search", str(copy), "Who took Photo 51?")
+    assert done.returncode == 0 and "Rosalind Franklin" in done.stdout, done.stderr[-3000:]

@@ -101,6 +101,10 @@ def open_model(
     the fingerprint the index records, and what encodes its questions (the model, or
     with ``onnx`` its graph, exported once per version of its weights; a graph that cannot
     be made falls back to torch with a warning, unless ``strict``)."""
+    from anygrain.encode.onnx_runtime import torch_installed
+
+    if not torch_installed():  # a base install: a shipped model on its shipped graphs
+        return graph_model_of(path, manifest, model, onnx=onnx)
     from anygrain.phrase.model import PhraseEncoder
 
     files = None
@@ -167,6 +171,41 @@ def open_model(
             stacklevel=2,
         )
         return enc, enc
+    return enc, questions
+
+
+def graph_model_of(
+    path: Path, manifest: dict[str, Any], model: str | Path | PhraseEncoder | None, *, onnx: bool
+) -> tuple[Any, Any]:
+    """:func:`open_model` without torch: ``(GraphPhraseModel, question encoder)`` of a
+    shipped model (its graphs rebuilt with NumPy), checked against the index as a loaded
+    model is; an error naming ``anygrain[train]`` for any other model."""
+    from anygrain.encode.onnx_runtime import TRAIN_EXTRA
+    from anygrain.phrase.graph_model import GraphPhraseModel
+    from anygrain.phrase.reference import check_scoring
+
+    src = model_dir_of(path, manifest, model)
+    if src is None:
+        raise AnygrainError(
+            f"{path}: opening its phrase model needs torch and transformers, not installed: "
+            f"{TRAIN_EXTRA}"
+        )
+    enc = GraphPhraseModel(src)
+    record = manifest.get("model") or {}
+    if enc.phrase_fingerprint() != record.get("fingerprint"):
+        raise IndexMismatchError(
+            f"{path}: the phrase model {src} has phrase fingerprint {enc.phrase_fingerprint()}, "
+            f"not the {record.get('fingerprint')} this index was built with; rebuild the index "
+            "or pass the model it was built with (--model)"
+        )
+    label = str(model) if isinstance(model, str | Path) else record.get("name", "given")
+    check_scoring(path, manifest, enc.config, label)
+    questions = cached_question_encoder(path, manifest, model) if onnx else enc
+    if questions is None:
+        raise AnygrainError(
+            f"{src}: its question graph is neither shipped nor cached, and exporting it needs "
+            f"torch and transformers, not installed: {TRAIN_EXTRA}"
+        )
     return enc, questions
 
 
