@@ -204,15 +204,19 @@ def test_a_changed_weight_is_exported_again(
 
 
 def test_which_runtime_encodes(model: PhraseEncoder, cache: GraphCache) -> None:
-    assert passage_encoder(model, "torch", cache=cache) is model
+    # auto is torch: faster for passages on a CPU (bench/passage_runtime.py)
+    for runtime in ("torch", "auto", None):
+        assert passage_encoder(model, runtime, cache=cache) is model
     assert isinstance(passage_encoder(model, "onnx", cache=cache), OnnxPassageEncoder)
-    # float32 on this CPU only: bf16 (recorded in the index), a GPU and Ray actors keep torch
-    assert passage_encoder(model, "auto", bf16=True, cache=cache) is model
-    assert passage_encoder(model, None, device="cuda", cache=cache) is model
-    assert passage_encoder(model, "auto", executor="ray", cache=cache) is model
-    for kw in ({"bf16": True}, {"executor": "ray"}, {"device": "cuda"}):
-        with pytest.raises(AnygrainError, match="runtime"):
+    # float32 on this CPU only: bf16 (recorded in the index), a GPU and Ray actors are torch's
+    for kw, what in (
+        ({"bf16": True}, "bf16"),
+        ({"executor": "ray"}, "ray"),
+        ({"device": "cuda"}, "cuda"),
+    ):
+        with pytest.raises(AnygrainError, match=what):
             passage_encoder(model, "onnx", cache=cache, **kw)  # type: ignore[arg-type]
+    assert passage_encoder(model, "onnx", executor="local", cache=cache) is not model
     with pytest.raises(AnygrainError):
         passage_encoder(model, "tensorrt", cache=cache)
 
@@ -288,3 +292,49 @@ def test_a_dump_on_onnx_imports_no_torch(
     assert json.loads(r.stdout.splitlines()[-1]) == []
     want = encode_shard(store, model, range(len(store)), None, batch_size=3, bf16=False)
     assert np.abs(np.load(out) - want["start"]).max() < TOL
+
+
+def test_index_and_add_take_the_runtime_on_the_command_line(
+    model_dir: Path, cache: GraphCache, tmp_path: Path
+) -> None:
+    """``anygrain index --runtime onnx`` and ``add --runtime onnx`` write what torch writes;
+    ``--from`` (nothing encoded) refuses the option by name."""
+    from typer.testing import CliRunner
+
+    from anygrain.cli.main import app
+
+    run = CliRunner().invoke
+    first = write_squad(tmp_path / "first.json", PARAGRAPHS[:2])
+    more = write_squad(tmp_path / "more.json", PARAGRAPHS[2:])
+    for runtime in ("torch", "onnx"):
+        out = tmp_path / runtime
+        args = ["index", f"squad:{first}", "--kind", "phrase", "--out", str(out)]
+        args += ["--model", str(model_dir), "--compress", "none", "--keep", "1", "-q"]
+        r = run(app, [*args, "--runtime", runtime])
+        assert r.exit_code == 0, r.output
+        r = run(app, ["add", str(out), f"squad:{more}", "--runtime", runtime, "-q"])
+        assert r.exit_code == 0, r.output
+    t, o = (np.load(tmp_path / r / "phrase" / "tokens.npy") for r in ("torch", "onnx"))
+    assert len(t) > 0 and np.array_equal(t, o)
+    t, o = (
+        np.load(tmp_path / r / "phrase" / "filter.npy").astype(np.float32)
+        for r in ("torch", "onnx")
+    )
+    assert np.abs(t - o).max() <= np.abs(t).max() * 2**-10
+    r = run(
+        app,
+        [
+            "index",
+            "--kind",
+            "hybrid",
+            "--from",
+            "a",
+            "--from",
+            "b",
+            "--out",
+            "c",
+            "--runtime",
+            "onnx",
+        ],
+    )
+    assert r.exit_code != 0 and "--runtime" in r.output

@@ -43,9 +43,10 @@ BuildRuntimeOpt = Annotated[
     Optional[Runtime],  # noqa: UP045  (typer reads the annotation at run time)
     typer.Option(
         "--runtime",
-        help="What encodes the passages (phrase, dense, hybrid): auto (ONNX Runtime on a CPU where "
-        "onnxruntime is installed, the graph exported once and cached; else torch), onnx or "
-        "torch. Not recorded: both write the same vectors",
+        help="What encodes the passages (phrase, dense, hybrid): auto (dense: ONNX Runtime on a "
+        "CPU where onnxruntime is installed, the graph exported once and cached, else torch; "
+        "phrase: torch, faster than ONNX Runtime for its passages), onnx or torch. Not "
+        "recorded: both write the same vectors",
     ),
 ]
 

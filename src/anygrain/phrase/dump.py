@@ -192,11 +192,6 @@ class _PhraseShards:
         return out
 
 
-#: what ``--runtime auto`` encodes a dump's passages with on a CPU (set from
-#: bench/passage_runtime.py's figures; see :func:`passage_encoder`)
-AUTO_PASSAGES_ON_ONNX = True
-
-
 def passage_encoder(
     model: PhraseEncoder,
     runtime: Runtime | str | None = None,
@@ -206,48 +201,37 @@ def passage_encoder(
     executor: Executor | ExecutorKind | str | None = None,
     cache: GraphCache | None = None,
 ) -> PassageEncoding:
-    """What encodes a dump's passages on ``runtime``: ``torch``, the model itself; ``onnx``,
-    its passage graph on ONNX Runtime (exported once per version of the passage-side
-    weights; an error when it cannot); ``auto`` (None), the graph where
-    :data:`AUTO_PASSAGES_ON_ONNX` and ONNX Runtime can run it, else the model.  The graph
-    computes in float32 on this machine's CPU, so a ``bf16`` dump (recorded in the index),
-    a GPU ``device`` and an encode on Ray actors run on torch (``onnx``: refused).  Both
-    runtimes give the same vectors (to ~1e-5): the runtime is recorded nowhere."""
-    import warnings
-
+    """What encodes a dump's passages on ``runtime``: ``onnx``, the model's passage graph on
+    ONNX Runtime (exported once per version of the passage-side weights; an error when it
+    cannot); ``torch`` and ``auto`` (None), the model itself.  ``auto`` is torch because
+    passages are where torch is faster: on this project's Xeon, one thread, the SQuAD dev
+    dump's windows (~130 tokens) took 1.1-1.3x the CPU time on ONNX Runtime float32 (the
+    graph as exported, or fused by its transformer optimiser) than on torch float32, and
+    half as long on torch bfloat16 (bench/passage_runtime.py; questions, ~14 tokens, are the
+    other way round).  The graph computes in float32 on this machine's CPU, so ``onnx``
+    refuses a ``bf16`` dump (recorded in the index), a GPU ``device`` and an encode on Ray
+    actors.  Both runtimes give the same vectors (to ~1e-5): the runtime is recorded
+    nowhere."""
     from anygrain.encode.onnx_runtime import GraphCache, parse_runtime, wants_onnx
     from anygrain.encode.runtime import Runtime
     from anygrain.errors import AnygrainError
 
-    r = parse_runtime(runtime)
-    if r is Runtime.TORCH or (r is Runtime.AUTO and not AUTO_PASSAGES_ON_ONNX):
+    if parse_runtime(runtime) is not Runtime.ONNX:
         return model
-    why = ""
     if bf16:
-        why = "bf16 encodes with torch"
-    elif executor is not None and str(getattr(executor, "value", executor)) != "local":
-        why = "an encode on Ray runs torch in its actors"
-    if why:
-        if r is Runtime.ONNX:
-            raise AnygrainError(f"--runtime onnx encodes passages in float32 here; {why}")
-        return model
-    if not wants_onnx(r, device):  # onnx: refused on a GPU or without onnxruntime
-        return model
+        raise AnygrainError("--runtime onnx encodes passages in float32; bf16 needs torch")
+    if executor is not None and str(getattr(executor, "value", executor)) != "local":
+        raise AnygrainError("--runtime onnx encodes in this process; --ray runs torch actors")
+    wants_onnx(Runtime.ONNX, device)  # refused on a GPU or without onnxruntime
     from anygrain.phrase.onnx import onnx_passages
 
     try:
         return onnx_passages(model, cache or GraphCache.default())
     except (AnygrainError, ImportError, OSError, RuntimeError, ValueError) as e:
-        if r is Runtime.ONNX:
-            raise AnygrainError(
-                f"{model.config.base_model}: cannot encode passages on ONNX Runtime "
-                f"({type(e).__name__}: {e}); build with --runtime torch"
-            ) from e
-        warnings.warn(
-            f"passage graph not exported ({type(e).__name__}: {e}); encoding with torch",
-            stacklevel=2,
-        )
-        return model
+        raise AnygrainError(
+            f"{model.config.base_model}: cannot encode passages on ONNX Runtime "
+            f"({type(e).__name__}: {e}); build with --runtime torch"
+        ) from e
 
 
 #: passages per dump shard: a shard's vectors are held in memory until written, so this bounds

@@ -22,9 +22,10 @@ graphs keep the token-embedding table outside (:func:`_export_encoder`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,7 @@ from anygrain.encode.onnx_runtime import (
     TOKENIZER_FILE,
     GraphCache,
     OnnxGraph,
+    WindowTokenizer,
     digest,
     export_graph,
     files_signature,
@@ -67,6 +69,10 @@ EXAMPLE_PASSAGES = (
     "Super Bowl 50 was an American football game.",
 )
 EXAMPLE_TITLES = ("Super Bowl 50", "Super Bowl 50")
+# traced as the plain attention, whose pattern ONNX Runtime's optimiser recognises: on one
+# thread, a dump's windows ran 1.2x faster than from the SDPA export (bench/passage_runtime.py).
+# Not in the key: both compute the same vectors (a graph exported before is still right)
+PASSAGE_ATTENTION = "eager"
 # anygrain.phrase.packed.PACKED_CONFIG, named here without importing torch (a test checks)
 PACKED_CONFIG = "anygrain_packed.json"
 
@@ -195,6 +201,23 @@ def passage_key(model: PhraseEncoder) -> str:
     return f"{PASSAGE_KIND}-{digest(EXPORT_VERSION, weights, settings)}"
 
 
+@contextlib.contextmanager
+def attention(encoder: Any, implementation: str) -> Iterator[None]:
+    """``encoder`` (a Hugging Face model) computing attention with ``implementation`` within
+    the block, as it did after."""
+    config = getattr(encoder, "config", None)
+    was = getattr(config, "_attn_implementation", None)
+    setter = getattr(encoder, "set_attn_implementation", None)
+    if setter is None or was is None or was == implementation:
+        yield
+        return
+    setter(implementation)
+    try:
+        yield
+    finally:
+        setter(was)
+
+
 def export_passages(model: PhraseEncoder, cache: GraphCache) -> Path:
     """The graph directory of ``model``'s passage side, exported unless already cached:
     ``(token_embeds, attention_mask[, token_type_ids]) -> (start, end, filter)``, each
@@ -215,9 +238,10 @@ def export_passages(model: PhraseEncoder, cache: GraphCache) -> Path:
             h = model.phrase(**kw).last_hidden_state
             return model.start_head(h), model.end_head(h), model.filter(h)
 
-        names = _export_encoder(
-            model, d, forward, batch, table, PASSAGE_OUTPUTS, sequence_outputs=PASSAGE_OUTPUTS
-        )
+        with attention(model.phrase, PASSAGE_ATTENTION):
+            names = _export_encoder(
+                model, d, forward, batch, table, PASSAGE_OUTPUTS, sequence_outputs=PASSAGE_OUTPUTS
+            )
         tok = save_tokenizer(model.tokenizer, d / TOKENIZER_FILE)
         write_meta(
             d,
@@ -239,67 +263,6 @@ def export_passages(model: PhraseEncoder, cache: GraphCache) -> Path:
         )
 
     return cache.write(key, fill)
-
-
-class _WindowTokenizer:
-    """The call :func:`~anygrain.phrase.tokens.tokenize_windows` makes of a Hugging Face
-    fast tokenizer (overflowing windows with offsets), answered by the ``tokenizers``
-    library from the saved ``tokenizer.json``: what the fast tokenizer itself delegates to,
-    so the windows are the same, without importing transformers."""
-
-    def __init__(self, path: Path, token_types: bool, truncation_side: str) -> None:
-        from tokenizers import Tokenizer
-
-        self.tok = Tokenizer.from_file(str(path))
-        self.tok.no_padding()
-        self.token_types = token_types
-        self.direction = truncation_side
-
-    def __call__(
-        self,
-        first: Sequence[str],
-        second: Sequence[str] | None = None,
-        *,
-        truncation: bool | str,
-        max_length: int,
-        stride: int,
-        **_: Any,
-    ) -> _Windows:
-        strategy = "only_second" if truncation == "only_second" else "longest_first"
-        self.tok.enable_truncation(
-            max_length, stride=stride, strategy=strategy, direction=self.direction
-        )
-        texts: list[Any] = list(first) if second is None else list(zip(first, second, strict=True))
-        encs = []
-        mapping = []
-        for i, e in enumerate(self.tok.encode_batch(texts, add_special_tokens=True)):
-            for part in (e, *e.overflowing):
-                encs.append(part)
-                mapping.append(i)
-        return _Windows(encs, mapping, self.token_types)
-
-
-class _Windows:
-    """A batch of encodings as the fast tokenizer's ``BatchEncoding`` shows them."""
-
-    def __init__(self, encs: list[Any], mapping: list[int], token_types: bool) -> None:
-        self.encs = encs
-        self.cols: dict[str, Any] = {
-            "overflow_to_sample_mapping": mapping,
-            "input_ids": [e.ids for e in encs],
-            "offset_mapping": [e.offsets for e in encs],
-        }
-        if token_types:
-            self.cols["token_type_ids"] = [e.type_ids for e in encs]
-
-    def __getitem__(self, name: str) -> Any:
-        return self.cols[name]
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.cols
-
-    def sequence_ids(self, w: int) -> list[int | None]:
-        return list(self.encs[w].sequence_ids)
 
 
 class OnnxPassageEncoder:
@@ -327,12 +290,12 @@ class OnnxPassageEncoder:
         self.graph.threads = state.get("threads")
 
     @functools.cached_property
-    def tokenizer(self) -> _WindowTokenizer:
+    def tokenizer(self) -> WindowTokenizer:
         t = self.graph.meta["tokenizer"]
-        return _WindowTokenizer(
+        return WindowTokenizer(
             self.directory / TOKENIZER_FILE,
-            bool(self.graph.meta["token_types"]),
-            str(t.get("truncation_side", "right")),
+            token_types=bool(self.graph.meta["token_types"]),
+            truncation_side=str(t.get("truncation_side", "right")),
         )
 
     def windows(self, texts: Sequence[str], titles: Sequence[str] | None = None) -> list[Window]:
