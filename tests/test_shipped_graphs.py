@@ -297,3 +297,66 @@ def test_a_changed_model_does_not_use_its_shipped_graph(tmp_path: Path) -> None:
     assert any(
         "packed.safetensors changed since the graph was made" in str(w.message) for w in caught
     )
+
+
+QUESTIONS = ["Which NFL team represented the AFC at Super Bowl 50?", "Who?"]
+PASSAGES = [
+    "The Denver Broncos defeated the Carolina Panthers 24-10 to earn their third title. " * 20,
+    "Super Bowl 50 was an American football game.",
+]
+
+
+def test_shipped_phrase_graphs_equal_the_torch_model(tmp_path: Path) -> None:
+    """Questions and passages encoded on the graphs rebuilt with NumPy equal the torch
+    model's (to 1e-4), the graphs found as a torch-free search and build find them."""
+    pytest.importorskip("torch")
+    from anygrain.phrase.graph_model import GraphPhraseModel
+    from anygrain.phrase.model import PhraseEncoder
+    from anygrain.phrase.onnx import cached_questions
+
+    d = SHIPPED["phrase-minilm"].path
+    cache = GraphCache(tmp_path / "cache")
+    model = PhraseEncoder.load(d)
+    hit = cached_questions(d, cache)
+    assert hit is not None and hit[1] == model.config.phrase_fingerprint
+    for x, y in zip(
+        model.encode_questions(QUESTIONS), hit[0].encode_questions(QUESTIONS), strict=True
+    ):
+        np.testing.assert_allclose(y, x, atol=1e-4, rtol=0)
+    free = GraphPhraseModel(d, cache=cache)
+    assert free.phrase_fingerprint() == model.config.phrase_fingerprint
+    for a, b in zip(
+        model.encode_passages(PASSAGES, ["Bowl", "Bowl"]),
+        free.encode_passages(PASSAGES, ["Bowl", "Bowl"]),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(a.cs, b.cs)
+        for f in ("start", "end", "filter_logits"):
+            np.testing.assert_allclose(getattr(b, f), getattr(a, f), atol=1e-4, rtol=0, err_msg=f)
+
+
+def test_shipped_reader_graph_equals_the_torch_reader(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from anygrain.reader.features import collate_arrays
+    from anygrain.reader.model import Reader
+    from anygrain.reader.onnx import OnnxReader, load_reader
+    from anygrain.reader.read import windows_of
+
+    d = SHIPPED["reader-minilm"].path
+    onnx_reader = load_reader(d, "onnx", cache=GraphCache(tmp_path / "cache"))
+    assert isinstance(onnx_reader, OnnxReader)
+    torch_reader = Reader.load(d)
+    w = windows_of(onnx_reader, QUESTIONS, PASSAGES, ["Bowl", None])
+    w_torch = windows_of(torch_reader, QUESTIONS, PASSAGES, ["Bowl", None])
+    assert len(w) == len(w_torch) > 2  # the first passage is read in several windows
+    for a, b in zip(w, w_torch, strict=True):  # the tokenizers library cuts them the same
+        assert a.input_ids == b.input_ids and a.token_type_ids == b.token_type_ids
+        np.testing.assert_array_equal(a.offsets, b.offsets)
+    batch = collate_arrays(w, torch_reader.tokenizer.pad_token_id)
+    with torch_reader.reading():
+        want = torch_reader.window_logits(batch)
+    got = onnx_reader.window_logits(batch)
+    mask = batch.attention_mask.astype(bool)
+    np.testing.assert_allclose(got.start[mask], want.start[mask], atol=1e-4, rtol=0)
+    np.testing.assert_allclose(got.end[mask], want.end[mask], atol=1e-4, rtol=0)
+    np.testing.assert_allclose(got.selection, want.selection, atol=1e-4, rtol=0)

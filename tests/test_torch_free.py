@@ -203,3 +203,28 @@ def test_add_without_torch(built: tuple[Path, Path], tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     done = anygrain_without_torch(cache, "search", str(copy), "Who took Photo 51?")
     assert done.returncode == 0 and "Rosalind Franklin" in done.stdout, done.stderr[-3000:]
+
+
+def test_serve_without_torch(built: tuple[Path, Path]) -> None:
+    """The server answers the phrase and answer grains (the shipped reader) without torch."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("httpx")
+    index, cache = built
+    code = PRELUDE + (
+        "import json\n"
+        "from fastapi.testclient import TestClient\n"
+        "from anygrain.serve.app import create_app\n"
+        f"c = TestClient(create_app({str(index)!r}, warm_up=False))\n"
+        "q = 'Which team represented the AFC at Super Bowl 50?'\n"
+        "out = {u: c.get('/search', params={'q': q, 'unit': u, 'k': 3}).json()\n"
+        "       for u in ('phrase', 'answer')}\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')]\n"
+        "print(json.dumps(out))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=_env(cache), capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert "Denver Broncos" in json.dumps(out["phrase"])
+    assert "Denver Broncos" in json.dumps(out["answer"])
