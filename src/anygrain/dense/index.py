@@ -19,6 +19,12 @@ copied: the index records the name (``model.ref`` in ``dense.json``) and the fin
 and opening resolves the name again and hashes the weights it finds, refusing other
 weights behind the same name.  A model given as a directory or an instance is copied
 into ``dense/model/`` (``model.path``); ``DenseSettings.copy_model`` overrides the rule.
+
+Questions, and passages of builds and ``add``, are encoded by the model or by its graphs on
+ONNX Runtime (``runtime``: auto, onnx, torch; :mod:`anygrain.dense.onnx`), the same vectors
+either way, so the runtime is recorded nowhere.  A model whose files are unchanged since its
+graphs were exported is not loaded to search (the torch model loads on first use of
+:attr:`DenseIndex.model`); its recorded fingerprint then stands for hashing the weights.
 """
 
 from __future__ import annotations

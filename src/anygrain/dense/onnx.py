@@ -20,15 +20,17 @@ were loaded); only when not is the model loaded with torch, checked as before, a
 exported (:func:`onnx_biencoder`), once per version of its weights.
 
 Which runtime encodes what (``--runtime auto|onnx|torch``; the runtime is recorded nowhere
-in an index): questions, one at a time, always run on ONNX Runtime under ``auto`` (2-3x
-faster than torch on a CPU thread); passages too, in float32, unless the build asked for
-bfloat16 (``bf16``, which only torch runs: it changes the vectors, and is recorded) or runs
-its shards on Ray actors or a GPU (:func:`passage_runtime`).
+in an index): under ``auto``, questions run on ONNX Runtime on a CPU (faster than torch
+one at a time, and no torch import); passages of builds and ``add`` run on torch where it
+is installed (its float32 is the faster for paragraphs here) and on ONNX Runtime where it
+is not (:func:`passage_runtime`); ``bf16`` (bfloat16 vectors, recorded by the build),
+Ray actors and GPUs are torch's only.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -70,6 +72,11 @@ OUTPUTS = ("vectors",)
 SIDES = ("question", "passage")
 # padded, and a pair, on purpose: the traced attention masking and token types are general
 EXAMPLE = (("Super Bowl 50", "Which NFL team represented the AFC at Super Bowl 50?"), ("", "Who?"))
+#: tokens (rows x width) one ONNX Runtime call takes at most.  Measured with minilm on SQuAD
+#: dev paragraphs (~150-256 tokens), one thread: 4 rows a call 27.8 passages/s, 8 rows 25,
+#: 16 rows 22.5, 64 rows 14.8 (and 2.3 GB resident against 0.9 GB at 8); questions (~16
+#: tokens) still run 32 or more at a time
+RUN_TOKENS = 1024
 # anygrain.models.biencoder.MODEL_CONFIG, named here without importing torch (a test checks)
 BIENCODER_CONFIG = "anygrain_model.json"
 
@@ -269,8 +276,15 @@ class OnnxTextEncoder:
         types = "token_type_ids" in self.graph.input_names
         batches = [order[i : i + batch_size] for i in range(0, n, batch_size)]
         for b in progress_bar(batches, desc=desc, unit="batch", disable=not progress):
-            (vecs,) = self.graph.run(_pad([enc[i] for i in b], pad_id, types))
-            out[b] = vecs
+            # a batch runs in parts of at most RUN_TOKENS tokens (longest first, so each
+            # part's first row is its widest): the same vectors, less time and memory
+            i = 0
+            while i < len(b):
+                rows = max(1, RUN_TOKENS // len(enc[b[i]].ids))
+                part = b[i : i + rows]
+                (vecs,) = self.graph.run(_pad([enc[j] for j in part], pad_id, types))
+                out[part] = vecs
+                i += rows
         return check_finite(out, self.name, self.side)
 
 
@@ -414,11 +428,13 @@ def passage_runtime(
     bf16: bool = False,
     executor: Any = None,
 ) -> Runtime:
-    """What encodes passage batches (a build, ``add``): ONNX Runtime under ``auto`` on a
-    CPU where it is installed -- float32, faster than torch's float32 (bench/dense_runtime.py)
-    -- except where only torch can: ``bf16`` (bfloat16 vectors, asked for and recorded by
-    the build), shards on Ray actors (each loads the torch model), a GPU.  ``onnx`` refuses
-    those cases rather than silently running torch."""
+    """What encodes passage batches (a build, ``add``).  ``auto``: torch where it is
+    installed -- its float32 encodes SQuAD paragraphs faster than ONNX Runtime's on one
+    CPU thread (minilm: 31 against 28 passages/s at their best batch sizes,
+    bench/dense_runtime.py), unlike short questions -- else ONNX Runtime (a torch-free
+    install).  ``onnx``: ONNX Runtime, refused where only torch can run: ``bf16``
+    (bfloat16 vectors, asked for and recorded by the build), shards on Ray actors (each
+    loads the torch model), a GPU."""
     from anygrain.errors import AnygrainError
 
     r = parse_runtime(runtime)
@@ -432,11 +448,8 @@ def passage_runtime(
         return Runtime.TORCH
     if not wants_onnx(r, device):
         return Runtime.TORCH
-    if r is Runtime.AUTO and device in (None, "auto") and "torch" in sys.modules:
-        import torch
-
-        if torch.cuda.is_available():  # auto takes the GPU: torch is faster there
-            return Runtime.TORCH
+    if r is Runtime.AUTO and importlib.util.find_spec("torch") is not None:
+        return Runtime.TORCH  # faster for passages here, and the only runtime of a GPU
     return Runtime.ONNX
 
 
