@@ -228,3 +228,24 @@ def test_serve_without_torch(built: tuple[Path, Path]) -> None:
     out = json.loads(done.stdout.splitlines()[-1])
     assert "Denver Broncos" in json.dumps(out["phrase"])
     assert "Denver Broncos" in json.dumps(out["answer"])
+
+
+def test_a_model_copied_into_an_index_searches_without_torch(tmp_path: Path) -> None:
+    """An index built with torch that carries a copy of the shipped model (--copy-model)
+    carries its graphs too, so the base install searches it."""
+    pytest.importorskip("torch")
+    from anygrain import api
+
+    (tmp_path / "corpus.txt").write_text(CORPUS, encoding="utf-8")
+    api.build_index(
+        tmp_path / "corpus.txt",
+        kind="phrase",
+        out=tmp_path / "idx",
+        copy_model=True,
+        progress=False,
+    )
+    assert (tmp_path / "idx" / "phrase" / "model" / "graphs" / "phrase-question").is_dir()
+    cache = tmp_path / "cache"
+    q = "Who was the first woman to win a Nobel Prize?"
+    done = anygrain_without_torch(cache, "search", str(tmp_path / "idx"), q, "--unit", "phrase")
+    assert done.returncode == 0 and "Marie Curie" in done.stdout, done.stderr[-3000:]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,7 @@ class PackedState:
     backbone_dir: Path
     bits: int
     encoders: list[str]
+    _whole: tuple[str, np.ndarray] | None = field(default=None, repr=False)
 
     @classmethod
     def open(cls, model_dir: str | Path) -> PackedState:
@@ -145,7 +146,9 @@ class PackedState:
         stored = any(k.startswith(f"{name}:") for k in self.packed_keys)
         enc, _, base_name = name.partition("/")
         if stored or enc not in self.encoders:
-            return self.tensor(name)[start:stop]
+            if self._whole is None or self._whole[0] != name:  # rebuilt once, not per chunk
+                self._whole = (name, self.tensor(name))
+            return self._whole[1][start:stop]
         with self._open(self.backbone_file) as b:
             return np.asarray(b.get_slice(base_name)[start:stop]).astype(np.float32, copy=False)
 

@@ -399,6 +399,11 @@ def copy_packed(source: PackedSource, out: Path) -> None:
     if out.exists() and out.resolve() == source.path.resolve():
         return
     out.mkdir(parents=True, exist_ok=True)
+    # the graphs it ships without weights (anygrain.encode.shipped_graphs), so a copy in an
+    # index searches without torch too; they are checked against the files they come from
+    graphs = source.path / "graphs"
+    if graphs.is_dir():
+        shutil.copytree(graphs, out / "graphs", dirs_exist_ok=True)
     # the packed config last: until it exists the directory is not taken for a packed model
     for name in (PACKED_FILE, MODEL_CONFIG, CARD_FILE, PACKED_CONFIG):
         src = source.path / name
