@@ -1,7 +1,11 @@
 """Models that ship inside the anygrain package, so they work on a fresh install, offline.
 
 Each is a small packed model (:mod:`anygrain.phrase.packed`) over a backbone that an
-offline alias provides; its directory holds a ``MODEL_CARD.md`` saying how it was made.
+offline alias provides; its directory holds a ``MODEL_CARD.md`` saying how it was made, and
+under ``graphs/`` the ONNX graphs its runtime uses, without their weights
+(:mod:`anygrain.encode.shipped_graphs`; :func:`shipped_graph_record` rebuilds one with NumPy,
+so the base install runs the model without torch; ``python -m anygrain.models.ship_graphs``
+regenerates them).
 """
 
 from __future__ import annotations
