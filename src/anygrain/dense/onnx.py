@@ -20,17 +20,16 @@ were loaded); only when not is the model loaded with torch, checked as before, a
 exported (:func:`onnx_biencoder`), once per version of its weights.
 
 Which runtime encodes what (``--runtime auto|onnx|torch``; the runtime is recorded nowhere
-in an index): under ``auto``, questions run on ONNX Runtime on a CPU (faster than torch
-one at a time, and no torch import); passages of builds and ``add`` run on torch where it
-is installed (its float32 is the faster for paragraphs here) and on ONNX Runtime where it
-is not (:func:`passage_runtime`); ``bf16`` (bfloat16 vectors, recorded by the build),
-Ray actors and GPUs are torch's only.
+in an index): under ``auto``, questions run on ONNX Runtime on a CPU (1.9x faster than
+torch one at a time, and no torch import), and so do the float32 passages of builds and
+``add`` (1.15x faster than torch at the build's batch of 64, half its peak memory;
+:func:`passage_runtime`); ``bf16`` (bfloat16 vectors, recorded by the build), Ray actors
+and GPUs are torch's only.  Figures: docs/dense_runtime.json (bench/dense_runtime.py).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -428,13 +427,13 @@ def passage_runtime(
     bf16: bool = False,
     executor: Any = None,
 ) -> Runtime:
-    """What encodes passage batches (a build, ``add``).  ``auto``: torch where it is
-    installed -- its float32 encodes SQuAD paragraphs faster than ONNX Runtime's on one
-    CPU thread (minilm: 31 against 28 passages/s at their best batch sizes,
-    bench/dense_runtime.py), unlike short questions -- else ONNX Runtime (a torch-free
-    install).  ``onnx``: ONNX Runtime, refused where only torch can run: ``bf16``
-    (bfloat16 vectors, asked for and recorded by the build), shards on Ray actors (each
-    loads the torch model), a GPU."""
+    """What encodes passage batches (a build, ``add``).  ``auto``: ONNX Runtime on a CPU
+    where it is installed -- the same float32 vectors (to ~2e-7), faster than torch at the
+    build's batch size (minilm, SQuAD dev paragraphs, one thread, batch 64: 31.2 against
+    27.2 passages per CPU second, peak 536 against 1,094 MB; bench/dense_runtime.py) --
+    except where only torch can run: ``bf16`` (bfloat16 vectors, asked for and recorded by
+    the build), shards on Ray actors (each loads the torch model), a GPU torch sees under
+    device auto.  ``onnx`` refuses those cases rather than silently running torch."""
     from anygrain.errors import AnygrainError
 
     r = parse_runtime(runtime)
@@ -448,8 +447,11 @@ def passage_runtime(
         return Runtime.TORCH
     if not wants_onnx(r, device):
         return Runtime.TORCH
-    if r is Runtime.AUTO and importlib.util.find_spec("torch") is not None:
-        return Runtime.TORCH  # faster for passages here, and the only runtime of a GPU
+    if r is Runtime.AUTO and device in (None, "auto") and "torch" in sys.modules:
+        import torch  # a build has it loaded already; a torch-free add never imports it
+
+        if torch.cuda.is_available():  # device auto takes the GPU: torch runs there
+            return Runtime.TORCH
     return Runtime.ONNX
 
 
