@@ -46,6 +46,7 @@ from anygrain.encode.onnx_runtime import (
     TOKENIZER_FILE,
     GraphCache,
     OnnxGraph,
+    attention,
     digest,
     export_graph,
     graph_module,
@@ -140,7 +141,8 @@ def export_side(
                 v = pool(out.last_hidden_state, mask, c.pooling)
                 return torch.nn.functional.normalize(v, dim=-1) if c.normalize else v
 
-            export_graph(graph_module(enc, forward), inputs, OUTPUTS, d / GRAPH_FILE)
+            with attention(enc.model):  # the plain attention: ONNX Runtime fuses it
+                export_graph(graph_module(enc, forward), inputs, OUTPUTS, d / GRAPH_FILE)
         finally:
             enc.train(was_training)
         tok = save_tokenizer(enc.tokenizer, d / TOKENIZER_FILE)

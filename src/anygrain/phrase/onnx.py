@@ -22,10 +22,9 @@ graphs keep the token-embedding table outside (:func:`_export_encoder`).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +40,7 @@ from anygrain.encode.onnx_runtime import (
     GraphCache,
     OnnxGraph,
     WindowTokenizer,
+    attention,
     digest,
     export_graph,
     files_signature,
@@ -199,23 +199,6 @@ def passage_key(model: PhraseEncoder) -> str:
         tokenizer,
     )
     return f"{PASSAGE_KIND}-{digest(EXPORT_VERSION, weights, settings)}"
-
-
-@contextlib.contextmanager
-def attention(encoder: Any, implementation: str) -> Iterator[None]:
-    """``encoder`` (a Hugging Face model) computing attention with ``implementation`` within
-    the block, as it did after."""
-    config = getattr(encoder, "config", None)
-    was = getattr(config, "_attn_implementation", None)
-    setter = getattr(encoder, "set_attn_implementation", None)
-    if setter is None or was is None or was == implementation:
-        yield
-        return
-    setter(implementation)
-    try:
-        yield
-    finally:
-        setter(was)
 
 
 def export_passages(model: PhraseEncoder, cache: GraphCache) -> Path:
