@@ -21,7 +21,7 @@ from anygrain.composite.fusion import FusionMethod
 from anygrain.phrase.options import Compress
 
 
-def _option(help: str, cli: str | None = None, **meta: Any) -> Any:
+def option(help: str, cli: str | None = None, **meta: Any) -> Any:
     """A field for an option that is not given unless set (None)."""
     return field(default=None, metadata={"help": help, **({"cli": cli} if cli else {}), **meta})
 
@@ -32,18 +32,18 @@ class EncodingOptions:
     (which reuses built indexes) refuses them."""
 
     split: str = field(default="auto", metadata={"help": SPLIT_HELP})
-    lang: str | None = _option("en | zh (detected when omitted)")
-    model: str | None = _option(
+    lang: str | None = option("en | zh (detected when omitted)")
+    model: str | None = option(
         "Encoder: alias (minilm, me5-small), hub name or directory "
         "(default: minilm, or me5-small for a Chinese corpus)"
     )
-    copy_model: bool | None = _option(
+    copy_model: bool | None = option(
         "Dense, hybrid and phrase: carry a copy of the model in the index "
         "(default: only for a model given as a directory; a name, such as a shipped "
         "model's, is recorded and resolved on open)",
         "--copy-model/--no-copy-model",
     )
-    factory: str | None = _option(
+    factory: str | None = option(
         "FAISS factory string (default: chosen from corpus size)", "--faiss"
     )
 
@@ -52,11 +52,11 @@ class EncodingOptions:
 class FusionOptions:
     """A hybrid index's fusion of its BM25 and dense scores (``HybridSettings``)."""
 
-    fusion: FusionMethod | None = _option("Hybrid fusion method (default zscore)")
-    weight: float | None = _option(
+    fusion: FusionMethod | None = option("Hybrid fusion method (default zscore)")
+    weight: float | None = option(
         "Hybrid: weight of the dense side (default: the method's)", "--fusion-weight"
     )
-    depth: int | None = _option(
+    depth: int | None = option(
         "Hybrid: candidates taken from each system (default 100)", "--fusion-depth"
     )
 
@@ -65,11 +65,11 @@ class FusionOptions:
 class Bm25Options:
     """BM25's parameters (``Bm25Settings``: a BM25 index, and a hybrid index's BM25 part)."""
 
-    k1: float | None = _option(
+    k1: float | None = option(
         "BM25 (bm25, and hybrid's BM25 part): term-frequency saturation k1 (default 0.9)",
         "--bm25-k1",
     )
-    b: float | None = _option(
+    b: float | None = option(
         "BM25 (bm25, and hybrid's BM25 part): length normalisation b, 0 to 1 (default 0.4)",
         "--bm25-b",
     )
@@ -79,35 +79,35 @@ class Bm25Options:
 class PhraseOptions:
     """A phrase index's filter, compression, memory and lexical part (``PhraseSettings``)."""
 
-    threshold: float | None = _option("Phrase filter threshold tau (phrase indexes)")
-    keep: float | None = _option(
+    threshold: float | None = option("Phrase filter threshold tau (phrase indexes)")
+    keep: float | None = option(
         "Phrase indexes, instead of --threshold: keep about this fraction of the start and "
         "end vectors (the filter's trade-off of size against accuracy)"
     )
-    compress: Compress | None = _option(
+    compress: Compress | None = option(
         "Phrase indexes: quantize the FAISS vectors (spans scored decoded; default: the "
         "phrase kind's, see docs/cli.md)"
     )
-    pq_m: int | None = _option("opq-pq: bytes per vector (default dim/8)")
-    memory_budget: str | None = _option(
+    pq_m: int | None = option("opq-pq: bytes per vector (default dim/8)")
+    memory_budget: str | None = option(
         "Phrase indexes: resident memory the build may use, e.g. 1.5G (the default); sets "
         "shard and batch sizes and builds FAISS in blocks"
     )
-    keep_dump: bool | None = _option(
+    keep_dump: bool | None = option(
         "Phrase indexes: keep the float16 vectors (default: only with --compress none)",
         "--keep-dump/--no-keep-dump",
     )
-    sparse: bool | None = _option(
+    sparse: bool | None = option(
         "Phrase indexes: fuse a BM25 score of each phrase's passage (default on)",
         "--sparse/--no-sparse",
     )
-    sparse_from: str | None = _option(
+    sparse_from: str | None = option(
         "Phrase indexes: copy this BM25 index (same corpus) as the lexical part", path=True
     )
-    sparse_weight: float | None = _option(
+    sparse_weight: float | None = option(
         "Phrase indexes: weight of the BM25 part of phrase scores (0: dense scores alone)"
     )
-    rescore: int | None = _option(
+    rescore: int | None = option(
         "Phrase indexes: passages each search re-encodes and re-scores exactly by default "
         "(its top N; 0 or unset: none)"
     )
@@ -117,15 +117,15 @@ class PhraseOptions:
 class RayOptions:
     """An encode on Ray (dense, hybrid, phrase), as ``api.ray_executor`` takes it."""
 
-    address: str | None = _option(
+    address: str | None = option(
         "Encode on Ray (dense, hybrid, phrase): local (start one for this build), auto (join "
         "the cluster on this machine) or HOST:PORT; see docs/scale.md",
         "--ray",
         metavar="ADDRESS",
     )
-    workers: int | None = _option("With --ray: encoding actors, one model each (default 2)")
-    retries: int | None = _option("With --ray: tries again per failed shard (default 2)")
-    timeout: float | None = _option(
+    workers: int | None = option("With --ray: encoding actors, one model each (default 2)")
+    retries: int | None = option("With --ray: tries again per failed shard (default 2)")
+    timeout: float | None = option(
         "With --ray auto or HOST:PORT: how long to wait for the cluster to answer before "
         "failing (default 30)",
         "--ray-timeout",

@@ -27,7 +27,7 @@ from anygrain.cli.common import (
     fail,
     out,
 )
-from anygrain.cli.kind_options import SEARCH_HELP, FusionOptions, PhraseOptions, _option
+from anygrain.cli.kind_options import SEARCH_HELP, FusionOptions, PhraseOptions, option
 from anygrain.encode.runtime import Runtime
 from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit, Unit
@@ -161,13 +161,13 @@ class RescoreOptions:
     """How a phrase search's re-scoring (``--rescore``) re-encodes its passages: search
     options only (no build setting; :func:`anygrain.phrase.rescore.search_rescored`)."""
 
-    rescore_tokens: str | None = _option(
+    rescore_tokens: str | None = option(
         "Phrase indexes, with --rescore: rank spans over the re-encoded passages' stored "
         "tokens (stored, the default), those passing the model's own filter (model: an "
         "uncompressed --keep 1 index's), or every token (all)",
         metavar="stored|model|all",
     )
-    rescore_bf16: bool | None = _option(
+    rescore_bf16: bool | None = option(
         "Phrase indexes, with --rescore: re-encode in bfloat16 (default: as the index was built)",
         "--rescore-bf16/--no-rescore-bf16",
     )
