@@ -20,9 +20,9 @@ were loaded); only when not is the model loaded with torch, checked as before, a
 exported (:func:`onnx_biencoder`), once per version of its weights.
 
 Which runtime encodes what (``--runtime auto|onnx|torch``; the runtime is recorded nowhere
-in an index): under ``auto``, questions run on ONNX Runtime on a CPU (1.9x faster than
+in an index): under ``auto``, questions run on ONNX Runtime on a CPU (2.2x faster than
 torch one at a time, and no torch import), and so do the float32 passages of builds and
-``add`` (1.15x faster than torch at the build's batch of 64, half its peak memory;
+``add`` (1.34x faster than torch at the build's batch of 64, half its peak memory;
 :func:`passage_runtime`); ``bf16`` (bfloat16 vectors, recorded by the build), Ray actors
 and GPUs are torch's only.  Figures: docs/dense_runtime.json (bench/dense_runtime.py).
 """
@@ -431,8 +431,8 @@ def passage_runtime(
 ) -> Runtime:
     """What encodes passage batches (a build, ``add``).  ``auto``: ONNX Runtime on a CPU
     where it is installed -- the same float32 vectors (to ~2e-7), faster than torch at the
-    build's batch size (minilm, SQuAD dev paragraphs, one thread, batch 64: 31.2 against
-    27.2 passages per CPU second, peak 536 against 1,094 MB; bench/dense_runtime.py) --
+    build's batch size (minilm, SQuAD dev paragraphs, one thread, batch 64: 38.3 against
+    28.5 passages per CPU second, peak 536 against 1,094 MB; docs/dense_runtime.json) --
     except where only torch can run: ``bf16`` (bfloat16 vectors, asked for and recorded by
     the build), shards on Ray actors (each loads the torch model), a GPU torch sees under
     device auto.  ``onnx`` refuses those cases rather than silently running torch."""
