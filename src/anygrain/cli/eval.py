@@ -21,7 +21,12 @@ from anygrain.cli.common import (
     fail,
     out,
 )
-from anygrain.cli.search import RetrieverWeightOpt, search_options, with_search_options
+from anygrain.cli.search import (
+    RetrieverWeightOpt,
+    RuntimeOpt,
+    search_options,
+    with_search_options,
+)
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.hits.hit import Unit
 from anygrain.index.scope import Scope
@@ -78,6 +83,7 @@ def eval_cmd(
     device: DeviceOpt = None,
     verify: VerifyOpt = Verify.SMALL,
     batch_size: BatchSizeOpt = None,
+    runtime: RuntimeOpt = None,
     **search: Any,
 ) -> None:
     """Evaluate an index on a question set."""
@@ -101,7 +107,12 @@ def eval_cmd(
             scope=scope,
             search_options=options,
             threads=threads,
-            load_options={"verify": verify, "model": model, "device": device},
+            load_options={
+                "verify": verify,
+                "model": model,
+                "device": device,
+                **({"runtime": runtime} if runtime is not None else {}),
+            },
         )
     except AnygrainError as e:
         fail(e)
