@@ -6,12 +6,12 @@ import faulthandler
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
 
-from anygrain.cli.common import DeviceOpt, ThreadsOpt, console, fail
+from anygrain.cli.common import DeviceOpt, console, fail
 from anygrain.cli.index import check_files
 from anygrain.cli.search import RuntimeOpt
 from anygrain.errors import AnygrainError
@@ -114,7 +114,14 @@ def serve_cmd(
     index_dir: IndexArg,
     host: HostOpt = "127.0.0.1",
     port: PortOpt = 8000,
-    threads: ThreadsOpt = None,
+    threads: Annotated[
+        Optional[int],  # noqa: UP045  (typer reads the annotation at run time)
+        typer.Option(
+            "--threads",
+            help="CPU threads per stage for torch, FAISS and ONNX Runtime (default 1: the "
+            "encode, search and read stages run in parallel)",
+        ),
+    ] = None,
     device: DeviceOpt = None,
     runtime: RuntimeOpt = None,
     question_bf16: Annotated[
