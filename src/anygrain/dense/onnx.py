@@ -50,6 +50,7 @@ from anygrain.encode.onnx_runtime import (
     digest,
     export_graph,
     graph_module,
+    pad_batch,
     parse_runtime,
     save_token_table,
     save_tokenizer,
@@ -185,23 +186,6 @@ def export_biencoder(
 
 
 # --- running --------------------------------------------------------------------------------
-def _pad(rows: Sequence[Any], pad_id: int, types: bool) -> dict[str, np.ndarray]:
-    """A batch of ``tokenizers`` encodings padded into int64 arrays."""
-    width = max(len(e.ids) for e in rows)
-    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
-    mask = np.zeros((len(rows), width), dtype=np.int64)
-    tt = np.zeros((len(rows), width), dtype=np.int64)
-    for r, e in enumerate(rows):
-        n = len(e.ids)
-        ids[r, :n] = e.ids
-        mask[r, :n] = 1
-        tt[r, :n] = e.type_ids
-    out = {"input_ids": ids, "attention_mask": mask}
-    if types:
-        out["token_type_ids"] = tt
-    return out
-
-
 class OnnxTextEncoder:
     """One side of a bi-encoder on its exported graph: ``encode`` as
     :meth:`~anygrain.models.encoder.TextEncoder.encode` (the prefix, ``title [SEP] text``
@@ -283,7 +267,11 @@ class OnnxTextEncoder:
             while i < len(b):
                 rows = max(1, RUN_TOKENS // len(enc[b[i]].ids))
                 part = b[i : i + rows]
-                (vecs,) = self.graph.run(_pad([enc[j] for j in part], pad_id, types))
+                batch = [enc[j] for j in part]
+                feeds = pad_batch(
+                    [e.ids for e in batch], pad_id, [e.type_ids for e in batch] if types else None
+                )
+                (vecs,) = self.graph.run(feeds)
                 out[part] = vecs
                 i += rows
         return check_finite(out, self.name, self.side)

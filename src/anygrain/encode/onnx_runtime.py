@@ -286,6 +286,27 @@ def attention(encoder: Any, implementation: str = TRACED_ATTENTION) -> Iterator[
         setter(was)
 
 
+def pad_batch(
+    ids: Sequence[Any], pad_id: int, types: Sequence[Any] | None = None
+) -> dict[str, np.ndarray]:
+    """Rows of token ids, lists or arrays (and their token type ids, when given), padded to
+    the longest into int64 ``input_ids``, ``attention_mask`` and ``token_type_ids``."""
+    width = max((len(r) for r in ids), default=0)
+    out = {
+        "input_ids": np.full((len(ids), width), pad_id, dtype=np.int64),
+        "attention_mask": np.zeros((len(ids), width), dtype=np.int64),
+    }
+    if types is not None:
+        out["token_type_ids"] = np.zeros((len(ids), width), dtype=np.int64)
+    for r, row in enumerate(ids):
+        n = len(row)
+        out["input_ids"][r, :n] = row
+        out["attention_mask"][r, :n] = 1
+        if types is not None:
+            out["token_type_ids"][r, :n] = types[r]
+    return out
+
+
 def save_token_table(table: Any, path: Path, *, chunk_rows: int = 8192) -> None:
     """Write a (vocabulary, width) torch tensor as a float32 ``.npy`` file, a chunk at a
     time, giving back the pages each chunk read: a table mapped from its weights file

@@ -18,6 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
+from anygrain.encode.onnx_runtime import pad_batch
 from anygrain.phrase.tokens import Window, best_windows
 from anygrain.utils.finite import check_finite
 from anygrain.utils.progress import progress_counter
@@ -65,20 +66,8 @@ class PassageEncoding(Protocol):
 def collate_windows(windows: Sequence[Window], pad_id: int) -> dict[str, np.ndarray]:
     """Windows padded into int64 arrays: ``input_ids``, ``attention_mask`` and, when the
     windows have them, ``token_type_ids``."""
-    width = max(len(w) for w in windows)
-    ids = np.full((len(windows), width), pad_id, dtype=np.int64)
-    mask = np.zeros((len(windows), width), dtype=np.int64)
-    types = np.zeros((len(windows), width), dtype=np.int64)
-    for r, w in enumerate(windows):
-        n = len(w)
-        ids[r, :n] = w.input_ids
-        mask[r, :n] = 1
-        if w.token_type_ids is not None:
-            types[r, :n] = w.token_type_ids
-    out = {"input_ids": ids, "attention_mask": mask}
-    if windows[0].token_type_ids is not None:
-        out["token_type_ids"] = types
-    return out
+    types = [w.token_type_ids for w in windows] if windows[0].token_type_ids is not None else None
+    return pad_batch([w.input_ids for w in windows], pad_id, types)
 
 
 def encode_windows(
