@@ -126,3 +126,22 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from test_phrase_helpers import make_tiny_phrase_model
 
     return make_tiny_phrase_model(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def xdg(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache home of the module's: child processes get it as XDG_CACHE_HOME, so the graphs
+    a module's tests export reach neither the user's cache nor another module's."""
+    return tmp_path_factory.mktemp("xdg-cache")
+
+
+@pytest.fixture(scope="module")
+def cache_root(xdg: Path) -> Iterator[Path]:
+    """The module's graph cache (under :func:`xdg`, where platformdirs puts it), in place
+    of the session's, for the modules that ask for it (an autouse fixture of theirs)."""
+    from anygrain.encode import onnx_runtime
+
+    root = xdg / "anygrain" / "onnx"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(onnx_runtime, "default_cache_root", lambda: root)
+        yield root

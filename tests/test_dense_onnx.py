@@ -61,23 +61,15 @@ QUESTIONS = [
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _single_threaded() -> Iterator[None]:
-    with single_threaded():
-        yield
-
-
-@pytest.fixture(scope="module")
-def xdg(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A cache home of its own: the graphs these tests export never reach the user's."""
-    return tmp_path_factory.mktemp("xdg-cache")
+def _own_cache(cache_root: Path) -> Path:
+    """Every test here runs on the module's graph cache (conftest's ``cache_root``)."""
+    return cache_root
 
 
 @pytest.fixture(scope="module", autouse=True)
-def cache_root(xdg: Path) -> Iterator[Path]:
-    root = xdg / "anygrain" / "onnx"  # where platformdirs puts it under XDG_CACHE_HOME
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(onnx_runtime, "default_cache_root", lambda: root)
-        yield root
+def _single_threaded() -> Iterator[None]:
+    with single_threaded():
+        yield
 
 
 @pytest.fixture(scope="module")

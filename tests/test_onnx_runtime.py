@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,6 @@ import pytest
 import torch
 from test_phrase_helpers import PARAGRAPHS, make_tiny_model, write_squad
 
-from anygrain.encode import onnx_runtime
 from anygrain.encode.onnx_runtime import GraphCache, Runtime, wants_onnx
 from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Unit
@@ -41,18 +39,10 @@ QUESTIONS = [q for _, _, qas in PARAGRAPHS for q, _ in qas] + [
 TOL = 1e-4
 
 
-@pytest.fixture(scope="module")
-def xdg(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A cache home of its own: the graphs these tests export never reach the user's."""
-    return tmp_path_factory.mktemp("xdg-cache")
-
-
 @pytest.fixture(scope="module", autouse=True)
-def cache_root(xdg: Path) -> Iterator[Path]:
-    root = xdg / "anygrain" / "onnx"  # where platformdirs puts it under XDG_CACHE_HOME
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(onnx_runtime, "default_cache_root", lambda: root)
-        yield root
+def _own_cache(cache_root: Path) -> Path:
+    """Every test here runs on the module's graph cache (conftest's ``cache_root``)."""
+    return cache_root
 
 
 @pytest.fixture(scope="module")
