@@ -1,4 +1,5 @@
-"""Helpers the retrieval benchmarks share (bench/any_grain.py, bench/chinese.py)."""
+"""Helpers the retrieval benchmarks share (bench/any_grain.py, bench/chinese.py, bench/phrase_rescore.py,
+bench/phrase_scale.py)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,19 @@ PASSAGE_METRICS = ["top@1", "top@5", "top@20", "mrr@20"]
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def index_bytes(path: Path) -> dict[str, int]:
+    """Bytes of the index's phrase part, its BM25 part and the rest (corpus store excluded)."""
+    out = {"phrase": 0, "sparse": 0, "other": 0}
+    for f in path.rglob("*"):
+        if not f.is_file():
+            continue
+        top = f.relative_to(path).parts[0]
+        if top == "corpus":
+            continue
+        out[top if top in ("phrase", "sparse") else "other"] += f.stat().st_size
+    return out
 
 
 def rounded(d: dict[str, float], digits: int = 4) -> dict[str, float]:

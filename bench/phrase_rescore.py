@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _common import index_bytes
+
 from anygrain.api import evaluate_index, load_questions
 from anygrain.corpus.questions import Questions
 from anygrain.index.base import Index
@@ -43,19 +45,6 @@ from anygrain.utils.threads import set_threads
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def index_bytes(path: Path) -> dict[str, int]:
-    """Bytes of the index's phrase part, its BM25 part and the rest (corpus store excluded)."""
-    out = {"phrase": 0, "sparse": 0, "other": 0}
-    for f in path.rglob("*"):
-        if not f.is_file():
-            continue
-        top = f.relative_to(path).parts[0]
-        if top == "corpus":
-            continue
-        out[top if top in ("phrase", "sparse") else "other"] += f.stat().st_size
-    return out
 
 
 encoded: list[int] = []  # passage rows re-encoded, one entry per row per encoder call
