@@ -12,9 +12,13 @@ Every figure comes from a file an earlier command wrote, never from a constant h
 * ``--scale FILE``: the JSON of ``bench/scale.py`` (encoding passages/s locally and per Ray
   worker count).
 
-Projection: disk = bytes per passage x passages (+ the model); search memory = the MIPS
-index files (FAISS or BM25 arrays, memory-mapped or loaded) x passages; encoding
-worker-hours = passages / (passages/s of one worker) / 3600.  Prints one JSON object.
+Projection: disk = bytes per passage x passages (+ the model), and with the corpus store
+(which re-scoring reads at search time); search memory = the MIPS index files (FAISS or
+BM25 arrays, a phrase index's BM25 part included, memory-mapped or loaded) x passages;
+encoding worker-hours = passages / (passages/s of one worker) / 3600, a refiltered phrase
+index's rate that of the dump it was refiltered from; FAISS hours linear in passages (a
+small index over-counts the fixed training, a large one adds into more cells).  Prints one
+JSON object.
 
     python bench/capacity.py --index dpr=runs/grain/bench/dpr --index bm25=runs/grain/bench/bm25 \
         --index phrase=runs/sq-phrase --sweep docs/phrase_filter_sweep.json --scale scale.json
@@ -34,6 +38,9 @@ SEARCH_FILES = {
     "phrase": (".faiss", "start_ids.npy", "end_ids.npy", "tokens.npy", "passage_ptr.npy"),
     "bm25": (".npy",),
 }
+# and the arrays of a phrase index's BM25 part (its lexical scores are fused into each
+# search's), which the rows before issue 37 left out (0.5-0.7 KB per passage)
+PHRASE_SPARSE = ("sparse/", ".npy")
 
 
 def _seconds(x: Any, key: str) -> float:
@@ -60,14 +67,27 @@ def index_figures(name: str, path: Path, passages: int) -> dict[str, Any]:
         if not (model_dir and p.startswith(model_dir)) and not p.startswith("corpus/")
     )
     corpus = sum(f["size"] for p, f in files.items() if p.startswith("corpus/"))
+    # a store outside the index (a refiltered phrase index reads its source's): the sizes
+    # its manifest recorded of it
+    corpus = corpus or sum(f["size"] for f in (m.get("corpus_files") or {}).values())
     search = sum(
         f["size"]
         for p, f in files.items()
         if not (model_dir and p.startswith(model_dir))
         and not p.startswith("corpus/")
-        and p.endswith(SEARCH_FILES.get(kind, ()))
+        and (
+            p.endswith(SEARCH_FILES.get(kind, ()))
+            or (
+                kind == "phrase" and p.startswith(PHRASE_SPARSE[0]) and p.endswith(PHRASE_SPARSE[1])
+            )
+        )
     )
-    encode_s = _seconds(m, "encode_seconds") + _seconds(m, "dump_seconds")
+    settings = m.get("settings") or {}
+    # a refiltered index's vectors were encoded by the dump of the index it came from
+    source = (settings.get("refiltered_from") or {}).get("path")
+    dumped = json.loads((Path(source) / "index.json").read_text()) if source else m
+    encode_s = _seconds(dumped, "encode_seconds") + _seconds(dumped, "dump_seconds")
+    faiss_s = _seconds(m.get("timings") or {}, "faiss_seconds")
     out: dict[str, Any] = {
         "kind": kind,
         "path": str(path),
@@ -77,8 +97,17 @@ def index_figures(name: str, path: Path, passages: int) -> dict[str, Any]:
         "corpus_bytes_per_passage": round(corpus / n, 1) if corpus else None,
         "model_bytes": model,
     }
+    if kind == "phrase":
+        out["settings"] = {
+            k: settings.get(k) for k in ("compress", "factory", "threshold", "bf16", "rescore")
+        }
+        out["vectors_per_passage"] = (m.get("counts") or {}).get("vectors_per_passage")
     if encode_s:
         out["encode_passages_per_s"] = round(n / encode_s, 2)
+        if source:
+            out["encoded_by"] = source
+    if faiss_s:
+        out["faiss_seconds_per_1k_passages"] = round(1000 * faiss_s / n, 2)
     out["projection"] = project(out, passages)
     return out
 
@@ -90,9 +119,20 @@ def project(fig: dict[str, Any], passages: int) -> dict[str, Any]:
         "index_disk_gb": round(fig["index_bytes_per_passage"] * passages / gb, 1),
         "search_memory_gb": round(fig["search_memory_bytes_per_passage"] * passages / gb, 1),
     }
+    corpus = fig.get("corpus_bytes_per_passage")
+    if corpus:
+        # every kind shows hits from the corpus store; re-scoring (issue 37) also reads the
+        # re-scored passages' text from it at search time, so it is on disk beside the index
+        p["corpus_store_disk_gb"] = round(corpus * passages / gb, 1)
+        p["disk_with_corpus_gb"] = round(p["index_disk_gb"] + p["corpus_store_disk_gb"], 1)
     rate = fig.get("encode_passages_per_s")
     if rate:
         p["encode_worker_hours"] = round(passages / rate / 3600, 1)
+    faiss = fig.get("faiss_seconds_per_1k_passages")
+    if faiss:
+        # linear in passages: training is a fixed cost (over-counted from a small index),
+        # adding grows faster where the IVF cells grow with sqrt(vectors)
+        p["faiss_hours_linear"] = round(faiss * passages / 1000 / 3600, 1)
     return p
 
 
