@@ -19,20 +19,23 @@ would give when others share it; the first 4 questions are searched once before,
 the models is not timed); KB per passage of every index file but the corpus store (a
 combined hybrid's parts counted), and the corpus store's apart.
 
-    python bench/phrase_scale.py --work /work/runs/scale-bench --threads 1 \\
-        --phrase-index /work/runs/scale/phrase-pq --bm25-index /work/runs/scale/bm25 \\
-        --dev-phrase-index /work/runs/i37/pq-0.25 \\
+    python bench/phrase_scale.py --work runs/scale/bench --threads 1 --shuffle 0 \\
+        --phrase-index runs/scale/phrase-pq --bm25-index runs/scale/bm25 \\
+        --dense-index runs/scale/dense --hybrid-index runs/scale/hybrid \\
+        --dev-phrase-index runs/i37/pq-0.25 --phrase-search-options '{"rescore": 0}' \\
         --phrase-search-options '{"rescore": 1, "rescore_tokens": "all"}' --out scale.json
     python bench/phrase_scale.py --work /tmp/scale-smoke --max-passages 300 --limit 50
 
 An index not given is built under ``--work/CORPUS/`` if missing (so a run resumes), in a
-child process whose peak RSS (the kernel's ``ru_maxrss``), wall and CPU seconds the row
-records (bench/build_memory.py's ``run_traced``); the dense index is built from the BM25
+child process (bench/build_memory.py's ``run_traced``) whose peak RSS (its own ``VmHWM``;
+``ru_maxrss`` of ``wait4`` also holds this process's RSS at the spawn, Linux keeping it across
+exec), wall and CPU seconds the row records; the dense index is built from the BM25
 index's corpus store, so the two combine.  ``--phrase-build-options`` JSON is what a built
 phrase index gets besides the corpus ({}: the kind's defaults).  Each finished row is kept
 in ``--work/rows/`` and reused by a rerun with the same index, options and questions.
-Prints one JSON object (rows, the scale-minus-dev cost per system, the command, machine,
-commit) on stdout and to ``--out``; progress on stderr.
+Prints one JSON object (rows; per system and options the scale-minus-dev difference of each
+metric and the scale/dev ratio of questions per CPU second; the command, machine, commit) on
+stdout and to ``--out``; progress on stderr.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import hashlib
 import json
 import os
 import platform
+import random
 import shlex
 import subprocess
 import sys
@@ -248,13 +252,15 @@ def evaluate_row(path: Path, system: str, qs: Any, opts: dict[str, Any]) -> dict
 def row_key(path: Path, opts: dict[str, Any], a: argparse.Namespace, n_q: int) -> str:
     """A cached row's name: the index (its path and build time), options and questions."""
     m = json.loads((path / "index.json").read_text())
-    what = [str(path.resolve()), m.get("created"), opts, a.questions, a.limit, n_q]
+    what = [str(path.resolve()), m.get("created"), opts, a.questions, a.limit, a.shuffle, n_q]
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def cost_of_scale(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Scale minus dev, per system and search options, for every metric both rows have."""
-    metrics = ["em", "f1", *PASSAGE_METRICS, "cpu_qps", "passage_cpu_qps"]
+    """Scale minus dev, per system and search options, for every metric both rows have;
+    speed as the ratio scale / dev (``*_ratio``)."""
+    metrics = ["em", "f1", *PASSAGE_METRICS]
+    speeds = ["cpu_qps", "passage_cpu_qps"]
     by = {(r["corpus"], r["system"], json.dumps(r["search_options"])): r for r in rows}
     out = []
     for (corpus, system, opts), big in by.items():
@@ -266,6 +272,9 @@ def cost_of_scale(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for m in metrics:
             if m in big and m in small:
                 d[m] = round(big[m] - small[m], 4)
+        for m in speeds:
+            if big.get(m) and small.get(m):
+                d[f"{m}_ratio"] = round(big[m] / small[m], 3)
         out.append(d)
     return out
 
@@ -313,6 +322,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--work", type=Path, required=True, help="corpora, built indexes, rows")
     ap.add_argument("--questions", default=f"squad:{SQUAD_DEV}", help="FORMAT:PATH")
     ap.add_argument("--limit", type=int, default=None, help="the first N questions")
+    ap.add_argument(
+        "--shuffle",
+        type=int,
+        default=None,
+        help="search the questions in a random order (seed): SQuAD lists a paragraph's "
+        "questions together, so a batch in file order re-scores passages it shares",
+    )
     ap.add_argument("--max-passages", type=int, default=None, help="first N of each corpus")
     ap.add_argument("--corpora", default="scale,dev", help="scale,dev (comma-separated)")
     ap.add_argument("--systems", default="phrase,bm25,hybrid", help=",".join(SYSTEMS))
@@ -340,6 +356,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         child_build(*a.child, threads=a.threads)
         return {}
     from anygrain.api import load_questions
+    from anygrain.corpus.questions import Questions
 
     phrase_build = json_object(a.phrase_build_options, "--phrase-build-options")
     searches = [
@@ -355,6 +372,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ap.error(f"--corpora {c}: one of {', '.join(CORPORA)}")
     work = a.work.resolve()
     qs = load_questions(a.questions, limit=a.limit)
+    if a.shuffle is not None:
+        items = list(qs)
+        random.Random(a.shuffle).shuffle(items)
+        qs = Questions(items, source=qs.source, format=qs.format)
     log(f"{len(qs)} questions from {a.questions}")
     rows: list[dict[str, Any]] = []
     builds: dict[str, Any] = {}
@@ -364,6 +385,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "commit": commit(),
         "questions": a.questions,
         "n_questions": len(qs),
+        "shuffle": a.shuffle,
         "max_passages": a.max_passages,
         "threads": a.threads,
         "corpora": {},

@@ -60,7 +60,7 @@ def test_scale_rows_cost_and_resume(
     argv = ["--work", str(work), "--questions", f"squad:{dev}", "--systems", "phrase,bm25"]
     argv += ["--phrase-index", str(phrase["scale"]), "--dev-phrase-index", str(phrase["dev"])]
     argv += ["--phrase-search-options", "{}", "--phrase-search-options", '{"rescore": 1}']
-    argv += ["--out", str(tmp_path / "out.json")]
+    argv += ["--shuffle", "0", "--out", str(tmp_path / "out.json")]
     report = mod.main(argv)
     assert json.loads(capsys.readouterr().out) == json.loads((tmp_path / "out.json").read_text())
     rows = report["rows"]
