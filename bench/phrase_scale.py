@@ -28,7 +28,7 @@ combined hybrid's parts counted), and the corpus store's apart.
 
 An index not given is built under ``--work/CORPUS/`` if missing (so a run resumes), in a
 child process (bench/build_memory.py's ``run_traced``) whose peak RSS (its own ``VmHWM``;
-``ru_maxrss`` of ``wait4`` also holds this process's RSS at the spawn, Linux keeping it across
+``ru_maxrss`` of ``wait4`` is at least this process's RSS at the spawn, Linux keeping it across
 exec), wall and CPU seconds the row records; the dense index is built from the BM25
 index's corpus store, so the two combine.  ``--phrase-build-options`` JSON is what a built
 phrase index gets besides the corpus ({}: the kind's defaults).  Each finished row is kept
@@ -117,7 +117,7 @@ def child_build(kind: str, out: str, source: str, options: str, threads: int) ->
         source, kind=kind, out=out, threads=threads, progress=False, **json.loads(options)
     )
     m = idx.manifest
-    # this process's own high-water mark: wait4's ru_maxrss also holds the parent's resident
+    # this process's own high-water mark: wait4's ru_maxrss is at least the parent's resident
     # set at the spawn (Linux carries it across exec; measured: 600 MB for a child of 13 MB)
     hwm = next(
         int(line.split()[1])
@@ -162,7 +162,7 @@ def built(
             "options": options,
             "threads": a.threads,
             "wall_seconds": res["wall_seconds"],
-            "ru_maxrss_mb": res["peak_rss_mb"],  # the parent's RSS at the spawn included
+            "ru_maxrss_mb": res["peak_rss_mb"],  # at least the parent's RSS at the spawn
             "peak_sampled_rss_mb": res["peak_sampled"]["rss_mb"],
             **(res["child"] or {}),
         }

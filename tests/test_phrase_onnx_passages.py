@@ -231,6 +231,7 @@ def _build(squad: Path, model_dir: Path, out: Path, runtime: str) -> PhraseIndex
         compress="none",
         keep=1.0,
         runtime=runtime,
+        bf16=False,  # torch's auto is bf16 on a CPU with it natively; the graph is float32
     )
     idx = Index.load(out, runtime="torch")
     assert isinstance(idx, PhraseIndex)
@@ -310,6 +311,7 @@ def test_index_and_add_take_the_runtime_on_the_command_line(
         out = tmp_path / runtime
         args = ["index", f"squad:{first}", "--kind", "phrase", "--out", str(out)]
         args += ["--model", str(model_dir), "--compress", "none", "--keep", "1", "-q"]
+        args += ["--no-bf16"]  # torch's auto is bf16 on a CPU with it natively
         r = run(app, [*args, "--runtime", runtime])
         assert r.exit_code == 0, r.output
         r = run(app, ["add", str(out), f"squad:{more}", "--runtime", runtime, "-q"])

@@ -129,11 +129,18 @@ def test_phrase_search_and_reading_without_torch(built: tuple[Path, Path]) -> No
     assert _kinds(cache) == ["files", "phrase-passage", "phrase-question", "reader"]
 
 
-def test_the_torch_free_build_is_the_torch_build(built: tuple[Path, Path], tmp_path: Path) -> None:
+def test_the_torch_free_build_is_the_torch_build(
+    built: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Built with the torch model (its passages on torch), the index keeps the same phrases,
     and a search finds the same hits with the same scores (to 1e-4)."""
     pytest.importorskip("torch")
     from anygrain import api
+    from anygrain.utils import precision
+
+    # float32 passages, as the graph encodes them: auto (recorded as asked) is bf16 on a
+    # CPU with it natively
+    monkeypatch.setattr(precision, "native_bf16", lambda: False)
 
     (tmp_path / "corpus.txt").write_text(CORPUS, encoding="utf-8")
     api.build_index(
@@ -202,6 +209,34 @@ def test_add_without_torch(built: tuple[Path, Path], tmp_path: Path) -> None:
     done = anygrain_without_torch(cache, "add", str(copy), str(more), "-q")
     assert done.returncode == 0, done.stderr[-3000:]
     done = anygrain_without_torch(cache, "search", str(copy), "Who took Photo 51?")
+    assert done.returncode == 0 and "Rosalind Franklin" in done.stdout, done.stderr[-3000:]
+
+
+def test_add_to_a_bf16_index_without_torch(built: tuple[Path, Path], tmp_path: Path) -> None:
+    """An index built in bfloat16 (torch, on a CPU with it natively) takes documents added
+    where torch is missing: the passage graph encodes them in float32, one line says so,
+    and ``settings.adds`` records it; the index's own ``bf16`` is unchanged."""
+    pytest.importorskip("torch")
+    from anygrain import api
+
+    _, cache = built
+    (tmp_path / "corpus.txt").write_text(CORPUS, encoding="utf-8")
+    index = tmp_path / "idx"
+    api.build_index(tmp_path / "corpus.txt", kind="phrase", out=index, bf16=True, progress=False)
+    more = tmp_path / "more.txt"
+    more.write_text("Rosalind Franklin took the X-ray image of DNA known as Photo 51.\n")
+    done = anygrain_without_torch(cache, "add", str(index), str(more), "-q")
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = [ln for ln in done.stderr.splitlines() if "float32" in ln]
+    assert len(said) == 1 and "bfloat16" in said[0] and "torch is not installed" in said[0], (
+        done.stderr
+    )
+    settings = json.loads((index / "index.json").read_text())["settings"]
+    assert settings["bf16"] is True
+    assert settings["adds"] == [{"passages": 1, "bf16": False}]
+    # re-scoring re-encodes passages on the graph too (float32), whatever the index's bf16
+    q = "Who took Photo 51?"
+    done = anygrain_without_torch(cache, "search", str(index), q, "--rescore", "2")
     assert done.returncode == 0 and "Rosalind Franklin" in done.stdout, done.stderr[-3000:]
 
 

@@ -104,6 +104,12 @@ class PhraseOptions:
     sparse_from: str | None = option(
         "Phrase indexes: copy this BM25 index (same corpus) as the lexical part", path=True
     )
+    bf16: bool | None = option(
+        "Encode the passages in bfloat16 autocast (torch). Phrase indexes: the default where "
+        "torch encodes them on a CPU with native bfloat16 (AVX-512 BF16, AMX), float32 "
+        "elsewhere; dense and hybrid: float32 by default. Recorded in the index",
+        "--bf16/--no-bf16",
+    )
     sparse_weight: float | None = option(
         "Phrase indexes: weight of the BM25 part of phrase scores (0: dense scores alone)"
     )

@@ -4,9 +4,9 @@ Encoding a corpus takes hours, so it runs on the resumable shard engine
 (:mod:`anygrain.encode.engine`) in shards of passages that are written atomically
 and recorded in ``dump.json`` as they finish; a rerun skips finished shards and,
 because a shard is always encoded as one unit, ends with the same arrays as an
-uninterrupted run.  A dump started by another model, corpus or threshold is never
-resumed (it is started again): mixing vectors from two encoders would silently
-corrupt the index.
+uninterrupted run.  A dump started by another model, corpus, threshold or precision
+(bf16) is never resumed (it is started again): mixing vectors from two encoders would
+silently corrupt the index.
 
 Once all shards exist they are concatenated into the final memory-mappable arrays:
 
@@ -131,7 +131,7 @@ def encode_shard(
 
 
 def _identity(
-    store: CorpusStore, model: PhraseEncoder, threshold: float | None, shard_size: int
+    store: CorpusStore, model: PhraseEncoder, threshold: float | None, shard_size: int, bf16: bool
 ) -> dict[str, Any]:
     return {
         "format": FORMAT,
@@ -142,6 +142,8 @@ def _identity(
         "threshold": threshold,
         "shard_size": shard_size,
         "dim": model.dim,
+        # bfloat16 and float32 vectors differ in the third digit: never one dump of both
+        "bf16": bf16,
     }
 
 
@@ -263,7 +265,7 @@ def dump_phrases(
     work, out = Path(work), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     spec = EncodeSpec(
-        identity=_identity(store, model, threshold, shard_size),
+        identity=_identity(store, model, threshold, shard_size, bf16),
         shard_size=shard_size,
         layout=DoneMapManifest(DUMP_MANIFEST),
         on_mismatch=OnMismatch.RESTART,  # the work directory is ours: start it again
@@ -275,6 +277,9 @@ def dump_phrases(
     )
     resolve_device(device)  # a missing GPU is refused before any work
     trim_heap()  # what loading the model freed (a packed model's unpacking) back first
+    from anygrain.utils.precision import cap_onednn_cache
+
+    cap_onednn_cache()  # before the first encode: oneDNN reads it once
     passages = passage_encoder(model, runtime, device=device, bf16=bf16, executor=executor)
     encoder = _PhraseShards(store, passages, threshold, batch_size, bf16, device, False)
     result = ShardedEncode(work, len(store), encoder, spec, executor=executor).run(

@@ -9,7 +9,7 @@ the one recorded with that graph -- the files it was made from checked by sha256
 the fingerprint of the weights installed.  It offers what a build asks of a
 :class:`~anygrain.phrase.model.PhraseEncoder`: ``config``, ``dim``,
 ``phrase_fingerprint()``, ``encode_passages`` (ONNX Runtime, float32), ``save`` (a copy of
-the packed files).  Training, bf16 and a GPU need the torch model (``anygrain[train]``).
+the packed files).  Training, a bf16 build and a GPU need the torch model (``anygrain[train]``).
 
 :func:`as_phrase_model <anygrain.phrase.build.as_phrase_model>` gives one where torch is not
 installed; with torch, the model itself is loaded as before.
@@ -83,8 +83,10 @@ class GraphPhraseModel:
         bf16: bool = False,
         **kw: Any,
     ) -> Any:
-        if bf16:
-            raise AnygrainError(f"a bf16 dump encodes with torch, not installed: {TRAIN_EXTRA}")
+        # the graph computes in float32, bf16 or not: re-scoring a bf16 index's passages
+        # takes them so (they differ by bfloat16's rounding); a build refuses bf16 here
+        # before it starts and an add records float32 (phrase.build.resolve_bf16,
+        # phrase.update.update_bf16), so no index records bf16 for what ran in float32
         return self.passages.encode_passages(texts, titles, **kw)
 
     def onnx_passages(self, cache: GraphCache) -> Any:

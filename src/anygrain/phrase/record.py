@@ -42,6 +42,9 @@ class PhraseIndexRecord:
     sparse: dict[str, Any] | None = None  # the lexical part's fusion (SparseFusion.to_dict)
     build: dict[str, Any] | None = None  # the settings the index was asked for
     refiltered_from: dict[str, Any] | None = None  # {"path", "threshold"} of the source
+    # each ``add`` since the build, in order: {"passages": n, "bf16": the precision that
+    # encoded them} (float32 where ONNX Runtime's passage graph did, whatever ``bf16`` says)
+    adds: list[dict[str, Any]] | None = None
     # the FAISS part
     factory: str | None = None
     nprobe: int | None = None

@@ -9,6 +9,14 @@ again.  Either way the BM25 part fused into phrase scores, when the index carrie
 is rebuilt (its statistics are corpus-wide).  The model stays where it was: copied in
 ``phrase/model/``, or referred to by name (``model.ref``).
 
+New passages are encoded in the index's recorded precision (``settings.bf16``) where torch
+encodes them.  Where ONNX Runtime's passage graph does (a base install, or ``--runtime
+onnx``), it computes in float32: an index built in bfloat16 takes them so, rather than
+refusing the add, since the two differ by bfloat16's rounding (on SQuAD dev a bf16 index
+and a float32 one are within 0.06 EM and .0003 passage top@5 of each other); one line says
+so, and ``settings.adds`` records each add's passages and precision.  A compaction that
+dumps again there writes a float32 index (``bf16`` false).
+
 :mod:`anygrain.index.updater` stages the copy these functions write in and swaps it in;
 :class:`~anygrain.phrase.index.PhraseIndex` delegates its ``add_rows`` /
 ``compact_rows`` here.
@@ -17,9 +25,11 @@ is rebuilt (its statistics are corpus-wide).  The model stays where it was: copi
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +45,8 @@ from anygrain.sparse.update import rebuild_bm25
 from anygrain.vectors.disk import add_block, split_whole
 from anygrain.vectors.factory import parse_factory
 from anygrain.vectors.faiss_index import FaissIndex
+
+log = logging.getLogger(__name__)
 
 
 def _append_rows(path: Path, extra: np.ndarray, work: Path) -> None:
@@ -60,6 +72,31 @@ def _phrase_lexical(u: StagedUpdate) -> None:
         rebuild_bm25(u.staged / SPARSE_SUBDIR, idx.lexical.bm25, u.store, u.progress)
 
 
+def update_bf16(u: StagedUpdate, what: str) -> bool:
+    """The precision ``u`` encodes passages in: the index's recorded one where torch encodes
+    them, float32 where ONNX Runtime's passage graph does (the model of a base install, or
+    ``--runtime onnx``), saying so in one line when that is not the index's (``what``: the
+    passages, for that line)."""
+    from anygrain.encode.onnx_runtime import parse_runtime
+    from anygrain.encode.runtime import Runtime
+
+    idx = u.index
+    assert isinstance(idx, PhraseIndex)
+    if not idx.record.bf16:
+        return False
+    on_graph = parse_runtime(u.runtime) is Runtime.ONNX
+    if not on_graph and getattr(idx.model, "runtime", "torch") != "onnx":
+        return True
+    log.warning(
+        "%s: built in bfloat16; %s encoded in float32 on ONNX Runtime's passage graph (%s), "
+        "as index.json records",
+        idx.path,
+        what,
+        "--runtime onnx" if on_graph else "torch is not installed",
+    )
+    return False
+
+
 def add_rows(u: StagedUpdate) -> None:
     """Dump the new passages (``u.segment``) and append them to the staged phrase index."""
     idx = u.index
@@ -67,13 +104,14 @@ def add_rows(u: StagedUpdate) -> None:
     base = u.staged / SUBDIR
     record = idx.record
     seg_dir = u.work / "dump"
+    bf16 = update_bf16(u, f"the {len(u.segment)} passages added are")
     stats = dump_phrases(
         u.segment,
         idx.model,
         u.work / "shards",
         seg_dir,
         threshold=record.threshold,
-        bf16=bool(record.bf16),
+        bf16=bf16,
         progress=u.progress,
         device=u.device,
         runtime=u.runtime,
@@ -122,6 +160,9 @@ def add_rows(u: StagedUpdate) -> None:
     settings = PhraseIndexRecord.from_manifest(staged["settings"])
     if blocks:
         settings = dataclasses.replace(settings, faiss_blocks=blocks)
+    # each add's precision: an index built in bf16 may hold float32 passages added since
+    add: dict[str, Any] = {"passages": stats.n_passages, "bf16": bf16}
+    settings = dataclasses.replace(settings, adds=[*(settings.adds or []), add])
     rewrite_manifest(
         u.staged,
         staged,
@@ -143,11 +184,12 @@ def compact_rows(u: StagedUpdate) -> None:
         shutil.rmtree(u.staged / SPARSE_SUBDIR, ignore_errors=True)  # linked to the original
         lang = idx.lexical.bm25.config.lang if idx.lexical is not None else None
         recorded_model = old.get("model") or {}
+        bf16 = update_bf16(u, "every passage kept is")
         write_index(
             u.staged,
             u.store,
             idx.model,
-            recorded_settings(idx.record, lang=lang),
+            dataclasses.replace(recorded_settings(idx.record, lang=lang), bf16=bf16),
             BuildOptions(progress=u.progress),
             work=u.work / "shards",
             model_name=recorded_model.get("name"),
