@@ -70,10 +70,11 @@ def run_one(
     batch_size: int,
     tokens: str | None = None,
     bf16: bool | None = None,
+    margin: float | None = None,
 ) -> dict[str, Any]:
     opts: dict[str, Any] = {"rescore": n, "batch_size": batch_size}
     if n:
-        opts.update(rescore_tokens=tokens, rescore_bf16=bf16)
+        opts.update(rescore_tokens=tokens, rescore_bf16=bf16, rescore_margin=margin)
         # what a server has loaded before its first request (the torch phrase model that
         # re-encodes, its bf16 kernels) is not the evaluation's time
         idx.search([q.text for q in list(qs)[:4]], 1, **opts)
@@ -127,10 +128,18 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument(
         "--rescore-tokens",
         default="stored",
-        help="tokens re-scored: stored|model|all, comma-separated (a row each)",
+        help="tokens re-scored: stored|model|all|index (the index's), comma-separated",
     )
     ap.add_argument(
-        "--rescore-bf16", default="0", help="re-encode in bfloat16: 0|1, comma-separated"
+        "--rescore-bf16",
+        default="0",
+        help="re-encode in bfloat16: 0|1|index (as the index was built), comma-separated",
+    )
+    ap.add_argument(
+        "--rescore-margin",
+        default="index",
+        help="re-score a passage after the first only within this first-stage score of it: "
+        "comma-separated floats or 'index' (the index's recorded margin), a row each",
     )
     ap.add_argument("--out", type=Path, default=None, help="also write the rows here (JSON)")
     a = ap.parse_args(argv)
@@ -151,13 +160,26 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         settings = idx.manifest["settings"]
         b = index_bytes(path)
         n_p = int(counts["passages"])
-        modes = [x.strip() for x in a.rescore_tokens.split(",") if x.strip()]
-        precisions = [bool(int(x)) for x in a.rescore_bf16.split(",") if x.strip()]
-        runs = [(0, None, None)] * (0 in ns) + [
-            (n, t, b) for n in ns if n for t in modes for b in precisions
+        modes = [
+            None if x.strip() == "index" else x.strip()
+            for x in a.rescore_tokens.split(",")
+            if x.strip()
         ]
-        for n, tokens, bf16 in runs:
-            log(f"{name}: rescore {n} ({tokens}, bf16 {bf16}) over {len(qs)} questions")
+        precisions = [
+            None if x.strip() == "index" else bool(int(x))
+            for x in a.rescore_bf16.split(",")
+            if x.strip()
+        ]
+        margins = [
+            None if x.strip() == "index" else float(x)
+            for x in a.rescore_margin.split(",")
+            if x.strip()
+        ]
+        runs = [(0, None, None, None)] * (0 in ns) + [
+            (n, t, b, m) for n in ns if n for t in modes for b in precisions for m in margins
+        ]
+        for n, tokens, bf16, margin in runs:
+            log(f"{name}: rescore {n} ({tokens}, bf16 {bf16}, margin {margin}) over {len(qs)} q")
             row = {
                 "index": name,
                 "path": str(path),
@@ -167,6 +189,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 "rescore": n,
                 "rescore_tokens": tokens,
                 "rescore_bf16": bf16,
+                "rescore_margin": margin if margin is not None else settings.get("rescore_margin"),
                 "n_questions": len(qs),
                 "shuffled": a.shuffle is not None,
                 "threads": a.threads,
@@ -183,6 +206,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                     batch_size=a.batch_size,
                     tokens=tokens,
                     bf16=bf16,
+                    margin=margin,
                 ),
             }
             print(json.dumps(row), flush=True)

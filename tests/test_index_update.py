@@ -341,6 +341,7 @@ def test_compacting_a_compressed_phrase_index_dumps_the_kept_passages_again(
         "model": phrase_model,
         "shard_size": 2,
         "compress": "sq8",
+        "keep": 0.5,
     }
     gone = PHRASE_B[0].doc_id
     p = Index.build(PHRASE_A + PHRASE_B, kind="phrase", out=tmp_path / "ab", **opts).path

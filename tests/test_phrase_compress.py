@@ -46,8 +46,15 @@ def built(
     for c in Compress:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # FAISS: PQ trained on a hundred vectors
+            # the first stage's mechanics at each code: no re-scoring, half the vectors
             out[c.value] = PhraseIndex.build_from(
-                f"squad:{squad}", root / c.value, model=model_dir, compress=c, progress=False
+                f"squad:{squad}",
+                root / c.value,
+                model=model_dir,
+                compress=c,
+                keep=0.5,
+                rescore=0,
+                progress=False,
             )
     return out
 
@@ -132,6 +139,7 @@ def test_exact_falls_back_to_covering_k_units_over_ivf(
             model=model_dir,
             factory="IVF2,SQ8",
             compress="sq8",
+            keep=0.5,
             progress=False,
         )
     idx = Index.load(idx.path)  # memory-mapped inverted lists, decoded through a direct map

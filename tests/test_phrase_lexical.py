@@ -37,6 +37,9 @@ QUESTIONS = [
 
 
 def _build(squad: Path, model_dir: Path, out: Path, **opts: object) -> PhraseIndex:
+    # the fused first stage against brute force: 8-bit codes of half the vectors, not
+    # re-scored (the default's re-scoring is tests/test_phrase_rescore*.py's)
+    opts = {"compress": "sq8", "keep": 0.5, **opts}
     idx = Index.build(
         f"squad:{squad}", kind="phrase", out=out, model=str(model_dir), progress=False, **opts
     )

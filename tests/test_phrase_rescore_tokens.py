@@ -45,8 +45,15 @@ def built(
 ) -> dict[str, PhraseIndex]:
     """An uncompressed index of every token (keep 1) and a 4-bit copy keeping a quarter."""
     root = tmp_path_factory.mktemp("rescore-tokens")
+    # float32 dumps: re-encoding is checked against a float32 brute force
     full = PhraseIndex.build_from(
-        f"squad:{squad}", root / "full", model=model_dir, compress="none", keep=1.0, progress=False
+        f"squad:{squad}",
+        root / "full",
+        model=model_dir,
+        compress="none",
+        keep=1.0,
+        bf16=False,
+        progress=False,
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # FAISS: few training vectors
@@ -57,6 +64,7 @@ def built(
             model=model_dir,
             compress="sq4",
             keep=0.25,
+            bf16=False,
             progress=False,
         )
     return {"full": full, "small": small}

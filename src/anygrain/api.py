@@ -343,6 +343,8 @@ def refilter_index(
     pq_m: int | None = None,
     keep_dump: bool | None = None,
     rescore: int | None = None,
+    rescore_margin: float | None = None,
+    rescore_tokens: str | None = None,
     progress: bool = True,
     overwrite: bool = False,
 ) -> Index:
@@ -364,6 +366,8 @@ def refilter_index(
         pq_m=pq_m,
         keep_dump=keep_dump,
         rescore=rescore,
+        rescore_margin=rescore_margin,
+        rescore_tokens=rescore_tokens,
     )
 
 

@@ -301,12 +301,23 @@ REFILTER_HELP = {
     "compress": "Quantize the new index's FAISS vectors",
     "rescore": "Passages each search re-encodes and re-scores exactly by default "
     "(default: the source's; 0: none)",
+    "rescore_margin": "Re-scoring's margin (default: the source's)",
+    "rescore_tokens": "Re-scoring's tokens (default: the source's)",
 }
 
 
 @config_options(
     PhraseOptions,
-    ("threshold", "keep", "compress", "pq_m", "keep_dump", "rescore"),
+    (
+        "threshold",
+        "keep",
+        "compress",
+        "pq_m",
+        "keep_dump",
+        "rescore",
+        "rescore_margin",
+        "rescore_tokens",
+    ),
     lead=2,
     helps=REFILTER_HELP,
     defaults={"compress": Compress.NONE},

@@ -88,7 +88,7 @@ class PhraseOptions:
         "Phrase indexes: quantize the FAISS vectors (spans scored decoded; default: the "
         "phrase kind's, see docs/cli.md)"
     )
-    pq_m: int | None = option("opq-pq: bytes per vector (default dim/8)")
+    pq_m: int | None = option("pq, opq-pq: bytes per vector (default dim/8)")
     memory_budget: str | None = option(
         "Phrase indexes: resident memory the build may use, e.g. 1.5G (the default); sets "
         "shard and batch sizes and builds FAISS in blocks"
@@ -115,7 +115,17 @@ class PhraseOptions:
     )
     rescore: int | None = option(
         "Phrase indexes: passages each search re-encodes and re-scores exactly by default "
-        "(its top N; 0 or unset: none)"
+        "(its top N; default: the phrase kind's, see docs/cli.md; 0: none)"
+    )
+    rescore_margin: float | None = option(
+        "Phrase indexes: re-score a passage after the first only when its first-stage score "
+        "is within this of the first's (default: the phrase kind's; 1000: all N)"
+    )
+    rescore_tokens: str | None = option(
+        "Phrase indexes: rank the re-scored passages' spans over the tokens the index "
+        "stored (stored), those passing the model's own filter (model) or every token "
+        "(all; the default)",
+        metavar="stored|model|all",
     )
 
 
@@ -147,4 +157,10 @@ SEARCH_HELP = {
     "depth": "Hybrid indexes: candidates from each system",
     "rescore": "Phrase indexes: re-encode each question's top N passages and rank their "
     "spans exactly (default: the index's setting; 0: off)",
+    "rescore_margin": "Phrase indexes, re-scoring: re-score a passage after the first only "
+    "when its first-stage score is within this of the first's (default: the index's; "
+    "1000: all N)",
+    "rescore_tokens": "Phrase indexes, re-scoring: rank spans over the re-encoded passages' "
+    "stored tokens, those passing the model's own filter, or every token (default: the "
+    "index's; stored for indexes that record none)",
 }

@@ -161,12 +161,6 @@ class RescoreOptions:
     """How a phrase search's re-scoring (``--rescore``) re-encodes its passages: search
     options only (no build setting; :func:`anygrain.phrase.rescore.search_rescored`)."""
 
-    rescore_tokens: str | None = option(
-        "Phrase indexes, with --rescore: rank spans over the re-encoded passages' stored "
-        "tokens (stored, the default), those passing the model's own filter (model: an "
-        "uncompressed --keep 1 index's), or every token (all)",
-        metavar="stored|model|all",
-    )
     rescore_bf16: bool | None = option(
         "Phrase indexes, with --rescore: re-encode in bfloat16 (default: as the index was built)",
         "--rescore-bf16/--no-rescore-bf16",
@@ -179,7 +173,7 @@ def with_search_options(lead: int) -> Callable[[Callable[..., None]], Callable[.
     after the command's first ``lead`` parameters, handed to it as ``**search``."""
 
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
-        phrase = ("sparse_weight", "rescore")
+        phrase = ("sparse_weight", "rescore", "rescore_margin", "rescore_tokens")
         command = config_options(RescoreOptions, lead=lead)(command)
         command = config_options(PhraseOptions, phrase, lead=lead, helps=SEARCH_HELP)(command)
         return config_options(FusionOptions, lead=lead, helps=SEARCH_HELP)(command)

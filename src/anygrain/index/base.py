@@ -198,6 +198,11 @@ class Index(ABC):
         if self.managed_dir is not None:
             self.managed_dir()
 
+    def prepare_serving(self) -> None:
+        """Load what a long-running process (a server) should hold before its first search,
+        which a one-shot search would rather not pay for (nothing, unless a kind says so)."""
+        return None
+
     def __enter__(self) -> Index:
         return self
 

@@ -50,7 +50,7 @@ from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_phrases
 from anygrain.phrase.filtering import dump_filter, fraction_threshold, refiltered_flags, subset_dump
 from anygrain.phrase.lexical import SparseFusion, copy_sparse, write_sparse
 from anygrain.phrase.record import DUMP_FILES, PhraseCounts, PhraseIndexRecord
-from anygrain.phrase.rescore import RESCORE_RANGE
+from anygrain.phrase.rescore import RESCORE_MARGIN_RANGE, RESCORE_RANGE, RescoreTokens
 from anygrain.utils.device import resolve_device
 from anygrain.utils.ranges import Range
 from anygrain.vectors.factory import default_nprobe, parse_factory, plan_training
@@ -75,14 +75,28 @@ SUBDIR = "phrase"
 FORMAT_VERSION = 1
 
 
-#: The defaults of a phrase index: the best measured size/quality point (docs/benchmarks.md,
-#: "What compression costs"): on SQuAD dev with fused scores, 8-bit scalar quantisation of
-#: half the vectors (the filter keeping the other half) lost 0.03 EM and 0.0002 passage top@5
-#: against the float16 keep-all index, at 62 KB per passage instead of 471 KB; keeping a
-#: quarter lost 1.96 EM, 4-bit codes of half 1.06.  ``compress="none", keep=1`` is the
-#: uncompressed research index.
-DEFAULT_COMPRESS = Compress.SQ8
-DEFAULT_KEEP = 0.5
+#: The defaults of a phrase index (issue 37, docs/benchmarks.md "A phrase index under 8 KB
+#: per passage"): product-quantized codes (48 bytes a vector, no rotation) of a quarter of
+#: the vectors, ~7.9 KB per passage on SQuAD dev with the BM25 part, against 62 KB for the
+#: earlier default (8-bit codes of half) and 471 KB for the float16 keep-all research index
+#: (``compress="none", keep=1``).  The codes still find the right passages (top@5 within
+#: .004 of the research index) but lose the span inside them (-9.6 EM); re-scoring the top
+#: passages over all their tokens (DEFAULT_RESCORE below) brings the span back.
+DEFAULT_COMPRESS = Compress.PQ
+DEFAULT_KEEP = 0.25
+#: Chinese keeps half: with phrase-me5-zh a quarter left the answer passages of 3 of the 8
+#: Chinese demo questions without a vector (passage top@5 .625; 1.0 at keep 0.5, the same
+#: PQ codes and re-scoring, EM .625 against the earlier default's .5)
+DEFAULT_KEEP_ZH = 0.5
+#: The re-scoring a PQ-coded index records unless told otherwise (issue 37): the first
+#: stage's top passage always, and of the next two those within 1.5 of its first-stage
+#: (fused) score, re-encoded and ranked over all their tokens (the codes lost the spans, keep
+#: 0.25 three quarters of the tokens; re-encoding brings both back).  Chosen on 20 held-out
+#: SQuAD train articles (bench/squad_holdout.py; docs/benchmarks.md): this margin re-encodes
+#: 1.24 passages a question for the EM of re-scoring all three (3.0).
+DEFAULT_RESCORE = 3
+DEFAULT_RESCORE_MARGIN = 1.5
+DEFAULT_RESCORE_TOKENS = RescoreTokens.ALL
 #: the filter threshold tau is a logit: finite, and beyond +-1000 it keeps all or nothing
 THRESHOLD_RANGE = Range("phrase filter threshold", -1000.0, 1000.0)
 
@@ -108,7 +122,7 @@ class PhraseSettings(IndexSettings):
     memory_budget: str | int | None = None
     max_phrase_words: int | None = None  # default: the model's
     compress: Compress = DEFAULT_COMPRESS
-    pq_m: int | None = None  # opq-pq: bytes per vector (default dim/8)
+    pq_m: int | None = None  # pq, opq-pq: bytes per vector (default dim/8)
     keep_dump: bool | None = None  # keep the float16 vectors (default: only uncompressed)
     # the lexical part (BM25 of each phrase's passage, fused into its score): built with
     # the index unless ``sparse`` is off; ``sparse_from`` copies an existing BM25 index
@@ -121,6 +135,10 @@ class PhraseSettings(IndexSettings):
     # passages each search re-scores exactly by default (anygrain.phrase.rescore): the
     # first stage's top ``rescore`` passages re-encoded, their spans ranked as uncompressed
     rescore: int | None = None
+    # ... of them those after the first only when within this of the first's first-stage
+    # score, and over which tokens (RescoreTokens); None: DEFAULT_RESCORE_* when compressed
+    rescore_margin: float | None = None
+    rescore_tokens: str | None = None
 
     def __post_init__(self) -> None:
         if self.copy_model is False and is_phrase_encoder(self.model):
@@ -139,6 +157,12 @@ class PhraseSettings(IndexSettings):
             THRESHOLD_RANGE.check(self.threshold)
         if self.rescore is not None:
             RESCORE_RANGE.check(self.rescore)
+        if self.rescore_margin is not None:
+            RESCORE_MARGIN_RANGE.check(self.rescore_margin)
+        if self.rescore_tokens is not None:
+            object.__setattr__(
+                self, "rescore_tokens", RescoreTokens.parse(self.rescore_tokens).value
+            )
         if self.keep is not None:
             if not 0 < self.keep <= 1:
                 raise AnygrainError(f"phrase index keep must be in (0, 1], got {self.keep}")
@@ -197,6 +221,8 @@ def recorded_settings(record: PhraseIndexRecord, *, lang: str | None = None) -> 
         sparse_weight=SparseFusion.from_dict(r.sparse).weight if r.sparse else None,
         lang=lang,
         rescore=r.rescore,
+        rescore_margin=r.rescore_margin,
+        rescore_tokens=r.rescore_tokens,
     )
 
 
@@ -231,6 +257,43 @@ def resolve_bf16(bf16: bool | None, model: PhraseEncoder, options: BuildOptions)
     from anygrain.utils.precision import native_bf16
 
     return native_bf16()
+
+
+def default_keep(settings: PhraseSettings, store: CorpusStore) -> float | None:
+    """The keep fraction of a build: as given, else none with a threshold, else the default
+    for the corpus language (``settings.lang``, else detected: :data:`DEFAULT_KEEP_ZH`)."""
+    fraction = settings.keep_fraction
+    if settings.keep is None and settings.threshold is None:
+        from anygrain.corpus.lang import detect_lang
+
+        if (settings.lang or detect_lang(store).value) == "zh":
+            return DEFAULT_KEEP_ZH
+    return fraction
+
+
+def rescore_record(
+    settings: PhraseSettings, record: PhraseIndexRecord, comp: Compress
+) -> dict[str, Any]:
+    """The re-scoring an index records (``rescore``, ``rescore_margin``, ``rescore_tokens``):
+    each as asked, else its source's (a refilter keeps them), else, for product-quantized
+    codes (``pq``, ``opq-pq``: they find the passages, not the spans inside them), the
+    defaults (:data:`DEFAULT_RESCORE`, ...), else none."""
+    n = settings.rescore if settings.rescore is not None else record.rescore
+    if n is None and comp in (Compress.PQ, Compress.OPQ_PQ):
+        n = DEFAULT_RESCORE
+    margin = settings.rescore_margin
+    if margin is None:
+        margin = record.rescore_margin if record.rescore is not None else None
+    tokens = settings.rescore_tokens or record.rescore_tokens
+    if n:
+        tokens = tokens or DEFAULT_RESCORE_TOKENS.value
+        if settings.rescore is None and record.rescore is None and margin is None:
+            margin = DEFAULT_RESCORE_MARGIN
+    return {
+        "rescore": None if n is None else int(n),
+        "rescore_margin": None if margin is None else float(margin),
+        "rescore_tokens": tokens,
+    }
 
 
 def as_phrase_model(
@@ -420,7 +483,7 @@ def write_index(
         device=options.device,
         runtime=options.runtime,
     )
-    fraction = s.keep_fraction
+    fraction = default_keep(s, store)
     if fraction is not None and fraction < 1:
         threshold, stats = _keep_fraction(base, work, stats, fraction, threshold, options.progress)
     record = dump_record(model, s, threshold, fraction, build)
@@ -550,7 +613,7 @@ def finish_index(
         dump=keep_dump,
         # where span scoring reads vectors: the float16 dump, or the FAISS codes decoded
         span_vectors="dump" if keep_dump and comp is Compress.NONE else "codes",
-        rescore=int(settings.rescore) if settings.rescore is not None else record.rescore,
+        **rescore_record(settings, record, comp),
     )
     write_manifest(
         out,

@@ -6,8 +6,11 @@ vectors:
 - ``none``: float16 (``SQfp16``; the default factory of :data:`PHRASE_POLICY`).
 - ``sq8``: 8-bit scalar quantization, one byte per dimension (``SQ8``).
 - ``sq4``: 4-bit scalar quantization, half a byte per dimension (``SQ4``).
-- ``opq-pq``: a learned rotation and product quantization, ``m`` bytes per vector
-  (``OPQ{m},IVF{n},PQ{m}``; ``m`` defaults to dim/8, 48 for 384-d vectors).
+- ``pq``: product quantization, ``m`` bytes per vector (``IVF{n},PQ{m}``; ``m`` defaults to
+  dim/8, 48 for 384-d vectors).  Exact re-scoring (:mod:`anygrain.phrase.rescore`) ranks the
+  spans of the passages the codes find, so the codes need not rank spans well.
+- ``opq-pq``: ``pq`` after a learned rotation (``OPQ{m},IVF{n},PQ{m}``); OPQ's training on the
+  default sample of 97k vectors took over 40 minutes of a shared CPU core.
 
 At or above 100k vectors an IVF layer with ``sqrt(N)`` cells is added (:data:`PHRASE_POLICY`);
 below it the codes are scanned exhaustively.  For tiny indexes the factory degrades
@@ -70,9 +73,11 @@ def compressed_factory(
     m = pq_m or default_pq_m(dim)
     if dim % m:
         raise AnygrainError(f"--pq-m {m} must divide the vector dimension {dim}")
+    if n_vectors < 2:  # PQ trains on two points at least: one vector is stored as it is
+        return "Flat"
     bits = max(1, min(8, int(math.floor(math.log2(max(n_vectors, 2))))))
     pq = f"PQ{m}" if bits == 8 else f"PQ{m}x{bits}"
-    opq = f"OPQ{m}," if n_vectors >= OPQ_MIN_TRAIN else ""
+    opq = f"OPQ{m}," if c is Compress.OPQ_PQ and n_vectors >= OPQ_MIN_TRAIN else ""
     return f"{opq}{ivf}{pq}"
 
 

@@ -72,7 +72,13 @@ from anygrain.phrase.opening import (
     open_model,
 )
 from anygrain.phrase.record import PhraseIndexRecord
-from anygrain.phrase.rescore import RESCORE_RANGE, FirstStage, RescoreTokens, search_rescored
+from anygrain.phrase.rescore import (
+    RESCORE_MARGIN_RANGE,
+    RESCORE_RANGE,
+    FirstStage,
+    RescoreTokens,
+    search_rescored,
+)
 from anygrain.phrase.search import (
     Phrases,
     PhraseTable,
@@ -104,6 +110,7 @@ class PhraseIndex(Index):
     search_option_checks = {
         "sparse_weight": WEIGHT_RANGE.check,
         "rescore_tokens": RescoreTokens.parse,
+        "rescore_margin": RESCORE_MARGIN_RANGE.check,
     }
     settings_type = PhraseSettings
     format_version = FORMAT_VERSION
@@ -208,6 +215,10 @@ class PhraseIndex(Index):
         self.fusion = SparseFusion.from_dict(sp, f"{path}/index.json") if sp else None
         # the BM25 part opens on first use: a pure-dense search never reads it
         self._lexical: LexicalScorer | None = None
+        # re-scoring's passage side on ONNX Runtime (a shipped model's graph), opened on
+        # first use; ``runtime`` as asked at open (``onnx``: never torch for passages either)
+        self._graph_passages: Any = None
+        self.requested_runtime = Runtime.AUTO
 
     @property
     def model(self) -> PhraseEncoder:
@@ -222,6 +233,33 @@ class PhraseIndex(Index):
         self._model = value
         self.questions = value
 
+    def prepare_serving(self) -> None:
+        """Re-scoring's torch model loaded now where torch is installed: a server's small
+        batches then re-encode in bfloat16 (~3x faster than the ONNX graph in float32) and
+        its first request does not pay for the import (a one-shot search keeps the graph)."""
+        from anygrain.encode.onnx_runtime import torch_installed
+
+        if self.rescore and self.requested_runtime is not Runtime.ONNX and torch_installed():
+            _ = self.model
+
+    @property
+    def model_loaded(self) -> bool:
+        """Whether the phrase model itself is in memory (not only a loader of it)."""
+        return self._model is not None
+
+    def graph_passages(self) -> Any:
+        """The phrase model's passage side on its shipped ONNX graph, without torch (a
+        :class:`~anygrain.phrase.graph_model.GraphPhraseModel`); None for a model that ships
+        no graph (a trained or copied one: its graph is exported from the torch model)."""
+        if self._graph_passages is None:
+            from anygrain.phrase.opening import graph_model_of
+
+            try:
+                self._graph_passages = graph_model_of(self.path, self.manifest, None, onnx=False)[0]
+            except AnygrainError:
+                self._graph_passages = False
+        return self._graph_passages or None
+
     @property
     def runtime(self) -> Runtime:
         """What encodes this index's questions now."""
@@ -231,6 +269,17 @@ class PhraseIndex(Index):
     def rescore(self) -> int:
         """Passages a search re-scores exactly by default (the build's ``rescore``; 0: none)."""
         return int(self.record.rescore or 0)
+
+    @property
+    def rescore_margin(self) -> float | None:
+        """A re-scored passage after the first must score within this of the first in the
+        first stage (the build's ``rescore_margin``; None: the first ``rescore`` all)."""
+        return self.record.rescore_margin
+
+    @property
+    def rescore_tokens(self) -> RescoreTokens:
+        """Which tokens of a re-encoded passage re-scoring ranks (the build's; else stored)."""
+        return RescoreTokens.parse(self.record.rescore_tokens)
 
     @property
     def lexical(self) -> LexicalScorer | None:
@@ -341,7 +390,7 @@ class PhraseIndex(Index):
         store = store or open_corpus_of(path, manifest)
         record = PhraseIndexRecord.from_manifest(manifest["settings"])
         a = open_arrays(path, record, store, mmap=mmap)
-        return cls(
+        index = cls(
             path,
             manifest,
             store,
@@ -353,6 +402,8 @@ class PhraseIndex(Index):
             a.end_ids,
             questions=questions,
         )
+        index.requested_runtime = parse_runtime(runtime)
+        return index
 
     # --- search -----------------------------------------------------------------------
     def encode_queries(
@@ -472,6 +523,7 @@ class PhraseIndex(Index):
         rescore: int | None = None,
         rescore_tokens: str | None = None,
         rescore_bf16: bool | None = None,
+        rescore_margin: float | None = None,
         **options: Any,
     ) -> list[list[Hit]]:
         """Top-``k`` units per encoded query.  ``unit`` picks the grain (default: phrases);
@@ -492,8 +544,10 @@ class PhraseIndex(Index):
         ``rescore`` re-encodes each query's first that many passages and ranks their spans
         exactly (:mod:`anygrain.phrase.rescore`); None: the index's recorded setting, 0: off.
         ``rescore_tokens`` says over which tokens of those passages (stored|model|all,
-        :class:`~anygrain.phrase.rescore.RescoreTokens`; None: stored) and ``rescore_bf16``
-        whether they are encoded in bfloat16 (None: as the index was built).
+        :class:`~anygrain.phrase.rescore.RescoreTokens`; None: the index's recorded ones, else
+        stored), ``rescore_bf16`` whether they are encoded in bfloat16 (None: as the index
+        was built) and ``rescore_margin`` how close to the first passage's first-stage score
+        another must be to be re-scored (None: the index's recorded margin; 1000: all).
         """
         u = Unit(unit) if unit is not None else Unit.PHRASE
         depth = top_k or max(100, 10 * k)
@@ -505,11 +559,17 @@ class PhraseIndex(Index):
             assert self.lexical is not None
             lex = self.lexical.queries(encoded.texts, fusion)
         n_rescore = self.rescore if rescore is None else int(RESCORE_RANGE.check(rescore))
-        rescore_tokens = RescoreTokens.parse(rescore_tokens)  # refused even when not used
+        # both refused when out of range even when not used
+        tokens = RescoreTokens.parse(rescore_tokens) if rescore_tokens else self.rescore_tokens
+        margin = self.rescore_margin
+        if rescore_margin is not None:
+            margin = float(RESCORE_MARGIN_RANGE.check(rescore_margin))
         if n_rescore:
-            stage = FirstStage(scope_rows, depth, max_depth, exact, L, nprobe, fusion, lex, stats)
+            stage = FirstStage(
+                scope_rows, depth, max_depth, exact, L, nprobe, fusion, lex, stats, margin
+            )
             return search_rescored(
-                self, encoded, k, u, n_rescore, stage, tokens=rescore_tokens, bf16=rescore_bf16
+                self, encoded, k, u, n_rescore, stage, tokens=tokens, bf16=rescore_bf16
             )
         if u is Unit.PHRASE or scope_rows is not None:
             phrases = self.search_phrases(

@@ -17,6 +17,7 @@ class Compress(str, enum.Enum):
     NONE = "none"
     SQ8 = "sq8"
     SQ4 = "sq4"
+    PQ = "pq"  # product quantization, no rotation (OPQ trains slowly on a CPU)
     OPQ_PQ = "opq-pq"
 
 

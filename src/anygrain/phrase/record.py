@@ -54,6 +54,8 @@ class PhraseIndexRecord:
     dump: bool | None = None  # the float16 dump kept beside the FAISS indexes
     span_vectors: str | None = None  # where span scoring reads vectors: "dump" or "codes"
     rescore: int | None = None  # passages a search re-scores exactly by default
+    rescore_margin: float | None = None  # ... those after the first only this close to it
+    rescore_tokens: str | None = None  # ... over these tokens (RescoreTokens; None: stored)
 
     @classmethod
     def from_manifest(cls, settings: Mapping[str, Any]) -> PhraseIndexRecord:

@@ -64,6 +64,8 @@ def refilter(
     pq_m: int | None = None,
     keep_dump: bool | None = None,
     rescore: int | None = None,
+    rescore_margin: float | None = None,
+    rescore_tokens: str | None = None,
     progress: bool = True,
     overwrite: bool = False,
 ) -> PhraseIndex:
@@ -72,7 +74,8 @@ def refilter(
 
     ``factory`` is the FAISS factory of the new index (default: chosen by its size and
     ``compress``); ``compress``, ``pq_m``, ``keep_dump`` and ``rescore`` (passages a search
-    re-scores exactly by default; None: the source's) are as for a fresh build.  The
+    re-scores exactly by default), ``rescore_margin`` and ``rescore_tokens`` (None: the
+    source's) are as for a fresh build.  The
     source must have kept its float16 dump (vectors are copied from it, never re-decoded).
     ``out`` must be new or empty, or an index to replace with ``overwrite``.
     """
@@ -100,7 +103,13 @@ def refilter(
         # the FAISS settings of the new index (checked before any work)
         comp = parse_enum(Compress, compress)
         faiss = PhraseSettings(
-            factory=factory, compress=comp, pq_m=pq_m, keep_dump=keep_dump, rescore=rescore
+            factory=factory,
+            compress=comp,
+            pq_m=pq_m,
+            keep_dump=keep_dump,
+            rescore=rescore,
+            rescore_margin=rescore_margin,
+            rescore_tokens=rescore_tokens,
         )
         old = src.record.threshold
         if old is not None and threshold < old:

@@ -64,10 +64,17 @@ if TYPE_CHECKING:
 
 #: passages re-scored per question (0: none, the compressed scores as they are)
 RESCORE_RANGE = Range("phrase rescore passages", 0, 10_000, integer=True)
+#: how far below the first passage's first-stage score another may be and still be re-scored
+#: (fused scores span a few units: the top of the range re-scores all ``N``)
+RESCORE_MARGIN_RANGE = Range("phrase rescore margin", 0.0, 1000.0)
 _KEY = np.int64(1) << np.int64(31)
 #: windows per encoder call when re-encoding: on one CPU thread 4-8 windows are ~1.6x
 #: faster per window than 32 (measured with phrase-minilm on SQuAD paragraphs)
 ENCODE_BATCH = 8
+#: passages a search's re-scoring must re-encode at once for ``auto`` to load torch for them
+#: (where installed) rather than run the ONNX graph: torch's bfloat16 encoder takes ~17 ms a
+#: passage on one thread against the graph's ~50 in float32, and importing torch ~4 s
+TORCH_FROM = 32
 
 
 class RescoreTokens(str, Enum):
@@ -122,8 +129,20 @@ def _match(stored_cs: np.ndarray, stored_ce: np.ndarray, cs: np.ndarray, ce: np.
     return out
 
 
-def passage_encoder(index: PhraseIndex) -> Any:
-    """The model that encodes the index's passages (its phrase encoder)."""
+def passage_encoder(index: PhraseIndex, passages: int = 0, *, bf16: bool = False) -> Any:
+    """What re-encodes ``passages`` passages of ``index``: its phrase model when loaded; on
+    ONNX Runtime (questions there: ``auto`` on a CPU, or ``onnx``), the model's shipped
+    passage graph -- unless ``auto`` and a batch of at least :data:`TORCH_FROM` passages,
+    where torch (installed) re-encodes ~3x faster in bfloat16 and its import pays off; torch
+    too when ``bf16`` is asked for (the graph runs float32)."""
+    from anygrain.encode.onnx_runtime import Runtime, torch_installed
+
+    onnx = index.runtime is Runtime.ONNX
+    batch = index.requested_runtime is not Runtime.ONNX and passages >= TORCH_FROM
+    if onnx and not index.model_loaded and not ((batch or bf16) and torch_installed()):
+        graph = index.graph_passages()
+        if graph is not None:
+            return graph
     model = index.model
     if not hasattr(model, "encode_passages"):
         raise AnygrainError(
@@ -149,9 +168,11 @@ def encode_rows(
     rows = np.unique(np.asarray(rows, dtype=np.int64))
     table = index.table
     d = int(index.manifest["settings"].get("dim") or table.start.shape[1])
-    if bf16 is None:
+    model = passage_encoder(index, len(rows), bf16=bf16 is True)
+    if getattr(model, "runtime", "torch") == "onnx":
+        bf16 = False  # the graph runs float32 (scores differ from bf16's in the third digit)
+    elif bf16 is None:
         bf16 = bool(index.manifest["settings"].get("bf16", False))
-    model = passage_encoder(index)
     enc = model.encode_passages(
         index.store.texts(rows), index.store.titles(rows), batch_size=batch_size, bf16=bf16
     )
@@ -252,13 +273,26 @@ def exact_phrases(
     return Phrases(ph.start[order], ph.end[order], score[order])
 
 
-def first_rows(rows: np.ndarray, n: int, skip: Collection[int] = ()) -> list[int]:
-    """The first ``n`` distinct values of ``rows`` not in ``skip``, in order."""
+def first_rows(
+    rows: np.ndarray,
+    n: int,
+    skip: Collection[int] = (),
+    *,
+    scores: np.ndarray | None = None,
+    margin: float | None = None,
+) -> list[int]:
+    """The first ``n`` distinct values of ``rows`` not in ``skip``, in order; with ``margin``
+    (and ``scores``, one per row, best first) only the first and those whose first score is
+    within ``margin`` of its score."""
     if not len(rows):
         return []
     _, first = np.unique(rows, return_index=True)
-    ordered = [int(r) for r in rows[np.sort(first)]]
-    return [r for r in ordered if r not in skip][:n] if skip else ordered[:n]
+    at = np.sort(first)
+    picked = [(int(rows[i]), i) for i in at.tolist() if not skip or int(rows[i]) not in skip][:n]
+    if margin is not None and scores is not None and picked:
+        top = float(scores[picked[0][1]])
+        picked = picked[:1] + [(r, i) for r, i in picked[1:] if top - float(scores[i]) <= margin]
+    return [r for r, _ in picked]
 
 
 def deleted_rows(index: PhraseIndex) -> frozenset[int]:
@@ -282,6 +316,9 @@ class FirstStage:
     fusion: SparseFusion | None
     lexical: Sequence[LexicalQuery] | None
     stats: list[UnitSearchStats] | None  # filled with each question's search statistics
+    # a passage after the first is re-scored only when its first-stage score is within this
+    # of the first's (None: the first ``n`` all): most questions' answer is in the first
+    margin: float | None = None
 
 
 def search_rescored(
@@ -382,7 +419,10 @@ def _first_stage(
         rest = None
     found: list[list[UnitHit]] = []
     if rest is not None:
-        tops = [first_rows(index.table.row[p.start], n, skip) for p in rest]
+        tops = [
+            first_rows(index.table.row[p.start], n, skip, scores=p.score, margin=stage.margin)
+            for p in rest
+        ]
         if stats is not None:
             stats.extend(
                 UnitSearchStats(1, depth, min(k, len(p)), False, scope_rows is not None)
@@ -402,7 +442,16 @@ def _first_stage(
             lexical=lexical,
             fusion=fusion,
         )
-        tops = [first_rows(index.table.row[[h.start for h in f]], n, skip) for f in found]
+        tops = [
+            first_rows(
+                index.table.row[[h.start for h in f]],
+                n,
+                skip,
+                scores=np.asarray([h.score for h in f]),
+                margin=stage.margin,
+            )
+            for f in found
+        ]
         if stats is not None:
             stats.extend(st)
     if fused:

@@ -269,6 +269,7 @@ class SearchService:
             raise IndexUnavailable(self._error)
         try:
             idx = Index.load(self.index.path, **self._load_options)
+            idx.prepare_serving()
         except Exception as e:  # the index is damaged or half-written: refuse until it opens
             why = str(e) if isinstance(e, AnygrainError) else f"{type(e).__name__}: {e}"
             self._error = (
@@ -649,7 +650,9 @@ class SearchService:
 
     def warm_up(self) -> None:
         """One search at startup, so the first client does not pay for torch's first call
-        (and one answer search when a reader was given, loaded at startup)."""
+        (and one answer search when a reader was given, loaded at startup), after what the
+        index holds for serving (:meth:`~anygrain.index.base.Index.prepare_serving`)."""
+        self.index.prepare_serving()
         self.search(["warm up"], k=1)
         if self._reader is not None:
             self.search(["warm up"], unit=Unit.ANSWER, k=1)
