@@ -68,6 +68,9 @@ CORPORA: dict[str, tuple[list[Path], int | None]] = {
 SYSTEMS = ("phrase", "bm25", "dense", "hybrid")
 PASSAGE_METRICS = ["top@1", "top@5", "top@20"]
 WARM = 4  # questions searched before a timed evaluation
+#: a phrase index's recorded settings a row shows (re-scoring's: the search defaults)
+PHRASE_SETTINGS = ("compress", "factory", "threshold", "keep", "bf16", "rescore")
+PHRASE_SETTINGS += ("rescore_margin", "rescore_tokens")
 
 
 def write_corpus(sources: list[Path], out: Path, limit: int | None) -> int:
@@ -451,8 +454,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 }
                 if system == "phrase":
                     s = m.get("settings", {})
-                    keys = ("compress", "factory", "threshold", "keep", "rescore")
-                    row["settings"] = {k: s.get(k) for k in keys}
+                    row["settings"] = {k: s.get(k) for k in PHRASE_SETTINGS}
                     row["vectors_per_passage"] = m.get("counts", {}).get("vectors_per_passage")
                 row.update(evaluate_row(path, system, qs, opts))
                 shown = ("em", "f1", *PASSAGE_METRICS, "cpu_qps", "passage_cpu_qps")
