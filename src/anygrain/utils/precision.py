@@ -58,10 +58,11 @@ def cap_onednn_cache(capacity: int = DUMP_ONEDNN_CACHE) -> None:
 
     bf16 autocast runs each matmul as a oneDNN primitive made for its shape, and a dump's
     batches come in ever new shapes (windows sorted by length), so the cache only grows:
-    at oneDNN's default of 1,024 it held ~0.4 GB by the end of the SQuAD dev phrase build
-    (peak 1.50 GB against 1.12 GB capped at 8, at the same speed).  oneDNN reads the variable
-    when its cache is first used, so this runs before a dump's first encode; not at import:
-    a process that repeats a few shapes (a server's bf16 reader) is slower capped."""
+    at oneDNN's default of 1,024 the SQuAD dev phrase build peaked at 1.46 GB against 1.09 GB
+    capped at 8, and encoding was as fast capped (1.01x; bench/onednn_cache.py).  oneDNN
+    reads the variable when its cache is first used (not at import), so this runs before a
+    dump's first encode; not when anygrain is imported: a process that repeats a few shapes
+    (a server's bf16 reader) makes its primitives again, capped."""
     os.environ.setdefault(ONEDNN_CACHE_VARIABLE, str(capacity))
 
 
