@@ -104,7 +104,8 @@ def add_rows(u: StagedUpdate) -> None:
     base = u.staged / SUBDIR
     record = idx.record
     seg_dir = u.work / "dump"
-    bf16 = update_bf16(u, f"the {len(u.segment)} passages added are")
+    n = len(u.segment)
+    bf16 = update_bf16(u, f"the {n} passage{'s' * (n != 1)} added {'are' if n != 1 else 'is'}")
     stats = dump_phrases(
         u.segment,
         idx.model,
