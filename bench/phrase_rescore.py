@@ -141,6 +141,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         help="re-score a passage after the first only within this first-stage score of it: "
         "comma-separated floats or 'index' (the index's recorded margin), a row each",
     )
+    ap.add_argument(
+        "--runtime",
+        default="auto",
+        help="auto|onnx|torch: onnx re-scores on the shipped passage graph (float32) too",
+    )
     ap.add_argument("--out", type=Path, default=None, help="also write the rows here (JSON)")
     a = ap.parse_args(argv)
     set_threads(a.threads)
@@ -155,7 +160,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     for spec in a.index:
         name, _, where = spec.partition("=")
         path = Path(where)
-        idx = Index.load(path)
+        idx = Index.load(path, runtime=a.runtime)
         counts = idx.manifest["counts"]
         settings = idx.manifest["settings"]
         b = index_bytes(path)
