@@ -65,8 +65,15 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Index:
     )
     model_dir = m.save(tmp_path_factory.mktemp("phrase-model") / "m")
     out = tmp_path_factory.mktemp("idx") / "tiny-squad-phrase"
+    # half the vectors: every passage of the tiny fixture keeps some, so each can be shown
     return Index.build(
-        f"squad:{squad}", kind="phrase", out=out, model=str(model_dir), progress=False
+        f"squad:{squad}",
+        kind="phrase",
+        out=out,
+        model=str(model_dir),
+        compress="sq8",
+        keep=0.5,
+        progress=False,
     )
 
 
