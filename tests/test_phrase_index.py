@@ -63,24 +63,32 @@ def index(model_dir: Path, squad: Path, tmp_path_factory: pytest.TempPathFactory
 def test_the_default_phrase_index_is_compressed_and_filtered(
     model_dir: Path, squad: Path, index: PhraseIndex, tmp_path: Path
 ) -> None:
-    """No options: PQ codes of about a quarter of the vectors, no float16 dump kept, and
-    re-scoring of the top passages recorded (issue 37)."""
+    """No options: 8-bit codes of about half the vectors, no float16 dump kept, no
+    re-scoring; ``compress="pq", keep=0.25`` records the re-scoring its codes need."""
     from anygrain.phrase.build import DEFAULT_RESCORE, DEFAULT_RESCORE_MARGIN
 
     idx = PhraseIndex.build_from(f"squad:{squad}", tmp_path / "d", model=model_dir, progress=False)
     s, c = idx.manifest["settings"], idx.manifest["counts"]
-    assert s["compress"] == "pq" and s["keep"] == 0.25 and s["dump"] is False
-    assert (s["rescore"], s["rescore_margin"], s["rescore_tokens"]) == (
+    assert s["compress"] == "sq8" and s["keep"] == 0.5 and s["dump"] is False
+    assert s.get("rescore") is None and idx.rescore == 0
+    assert not (idx.path / "phrase" / "start.npy").exists()
+    full = index.manifest["counts"]
+    kept = (c["start_vectors"] + c["end_vectors"]) / (full["start_vectors"] + full["end_vectors"])
+    assert 0.4 < kept < 0.6
+    assert c["bytes_per_passage"] < full["bytes_per_passage"] / 2
+    assert all(hits for hits in idx.search(["Who created Python?"], 3))
+    small = PhraseIndex.build_from(
+        f"squad:{squad}", tmp_path / "pq", model=model_dir, compress="pq", keep=0.25, progress=False
+    )
+    s = small.manifest["settings"]
+    assert (s["compress"], s["keep"], s["rescore"], s["rescore_margin"], s["rescore_tokens"]) == (
+        "pq",
+        0.25,
         DEFAULT_RESCORE,
         DEFAULT_RESCORE_MARGIN,
         "all",
     )
-    assert not (idx.path / "phrase" / "start.npy").exists()
-    full = index.manifest["counts"]
-    kept = (c["start_vectors"] + c["end_vectors"]) / (full["start_vectors"] + full["end_vectors"])
-    assert 0.15 < kept < 0.35
-    assert c["bytes_per_passage"] < full["bytes_per_passage"] / 4
-    assert all(hits for hits in idx.search(["Who created Python?"], 3))
+    assert small.manifest["counts"]["bytes_per_passage"] < c["bytes_per_passage"]
 
 
 # --- the model on disk ------------------------------------------------------------------------

@@ -202,10 +202,10 @@ def test_torch_re_encodes_a_batch_and_the_graph_a_few(
     assert rescore_module.passage_encoder(pq, TORCH_FROM) is graph
 
 
-def test_the_default_build_keeps_its_rescoring_through_updates(
+def test_the_pq_build_keeps_its_rescoring_through_updates(
     model_dir: Path, squad: Path, tmp_path: Path
 ) -> None:
-    """The default phrase build (PQ codes, keep 0.25, adaptive re-scoring over all tokens):
+    """The 7 KB build (PQ codes, keep 0.25, adaptive re-scoring over all tokens recorded):
     add, delete, compact and verify keep the recorded re-scoring, and searches use it."""
     from test_phrase_helpers import PARAGRAPHS
 
@@ -216,7 +216,12 @@ def test_the_default_build_keeps_its_rescoring_through_updates(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         idx = PhraseIndex.build_from(
-            f"squad:{squad}", tmp_path / "d", model=model_dir, progress=False
+            f"squad:{squad}",
+            tmp_path / "d",
+            model=model_dir,
+            compress="pq",
+            keep=0.25,
+            progress=False,
         )
     want = (DEFAULT_RESCORE, DEFAULT_RESCORE_MARGIN, "all")
     s = idx.manifest["settings"]

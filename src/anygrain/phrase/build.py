@@ -75,19 +75,16 @@ SUBDIR = "phrase"
 FORMAT_VERSION = 1
 
 
-#: The defaults of a phrase index (issue 37, docs/benchmarks.md "A phrase index under 8 KB
-#: per passage"): product-quantized codes (48 bytes a vector, no rotation) of a quarter of
-#: the vectors, ~7.9 KB per passage on SQuAD dev with the BM25 part, against 62 KB for the
-#: earlier default (8-bit codes of half) and 471 KB for the float16 keep-all research index
-#: (``compress="none", keep=1``).  The codes still find the right passages (top@5 within
-#: .004 of the research index) but lose the span inside them (-9.6 EM); re-scoring the top
-#: passages over all their tokens (DEFAULT_RESCORE below) brings the span back.
-DEFAULT_COMPRESS = Compress.PQ
-DEFAULT_KEEP = 0.25
-#: Chinese keeps half: with phrase-me5-zh a quarter left the answer passages of 3 of the 8
-#: Chinese demo questions without a vector (passage top@5 .625; 1.0 at keep 0.5, the same
-#: PQ codes and re-scoring, EM .625 against the earlier default's .5)
-DEFAULT_KEEP_ZH = 0.5
+#: The defaults of a phrase index: the best measured size/quality point that also serves
+#: fast (docs/benchmarks.md, "What compression costs"): on SQuAD dev with fused scores, 8-bit
+#: scalar quantisation of half the vectors lost 0.03 EM and 0.0002 passage top@5 against the
+#: float16 keep-all index, at 62 KB per passage instead of 471 KB.  ``compress="pq",
+#: keep=0.25`` (with the re-scoring a PQ build records, below) is 7 KB per passage within 0.4
+#: EM, 31 questions/s in batch, but a server re-encodes passages for every request (p50 191 ms
+#: at 4 clients against 32): not the default while that holds (issue 37, "A phrase index
+#: under 8 KB per passage").  ``compress="none", keep=1`` is the uncompressed research index.
+DEFAULT_COMPRESS = Compress.SQ8
+DEFAULT_KEEP = 0.5
 #: The re-scoring a PQ-coded index records unless told otherwise (issue 37): the first
 #: stage's top passage always, and of the next two those within 1.5 of its first-stage
 #: (fused) score, re-encoded and ranked over all their tokens (the codes lost the spans, keep
@@ -257,18 +254,6 @@ def resolve_bf16(bf16: bool | None, model: PhraseEncoder, options: BuildOptions)
     from anygrain.utils.precision import native_bf16
 
     return native_bf16()
-
-
-def default_keep(settings: PhraseSettings, store: CorpusStore) -> float | None:
-    """The keep fraction of a build: as given, else none with a threshold, else the default
-    for the corpus language (``settings.lang``, else detected: :data:`DEFAULT_KEEP_ZH`)."""
-    fraction = settings.keep_fraction
-    if settings.keep is None and settings.threshold is None:
-        from anygrain.corpus.lang import detect_lang
-
-        if (settings.lang or detect_lang(store).value) == "zh":
-            return DEFAULT_KEEP_ZH
-    return fraction
 
 
 def rescore_record(
@@ -483,7 +468,7 @@ def write_index(
         device=options.device,
         runtime=options.runtime,
     )
-    fraction = default_keep(s, store)
+    fraction = s.keep_fraction
     if fraction is not None and fraction < 1:
         threshold, stats = _keep_fraction(base, work, stats, fraction, threshold, options.progress)
     record = dump_record(model, s, threshold, fraction, build)
