@@ -10,6 +10,7 @@ its source's; explicit settings win.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -255,3 +256,32 @@ def test_the_pq_build_keeps_its_rescoring_through_updates(
         [(h.passage_row, h.span) for h in hs] for hs in given
     ]
     assert all(h.doc_id != "new1" for hs in by_default for h in hs)
+
+
+def test_a_server_loads_the_re_encoding_model_before_its_first_request(pq: PhraseIndex) -> None:
+    """``prepare_serving`` (what ``anygrain serve`` calls at start-up) loads the torch model a
+    re-scoring index re-encodes with (here as an index on ONNX Runtime holds it: a loader not
+    yet called); an index asked for ``runtime="onnx"`` or re-scoring nothing leaves it."""
+    from anygrain.encode.onnx_runtime import Runtime
+    from anygrain.index.base import Index
+
+    def unloaded(**options: Any) -> PhraseIndex:
+        idx = Index.load(pq.path, **options)
+        assert isinstance(idx, PhraseIndex)
+        model, calls = idx.model, []
+        idx._model, idx._load_model = None, lambda: calls.append(1) or model
+        return idx
+
+    idx = unloaded()
+    assert idx.rescore == DEFAULT_RESCORE and not idx.model_loaded
+    idx.prepare_serving()
+    assert idx.model_loaded
+    assert rescore_module.passage_encoder(idx, 1) is idx.model  # small batches too, now
+    onnx = unloaded(runtime="onnx")
+    onnx.requested_runtime = Runtime.ONNX
+    onnx.prepare_serving()
+    assert not onnx.model_loaded
+    off = unloaded()
+    off.record = dataclasses.replace(off.record, rescore=0)
+    off.prepare_serving()
+    assert not off.model_loaded
