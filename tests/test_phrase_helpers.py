@@ -13,6 +13,17 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertModel
 
+#: questions on the SQuAD-format fixture's topics (and one outside them), as the re-scoring
+#: tests ask them
+RESCORE_QUESTIONS = [
+    "Who created Python?",
+    "How long is the Great Wall?",
+    "Where did the café open?",
+    "How far away is Alpha Centauri?",
+    "中国的首都是哪里？",
+    "When was Python first released?",
+]
+
 PARAGRAPHS = [
     (
         "Alpha Centauri",

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_phrase_helpers import RESCORE_QUESTIONS
 
 from anygrain.errors import AnygrainError
 from anygrain.phrase import PhraseIndex
@@ -27,13 +28,7 @@ from anygrain.phrase.rescore import RESCORE_MARGIN_RANGE, TORCH_FROM, first_rows
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
-QUESTIONS = [
-    "Who created Python?",
-    "How long is the Great Wall?",
-    "Where did the café open?",
-    "How far away is Alpha Centauri?",
-    "When was Python first released?",
-]
+QUESTIONS = RESCORE_QUESTIONS
 
 
 def test_first_rows_keeps_the_first_and_those_within_the_margin() -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_phrase_helpers import RESCORE_QUESTIONS
 
 from anygrain.api import delete_documents
 from anygrain.errors import AnygrainError
@@ -29,14 +30,7 @@ from anygrain.phrase.units import mips_scored
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
-QUESTIONS = [
-    "Who created Python?",
-    "How long is the Great Wall?",
-    "Where did the café open?",
-    "How far away is Alpha Centauri?",
-    "中国的首都是哪里？",
-    "When was Python first released?",
-]
+QUESTIONS = RESCORE_QUESTIONS
 
 
 @pytest.fixture(scope="module")

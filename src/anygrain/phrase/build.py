@@ -264,16 +264,15 @@ def rescore_record(
     codes (``pq``, ``opq-pq``: they find the passages, not the spans inside them), the
     defaults (:data:`DEFAULT_RESCORE`, ...), else none."""
     n = settings.rescore if settings.rescore is not None else record.rescore
-    if n is None and comp in (Compress.PQ, Compress.OPQ_PQ):
-        n = DEFAULT_RESCORE
     margin = settings.rescore_margin
     if margin is None:
-        margin = record.rescore_margin if record.rescore is not None else None
+        margin = record.rescore_margin
+    if n is None and comp in (Compress.PQ, Compress.OPQ_PQ):
+        n = DEFAULT_RESCORE
+        margin = DEFAULT_RESCORE_MARGIN if margin is None else margin
     tokens = settings.rescore_tokens or record.rescore_tokens
     if n:
         tokens = tokens or DEFAULT_RESCORE_TOKENS.value
-        if settings.rescore is None and record.rescore is None and margin is None:
-            margin = DEFAULT_RESCORE_MARGIN
     return {
         "rescore": None if n is None else int(n),
         "rescore_margin": None if margin is None else float(margin),
