@@ -48,7 +48,7 @@ from anygrain.dense.onnx import BIENCODER_CONFIG as MODEL_CONFIG
 from anygrain.dense.onnx import is_biencoder
 from anygrain.dense.shards import DTYPES, ShardSet, encode_corpus
 from anygrain.encode.onnx_runtime import wants_onnx
-from anygrain.encode.runtime import Runtime
+from anygrain.encode.runtime import Runtime, runs_on_onnx
 from anygrain.errors import (
     AnygrainError,
     IndexMismatchError,
@@ -648,7 +648,7 @@ class DenseIndex(Index):
     @property
     def runtime(self) -> Runtime:
         """What encodes this index's questions now."""
-        return Runtime.ONNX if getattr(self.questions, "runtime", "") == "onnx" else Runtime.TORCH
+        return Runtime.ONNX if runs_on_onnx(self.questions) else Runtime.TORCH
 
     def passage_encoder(
         self, *, runtime: Runtime | str | None = None, device: str | None = None

@@ -14,6 +14,12 @@ class Runtime(str, enum.Enum):
     TORCH = "torch"
 
 
+def runs_on_onnx(encoder: object) -> bool:
+    """Whether ``encoder`` (a model, a graph of one, a question encoder) runs on ONNX Runtime:
+    the graph-backed ones say so in their ``runtime`` attribute, torch models have none."""
+    return getattr(encoder, "runtime", "torch") == Runtime.ONNX.value
+
+
 RUNTIME_HELP = (
     "Query encoder runtime: auto (ONNX Runtime on a CPU where onnxruntime is installed, the "
     "graph exported once and cached; else torch), onnx, or torch"

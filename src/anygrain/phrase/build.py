@@ -38,6 +38,7 @@ import numpy as np
 from anygrain.corpus.source import corpus_ref
 from anygrain.corpus.store import CorpusStore
 from anygrain.encode.npy import drop_pages
+from anygrain.encode.runtime import runs_on_onnx
 from anygrain.errors import AnygrainError, parse_enum
 from anygrain.index.manifest import write_manifest
 from anygrain.index.model_ref import model_location
@@ -237,7 +238,7 @@ def resolve_bf16(bf16: bool | None, model: PhraseEncoder, options: BuildOptions)
     from anygrain.encode.onnx_runtime import TRAIN_EXTRA, parse_runtime
     from anygrain.encode.runtime import Runtime
 
-    on_graph = getattr(model, "runtime", "torch") == "onnx"  # a base install's model
+    on_graph = runs_on_onnx(model)  # a base install's model
     if bf16 and on_graph:
         raise AnygrainError(f"a bf16 dump encodes with torch, not installed: {TRAIN_EXTRA}")
     if bf16 and parse_runtime(options.runtime) is Runtime.ONNX:

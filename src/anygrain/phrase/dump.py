@@ -36,6 +36,7 @@ from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.encode.jobs import ShardJob
 from anygrain.encode.manifest import DoneMapManifest
 from anygrain.encode.npy import concatenate_npy
+from anygrain.encode.runtime import runs_on_onnx
 from anygrain.utils.atomic import atomic_path
 from anygrain.utils.device import place, resolve_device
 from anygrain.utils.memory import trim_heap
@@ -164,7 +165,7 @@ class _PhraseShards:
         return tuple(_shard_file(job.index, a) for a in ARRAYS)
 
     def encode(self, job: ShardJob, into: Path) -> dict[str, Any]:
-        on_torch = getattr(self.encoder, "runtime", "torch") != "onnx"
+        on_torch = not runs_on_onnx(self.encoder)
         if on_torch:
             place(self.encoder, self.device)  # type: ignore[arg-type]
         arrays = encode_shard(

@@ -42,6 +42,7 @@ from anygrain.encode.onnx_runtime import (
     parse_runtime,
     wants_onnx,
 )
+from anygrain.encode.runtime import runs_on_onnx
 from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit, Unit, UnitSearchStats
 from anygrain.index.base import PASSAGE_METRICS, Index
@@ -263,7 +264,7 @@ class PhraseIndex(Index):
     @property
     def runtime(self) -> Runtime:
         """What encodes this index's questions now."""
-        return Runtime.ONNX if getattr(self.questions, "runtime", "") == "onnx" else Runtime.TORCH
+        return Runtime.ONNX if runs_on_onnx(self.questions) else Runtime.TORCH
 
     @property
     def rescore(self) -> int:
@@ -350,7 +351,7 @@ class PhraseIndex(Index):
         # ONNX Runtime session holds its own copy of the question side's weights: with
         # phrase-me5-zh, 0.2 GB over the 1.5 GB budget at the build's end; the next open
         # of the index uses the graph)
-        if getattr(model, "runtime", "torch") == "onnx":
+        if runs_on_onnx(model):
             return {}  # a shipped model on its graphs (no torch): opened as any index is
         return {"model": model, "runtime": "torch"}
 

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from anygrain.encode.runtime import runs_on_onnx
 from anygrain.errors import AnygrainError, IndexMismatchError
 from anygrain.hits.hit import Hit, Unit, UnitSearchStats
 from anygrain.phrase.dump import END_OK, START_OK, keep_flags
@@ -169,7 +170,7 @@ def encode_rows(
     table = index.table
     d = int(index.manifest["settings"].get("dim") or table.start.shape[1])
     model = passage_encoder(index, len(rows), bf16=bf16 is True)
-    if getattr(model, "runtime", "torch") == "onnx":
+    if runs_on_onnx(model):
         bf16 = False  # the graph runs float32 (scores differ from bf16's in the third digit)
     elif bf16 is None:
         bf16 = bool(index.manifest["settings"].get("bf16", False))

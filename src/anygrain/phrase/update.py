@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from anygrain.encode.runtime import runs_on_onnx
 from anygrain.index.manifest import read_manifest, rewrite_manifest
 from anygrain.index.settings import BuildOptions
 from anygrain.index.updater import StagedUpdate, corpus_field, fresh
@@ -85,7 +86,7 @@ def update_bf16(u: StagedUpdate, what: str) -> bool:
     if not idx.record.bf16:
         return False
     on_graph = parse_runtime(u.runtime) is Runtime.ONNX
-    if not on_graph and getattr(idx.model, "runtime", "torch") != "onnx":
+    if not on_graph and not runs_on_onnx(idx.model):
         return True
     log.warning(
         "%s: built in bfloat16; %s encoded in float32 on ONNX Runtime's passage graph (%s), "
