@@ -71,10 +71,13 @@ def run_one(
     tokens: str | None = None,
     bf16: bool | None = None,
     margin: float | None = None,
+    context: int | None = None,
 ) -> dict[str, Any]:
     opts: dict[str, Any] = {"rescore": n, "batch_size": batch_size}
     if n:
         opts.update(rescore_tokens=tokens, rescore_bf16=bf16, rescore_margin=margin)
+        if context is not None:
+            opts["rescore_context"] = context
         # what a server has loaded before its first request (the torch phrase model that
         # re-encodes, its bf16 kernels) is not the evaluation's time
         idx.search([q.text for q in list(qs)[:4]], 1, **opts)
@@ -142,6 +145,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "comma-separated floats or 'index' (the index's recorded margin), a row each",
     )
     ap.add_argument(
+        "--rescore-context",
+        default="index",
+        help="re-encode this many characters each side of a passage's best first-stage "
+        "phrase (0: the whole passage): comma-separated ints or 'index', a row each",
+    )
+    ap.add_argument(
         "--runtime",
         default="auto",
         help="auto|onnx|torch: onnx re-scores on the shipped passage graph (float32) too",
@@ -180,11 +189,25 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             for x in a.rescore_margin.split(",")
             if x.strip()
         ]
-        runs = [(0, None, None, None)] * (0 in ns) + [
-            (n, t, b, m) for n in ns if n for t in modes for b in precisions for m in margins
+        contexts = [
+            None if x.strip() == "index" else int(x)
+            for x in a.rescore_context.split(",")
+            if x.strip()
         ]
-        for n, tokens, bf16, margin in runs:
-            log(f"{name}: rescore {n} ({tokens}, bf16 {bf16}, margin {margin}) over {len(qs)} q")
+        runs = [(0, None, None, None, None)] * (0 in ns) + [
+            (n, t, b, m, c)
+            for n in ns
+            if n
+            for t in modes
+            for b in precisions
+            for m in margins
+            for c in contexts
+        ]
+        for n, tokens, bf16, margin, context in runs:
+            log(
+                f"{name}: rescore {n} ({tokens}, bf16 {bf16}, margin {margin}, "
+                f"context {context}) over {len(qs)} q"
+            )
             row = {
                 "index": name,
                 "path": str(path),
@@ -195,6 +218,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 "rescore_tokens": tokens,
                 "rescore_bf16": bf16,
                 "rescore_margin": margin if margin is not None else settings.get("rescore_margin"),
+                "rescore_context": (
+                    context if context is not None else settings.get("rescore_context")
+                ),
                 "n_questions": len(qs),
                 "shuffled": a.shuffle is not None,
                 "threads": a.threads,
@@ -212,6 +238,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                     tokens=tokens,
                     bf16=bf16,
                     margin=margin,
+                    context=context,
                 ),
             }
             print(json.dumps(row), flush=True)

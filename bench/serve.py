@@ -136,8 +136,12 @@ def get_json(port: int, path: str) -> Any:
         c.close()
 
 
+#: search options every request sets (``--option``), as GET /search takes them
+SEARCH_OPTIONS: dict[str, str] = {}
+
+
 def search_path(q: str, unit: str, k: int) -> str:
-    return "/search?" + urllib.parse.urlencode({"q": q, "unit": unit, "k": k})
+    return "/search?" + urllib.parse.urlencode({"q": q, "unit": unit, "k": k, **SEARCH_OPTIONS})
 
 
 def client(
@@ -251,12 +255,24 @@ def main() -> None:
     ap.add_argument("--read", type=int, help="Passages read per answer (default: the server's)")
     ap.add_argument("--log-dir", type=Path, default=Path("/tmp"), help="Server logs go here")
     ap.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a search option every request sets (rescore_context=60, say), repeatable",
+    )
+    ap.add_argument(
         "--question-precision",
         default="auto",
         help="comma-separated: auto, float32, bfloat16 (one server per value and index, "
         "in turn: the float32 row is the same run's baseline)",
     )
     a = ap.parse_args()
+    for spec in a.option:
+        name, eq, value = spec.partition("=")
+        if not eq or not name:
+            ap.error(f"--option takes NAME=VALUE, got {spec!r}")
+        SEARCH_OPTIONS[name] = value
     if not 1 <= a.clients <= MAX_CLIENTS:
         ap.error(f"--clients must be 1..{MAX_CLIENTS}")
     if not 0 < a.seconds <= MAX_SECONDS:
@@ -268,6 +284,7 @@ def main() -> None:
     questions = read_questions(a.questions, a.limit)
     report: dict[str, Any] = {
         "clients": a.clients,
+        "options": dict(SEARCH_OPTIONS),
         "seconds": a.seconds,
         "k": a.k,
         "threads": a.threads,

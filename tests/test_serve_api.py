@@ -326,6 +326,9 @@ class SlowIndex:
     def unit_options(self, unit: Unit) -> dict[str, Any]:
         return {}
 
+    def search_threads(self) -> int:
+        return 1  # searched one batch at a time (what the batching checks rely on)
+
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
         self.encodes: list[list[str]] = []

@@ -345,6 +345,7 @@ def refilter_index(
     rescore: int | None = None,
     rescore_margin: float | None = None,
     rescore_tokens: str | None = None,
+    rescore_context: int | None = None,
     progress: bool = True,
     overwrite: bool = False,
 ) -> Index:
@@ -368,6 +369,7 @@ def refilter_index(
         rescore=rescore,
         rescore_margin=rescore_margin,
         rescore_tokens=rescore_tokens,
+        rescore_context=rescore_context,
     )
 
 

@@ -303,6 +303,7 @@ REFILTER_HELP = {
     "(default: the source's; 0: none)",
     "rescore_margin": "Re-scoring's margin (default: the source's)",
     "rescore_tokens": "Re-scoring's tokens (default: the source's)",
+    "rescore_context": "Re-scoring's context in characters (default: the source's)",
 }
 
 
@@ -317,6 +318,7 @@ REFILTER_HELP = {
         "rescore",
         "rescore_margin",
         "rescore_tokens",
+        "rescore_context",
     ),
     lead=2,
     helps=REFILTER_HELP,

@@ -127,6 +127,11 @@ class PhraseOptions:
         "(all; the default)",
         metavar="stored|model|all",
     )
+    rescore_context: int | None = option(
+        "Phrase indexes: re-encode only this many characters each side of a re-scored "
+        "passage's best first-stage phrase (default: the phrase kind's; 0: the whole passage)",
+        metavar="CHARS",
+    )
 
 
 @dataclass(frozen=True)
@@ -163,4 +168,6 @@ SEARCH_HELP = {
     "rescore_tokens": "Phrase indexes, re-scoring: rank spans over the re-encoded passages' "
     "stored tokens, those passing the model's own filter, or every token (default: the "
     "index's; stored for indexes that record none)",
+    "rescore_context": "Phrase indexes, re-scoring: re-encode this many characters each side "
+    "of a passage's best first-stage phrase (default: the index's; 0: the whole passage)",
 }

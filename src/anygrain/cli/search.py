@@ -173,7 +173,7 @@ def with_search_options(lead: int) -> Callable[[Callable[..., None]], Callable[.
     after the command's first ``lead`` parameters, handed to it as ``**search``."""
 
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
-        phrase = ("sparse_weight", "rescore", "rescore_margin", "rescore_tokens")
+        phrase = ("sparse_weight", "rescore", "rescore_margin", "rescore_tokens", "rescore_context")
         command = config_options(RescoreOptions, lead=lead)(command)
         command = config_options(PhraseOptions, phrase, lead=lead, helps=SEARCH_HELP)(command)
         return config_options(FusionOptions, lead=lead, helps=SEARCH_HELP)(command)

@@ -365,6 +365,12 @@ class Index(ABC):
         kinds with one override it, the others encode nothing."""
         return EncodedQueries(list(queries))
 
+    def search_threads(self) -> int:
+        """Threads a server searches this index from at once (:meth:`search_encoded`): 1
+        unless the kind is safe to search concurrently and its search costs far more than
+        encoding the questions (a phrase index that re-scores passages)."""
+        return 1
+
     def search_encoded(
         self, encoded: EncodedQueries, k: int = 10, **options: Any
     ) -> list[list[Hit]]:

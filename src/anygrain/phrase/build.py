@@ -51,7 +51,12 @@ from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_phrases
 from anygrain.phrase.filtering import dump_filter, fraction_threshold, refiltered_flags, subset_dump
 from anygrain.phrase.lexical import SparseFusion, copy_sparse, write_sparse
 from anygrain.phrase.record import DUMP_FILES, PhraseCounts, PhraseIndexRecord
-from anygrain.phrase.rescore import RESCORE_MARGIN_RANGE, RESCORE_RANGE, RescoreTokens
+from anygrain.phrase.rescore import (
+    RESCORE_CONTEXT_RANGE,
+    RESCORE_MARGIN_RANGE,
+    RESCORE_RANGE,
+    RescoreTokens,
+)
 from anygrain.utils.device import resolve_device
 from anygrain.utils.ranges import Range
 from anygrain.vectors.factory import default_nprobe, parse_factory, plan_training
@@ -95,6 +100,9 @@ DEFAULT_KEEP = 0.5
 DEFAULT_RESCORE = 3
 DEFAULT_RESCORE_MARGIN = 1.5
 DEFAULT_RESCORE_TOKENS = RescoreTokens.ALL
+#: characters each side of a passage's best first-stage phrase that a compressed index's
+#: re-scoring re-encodes by default (chosen on held-out SQuAD train articles: docs/benchmarks.md)
+DEFAULT_RESCORE_CONTEXT = 60
 #: the filter threshold tau is a logit: finite, and beyond +-1000 it keeps all or nothing
 THRESHOLD_RANGE = Range("phrase filter threshold", -1000.0, 1000.0)
 
@@ -137,6 +145,9 @@ class PhraseSettings(IndexSettings):
     # score, and over which tokens (RescoreTokens); None: DEFAULT_RESCORE_* when compressed
     rescore_margin: float | None = None
     rescore_tokens: str | None = None
+    # ... re-encoding this many characters each side of the passage's best first-stage
+    # phrase (0: the whole passage); None: DEFAULT_RESCORE_CONTEXT when compressed
+    rescore_context: int | None = None
 
     def __post_init__(self) -> None:
         if self.copy_model is False and is_phrase_encoder(self.model):
@@ -157,6 +168,8 @@ class PhraseSettings(IndexSettings):
             RESCORE_RANGE.check(self.rescore)
         if self.rescore_margin is not None:
             RESCORE_MARGIN_RANGE.check(self.rescore_margin)
+        if self.rescore_context is not None:
+            RESCORE_CONTEXT_RANGE.check(self.rescore_context)
         if self.rescore_tokens is not None:
             object.__setattr__(
                 self, "rescore_tokens", RescoreTokens.parse(self.rescore_tokens).value
@@ -221,6 +234,7 @@ def recorded_settings(record: PhraseIndexRecord, *, lang: str | None = None) -> 
         rescore=r.rescore,
         rescore_margin=r.rescore_margin,
         rescore_tokens=r.rescore_tokens,
+        rescore_context=r.rescore_context,
     )
 
 
@@ -260,7 +274,8 @@ def resolve_bf16(bf16: bool | None, model: PhraseEncoder, options: BuildOptions)
 def rescore_record(
     settings: PhraseSettings, record: PhraseIndexRecord, comp: Compress
 ) -> dict[str, Any]:
-    """The re-scoring an index records (``rescore``, ``rescore_margin``, ``rescore_tokens``):
+    """The re-scoring an index records (``rescore``, ``rescore_margin``, ``rescore_tokens``,
+    ``rescore_context``):
     each as asked, else its source's (a refilter keeps them), else, for product-quantized
     codes (``pq``, ``opq-pq``: they find the passages, not the spans inside them), the
     defaults (:data:`DEFAULT_RESCORE`, ...), else none."""
@@ -268,9 +283,13 @@ def rescore_record(
     margin = settings.rescore_margin
     if margin is None:
         margin = record.rescore_margin
+    context = settings.rescore_context
+    if context is None:
+        context = record.rescore_context
     if n is None and comp in (Compress.PQ, Compress.OPQ_PQ):
         n = DEFAULT_RESCORE
         margin = DEFAULT_RESCORE_MARGIN if margin is None else margin
+        context = DEFAULT_RESCORE_CONTEXT if context is None else context
     tokens = settings.rescore_tokens or record.rescore_tokens
     if n:
         tokens = tokens or DEFAULT_RESCORE_TOKENS.value
@@ -278,6 +297,7 @@ def rescore_record(
         "rescore": None if n is None else int(n),
         "rescore_margin": None if margin is None else float(margin),
         "rescore_tokens": tokens,
+        "rescore_context": None if context is None else int(context),
     }
 
 

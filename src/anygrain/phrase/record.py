@@ -56,6 +56,8 @@ class PhraseIndexRecord:
     rescore: int | None = None  # passages a search re-scores exactly by default
     rescore_margin: float | None = None  # ... those after the first only this close to it
     rescore_tokens: str | None = None  # ... over these tokens (RescoreTokens; None: stored)
+    rescore_context: int | None = None  # ... re-encoding this many characters each side of
+    # a passage's best first-stage phrase (None or 0: the whole passage)
 
     @classmethod
     def from_manifest(cls, settings: Mapping[str, Any]) -> PhraseIndexRecord:

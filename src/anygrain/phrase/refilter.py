@@ -66,6 +66,7 @@ def refilter(
     rescore: int | None = None,
     rescore_margin: float | None = None,
     rescore_tokens: str | None = None,
+    rescore_context: int | None = None,
     progress: bool = True,
     overwrite: bool = False,
 ) -> PhraseIndex:
@@ -74,8 +75,8 @@ def refilter(
 
     ``factory`` is the FAISS factory of the new index (default: chosen by its size and
     ``compress``); ``compress``, ``pq_m``, ``keep_dump`` and ``rescore`` (passages a search
-    re-scores exactly by default), ``rescore_margin`` and ``rescore_tokens`` (None: the
-    source's) are as for a fresh build.  The
+    re-scores exactly by default), ``rescore_margin``, ``rescore_tokens`` and
+    ``rescore_context`` (None: the source's) are as for a fresh build.  The
     source must have kept its float16 dump (vectors are copied from it, never re-decoded).
     ``out`` must be new or empty, or an index to replace with ``overwrite``.
     """
@@ -110,6 +111,7 @@ def refilter(
             rescore=rescore,
             rescore_margin=rescore_margin,
             rescore_tokens=rescore_tokens,
+            rescore_context=rescore_context,
         )
         old = src.record.threshold
         if old is not None and threshold < old:

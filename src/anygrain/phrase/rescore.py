@@ -35,8 +35,8 @@ least ``N`` units, so ``N`` passages are there to re-score.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +55,7 @@ from anygrain.phrase.search import (
     search_candidates,
     unit_hits,
 )
+from anygrain.phrase.tokens import CharWords, word_spans
 from anygrain.phrase.units import fused_phrases, mips_scored
 from anygrain.utils.ranges import Range
 from anygrain.utils.threads import single_thread
@@ -68,6 +69,9 @@ RESCORE_RANGE = Range("phrase rescore passages", 0, 10_000, integer=True)
 #: how far below the first passage's first-stage score another may be and still be re-scored
 #: (fused scores span a few units: the top of the range re-scores all ``N``)
 RESCORE_MARGIN_RANGE = Range("phrase rescore margin", 0.0, 1000.0)
+#: characters of text each side of a passage's best first-stage phrase that re-scoring
+#: re-encodes (0: the whole passage)
+RESCORE_CONTEXT_RANGE = Range("phrase rescore context", 0, 1_000_000, integer=True)
 _KEY = np.int64(1) << np.int64(31)
 #: windows per encoder call when re-encoding: on one CPU thread 4-8 windows are ~1.6x
 #: faster per window than 32 (measured with phrase-minilm on SQuAD paragraphs)
@@ -154,6 +158,37 @@ def passage_encoder(index: PhraseIndex, passages: int = 0, *, bf16: bool = False
     return model
 
 
+def context_window(text: str, span: tuple[int, int], context: int) -> tuple[int, int]:
+    """The characters ``[lo, hi)`` of ``text`` within ``context`` of ``span`` (a phrase's
+    ``[cs, ce)``), widened so that no word is cut (:func:`~anygrain.phrase.tokens.word_spans`:
+    a Chinese character is a word of its own)."""
+    n = len(text)
+    lo = max(0, min(span[0], n) - context)
+    hi = min(n, max(span[1], 0) + context)
+    starts, ends = word_spans(text)
+    i = int(np.searchsorted(ends, lo, side="right"))  # the first word ending after lo
+    if i < len(starts) and starts[i] < lo:
+        lo = int(starts[i])
+    j = int(np.searchsorted(starts, hi, side="left")) - 1  # the last word starting before hi
+    if j >= 0 and ends[j] > hi:
+        hi = int(ends[j])
+    return lo, hi
+
+
+def _shifted(p: Any, lo: int, text: str) -> Any:
+    """Encoded tokens of the slice of passage ``text`` starting at character ``lo``, in the
+    whole passage's characters and words."""
+    words = CharWords.of(text)
+    cs, ce = p.cs + lo, p.ce + lo
+    return replace(
+        p,
+        cs=cs,
+        ce=ce,
+        wfirst=words.word_at[cs],
+        wlast=words.word_at[np.maximum(ce - 1, 0)],
+    )
+
+
 def encode_rows(
     index: PhraseIndex,
     rows: np.ndarray,
@@ -161,10 +196,13 @@ def encode_rows(
     tokens: RescoreTokens | str = RescoreTokens.STORED,
     batch_size: int = ENCODE_BATCH,
     bf16: bool | None = None,
+    windows: Mapping[int, tuple[int, int]] | None = None,
 ) -> ExactRows:
     """Passages ``rows`` (corpus rows) of ``index`` encoded again, in one encoder call: the
     ``tokens`` (:class:`RescoreTokens`) of each with the start/end vectors the dump would
-    store.  ``bf16``: None, the index's recorded precision."""
+    store.  ``bf16``: None, the index's recorded precision.  ``windows`` (row -> characters
+    ``[lo, hi)``) encodes only that slice of a passage, its title still before it: the
+    tokens inside it, with vectors from that context only."""
     which = RescoreTokens.parse(tokens)
     rows = np.unique(np.asarray(rows, dtype=np.int64))
     table = index.table
@@ -174,11 +212,19 @@ def encode_rows(
         bf16 = False  # the graph runs float32 (scores differ from bf16's in the third digit)
     elif bf16 is None:
         bf16 = bool(index.manifest["settings"].get("bf16", False))
-    enc = model.encode_passages(
-        index.store.texts(rows), index.store.titles(rows), batch_size=batch_size, bf16=bf16
-    )
+    texts = index.store.texts(rows)
+    cuts = [windows.get(r) if windows else None for r in rows.tolist()]
+    parts = [t if c is None else t[c[0] : c[1]] for t, c in zip(texts, cuts, strict=True)]
+    titles = index.store.titles(rows)
+    if runs_on_onnx(model):
+        enc = model.encode_passages(parts, titles, batch_size=batch_size)
+    else:  # a few short windows: weights cast to bfloat16 once, not on every call
+        enc = model.encode_passages(parts, titles, batch_size=batch_size, bf16=bf16, cast_once=True)
+    enc = [
+        p if c is None else _shifted(p, c[0], t) for p, c, t in zip(enc, cuts, texts, strict=True)
+    ]
     if which is RescoreTokens.STORED:
-        return _stored_tokens(index, rows, enc, d)
+        return _stored_tokens(index, rows, enc, d, partial=windows is not None)
     threshold = model.config.filter_threshold if which is RescoreTokens.MODEL else None
     starts, ends, toks = [], [], []
     counts = np.zeros(len(rows), np.int64)
@@ -213,38 +259,42 @@ def encode_rows(
     return ExactRows(sub, {r: j for j, r in enumerate(rows.tolist())})
 
 
-def _stored_tokens(index: PhraseIndex, rows: np.ndarray, enc: list[Any], d: int) -> ExactRows:
-    """The index's stored tokens of passages ``rows`` with their encoded vectors ``enc``."""
+def _stored_tokens(
+    index: PhraseIndex, rows: np.ndarray, enc: list[Any], d: int, *, partial: bool = False
+) -> ExactRows:
+    """The index's stored tokens of passages ``rows`` with their encoded vectors ``enc``
+    (``partial``: each passage's slice was encoded, and the stored tokens it holds are
+    taken; a word cut at the slice's edge may tokenize otherwise, and is left out)."""
     table = index.table
     ptr = table.passage_ptr
-    counts = ptr[rows + 1] - ptr[rows]
+    picks: list[np.ndarray] = []
+    for r, p in zip(rows.tolist(), enc, strict=True):
+        at = np.arange(int(ptr[r]), int(ptr[r + 1]), dtype=np.int64)
+        if partial:
+            keys = table.cs[at].astype(np.int64) * _KEY + table.ce[at].astype(np.int64)
+            have = p.cs.astype(np.int64) * _KEY + p.ce.astype(np.int64)
+            at = at[np.isin(keys, have)]
+        picks.append(at)
+    counts = np.asarray([len(a) for a in picks], np.int64)
     n = int(counts.sum())
     start = np.zeros((n, d), np.float16)
     end = np.zeros((n, d), np.float16)
     tokens = np.zeros((n, 6), np.int32)
     local_ptr = np.zeros(len(rows) + 1, np.int64)
     np.cumsum(counts, out=local_ptr[1:])
-    for j, (r, p) in enumerate(zip(rows.tolist(), enc, strict=True)):
-        lo, hi = int(ptr[r]), int(ptr[r + 1])
-        at = _match(table.cs[lo:hi], table.ce[lo:hi], p.cs, p.ce)
-        if at is None:
+    for j, (r, p, at) in enumerate(zip(rows.tolist(), enc, picks, strict=True)):
+        pos = _match(table.cs[at], table.ce[at], p.cs, p.ce)
+        if pos is None:
             raise IndexMismatchError(
                 f"{index.path}: passage row {r} encoded again gives other tokens than the "
                 "index stored (its corpus or model changed); rebuild the index"
             )
         a, b = int(local_ptr[j]), int(local_ptr[j + 1])
-        start[a:b] = p.start[at].astype(np.float16)
-        end[a:b] = p.end[at].astype(np.float16)
-        flags = table.start_ok[lo:hi] * START_OK + table.end_ok[lo:hi] * END_OK
+        start[a:b] = p.start[pos].astype(np.float16)
+        end[a:b] = p.end[pos].astype(np.float16)
+        flags = table.start_ok[at] * START_OK + table.end_ok[at] * END_OK
         tokens[a:b] = np.stack(
-            [
-                table.row[lo:hi],
-                table.cs[lo:hi],
-                table.ce[lo:hi],
-                flags,
-                table.wfirst[lo:hi],
-                table.wlast[lo:hi],
-            ],
+            [table.row[at], table.cs[at], table.ce[at], flags, table.wfirst[at], table.wlast[at]],
             axis=1,
         )
     sub = PhraseTable(start, end, tokens, local_ptr)
@@ -320,6 +370,9 @@ class FirstStage:
     # a passage after the first is re-scored only when its first-stage score is within this
     # of the first's (None: the first ``n`` all): most questions' answer is in the first
     margin: float | None = None
+    # characters each side of a passage's best first-stage phrase that are re-encoded
+    # (None or 0: the whole passage)
+    context: int | None = None
 
 
 def search_rescored(
@@ -347,7 +400,12 @@ def search_rescored(
     wanted = sorted({r for t in tops for r in t})
     ex = None
     if wanted:
-        ex = encode_rows(index, np.asarray(wanted, np.int64), tokens=which, bf16=bf16)
+        windows = None
+        if stage.context:
+            windows = _windows(index, rest, found, tops, stage.context)
+        ex = encode_rows(
+            index, np.asarray(wanted, np.int64), tokens=which, bf16=bf16, windows=windows
+        )
     exact_found: list[list[UnitHit]] = []
     rest_found: list[list[UnitHit]] = []
     with single_thread():
@@ -461,6 +519,37 @@ def _first_stage(
         m = mips_scored(index, qs, qe, fusion.norm_depth, stage.nprobe)
         dense = [dense_stats(m.ss[i], m.se[i], fusion.norm_depth) for i in range(nq)]
     return rest, found, tops, dense
+
+
+def _windows(
+    index: PhraseIndex,
+    rest: list[Phrases] | None,
+    found: list[list[UnitHit]],
+    tops: list[list[int]],
+    context: int,
+) -> dict[int, tuple[int, int]]:
+    """The characters of each re-scored passage to re-encode: ``context`` each side of its
+    best first-stage phrase for each question re-scoring it (their hull when several do)."""
+    table = index.table
+    spans: dict[int, tuple[int, int]] = {}
+    for i, top in enumerate(tops):
+        if not top:
+            continue
+        if rest is not None:
+            starts, ends = rest[i].start, rest[i].end
+        else:
+            starts = np.asarray([h.start for h in found[i]], np.int64)
+            ends = np.asarray([h.end for h in found[i]], np.int64)
+        prow = table.row[starts]
+        for r in top:
+            j = int(np.argmax(prow == r))  # phrases come best first
+            cs, ce = int(table.cs[starts[j]]), int(table.ce[ends[j]])
+            a, b = spans.get(r, (cs, ce))
+            spans[r] = (min(a, cs), max(b, ce))
+    texts = index.store.texts(sorted(spans))
+    return {
+        r: context_window(t, spans[r], context) for r, t in zip(sorted(spans), texts, strict=True)
+    }
 
 
 def _exact_hits(

@@ -50,7 +50,9 @@ other search, and its own batches stayed at ~1.3 questions (issue 33).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import queue
 import threading
 import time
@@ -89,7 +91,6 @@ MAX_BATCH = 64
 DEFAULT_K = 10
 #: The most questions the worker searches in one call (several requests' worth).
 MAX_BATCH_QUESTIONS = 64
-
 
 log = logging.getLogger("anygrain.serve")
 
@@ -177,6 +178,10 @@ class SearchService:
         self.question_bf16 = native_bf16() if question_bf16 is None else bool(question_bf16)
         self.n_searches = 0  # search calls the index has made
         self.n_questions = 0
+        self._counting = threading.Lock()  # the counters, updated by each search thread
+        # one search at a time for a kind that is not safe to search from two threads (the
+        # index may be reloaded as another kind while two search threads run)
+        self._one_search = threading.Lock()
         self.n_reloads = 0  # times the index was reopened after its files changed
         self.generation = 0  # counts reloads: what describes the index is recomputed on change
         self.started = time.time()
@@ -204,9 +209,15 @@ class SearchService:
         # and what arrives meanwhile waits to be batched with what follows
         self._encoded: queue.Queue[_Encoded] = queue.Queue(maxsize=1)
         self._reading: queue.SimpleQueue[_Reading] = queue.SimpleQueue()
+        # two where the index's search is the costly stage (Index.search_threads)
+        searchers = max(1, min(index.search_threads(), os.cpu_count() or 1))
+        self.search_threads = searchers
         self._workers = [
             threading.Thread(target=self._encode_work, name="anygrain-encode", daemon=True),
-            threading.Thread(target=self._search_work, name="anygrain-search", daemon=True),
+            *(
+                threading.Thread(target=self._search_work, name=f"anygrain-search-{i}", daemon=True)
+                for i in range(searchers)
+            ),
             threading.Thread(target=self._read_work, name="anygrain-read", daemon=True),
         ]
         for w in self._workers:
@@ -576,13 +587,16 @@ class SearchService:
         encoded = EncodedQueries.join([job.encoded for job in jobs if job.encoded is not None])
         given = {**dict(options), **({"filter": filter} if filter else {})}
         try:
-            if unit is Unit.ANSWER:
-                # the passages to read; the reader thread answers the jobs
-                hits = index.search_encoded(
-                    encoded, self.read, **index.unit_options(Unit.PASSAGE), **given
-                )
-            else:
-                hits = index.search_encoded(encoded, k, **index.unit_options(unit), **given)
+            # an index reloaded meanwhile may want one search at a time
+            alone = index.search_threads() < 2
+            with self._one_search if alone else contextlib.nullcontext():
+                if unit is Unit.ANSWER:
+                    # the passages to read; the reader thread answers the jobs
+                    hits = index.search_encoded(
+                        encoded, self.read, **index.unit_options(Unit.PASSAGE), **given
+                    )
+                else:
+                    hits = index.search_encoded(encoded, k, **index.unit_options(unit), **given)
         except Exception as e:  # reported to the waiting requests; the worker goes on
             if len(jobs) > 1:  # one request's questions must not fail the others
                 for job in jobs:
@@ -591,8 +605,9 @@ class SearchService:
             err = RequestError(str(e)) if isinstance(e, AnygrainError) else e
             jobs[0].future.set_exception(err)
             return
-        self.n_searches += 1
-        self.n_questions += len(encoded)
+        with self._counting:
+            self.n_searches += 1
+            self.n_questions += len(encoded)
         if unit is Unit.ANSWER:  # one item per job, so a failed read can fail just its job
             i = 0
             for job in jobs:

@@ -6,6 +6,7 @@ with the passage (as DPR and Pyserini do for Wikipedia), underscores read as spa
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -36,6 +37,9 @@ from anygrain.utils.ranges import Range
 K1_RANGE = Range("BM25 k1", 0.0, 1000.0)
 #: length normalisation: 0 none, 1 full
 B_RANGE = Range("BM25 b", 0.0, 1.0)
+#: held while a query is analysed: the stemmers and segmenters an analyzer holds are not
+#: documented as thread-safe, and a server may search from two threads (scoring needs none)
+ANALYZING = threading.Lock()
 BM25_METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 
 
@@ -414,7 +418,9 @@ class BM25Index(Index):
         unless the caller keeps them): float32 of shape (n_passages,), all zeros for a
         query with no term in the index's vocabulary."""
         vocab = self.retriever.vocab_dict
-        for toks in self.analyzer.tokenize(queries):
+        with ANALYZING:
+            analysed = list(self.analyzer.tokenize(queries))
+        for toks in analysed:
             known = [w for w in toks if w in vocab]
             if known:
                 ids = self.retriever.get_tokens_ids(known)
@@ -458,7 +464,8 @@ class BM25Index(Index):
         scores = np.zeros((n, k), dtype=np.float32)
         if n == 0:
             return rows, scores
-        tokens = self.analyzer.tokenize(queries)
+        with ANALYZING:
+            tokens = list(self.analyzer.tokenize(queries))
         vocab = self.retriever.vocab_dict
         known = [i for i, t in enumerate(tokens) if any(w in vocab for w in t)]
         if known:
