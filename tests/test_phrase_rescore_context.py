@@ -25,7 +25,6 @@ from anygrain.hits.hit import Unit
 from anygrain.index.base import Index
 from anygrain.phrase import PhraseIndex
 from anygrain.phrase import rescore as rescore_module
-from anygrain.phrase.build import DEFAULT_RESCORE_CONTEXT
 from anygrain.phrase.refilter import refilter
 from anygrain.phrase.rescore import RESCORE_CONTEXT_RANGE, context_window, encode_rows
 
@@ -104,13 +103,18 @@ def _windows_seen(
     return seen, hits
 
 
-def test_a_pq_build_records_the_default_context(built: dict[str, PhraseIndex]) -> None:
+def test_a_pq_build_re_scores_whole_passages_unless_asked(
+    built: dict[str, PhraseIndex], tmp_path: Path
+) -> None:
     pq = built["pq"]
-    assert pq.manifest["settings"]["rescore_context"] == DEFAULT_RESCORE_CONTEXT
-    assert pq.rescore_context == DEFAULT_RESCORE_CONTEXT
-    assert built["none"].rescore_context is None
-    again = Index.load(pq.path)
-    assert isinstance(again, PhraseIndex) and again.rescore_context == DEFAULT_RESCORE_CONTEXT
+    assert pq.rescore and pq.manifest["settings"].get("rescore_context") is None
+    assert pq.rescore_context is None and built["none"].rescore_context is None
+    tau = float(built["none"].manifest["settings"]["threshold"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        refilter(built["none"], tmp_path / "c60", tau, compress="pq", rescore_context=60)
+    again = Index.load(tmp_path / "c60")
+    assert isinstance(again, PhraseIndex) and again.rescore_context == 60
 
 
 @pytest.mark.parametrize("unit", [Unit.PHRASE, Unit.PASSAGE])
@@ -175,13 +179,13 @@ def test_refilter_keeps_or_overrides_the_context(
     tau = float(none.manifest["settings"]["threshold"])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        wide = refilter(none, tmp_path / "wide", tau, compress="pq", rescore_context=40)
         whole = refilter(none, tmp_path / "whole", tau, compress="pq", rescore_context=0)
-        wide = refilter(none, tmp_path / "wide", tau, compress="sq8", rescore=2, rescore_context=90)
     assert whole.manifest["settings"]["rescore_context"] == 0 and whole.rescore_context is None
-    assert wide.rescore_context == 90
+    assert wide.rescore_context == 40
     # the recorded context is the search default
-    assert _hits(whole) == _hits(pq, rescore_context=0)
-    assert _hits(wide) == _hits(wide, rescore_context=90)
+    assert _hits(whole) == _hits(pq)
+    assert _hits(wide) == _hits(pq, rescore_context=40) != _hits(pq)
     with pytest.raises(AnygrainError, match="rescore context"):
         refilter(none, tmp_path / "bad", tau, compress="pq", rescore_context=-3)
 

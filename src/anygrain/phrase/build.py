@@ -100,9 +100,6 @@ DEFAULT_KEEP = 0.5
 DEFAULT_RESCORE = 3
 DEFAULT_RESCORE_MARGIN = 1.5
 DEFAULT_RESCORE_TOKENS = RescoreTokens.ALL
-#: characters each side of a passage's best first-stage phrase that a compressed index's
-#: re-scoring re-encodes by default (chosen on held-out SQuAD train articles: docs/benchmarks.md)
-DEFAULT_RESCORE_CONTEXT = 60
 #: the filter threshold tau is a logit: finite, and beyond +-1000 it keeps all or nothing
 THRESHOLD_RANGE = Range("phrase filter threshold", -1000.0, 1000.0)
 
@@ -146,7 +143,8 @@ class PhraseSettings(IndexSettings):
     rescore_margin: float | None = None
     rescore_tokens: str | None = None
     # ... re-encoding this many characters each side of the passage's best first-stage
-    # phrase (0: the whole passage); None: DEFAULT_RESCORE_CONTEXT when compressed
+    # phrase; None or 0: the whole passage (a window lost 2.4-5.1 EM on held-out SQuAD train
+    # articles at 90-20 characters: a lever for speed, not a default)
     rescore_context: int | None = None
 
     def __post_init__(self) -> None:
@@ -289,7 +287,6 @@ def rescore_record(
     if n is None and comp in (Compress.PQ, Compress.OPQ_PQ):
         n = DEFAULT_RESCORE
         margin = DEFAULT_RESCORE_MARGIN if margin is None else margin
-        context = DEFAULT_RESCORE_CONTEXT if context is None else context
     tokens = settings.rescore_tokens or record.rescore_tokens
     if n:
         tokens = tokens or DEFAULT_RESCORE_TOKENS.value
