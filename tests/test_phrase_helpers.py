@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -120,3 +122,24 @@ def write_squad(
         json.dumps({"version": "1.1", "data": data}, ensure_ascii=False), encoding="utf-8"
     )
     return path
+
+
+def float32_index(squad: Path, model: Path, out: Path, keep: float = 0.5) -> Any:
+    """An uncompressed phrase index of the SQuAD fixture with its float16 dump, its passages
+    encoded in float32 (what re-encoding is checked against), nothing re-scored."""
+    from anygrain.phrase import PhraseIndex
+
+    return PhraseIndex.build_from(
+        f"squad:{squad}", out, model=model, compress="none", keep=keep, bf16=False, progress=False
+    )
+
+
+def compressed_copy(source: Any, out: Path, compress: str, **settings: Any) -> Any:
+    """``source`` refiltered at its own threshold into ``compress`` codes (FAISS's warnings
+    about training on a hundred vectors silenced)."""
+    from anygrain.phrase.refilter import refilter
+
+    tau = float(source.manifest["settings"]["threshold"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return refilter(source, out, tau, compress=compress, progress=False, **settings)

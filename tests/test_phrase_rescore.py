@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_phrase_helpers import PARAGRAPHS
+from test_phrase_helpers import PARAGRAPHS, compressed_copy, float32_index
 
 from anygrain.api import add_documents, compact_index, delete_documents, verify_index
 from anygrain.corpus.records import SourceDocument
@@ -50,24 +50,12 @@ def built(
     """The uncompressed index (float16 dump, keep 0.5) and compressed copies of it at its
     threshold: the same stored tokens, other vectors."""
     root = tmp_path_factory.mktemp("rescore")
-    none = PhraseIndex.build_from(
-        f"squad:{squad}",
-        root / "none",
-        model=model_dir,
-        compress="none",
-        keep=0.5,
-        bf16=False,  # re-encoding must give the dump's float32-encoded vectors
-        progress=False,
-    )
+    # float32 dumps: re-encoding must give the dump's vectors
+    none = float32_index(squad, model_dir, root / "none")
     out = {"none": none}
-    tau = float(none.manifest["settings"]["threshold"])
     for c in COMPRESSED:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # FAISS: PQ trained on a hundred vectors
-            # recorded off: each test asks for its own N (stored tokens, no margin)
-            out[c.value] = refilter(
-                none, root / c.value, tau, compress=c, rescore=0, progress=False
-            )
+        # recorded off: each test asks for its own N (stored tokens, no margin)
+        out[c.value] = compressed_copy(none, root / c.value, c.value, rescore=0)
     return out
 
 

@@ -11,14 +11,13 @@ takes it and refuses a bad one in one line.  Encoding with weights cast to bfloa
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from test_phrase_helpers import RESCORE_QUESTIONS
+from test_phrase_helpers import RESCORE_QUESTIONS, compressed_copy, float32_index
 
 from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Unit
@@ -63,20 +62,8 @@ def built(
     """An uncompressed index (float32-encoded dump) and a PQ copy at its threshold recording
     the default re-scoring."""
     root = tmp_path_factory.mktemp("rescore-context")
-    none = PhraseIndex.build_from(
-        f"squad:{squad}",
-        root / "none",
-        model=model_dir,
-        compress="none",
-        keep=0.5,
-        bf16=False,
-        progress=False,
-    )
-    tau = float(none.manifest["settings"]["threshold"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # FAISS: PQ trained on a hundred vectors
-        pq = refilter(none, root / "pq", tau, compress="pq", progress=False)
-    return {"none": none, "pq": pq}
+    none = float32_index(squad, model_dir, root / "none")
+    return {"none": none, "pq": compressed_copy(none, root / "pq", "pq")}
 
 
 def _hits(index: PhraseIndex, **options: Any) -> list[list[tuple[Any, ...]]]:
@@ -109,10 +96,7 @@ def test_a_pq_build_re_scores_whole_passages_unless_asked(
     pq = built["pq"]
     assert pq.rescore and pq.manifest["settings"].get("rescore_context") is None
     assert pq.rescore_context is None and built["none"].rescore_context is None
-    tau = float(built["none"].manifest["settings"]["threshold"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        refilter(built["none"], tmp_path / "c60", tau, compress="pq", rescore_context=60)
+    compressed_copy(built["none"], tmp_path / "c60", "pq", rescore_context=60)
     again = Index.load(tmp_path / "c60")
     assert isinstance(again, PhraseIndex) and again.rescore_context == 60
 
@@ -177,10 +161,8 @@ def test_refilter_keeps_or_overrides_the_context(
     pq = built["pq"]
     none = built["none"]
     tau = float(none.manifest["settings"]["threshold"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        wide = refilter(none, tmp_path / "wide", tau, compress="pq", rescore_context=40)
-        whole = refilter(none, tmp_path / "whole", tau, compress="pq", rescore_context=0)
+    wide = compressed_copy(none, tmp_path / "wide", "pq", rescore_context=40)
+    whole = compressed_copy(none, tmp_path / "whole", "pq", rescore_context=0)
     assert whole.manifest["settings"]["rescore_context"] == 0 and whole.rescore_context is None
     assert wide.rescore_context == 40
     # the recorded context is the search default

@@ -19,6 +19,7 @@ pytest.importorskip("httpx", reason="FastAPI's TestClient needs httpx (the dev e
 import torch
 from dense_helpers import single_threaded, tiny_biencoder
 from fastapi.testclient import TestClient
+from serve_helpers import concurrent_hits
 from test_phrase_helpers import PARAGRAPHS, make_tiny_model
 from typer.testing import CliRunner
 
@@ -288,24 +289,7 @@ def test_unicode_questions_and_answers(phrase: TestClient) -> None:
 def test_concurrent_requests_match_sequential(phrase: TestClient) -> None:
     qs = [q for _, _, qas in PARAGRAPHS for q, _ in qas]
     want = {q: phrase.get("/search", params={"q": q, "k": 3}).json()["hits"] for q in qs}
-    got: dict[str, list[Any]] = {}
-    errors: list[BaseException] = []
-
-    def worker(mine: list[str]) -> None:
-        try:
-            for q in mine:
-                r = phrase.get("/search", params={"q": q, "k": 3})
-                assert r.status_code == 200
-                got[q] = r.json()["hits"]
-        except BaseException as e:  # reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=worker, args=(qs[i::4],)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not errors
+    got = concurrent_hits(phrase, qs)
     assert set(got) == set(want)
     for q, hits in got.items():  # batched with other requests' questions: same hits
         assert [(h["passage_id"], h["span"]) for h in hits] == [

@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import threading
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from test_phrase_helpers import PARAGRAPHS
+from serve_helpers import concurrent_hits
+from test_phrase_helpers import PARAGRAPHS, compressed_copy, float32_index
 
 from anygrain.index.base import Index
 from anygrain.phrase import PhraseIndex
-from anygrain.phrase.refilter import refilter
 from anygrain.serve.app import create_app
 from anygrain.serve.service import SearchService
 
@@ -35,14 +34,8 @@ def indexes(
     model_dir: Path, squad: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, PhraseIndex]:
     root = tmp_path_factory.mktemp("serve-rescore")
-    none = PhraseIndex.build_from(
-        f"squad:{squad}", root / "none", model=model_dir, compress="none", progress=False
-    )
-    tau = float(none.manifest["settings"]["threshold"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # FAISS: PQ trained on a hundred vectors
-        pq = refilter(none, root / "pq", tau, compress="pq", progress=False)
-    return {"none": none, "pq": pq}
+    none = float32_index(squad, model_dir, root / "none")
+    return {"none": none, "pq": compressed_copy(none, root / "pq", "pq")}
 
 
 def test_a_re_scoring_index_is_searched_from_two_threads(
@@ -65,25 +58,7 @@ def test_concurrent_requests_get_the_sequential_hits(indexes: dict[str, PhraseIn
     pq = indexes["pq"]
     client = TestClient(create_app(pq, question_bf16=False))
     want = {q: pq.search([q], 3)[0] for q in QUESTIONS}
-    got: dict[str, list[Any]] = {}
-    errors: list[BaseException] = []
-
-    def worker(mine: list[str]) -> None:
-        try:
-            for _ in range(3):
-                for q in mine:
-                    r = client.get("/search", params={"q": q, "k": 3})
-                    assert r.status_code == 200, r.text
-                    got[q] = r.json()["hits"]
-        except BaseException as e:  # reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=worker, args=(QUESTIONS[i::4],)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not errors
+    got = concurrent_hits(client, QUESTIONS, rounds=3)
     assert set(got) == set(want)
     for q, hits in got.items():
         assert [(h["passage_id"], tuple(h["span"])) for h in hits] == [
