@@ -22,9 +22,12 @@ as the uncompressed index scores them:
 So the stored codes only have to find passages.  All questions of a search batch share one
 encoder call, each passage encoded once however many questions re-score it (windows sorted
 by length, in small batches: on one CPU thread 8 windows run ~1.6x faster than 32).
-``bf16`` encodes them in bfloat16 autocast instead of the index's recorded precision
-(~2x faster where the CPU has it natively; scores then differ from the dump's in the
-third digit).  Deleted (tombstoned) passages are skipped when the first ``N`` are picked,
+``bf16`` encodes them in bfloat16 instead of the index's recorded precision, on a copy of
+the encoder cast once (:meth:`~anygrain.phrase.model.PhraseEncoder.bf16_passages`; ~2x
+float32 where the CPU has it natively; scores then differ from the dump's in the third
+digit).  ``context`` (:class:`FirstStage`) re-encodes only a window of each passage around
+its best first-stage phrase (:func:`context_window`): cheaper, and measured to lose EM (the
+slice's vectors are not the whole passage's), so whole passages are the default.  Deleted (tombstoned) passages are skipped when the first ``N`` are picked,
 so ``N`` live passages are re-scored.
 
 Hits from the re-scored passages come first, best first by their exact scores; the first
@@ -208,17 +211,17 @@ def encode_rows(
     table = index.table
     d = int(index.manifest["settings"].get("dim") or table.start.shape[1])
     model = passage_encoder(index, len(rows), bf16=bf16 is True)
-    if runs_on_onnx(model):
-        bf16 = False  # the graph runs float32 (scores differ from bf16's in the third digit)
-    elif bf16 is None:
-        bf16 = bool(index.manifest["settings"].get("bf16", False))
     texts = index.store.texts(rows)
     cuts = [windows.get(r) if windows else None for r in rows.tolist()]
     parts = [t if c is None else t[c[0] : c[1]] for t, c in zip(texts, cuts, strict=True)]
     titles = index.store.titles(rows)
     if runs_on_onnx(model):
+        # the graph runs float32 (scores differ from bf16's in the third digit)
         enc = model.encode_passages(parts, titles, batch_size=batch_size)
-    else:  # a few short windows: weights cast to bfloat16 once, not on every call
+    else:
+        if bf16 is None:
+            bf16 = bool(index.manifest["settings"].get("bf16", False))
+        # in bfloat16, a copy of the encoder cast once: autocast casts every weight per call
         enc = model.encode_passages(parts, titles, batch_size=batch_size, bf16=bf16, cast_once=True)
     enc = [
         p if c is None else _shifted(p, c[0], t) for p, c, t in zip(enc, cuts, texts, strict=True)
