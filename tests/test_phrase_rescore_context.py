@@ -11,6 +11,7 @@ takes it and refuses a bad one in one line.  Encoding with weights cast to bfloa
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -207,3 +208,35 @@ def test_weights_cast_once_agree_with_autocast(built: dict[str, PhraseIndex]) ->
     with torch.no_grad():
         model.start_head.weight.add_(0.0)
     assert model.bf16_passages() is not first
+
+
+def test_a_recorded_context_survives_add_delete_compact_and_verify(
+    model_dir: Path, squad: Path, tmp_path: Path
+) -> None:
+    from anygrain.api import add_documents, compact_index, delete_documents, verify_index
+    from anygrain.corpus.records import SourceDocument
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # FAISS: PQ trained on a hundred vectors
+        idx = PhraseIndex.build_from(
+            f"squad:{squad}",
+            tmp_path / "work",
+            model=model_dir,
+            compress="pq",
+            rescore_context=40,
+            progress=False,
+        )
+    work = idx.path
+    assert idx.rescore_context == 40 and idx.manifest["settings"]["build"]["rescore_context"] == 40
+    assert verify_index(work).problems == []
+    new = [SourceDocument("new0", "Rust", "Rust was first released in 2015 by Mozilla.")]
+    added = add_documents(work, new, progress=False)
+    assert isinstance(added, PhraseIndex) and added.rescore_context == 40
+    hits = added.search(["When was Rust first released?"], 3)[0]
+    assert hits and all(h.span is not None for h in hits)
+    delete_documents(work, ["new0"])
+    assert all(h.doc_id != "new0" for hs in Index.load(work).search(QUESTIONS, 5) for h in hs)
+    compacted = compact_index(work, progress=False)
+    assert isinstance(compacted, PhraseIndex) and compacted.rescore_context == 40
+    assert verify_index(work).problems == []
+    assert _hits(compacted) == _hits(compacted, rescore_context=40)
