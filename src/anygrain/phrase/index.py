@@ -566,8 +566,9 @@ class PhraseIndex(Index):
         was built) and ``rescore_margin`` how close to the first passage's first-stage score
         another must be to be re-scored (None: the index's recorded margin; 1000: all).
         ``rescore_context`` re-encodes only that many characters each side of a passage's
-        best first-stage phrase, ~2x cheaper at 60 (None: the index's recorded context;
-        0: the whole passage).
+        best first-stage phrase: at 60, 1.8x the questions a second and 2.8 EM lower on
+        held-out SQuAD train articles (None: the index's recorded context; 0: the whole
+        passage).
         """
         u = Unit(unit) if unit is not None else Unit.PHRASE
         depth = top_k or max(100, 10 * k)

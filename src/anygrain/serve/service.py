@@ -6,7 +6,10 @@ response and everything else into the JSON it returns.
 Two worker threads, one per stage of a search (:mod:`anygrain.index.encoded`): the
 *encoder* thread runs the index's query encoder (:meth:`Index.encode`: tokenizer and
 transformer), the *search* thread the rest (:meth:`Index.search_encoded`: FAISS, span
-scoring, BM25, hits).  While one batch is searched the next is encoded, so the two stages
+scoring, BM25, hits).  An index whose search costs far more than encoding (a phrase index
+re-scoring passages: :meth:`Index.search_threads`) gets two search threads, the second
+taking the next batch while the first searches; the phrase model's tokenizer and BM25's
+query analysis take locks for it.  While one batch is searched the next is encoded, so the two stages
 use two cores; on a 2-core machine this is what brings the 4-client latency down (issue 26).
 Each stage stays in one thread because its state is not shared safely: a Hugging Face fast
 tokenizer raises "Already borrowed" when two threads encode at once, and BM25's stemmer
@@ -152,8 +155,8 @@ class _Encoded:
 
 
 class SearchService:
-    """One open index, searched by two worker threads (encode, search) that batch queued
-    requests.
+    """One open index, searched by worker threads (encode, then one or two search threads:
+    :meth:`Index.search_threads`) that batch queued requests.
 
     ``batching=False`` searches each request on its own (still one at a time per stage).
     ``reader`` (a reader directory or shipped name, loaded here) reads answers for unit
@@ -179,8 +182,8 @@ class SearchService:
         self.n_searches = 0  # search calls the index has made
         self.n_questions = 0
         self._counting = threading.Lock()  # the counters, updated by each search thread
-        # one search at a time for a kind that is not safe to search from two threads (the
-        # index may be reloaded as another kind while two search threads run)
+        # one search at a time for an index that wants one search thread (the index may be
+        # reloaded as such while two search threads run)
         self._one_search = threading.Lock()
         self.n_reloads = 0  # times the index was reopened after its files changed
         self.generation = 0  # counts reloads: what describes the index is recomputed on change
