@@ -27,7 +27,8 @@ the encoder cast once (:meth:`~anygrain.phrase.model.PhraseEncoder.bf16_passages
 float32 where the CPU has it natively; scores then differ from the dump's in the third
 digit).  ``context`` (:class:`FirstStage`) re-encodes only a window of each passage around
 its best first-stage phrase (:func:`context_window`): cheaper, and measured to lose EM (the
-slice's vectors are not the whole passage's), so whole passages are the default.  Deleted (tombstoned) passages are skipped when the first ``N`` are picked,
+slice's vectors are not the whole passage's), so whole passages are the default.
+Deleted (tombstoned) passages are skipped when the first ``N`` are picked,
 so ``N`` live passages are re-scored.
 
 Hits from the re-scored passages come first, best first by their exact scores; the first
@@ -266,8 +267,8 @@ def _stored_tokens(
     index: PhraseIndex, rows: np.ndarray, enc: list[Any], d: int, *, partial: bool = False
 ) -> ExactRows:
     """The index's stored tokens of passages ``rows`` with their encoded vectors ``enc``
-    (``partial``: each passage's slice was encoded, and the stored tokens it holds are
-    taken; a word cut at the slice's edge may tokenize otherwise, and is left out)."""
+    (``partial``: a slice of each passage was encoded, and the stored tokens found in it
+    are taken)."""
     table = index.table
     ptr = table.passage_ptr
     picks: list[np.ndarray] = []
