@@ -190,6 +190,11 @@ class InfoResponse(BaseModel):
         default="float32",
         description="float32, or bfloat16: the question encoder's linear layers (phrase indexes)",
     )
+    search_threads: int = Field(
+        default=1,
+        description="Threads searching at once: 2 for a phrase index that re-scores passages "
+        "(re-encoding makes search the costly stage), else 1",
+    )
     limits: dict[str, int]
 
 

@@ -692,6 +692,7 @@ class SearchService:
             "reader": self.reader_name if answers else None,
             "read": self.read if answers else None,
             "question_precision": "bfloat16" if self.encode_options(self.index) else "float32",
+            "search_threads": self.search_threads,
             "limits": {
                 "max_k": MAX_K,
                 "max_question_chars": MAX_QUESTION_CHARS,
