@@ -124,14 +124,22 @@ def write_squad(
     return path
 
 
+def fixture_index(squad: Path, model: Path, out: Path, **settings: Any) -> Any:
+    """A phrase index of the SQuAD fixture built with ``settings`` (FAISS's warnings about
+    training on a hundred vectors silenced)."""
+    from anygrain.phrase import PhraseIndex
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return PhraseIndex.build_from(
+            f"squad:{squad}", out, model=model, progress=False, **settings
+        )
+
+
 def float32_index(squad: Path, model: Path, out: Path, keep: float = 0.5) -> Any:
     """An uncompressed phrase index of the SQuAD fixture with its float16 dump, its passages
     encoded in float32 (what re-encoding is checked against), nothing re-scored."""
-    from anygrain.phrase import PhraseIndex
-
-    return PhraseIndex.build_from(
-        f"squad:{squad}", out, model=model, compress="none", keep=keep, bf16=False, progress=False
-    )
+    return fixture_index(squad, model, out, compress="none", keep=keep, bf16=False)
 
 
 def compressed_copy(source: Any, out: Path, compress: str, **settings: Any) -> Any:

@@ -15,7 +15,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_phrase_helpers import PARAGRAPHS, compressed_copy, float32_index
+from test_phrase_helpers import (
+    PARAGRAPHS,
+    RESCORE_QUESTIONS,
+    compressed_copy,
+    fixture_index,
+    float32_index,
+)
 
 from anygrain.api import add_documents, compact_index, delete_documents, verify_index
 from anygrain.corpus.records import SourceDocument
@@ -32,14 +38,7 @@ from anygrain.phrase.units import mips_scored
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
-QUESTIONS = [
-    "Who created Python?",
-    "How long is the Great Wall?",
-    "Where did the café open?",
-    "How far away is Alpha Centauri?",
-    "中国的首都是哪里？",
-    "When was Python first released?",
-]
+QUESTIONS = RESCORE_QUESTIONS
 COMPRESSED = (Compress.SQ8, Compress.SQ4, Compress.OPQ_PQ)
 
 
@@ -206,16 +205,7 @@ def test_the_recorded_setting_is_the_default_and_survives_updates(
     assert none.rescore == 0 and src.rescore == 3 and kept.rescore == 3 and off_idx.rescore == 0
     # built with the setting; add, delete, compact, verify with it on (the dump dropped:
     # compact re-encodes)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        idx = PhraseIndex.build_from(
-            f"squad:{squad}",
-            tmp_path / "work",
-            model=model_dir,
-            compress="opq-pq",
-            rescore=2,
-            progress=False,
-        )
+    idx = fixture_index(squad, model_dir, tmp_path / "work", compress="opq-pq", rescore=2)
     assert idx.rescore == 2 and idx.manifest["settings"]["build"]["rescore"] == 2
     assert verify_index(idx.path).problems == []
     work = idx.path

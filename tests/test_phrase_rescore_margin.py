@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_phrase_helpers import RESCORE_QUESTIONS
+from test_phrase_helpers import RESCORE_QUESTIONS, fixture_index
 
 from anygrain.errors import AnygrainError
 from anygrain.phrase import PhraseIndex
@@ -133,29 +133,17 @@ def test_a_pq_build_records_the_default_rescoring(
     )
     assert pq.rescore == DEFAULT_RESCORE and pq.rescore_margin == DEFAULT_RESCORE_MARGIN
     assert "OPQ" not in s["factory"] and "PQ" in s["factory"]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        sq8 = PhraseIndex.build_from(
-            f"squad:{squad}", tmp_path / "sq8", model=model_dir, compress="sq8", progress=False
-        )
-        off = PhraseIndex.build_from(
-            f"squad:{squad}",
-            tmp_path / "off",
-            model=model_dir,
-            compress="pq",
-            rescore=0,
-            progress=False,
-        )
-        PhraseIndex.build_from(
-            f"squad:{squad}",
-            tmp_path / "mine",
-            model=model_dir,
-            compress="sq4",
-            rescore=3,
-            rescore_margin=0.5,
-            rescore_tokens="stored",
-            progress=False,
-        )
+    sq8 = fixture_index(squad, model_dir, tmp_path / "sq8", compress="sq8")
+    off = fixture_index(squad, model_dir, tmp_path / "off", compress="pq", rescore=0)
+    fixture_index(
+        squad,
+        model_dir,
+        tmp_path / "mine",
+        compress="sq4",
+        rescore=3,
+        rescore_margin=0.5,
+        rescore_tokens="stored",
+    )
     assert sq8.rescore == 0 and sq8.manifest["settings"].get("rescore_margin") is None
     assert off.rescore == 0
     m = json.loads((tmp_path / "mine" / "index.json").read_text())["settings"]
@@ -209,16 +197,7 @@ def test_the_pq_build_keeps_its_rescoring_through_updates(
     from anygrain.corpus.records import SourceDocument
     from anygrain.index.base import Index
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        idx = PhraseIndex.build_from(
-            f"squad:{squad}",
-            tmp_path / "d",
-            model=model_dir,
-            compress="pq",
-            keep=0.25,
-            progress=False,
-        )
+    idx = fixture_index(squad, model_dir, tmp_path / "d", compress="pq", keep=0.25)
     want = (DEFAULT_RESCORE, DEFAULT_RESCORE_MARGIN, "all")
     s = idx.manifest["settings"]
     assert (s["compress"], s["keep"]) == ("pq", 0.25)

@@ -11,13 +11,12 @@ skipped when the ``N`` passages are picked.
 from __future__ import annotations
 
 import shutil
-import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from test_phrase_helpers import RESCORE_QUESTIONS
+from test_phrase_helpers import RESCORE_QUESTIONS, fixture_index, float32_index
 
 from anygrain.api import delete_documents
 from anygrain.errors import AnygrainError
@@ -40,27 +39,9 @@ def built(
     """An uncompressed index of every token (keep 1) and a 4-bit copy keeping a quarter."""
     root = tmp_path_factory.mktemp("rescore-tokens")
     # float32 dumps: re-encoding is checked against a float32 brute force
-    full = PhraseIndex.build_from(
-        f"squad:{squad}",
-        root / "full",
-        model=model_dir,
-        compress="none",
-        keep=1.0,
-        bf16=False,
-        progress=False,
-    )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # FAISS: few training vectors
-        # built, not refiltered: it holds its corpus, so documents can be deleted from it
-        small = PhraseIndex.build_from(
-            f"squad:{squad}",
-            root / "sq4",
-            model=model_dir,
-            compress="sq4",
-            keep=0.25,
-            bf16=False,
-            progress=False,
-        )
+    full = float32_index(squad, model_dir, root / "full", keep=1.0)
+    # built, not refiltered: it holds its corpus, so documents can be deleted from it
+    small = fixture_index(squad, model_dir, root / "sq4", compress="sq4", keep=0.25, bf16=False)
     return {"full": full, "small": small}
 
 
