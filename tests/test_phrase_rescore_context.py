@@ -11,14 +11,18 @@ takes it and refuses a bad one in one line.  Encoding with weights cast to bfloa
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from test_phrase_helpers import RESCORE_QUESTIONS, compressed_copy, float32_index
+from test_phrase_helpers import (
+    RESCORE_QUESTIONS,
+    compressed_copy,
+    fixture_index,
+    float32_index,
+)
 
 from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Unit
@@ -82,7 +86,12 @@ def _windows_seen(
     real = rescore_module.encode_rows
 
     def spy(idx: Any, rows: Any, **kw: Any) -> Any:
-        seen.append(kw.get("windows"))
+        around, context = kw.get("around"), kw.get("context")
+        if around and context:
+            texts = dict(zip(around, idx.store.texts(list(around)), strict=True))
+            seen.append({r: context_window(texts[r], a, context) for r, a in around.items()})
+        else:
+            seen.append(None)
         return real(idx, rows, **kw)
 
     monkeypatch.setattr(rescore_module, "encode_rows", spy)
@@ -140,9 +149,10 @@ def test_re_scored_spans_lie_in_their_windows(
 def test_windowed_vectors_are_the_slices_encoding(built: dict[str, PhraseIndex]) -> None:
     pq = built["pq"]
     text = pq.store.texts([0])[0]
-    lo, hi = context_window(text, (len(text) // 3, len(text) // 3 + 1), 10)
+    span = (len(text) // 3, len(text) // 3 + 1)
+    lo, hi = context_window(text, span, 10)
     assert lo > 0 or hi < len(text)
-    ex = encode_rows(pq, np.asarray([0]), tokens="all", windows={0: (lo, hi)}, bf16=False)
+    ex = encode_rows(pq, np.asarray([0]), tokens="all", around={0: span}, context=10, bf16=False)
     model = pq.model
     enc = model.encode_passages([text[lo:hi]], pq.store.titles([0]), bf16=False)[0]
     t = ex.table
@@ -216,16 +226,7 @@ def test_a_recorded_context_survives_add_delete_compact_and_verify(
     from anygrain.api import add_documents, compact_index, delete_documents, verify_index
     from anygrain.corpus.records import SourceDocument
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # FAISS: PQ trained on a hundred vectors
-        idx = PhraseIndex.build_from(
-            f"squad:{squad}",
-            tmp_path / "work",
-            model=model_dir,
-            compress="pq",
-            rescore_context=40,
-            progress=False,
-        )
+    idx = fixture_index(squad, model_dir, tmp_path / "work", compress="pq", rescore_context=40)
     work = idx.path
     assert idx.rescore_context == 40 and idx.manifest["settings"]["build"]["rescore_context"] == 40
     assert verify_index(work).problems == []

@@ -200,20 +200,26 @@ def encode_rows(
     tokens: RescoreTokens | str = RescoreTokens.STORED,
     batch_size: int = ENCODE_BATCH,
     bf16: bool | None = None,
-    windows: Mapping[int, tuple[int, int]] | None = None,
+    around: Mapping[int, tuple[int, int]] | None = None,
+    context: int = 0,
 ) -> ExactRows:
     """Passages ``rows`` (corpus rows) of ``index`` encoded again, in one encoder call: the
     ``tokens`` (:class:`RescoreTokens`) of each with the start/end vectors the dump would
-    store.  ``bf16``: None, the index's recorded precision.  ``windows`` (row -> characters
-    ``[lo, hi)``) encodes only that slice of a passage, its title still before it: the
-    tokens inside it, with vectors from that context only."""
+    store.  ``bf16``: None, the index's recorded precision.  With ``context``, a passage in
+    ``around`` (row -> a span's characters ``[cs, ce)``) is encoded only within ``context``
+    characters of that span (:func:`context_window`), its title still before it: the tokens
+    inside, with vectors from that slice only."""
     which = RescoreTokens.parse(tokens)
     rows = np.unique(np.asarray(rows, dtype=np.int64))
     table = index.table
     d = int(index.manifest["settings"].get("dim") or table.start.shape[1])
     model = passage_encoder(index, len(rows), bf16=bf16 is True)
     texts = index.store.texts(rows)
-    cuts = [windows.get(r) if windows else None for r in rows.tolist()]
+    spans = around if context and around else {}
+    cuts = [
+        context_window(t, spans[r], context) if r in spans else None
+        for r, t in zip(rows.tolist(), texts, strict=True)
+    ]
     parts = [t if c is None else t[c[0] : c[1]] for t, c in zip(texts, cuts, strict=True)]
     titles = index.store.titles(rows)
     if runs_on_onnx(model):
@@ -228,7 +234,7 @@ def encode_rows(
         p if c is None else _shifted(p, c[0], t) for p, c, t in zip(enc, cuts, texts, strict=True)
     ]
     if which is RescoreTokens.STORED:
-        return _stored_tokens(index, rows, enc, d, partial=windows is not None)
+        return _stored_tokens(index, rows, enc, d, partial=bool(spans))
     threshold = model.config.filter_threshold if which is RescoreTokens.MODEL else None
     starts, ends, toks = [], [], []
     counts = np.zeros(len(rows), np.int64)
@@ -404,11 +410,14 @@ def search_rescored(
     wanted = sorted({r for t in tops for r in t})
     ex = None
     if wanted:
-        windows = None
-        if stage.context:
-            windows = _windows(index, rest, found, tops, stage.context)
+        around = _best_spans(index, rest, found, tops) if stage.context else None
         ex = encode_rows(
-            index, np.asarray(wanted, np.int64), tokens=which, bf16=bf16, windows=windows
+            index,
+            np.asarray(wanted, np.int64),
+            tokens=which,
+            bf16=bf16,
+            around=around,
+            context=stage.context or 0,
         )
     exact_found: list[list[UnitHit]] = []
     rest_found: list[list[UnitHit]] = []
@@ -525,15 +534,14 @@ def _first_stage(
     return rest, found, tops, dense
 
 
-def _windows(
+def _best_spans(
     index: PhraseIndex,
     rest: list[Phrases] | None,
     found: list[list[UnitHit]],
     tops: list[list[int]],
-    context: int,
 ) -> dict[int, tuple[int, int]]:
-    """The characters of each re-scored passage to re-encode: ``context`` each side of its
-    best first-stage phrase for each question re-scoring it (their hull when several do)."""
+    """The characters of each re-scored passage's best first-stage phrase, for each question
+    re-scoring it (their hull when several do)."""
     table = index.table
     spans: dict[int, tuple[int, int]] = {}
     for i, top in enumerate(tops):
@@ -550,10 +558,7 @@ def _windows(
             cs, ce = int(table.cs[starts[j]]), int(table.ce[ends[j]])
             a, b = spans.get(r, (cs, ce))
             spans[r] = (min(a, cs), max(b, ce))
-    texts = index.store.texts(sorted(spans))
-    return {
-        r: context_window(t, spans[r], context) for r, t in zip(sorted(spans), texts, strict=True)
-    }
+    return spans
 
 
 def _exact_hits(
