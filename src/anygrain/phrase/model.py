@@ -311,8 +311,14 @@ class PhraseEncoder(Model):
         token_type_ids: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(start, end, filter_logits)``: (B, T, d), (B, T, d), (B, T, 2)."""
-        mods = (self.phrase, self.start_head, self.end_head, self.filter)
-        return self.phrase_forward_with(mods, input_ids, attention_mask, token_type_ids)
+        return self.phrase_forward_with(
+            self.passage_modules, input_ids, attention_mask, token_type_ids
+        )
+
+    @property
+    def passage_modules(self) -> list[nn.Module]:
+        """What encodes passages: the passage encoder and its start, end and filter heads."""
+        return [self.phrase, self.start_head, self.end_head, self.filter]
 
     def phrase_forward_with(
         self,
@@ -456,7 +462,7 @@ class PhraseEncoder(Model):
         one thread ~1.5x faster than autocast on a SQuAD paragraph (attention, GELU and the
         casts between layers run in bfloat16 too); token vectors within a cosine of 0.9999
         of float32's."""
-        mods = [self.phrase, self.start_head, self.end_head, self.filter]
+        mods = self.passage_modules
         version = [weights_version(m) for m in mods]
         if self._bf16_passages is None or self._bf16_passages[0] != version:
             copies = [copy.deepcopy(m).to(torch.bfloat16).eval() for m in mods]
@@ -483,15 +489,11 @@ class PhraseEncoder(Model):
         (:meth:`bf16_passages`) instead of autocast, which casts the weights on every call
         and keeps attention in float32: what re-scoring's few passages run (a build's dump
         keeps autocast, which its recorded ``bf16`` means)."""
-        if self.training:  # eval() walks every module: ~2 ms a call
+        if any(m.training for m in self.passage_modules):  # eval() walks every module: ~2 ms
             self.eval()
         dev = self.device
         cast = cast_once and bf16 and dev.type == "cpu"
-        modules = (
-            self.bf16_passages()
-            if cast
-            else [self.phrase, self.start_head, self.end_head, self.filter]
-        )
+        modules = self.bf16_passages() if cast else self.passage_modules
 
         def forward(windows: Sequence[Window]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             batch = {k: v.to(dev) for k, v in self.collate(windows).items()}
