@@ -287,6 +287,16 @@ def test_concurrent_answer_requests_are_read_in_one_batch(
     idx = HeldIndex(bm25_index)
     svc = SearchService(cast(Index, idx), reader=str(reader_dir), read=READ)
     out: dict[str, Any] = {}
+    encode = idx.encode
+
+    def encode_after_first_read(queries: list[str], **kw: Any) -> Any:
+        # the queued requests are encoded once the reader reads the first: else, on a busy
+        # machine, the reader thread may wake only after both batches were handed over
+        if "Who created Python?" not in queries:
+            wait_until(lambda: reads, "the first question is being read")
+        return encode(queries, **kw)
+
+    idx.encode = encode_after_first_read  # type: ignore[method-assign]
 
     def run(q: str, unit: str = "answer") -> None:
         try:
