@@ -335,3 +335,45 @@ def test_pack_a_reader_and_continue_training_from_the_packed_form(
         progress=False,
     )
     assert Reader.load(cont).config.base_model == str(tiny_model)
+
+
+def test_selection_bce_adds_an_absolute_passage_loss(
+    squad: Path, tiny_model: Path, tmp_path: Path
+) -> None:
+    from anygrain.reader.losses import selection_bce
+
+    logits = torch.tensor([[3.0, -3.0, -3.0], [-3.0, 3.0, 0.0]])
+    present = torch.tensor([[True, True, False], [True, True, True]])
+    loss = selection_bce(logits, present)
+    # A confident positive and negative give a small loss; a reversed one a large loss.
+    assert float(loss[0]) < 0.06 < 2.0 < float(loss[1])
+    # Shifting every logit of a question leaves the softmax loss alone, not this one.
+    assert not torch.allclose(selection_bce(logits + 5, present), loss)
+
+    torch.manual_seed(0)
+    cfg = _config(squad, tmp_path, tiny_model)
+    reader = Reader.from_pretrained(str(tiny_model), **cfg.reader_settings())
+    data = load_reader_data(cfg.train)
+    log = TrainLog(tmp_path / "log", echo=False)
+    plain = ReaderTrainer(cfg, reader, data, tmp_path, log, False)
+    both = ReaderTrainer(
+        _config(squad, tmp_path, tiny_model, selection_bce=2.0), reader, data, tmp_path, log, False
+    )
+    sb = plain.step_batch(0, 0)
+    reader.eval()
+    with torch.no_grad():
+        l0, s0 = plain.loss(sb)
+        l1, s1 = both.loss(sb)
+    assert s0["selection_bce"] == 0.0 and s1["selection_bce"] > 0
+    assert float(l1) == pytest.approx(float(l0) + 2.0 * s1["selection_bce"], rel=1e-5)
+    with pytest.raises(AnygrainError, match="selection_bce"):
+        train_reader(_config(squad, tmp_path / "z", tiny_model, selection_bce=-1), progress=False)
+
+
+def test_a_shipped_reader_name_is_a_starting_point() -> None:
+    from anygrain.models.shipped import SHIPPED
+
+    if not SHIPPED["reader-minilm"].path.is_dir():
+        pytest.skip("reader-minilm is not in this install")
+    reader = Reader.from_pretrained("reader-minilm")
+    assert reader.config.max_length == 256

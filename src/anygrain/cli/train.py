@@ -160,6 +160,7 @@ READER_OPTIONS = (
     "lr",
     "negatives",
     "max_length",
+    "selection_bce",
     "micro_batch",
     "max_examples",
     "max_minutes",

@@ -7,13 +7,16 @@
   ``P_end`` are softmaxes over the passage tokens only.
 * **Selection loss**: cross-entropy of the positive (column 0) under the softmax of
   the selection logits over the question's passages.
+* **Selection BCE** (optional): each passage's selection logit as the log-odds that it holds
+  an answer (the positive: yes; the negatives, which hold none: no), so the logit means the
+  same across questions and a low one says "not in these passages".
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["selection_nll", "span_marginal_nll"]
+__all__ = ["selection_bce", "selection_nll", "span_marginal_nll"]
 
 NEG_INF = float("-inf")
 
@@ -47,3 +50,14 @@ def selection_nll(selection_logits: torch.Tensor, present: torch.Tensor) -> torc
     and ``present`` masks passages a question did not get (fewer negatives)."""
     logits = selection_logits.float().masked_fill(~present, NEG_INF)
     return -torch.log_softmax(logits, dim=1)[:, 0]
+
+
+def selection_bce(selection_logits: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
+    """Per-example mean binary cross-entropy over the passages present, shape ``(B,)``: the
+    positive (column 0 of ``[B, m]``) is labelled 1, every negative 0."""
+    logits = selection_logits.float()
+    labels = torch.zeros_like(logits)
+    labels[:, 0] = 1.0
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels, reduction="none")
+    loss = loss * present
+    return loss.sum(dim=1) / present.sum(dim=1).clamp(min=1)

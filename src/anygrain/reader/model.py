@@ -145,7 +145,9 @@ class Reader(Model):
         ``settings`` override :class:`ReaderConfig` fields for a new reader; the
         heads are initialised from torch's RNG (seed it for reproducible runs).
         """
-        p = Path(str(name)).expanduser()
+        from anygrain.models.shipped import saved_model_dir
+
+        p = saved_model_dir(name)  # a shipped reader's name continues that reader
         if (p / READER_CONFIG).exists():
             return cls.load(p)
         path, _ = resolve_model(name, cache_dir=cache_dir)

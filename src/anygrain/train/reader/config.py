@@ -58,6 +58,13 @@ class ReaderTrainConfig(SavedConfig):
     weight_decay: float = 0.01
     max_grad_norm: float = 2.0
     max_length: int = option(256, help="Tokens per passage window")
+    # A per-passage "holds the answer" loss beside DPR's softmax: the softmax only ranks a
+    # question's passages, so its logits cannot be compared across questions or thresholded.
+    selection_bce: float = option(
+        0.0,
+        help="Weight of a per-passage sigmoid loss (answer here or not) on the selection "
+        "head: makes its scores absolute, for confidence and abstention (0: softmax only)",
+    )
     # Windows per forward pass, sorted by length.  On one core with bf16 (AMX) 4 trained
     # MiniLM at 8.98 questions/s, 8 at 8.31, 16 at 5.05, 2 at 7.95 (attention's memory).
     micro_batch: int = option(4, help="Windows per forward pass (sorted by length)")
@@ -120,6 +127,8 @@ class ReaderTrainConfig(SavedConfig):
             problems.append("negatives must be >= 0")
         if self.lr <= 0:
             problems.append("lr must be > 0")
+        if not 0 <= self.selection_bce <= 100:
+            problems.append("selection_bce must be in [0, 100]")
         if not 0 <= self.warmup_ratio < 1:
             problems.append("warmup_ratio must be in [0, 1)")
         if self.max_examples is not None and self.max_examples < 1:

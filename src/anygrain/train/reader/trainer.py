@@ -42,8 +42,9 @@ import torch
 
 from anygrain.errors import ErrorLog
 from anygrain.eval.answers import AnswerMatcher
+from anygrain.models.shipped import saved_model_dir
 from anygrain.reader.features import Batch, Window, collate, make_windows
-from anygrain.reader.losses import selection_nll, span_marginal_nll
+from anygrain.reader.losses import selection_bce, selection_nll, span_marginal_nll
 from anygrain.reader.model import READER_CONFIG, Reader, ReaderOutput
 from anygrain.train.budget import TimeBudget, fitted_total, linear_schedule
 from anygrain.train.checkpoint import (
@@ -276,7 +277,13 @@ class ReaderTrainer(EpochPosition):
         n_gold = int(sb.gold_mask.any(dim=1).sum())
         span_loss = span.sum() / max(n_gold, 1)
         sel_loss = sel.mean()
+        stats = {"selection_bce": 0.0}
+        if self.cfg.selection_bce > 0:
+            bce = selection_bce(o.selection_logits[layout.clamp(min=0)], present).mean()
+            sel_loss = sel_loss + self.cfg.selection_bce * bce
+            stats["selection_bce"] = float(bce.detach())
         return span_loss + sel_loss, {
+            **stats,
             "span_loss": float(span_loss.detach()),
             "selection_loss": float(sel_loss.detach()),
             "no_gold": sb.n_questions - n_gold,
@@ -343,6 +350,7 @@ class ReaderTrainer(EpochPosition):
             "loss": float(loss.detach()),
             "span_loss": stats["span_loss"],
             "selection_loss": stats["selection_loss"],
+            "selection_bce": stats["selection_bce"],
         }
         return StepResult(values, sb.n_questions, end_of_epoch)
 
@@ -427,7 +435,7 @@ def train_reader(
         return out
     torch.manual_seed(config.seed)
     reader = Reader.from_pretrained(config.model, **config.reader_settings())
-    if Path(config.model).joinpath(READER_CONFIG).exists():
+    if saved_model_dir(config.model).joinpath(READER_CONFIG).exists():
         # Continuing from a trained reader: the run's window settings win.
         for k, v in config.reader_settings().items():
             setattr(reader.config, k, v)
