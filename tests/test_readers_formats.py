@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from own_docs_helpers import csv_file, docx_file, html_file, md_file, pdf_file, rst_file, tsv_file
 
 from anygrain.corpus.formats import FORMATS, parse_source
 from anygrain.corpus.readers._io import IdSet, split_qrels, split_tsv
@@ -119,6 +120,15 @@ def text_dir(tmp: Path) -> Path:
     _lines(root / "sub" / "b.txt", ["Nested file."])
     _lines(root / ".hidden" / "c.txt", ["Skipped."])
     (root / "readme.md").write_text("not a txt", encoding="utf-8")
+    return root
+
+
+def txt_only_dir(tmp: Path) -> Path:
+    """A directory of .txt files alone: still the text format (a .md beside them makes it a
+    folder of your own files, read whole: tests/test_own_documents.py)."""
+    root = tmp / "plain"
+    _lines(root / "a.txt", ["First file."])
+    _lines(root / "sub" / "b.txt", ["Nested file."])
     return root
 
 
@@ -251,7 +261,15 @@ DETECT: list[tuple[Callable[[Path], Path], str, str | None]] = [
     (jsonl_corpus, "jsonl", None),
     (beir_dir, "beir", "beir"),
     (wikitext, "wikitext", None),
-    (text_dir, "text", None),
+    (text_dir, "folder", None),  # its readme.md is read too
+    (txt_only_dir, "text", None),
+    (md_file, "markdown", None),
+    (rst_file, "rst", None),
+    (html_file, "html", None),
+    (csv_file, "csv", None),
+    (tsv_file, "tsv", None),
+    (pdf_file, "pdf", None),
+    (docx_file, "docx", None),
     (text_file, "text", None),
     (nq_open, None, "nq-open"),
     (dpr_qas, None, "dpr-qas"),
@@ -385,7 +403,7 @@ def test_wikitext(tmp_path: Path) -> None:
 
 
 def test_text_directory_and_file(tmp_path: Path) -> None:
-    docs = list(parse_source(text_dir(tmp_path)).documents())
+    docs = list(parse_source(f"text:{text_dir(tmp_path)}").documents())
     assert [(d.doc_id, d.title) for d in docs] == [("a.txt", "a"), ("sub/b.txt", "b")]
     assert docs[0].text == "First file.\n\nSecond paragraph.\n" and docs[0].passages is None
     (doc,) = parse_source(text_file(tmp_path)).documents()
@@ -397,7 +415,7 @@ def test_text_directory_reports_every_file_read_or_skipped(tmp_path: Path) -> No
     root = text_dir(tmp_path)
     _jsonl(root / "more.jsonl", [{"id": "d1", "text": "A JSONL document."}])
     errors = ErrorLog()
-    docs = list(parse_source(root).documents(errors))
+    docs = list(parse_source(f"text:{root}").documents(errors))
     assert [d.doc_id for d in docs] == ["a.txt", "sub/b.txt"]
     notes = {Path(n.path).relative_to(root).as_posix(): n for n in errors.files}
     assert sorted(notes) == [".hidden/c.txt", "a.txt", "more.jsonl", "readme.md", "sub/b.txt"]

@@ -64,6 +64,10 @@ HIT_FIELDS = {
     "retrieval_score",
     # the passage's metadata and offsets in its document (every unit)
     "meta",
+    # the hit's offsets in its document's text, and where it is in words (every unit)
+    "char_start",
+    "char_end",
+    "citation",
 }
 
 

@@ -14,6 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from anygrain.encode.cache_checks import write_checksums
 from anygrain.encode.onnx_runtime import (
     GRAPH_FILE,
     META_FILE,
@@ -88,6 +89,7 @@ def _tiny_graph(d: Path, w: np.ndarray, b: np.ndarray, table: np.ndarray) -> Non
             {"export_version": 2, "kind": "tiny", "key": "tiny-k1", "token_table": TOKEN_TABLE_FILE}
         )
     )
+    write_checksums(d)  # as GraphCache.write does: OnnxGraph opens only a checked entry
 
 
 def _run(directory: Path, ids: np.ndarray) -> np.ndarray:

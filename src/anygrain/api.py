@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,10 +18,11 @@ from anygrain.demo import DemoAnswer as DemoAnswer  # what run_demo returns
 from anygrain.demo import DemoResult as DemoResult
 from anygrain.demo import run_demo as run_demo  # index the offline demo and answer it
 from anygrain.encode.executor import Executor, ExecutorKind
-from anygrain.errors import AnygrainError, ErrorLog, parse_enum
+from anygrain.encode.onnx_runtime import require_torch
+from anygrain.errors import AnygrainError, ErrorLog, UsageError, parse_enum
 from anygrain.eval.domains import DOMAIN_SLOT as DOMAIN_SLOT  # one index per domain
 from anygrain.eval.domains import MULTICPR_METRICS, DomainTable
-from anygrain.eval.evaluate import EvalReport
+from anygrain.eval.evaluate import EvalReport, check_eval_unit
 from anygrain.eval.provenance import annotate_report
 from anygrain.hits.hit import Hit, Unit
 from anygrain.index.base import Index
@@ -34,6 +35,7 @@ from anygrain.search import answer_unit as answer_unit
 from anygrain.search import read_settings as read_settings
 from anygrain.search import search_index as search_index
 from anygrain.search import search_questions as search_questions
+from anygrain.search import takes_load_option as takes_load_option
 from anygrain.train.saved_config import BF16_HELP as BF16_HELP  # help text of --bf16
 from anygrain.utils.checksums import Problem, Verify
 from anygrain.utils.threads import set_threads
@@ -99,6 +101,7 @@ def evaluate_index(
     """
     from anygrain.eval.runs import check_run_path
 
+    check_eval_unit(unit)  # the answer grain is evaluate_reader's
     set_threads(threads)
     if run_out is not None:
         # before loading anything, not after the whole evaluation: never over its inputs
@@ -186,17 +189,23 @@ def evaluate_reader(
     progress: bool = True,
     retriever_weight: float | None = None,
     at: Sequence[int] = (),
+    runtime: str | None = None,
+    on_progress: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, Any]:
     """SQuAD EM/F1 of the reader at ``reader``: end to end, reading the top ``k`` passages
     ``index`` retrieves, or (``gold_passage``) each question with its gold passage alone,
     from ``corpus`` (a corpus directory, or any source, built into a temporary store) or
-    the index's corpus.  ``threads`` sets torch's and FAISS's thread count."""
+    the index's corpus.  ``threads`` sets torch's and FAISS's thread count; ``runtime``
+    runs the reader (and the index's question encoder, where its kind has one);
+    ``on_progress(stage, done, total)`` hears of each batch of questions retrieved or read.
+    The report names the reader, its runtime and precision, and the index."""
     from anygrain.reader.evaluate import evaluate_reader_at
 
+    check_reader_counts(k, at, gold_passage)  # before anything loads
     set_threads(threads)
     qs = questions if isinstance(questions, Questions) else read_questions(questions)
     qs = qs.first(limit)
-    idx = index if isinstance(index, Index) or index is None else Index.load(index)
+    idx = index if isinstance(index, Index) or index is None else _load_for_reading(index, runtime)
     return evaluate_reader_at(
         idx,
         reader,
@@ -208,7 +217,23 @@ def evaluate_reader(
         progress=progress,
         retriever_weight=retriever_weight,
         at=at,
+        runtime=runtime,
+        on_progress=on_progress,
     )
+
+
+def check_reader_counts(k: int, at: Sequence[int], gold_passage: bool = False) -> None:
+    """Refuse a ``k`` (passages read) outside 1..100 and an ``at`` cutoff outside 1..k, as
+    :func:`evaluate_reader` does, before anything loads."""
+    from anygrain.reader.evaluate import check_counts
+
+    check_counts(k, at, gold_passage)
+
+
+def _load_for_reading(path: str | Path, runtime: str | None) -> Index:
+    """The index at ``path``, its question encoder on ``runtime`` where its kind has one;
+    elsewhere ``runtime`` runs the reader only."""
+    return Index.load(path, runtime=runtime if takes_load_option(path, "runtime") else None)
 
 
 def ask(
@@ -217,11 +242,13 @@ def ask(
     """Retrieve ``k`` passages for ``question``, read them with the reader at ``reader``:
     the answer with its evidence, and the passages read."""
     from anygrain.reader import read
-    from anygrain.reader.onnx import load_reader
+    from anygrain.reader.answering import load_reader_for
     from anygrain.utils.precision import native_bf16
 
+    if k < 1:
+        raise UsageError(f"k must be at least 1, got {k}")
     idx = index if isinstance(index, Index) else Index.load(index)
-    model = load_reader(reader)
+    model = load_reader_for(idx, reader)  # refused for a corpus of another language
     hits = idx.search_one(question, k)
     return read(model, question, hits, bf16=native_bf16()), hits
 
@@ -400,6 +427,7 @@ def pack_phrase_model(
     """Store the phrase model or reader at ``model`` as quantised differences from its backbone
     (``bits`` per difference, ``group`` values sharing a scale), with the Markdown model
     ``card`` beside the weights when given; what was written."""
+    require_torch("packing a model (anygrain pack)")
     from anygrain.models.base import ModelType, detect_model_type
     from anygrain.phrase.model import PhraseEncoder
     from anygrain.phrase.packed import PackedInfo, PackSettings
@@ -473,6 +501,7 @@ def train_dpr(
     errors: ErrorLog | None = None,
 ) -> Path:
     """Train a DPR bi-encoder; the model's directory (``config.out``)."""
+    require_torch("training (anygrain train dpr)")
     from anygrain.train import dpr
 
     return dpr.train(config, progress=progress, resume=resume, errors=errors)
@@ -486,6 +515,7 @@ def train_phrase(
     errors: ErrorLog | None = None,
 ) -> Path:
     """Train a DensePhrases model; the model's directory."""
+    require_torch("training (anygrain train phrase)")
     from anygrain.train import phrase
 
     return phrase.train(config, progress=progress, resume=resume, errors=errors)
@@ -500,6 +530,7 @@ def train_phrase_query_side(
 ) -> Path:
     """Fine-tune a phrase model's question encoder against a built phrase index; the
     model's directory (``load_index(index, model=...)`` searches with it)."""
+    require_torch("training (anygrain train phrase-query-side)")
     from anygrain.train import phrase
 
     return phrase.train_query_side(config, progress=progress, resume=resume, errors=errors)
@@ -515,6 +546,7 @@ def train_reader(
 ) -> Path:
     """Train an extractive reader (negatives drawn from the index ``retriever`` when
     given); the model's directory."""
+    require_torch("training (anygrain train reader)")
     from anygrain.train import reader
 
     return reader.train(
@@ -533,13 +565,17 @@ def add_documents(
     threads: int | None = None,
     device: str | None = None,
     runtime: str | None = None,
+    **fields: Any,
 ) -> Index:
     """Add the documents of ``source`` (``FORMAT:PATH``, a path, or SourceDocuments) to the
     index at ``index``, encoding only the new passages; returns the index reopened.  Ids it
-    holds already are refused; ``model`` must be the index's own (the default).  See
-    :mod:`anygrain.index.updater` for what each kind recomputes.  ``device``: where the new
-    passages are encoded (auto | cpu | cuda; None: auto); ``runtime``: what encodes them
-    (auto | onnx | torch; None: auto)."""
+    holds already are refused; ``model`` must be the index's own (the default).  A folder
+    (or file) adds only its new and changed files, the old version of a changed one
+    deleted.  See :mod:`anygrain.index.updater` for what each kind recomputes.
+    ``device``: where the new passages are encoded (auto | cpu | cuda; None: auto);
+    ``runtime``: what encodes them (auto | onnx | torch; None: auto); ``fields``:
+    ``text_field``, ``id_field``, ``title_field``, ``meta_fields`` of a CSV/TSV/JSONL."""
+    from anygrain.corpus.fields import FieldMap
     from anygrain.index.updater import add_documents as add
 
     set_threads(threads)
@@ -552,15 +588,19 @@ def add_documents(
         progress=progress,
         device=device,
         runtime=runtime,
+        fields=FieldMap.only(fields),
     )
 
 
-def delete_documents(index: str | Path, doc_ids: Sequence[str]) -> dict[str, Any]:
-    """Mark documents of the index at ``index`` deleted (by document id): searches stop
-    returning them at once; :func:`compact_index` removes them from the files."""
+def delete_documents(
+    index: str | Path, doc_ids: Sequence[str] = (), *, files: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Mark documents of the index at ``index`` deleted (by document id, or every document
+    read from each of ``files``, as their ``source`` names them): searches stop returning
+    them at once; :func:`compact_index` removes them from the files."""
     from anygrain.index.updater import delete_documents as delete
 
-    return delete(index, doc_ids)
+    return delete(index, doc_ids, files)
 
 
 def compact_index(index: str | Path, *, progress: bool = True, threads: int | None = None) -> Index:

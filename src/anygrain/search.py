@@ -55,6 +55,19 @@ def search_index(
     return idx.search(list(queries), k, **idx.unit_options(u), **opts)
 
 
+def takes_load_option(path: str | Path, name: str) -> bool:
+    """Whether the kind of the index at ``path`` takes the load option ``name`` (a BM25
+    index takes no ``runtime``: it encodes no questions, so an answer search's runtime is
+    its reader's alone); True when the kind cannot be told, so that loading says why."""
+    from anygrain.index.manifest import read_manifest
+    from anygrain.index.registry import index_class
+
+    try:
+        return name in index_class(str(read_manifest(Path(path)).get("kind"))).load_options
+    except AnygrainError:
+        return True
+
+
 #: Search options of the answer grain (a reader reads the top passages), for any kind.
 READ_OPTIONS = ("reader", "read", "retriever_weight")
 

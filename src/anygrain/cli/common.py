@@ -65,6 +65,49 @@ VerifyOpt = Annotated[
     ),
 ]
 SPLIT_HELP = split_help()
+TextFieldOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--text-field",
+        help="CSV, TSV, JSONL (also in a folder): the field holding the text "
+        "(default: text, contents, body or content)",
+    ),
+]
+IdFieldOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--id-field",
+        help="CSV, TSV, JSONL: the field holding the document id (default: id or _id, "
+        "else FILE:LINE)",
+    ),
+]
+TitleFieldOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--title-field", help="CSV, TSV, JSONL: the field holding the title (default: title)"
+    ),
+]
+MetaFieldsOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--meta-fields",
+        help="CSV, TSV, JSONL: the fields kept as metadata, comma-separated (default: every "
+        "other field)",
+    ),
+]
+
+
+def field_options(
+    text_field: str | None, id_field: str | None, title_field: str | None, meta_fields: str | None
+) -> dict[str, str]:
+    """The record-field options given, as the keywords the API takes."""
+    given = {
+        "text_field": text_field,
+        "id_field": id_field,
+        "title_field": title_field,
+        "meta_fields": meta_fields,
+    }
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def fail(e: Exception) -> NoReturn:

@@ -17,6 +17,7 @@ from anygrain.cli.common import (
     QuietOpt,
     ThreadsOpt,
     VerifyOpt,
+    at_least_one,
     console,
     fail,
     out,
@@ -27,6 +28,7 @@ from anygrain.cli.search import (
     search_options,
     with_search_options,
 )
+from anygrain.encode.runtime import Runtime
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.hits.hit import Unit
 from anygrain.index.scope import Scope
@@ -65,7 +67,8 @@ def eval_cmd(
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
     unit: Annotated[
-        Unit | None, typer.Option(help="Grain, for phrase indexes (default phrase)")
+        Unit | None,
+        typer.Option(help="Grain, for phrase indexes (default phrase); answer is eval-reader's"),
     ] = None,
     model: Annotated[
         str | None,
@@ -91,6 +94,13 @@ def eval_cmd(
 
     errors = ErrorLog(on_error)
     try:
+        if unit is Unit.ANSWER:  # never passage metrics under the answer's name
+            raise AnygrainError(
+                f"--unit answer: eval scores what an index retrieves; for the EM/F1 of read "
+                f"answers run `anygrain eval-reader {index_dir} --questions {questions}`"
+            )
+        at_least_one("-k", k)
+        at_least_one("--limit", limit)
         options = search_options(search, batch_size)
         report = evaluate_index(
             index_dir,  # the run file is checked before the index loads
@@ -213,7 +223,10 @@ def eval_reader_cmd(
         Path | None,
         typer.Argument(help="Index for end-to-end reading (its corpus serves --gold-passage too)"),
     ] = None,
-    k: Annotated[int, typer.Option("-k", help="Passages read per question")] = 5,
+    k: Annotated[
+        int | None,
+        typer.Option("-k", help=f"Passages read per question, 1 to 100 (default {READ_K})"),
+    ] = None,
     gold_passage: Annotated[
         bool,
         typer.Option(
@@ -223,13 +236,26 @@ def eval_reader_cmd(
     corpus: Annotated[
         str | None,
         typer.Option(
-            "--corpus", help="Corpus directory or source for --gold-passage without an index"
+            "--corpus",
+            help="With --gold-passage: the corpus (directory or FORMAT:PATH) holding the gold "
+            "passages, in place of the index's",
         ),
     ] = None,
     limit: Annotated[int | None, typer.Option(help="Evaluate only the first N questions")] = None,
     bf16: Annotated[
         bool | None,
-        typer.Option("--bf16/--fp32", help="Reader precision (default: bf16 where native)"),
+        typer.Option(
+            "--bf16/--fp32",
+            help="Reader precision (default: bf16 where native; --bf16 reads with torch)",
+        ),
+    ] = None,
+    runtime: Annotated[
+        Runtime | None,
+        typer.Option(
+            "--runtime",
+            help="What runs the reader (and the index's question encoder, where it has one): "
+            "auto (torch where the CPU has native bfloat16, else ONNX Runtime), onnx or torch",
+        ),
     ] = None,
     retriever_weight: RetrieverWeightOpt = None,
     at: Annotated[
@@ -247,11 +273,19 @@ def eval_reader_cmd(
     from anygrain.api import evaluate_reader
 
     try:
+        cutoffs = reader_cutoffs(k, at, gold_passage, retriever_weight)
+        at_least_one("--limit", limit)
+        if corpus is not None and not gold_passage:
+            raise AnygrainError(
+                "--corpus serves --gold-passage only (end to end, the index retrieves)"
+            )
+        if index_dir is None and not gold_passage:
+            raise AnygrainError("give an INDEX to read end to end, or --gold-passage with --corpus")
         report = evaluate_reader(
             questions,
             reader_dir,
             index_dir,
-            k=k,
+            k=READ_K if k is None else k,
             gold_passage=gold_passage,
             corpus=corpus,
             limit=limit,
@@ -259,7 +293,8 @@ def eval_reader_cmd(
             threads=threads,
             progress=not quiet,
             retriever_weight=retriever_weight,
-            at=[int(x) for x in at.split(",") if x.strip()] if at else (),
+            at=cutoffs,
+            runtime=None if runtime is None else runtime.value,
         )
     except (AnygrainError, ValueError, OSError) as e:
         fail(e)
@@ -267,7 +302,56 @@ def eval_reader_cmd(
     if as_json:
         typer.echo(json.dumps(report, ensure_ascii=False))
         return
-    out.print(
-        f"{report['setting']} (k={report['k']}): EM {100 * report['em']:.2f}  F1 {100 * report['f1']:.2f}  "
-        f"on {report['n_evaluated']} questions, {report['questions_per_second']} questions/s"
+    cuts = "".join(
+        f"  @{c}: EM {100 * report[f'em@{c}']:.2f} F1 {100 * report[f'f1@{c}']:.2f}"
+        for c in cutoffs
+        if f"em@{c}" in report
     )
+    out.print(
+        f"{report['setting']} (k={report['k']}): EM {100 * report['em']:.2f}  F1 {100 * report['f1']:.2f}"
+        f"{cuts}  on {report['n_evaluated']} questions, {report['questions_per_second']} questions/s",
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print(
+        f"reader {escape(report['reader']['name'])} on {report['runtime']} ({report['precision']})",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+#: passages eval-reader reads per question unless -k says otherwise
+READ_K = 5
+
+
+def reader_cutoffs(
+    k: int | None, at: str | None, gold_passage: bool, retriever_weight: float | None
+) -> list[int]:
+    """``--at``'s cutoffs, each checked against ``-k``; what the gold-passage setting (one
+    passage read) cannot use is refused by name."""
+    from anygrain.api import check_reader_counts
+
+    if gold_passage:
+        given = [
+            n
+            for n, v in (("-k", k), ("--at", at), ("--retriever-weight", retriever_weight))
+            if v is not None
+        ]
+        if given:
+            raise AnygrainError(
+                f"{', '.join(given)}: --gold-passage reads each question's one gold passage"
+            )
+        return []
+    cutoffs = []
+    for part in (at or "").split(","):
+        if part.strip():
+            try:
+                cutoffs.append(int(part))
+            except ValueError:
+                raise AnygrainError(
+                    f"--at {part.strip()}: not a whole number (cutoffs such as --at 1,3)"
+                ) from None
+    if at is not None and not cutoffs:
+        raise AnygrainError(f"--at {at!r}: give cutoffs such as --at 1,3")
+    check_reader_counts(READ_K if k is None else k, cutoffs)  # -k in 1..100, each cutoff in 1..k
+    return sorted(set(cutoffs))

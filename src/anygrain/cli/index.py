@@ -14,13 +14,18 @@ from rich.markup import escape
 
 from anygrain.cli.common import (
     DeviceOpt,
+    IdFieldOpt,
+    MetaFieldsOpt,
     OnErrorOpt,
     OverwriteOpt,
     QuietOpt,
+    TextFieldOpt,
     ThreadsOpt,
+    TitleFieldOpt,
     config_options,
     console,
     fail,
+    field_options,
     given_options,
     option_name,
     out,
@@ -34,7 +39,7 @@ from anygrain.cli.kind_options import (
 )
 from anygrain.corpus.script import Script
 from anygrain.encode.runtime import Runtime
-from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
+from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy, FileNote
 from anygrain.index.registry import IndexKind
 from anygrain.phrase.options import Compress
 
@@ -66,23 +71,40 @@ def _index_summary(idx: Any, out_dir: Path, errors: ErrorLog) -> dict[str, Any]:
     model = s["model"] or {}
     if model.get("name") or model.get("base_model"):
         d["model"] = model.get("name") or model["base_model"]
-    d.update({key: s[key] for key in ("shards", "fusion", "components") if key in s})
+    d.update({key: s[key] for key in ("shards", "fusion", "components", "encoding") if key in s})
     if errors.files:
         d["files"] = {
             "read": [f.path for f in errors.files if f.read],
             "skipped": [{"path": f.path, "reason": f.reason} for f in errors.files_skipped],
+            "summary": errors.files_summary(),
         }
     d["n_skipped_records"] = errors.n_skipped
     return d
 
 
-def _report_files(errors: ErrorLog, *, quiet: bool) -> None:
-    """Each file a directory source was read from or skipped, on stderr (skipped always)."""
+#: beyond this many files read, ``index`` says how many of each type, not each one
+LIST_READ_FILES = 20
+
+
+def _counted_only(f: FileNote) -> bool:
+    """A file skipped by design, which the summary line counts (``--json`` lists it): one
+    unchanged since the index read it, a hidden one, one of a type anygrain does not read."""
+    return f.category in ("unchanged", "hidden") or f.category.startswith("unsupported ")
+
+
+def report_files(errors: ErrorLog, *, quiet: bool) -> None:
+    """The files a directory source was read from or skipped, on stderr: each one that
+    could not be read with its reason, each one read (unless quiet, or more than
+    :data:`LIST_READ_FILES`), then one line counting them by type and by why they were
+    skipped."""
+    read = sum(f.read for f in errors.files)
     for f in sorted(errors.files, key=lambda f: f.path):
-        if f.read and quiet:
+        if f.read and (quiet or read > LIST_READ_FILES) or _counted_only(f):
             continue
         line = escape(str(f))
         console.print(line if f.read else f"[yellow]{line}[/]", highlight=False, soft_wrap=True)
+    if errors.files:
+        console.print(escape(errors.files_summary()), highlight=False, soft_wrap=True)
 
 
 #: the groups of options that become the kind's settings, in the order ``index --help``
@@ -138,14 +160,26 @@ def index_cmd(
     on_error: OnErrorOpt = ErrorPolicy.STOP,
     quiet: QuietOpt = False,
     overwrite: OverwriteOpt = False,
+    text_field: TextFieldOpt = None,
+    id_field: IdFieldOpt = None,
+    title_field: TitleFieldOpt = None,
+    meta_fields: MetaFieldsOpt = None,
     **settings: Any,
 ) -> None:
-    """Build an index from a corpus (or a hybrid index from a BM25 and a dense index)."""
+    """Build an index from a corpus (or a hybrid index from a BM25 and a dense index).
+
+    A folder is read whole: Markdown, reStructuredText, HTML, PDF, DOCX, text, CSV/TSV and
+    JSONL files (`anygrain formats`), each hit citing its file, page and heading path."""
     from anygrain import api
 
     errors = ErrorLog(on_error)
+    fields = field_options(text_field, id_field, title_field, meta_fields)
     try:
         if from_dirs:
+            if fields:
+                raise AnygrainError(
+                    f"--{next(iter(fields)).replace('_', '-')}: --from reads no source"
+                )
             _check_combine(
                 from_dirs, source, kind, settings, shards=shards, device=device, runtime=runtime
             )
@@ -175,15 +209,16 @@ def index_cmd(
                 errors=errors,
                 progress=not quiet,
                 **build,
+                **fields,
             )
     except (AnygrainError, ValueError) as e:
-        _report_files(errors, quiet=True)
+        report_files(errors, quiet=True)
         fail(e)
         return
     except OSError as e:  # e.g. permission denied: the path and reason, not a traceback
         fail(AnygrainError(f"{e.filename or out_dir}: {e.strerror or e}"))
         return
-    _report_files(errors, quiet=quiet)
+    report_files(errors, quiet=quiet)
     if errors.n_skipped:
         console.print(f"[yellow]{escape(errors.summary())}[/]", soft_wrap=True)
     d = _index_summary(idx, out_dir, errors)
@@ -200,6 +235,9 @@ def index_cmd(
             f"({d['source_format']})"
         )
     with_model = f" with model {d['model']}" if "model" in d else ""
+    enc = d.get("encoding") or {}
+    if enc:  # a phrase build: bf16 or float32, on which runtime
+        with_model += f", encoded in {enc['precision']} on {enc['runtime']} ({enc['device']})"
     out.print(f"{what} as {d['kind']}{with_model} → {out_dir}", highlight=False, soft_wrap=True)
 
 

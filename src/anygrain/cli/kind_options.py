@@ -32,7 +32,10 @@ class EncodingOptions:
     (which reuses built indexes) refuses them."""
 
     split: str = field(default="auto", metadata={"help": SPLIT_HELP})
-    lang: str | None = option("en | zh (detected when omitted)")
+    lang: str | None = option(
+        "en | zh, or for BM25 any ISO 639-1 code (fr, de, es, ...) "
+        "(detected when omitted: BM25 per document)"
+    )
     model: str | None = option(
         "Encoder: alias (minilm, me5-small), hub name or directory "
         "(default: minilm, or me5-small for a Chinese corpus)"

@@ -12,13 +12,18 @@ import typer
 from anygrain.cli.common import (
     SPLIT_HELP,
     DeviceOpt,
+    IdFieldOpt,
+    MetaFieldsOpt,
     OnErrorOpt,
     QuietOpt,
+    TextFieldOpt,
     ThreadsOpt,
+    TitleFieldOpt,
     fail,
+    field_options,
     out,
 )
-from anygrain.cli.index import BuildRuntimeOpt
+from anygrain.cli.index import BuildRuntimeOpt, report_files
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 
 
@@ -34,10 +39,16 @@ def add_cmd(
     device: DeviceOpt = None,
     runtime: BuildRuntimeOpt = None,
     quiet: QuietOpt = False,
+    text_field: TextFieldOpt = None,
+    id_field: IdFieldOpt = None,
+    title_field: TitleFieldOpt = None,
+    meta_fields: MetaFieldsOpt = None,
 ) -> None:
     """Add documents to an index: only new passages are encoded; old rows and ids stay.
 
-    BM25 statistics are corpus-wide, so a BM25 part is rebuilt from the grown corpus."""
+    A folder (or file) adds only its new and changed files (by content hash): a changed
+    file's old passages are deleted and its new version added.  BM25 statistics are
+    corpus-wide, so a BM25 part is rebuilt from the grown corpus."""
     from anygrain.api import add_documents
 
     errors = ErrorLog(on_error)
@@ -51,34 +62,55 @@ def add_cmd(
             threads=threads,
             device=device,
             runtime=runtime.value if runtime is not None else None,
+            **field_options(text_field, id_field, title_field, meta_fields),
         )
     except AnygrainError as e:
+        report_files(errors, quiet=True)
         fail(e)
+    report_files(errors, quiet=True)
     s = idx.summary()
-    out.print(
-        json.dumps(
-            {
-                "kind": s["kind"],
-                "index": str(index_dir),
-                "n_passages": s["corpus"]["n_passages"],
-                "n_documents": s["corpus"]["n_documents"],
-                "n_skipped_records": errors.n_skipped,
-            }
-        ),
-        highlight=False,
-        soft_wrap=True,
-    )
+    d = {
+        "kind": s["kind"],
+        "index": str(index_dir),
+        "n_passages": s["corpus"]["n_passages"],
+        "n_documents": s["corpus"]["n_documents"],
+        "n_skipped_records": errors.n_skipped,
+    }
+    if errors.files:
+        read = [f for f in errors.files if f.read]
+        d["files"] = {
+            "new": sum(f.category != "changed" for f in read),
+            "changed": sum(f.category == "changed" for f in read),
+            "unchanged": sum(f.category == "unchanged" for f in errors.files),
+            "skipped": [
+                {"path": f.path, "reason": f.reason}
+                for f in errors.files_skipped
+                if f.category != "unchanged"
+            ],
+        }
+    out.print(json.dumps(d, ensure_ascii=False), highlight=False, soft_wrap=True)
 
 
 def delete_cmd(
     index_dir: Annotated[Path, typer.Argument(help="Index directory")],
-    doc: Annotated[list[str], typer.Option("--doc", help="Document id to delete (repeatable)")],
+    doc: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option("--doc", help="Document id to delete (repeatable)"),
+    ] = None,
+    file: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(
+            "--file",
+            help="Delete every document read from this file, as the index names it: its path "
+            "relative to the folder indexed (repeatable)",
+        ),
+    ] = None,
 ) -> None:
     """Mark documents deleted: searches skip them at once; `anygrain compact` drops them."""
     from anygrain.api import delete_documents
 
     try:
-        res = delete_documents(index_dir, doc)
+        res = delete_documents(index_dir, doc or [], files=file or [])
     except AnygrainError as e:
         fail(e)
     out.print(json.dumps(res, ensure_ascii=False), highlight=False, soft_wrap=True)

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from anygrain.cli.common import fail, out
+from anygrain.cli.common import at_least_one, fail, out
 from anygrain.errors import AnygrainError
 
 
@@ -30,6 +30,7 @@ def ask_cmd(
     from anygrain.api import ask
 
     try:
+        at_least_one("-k", k)
         answer, hits = ask(index_dir, question, reader_dir, k=k)
     except (AnygrainError, ValueError, OSError) as e:
         fail(e)

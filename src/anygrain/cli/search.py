@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -33,13 +33,19 @@ from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit, Unit
 from anygrain.utils.checksums import Verify
 
+if TYPE_CHECKING:
+    from anygrain.api import Index
+
+#: the most passages the answer grain reads per question (ReadSettings' limit)
+MAX_READ = 100
+
 # The answer grain's options (any index kind); shared with eval and serve.
 ReadOpt = Annotated[
     Optional[int],  # noqa: UP045  (typer reads the annotation at run time)
     typer.Option(
         "--read",
-        help="Answer grain: read the top K passages with a reader (default 3); implies "
-        "--unit answer",
+        help="Answer grain: read the top K passages with a reader (1 to 100, default 3); "
+        "implies --unit answer",
     ),
 ]
 ReaderOpt = Annotated[
@@ -62,7 +68,8 @@ RetrieverWeightOpt = Annotated[
     Optional[float],  # noqa: UP045
     typer.Option(
         "--retriever-weight",
-        help="Answer grain: weight of the passage's retrieval score beside the reader's",
+        help="Answer grain: weight of the passage's retrieval score beside the reader's "
+        "(default 1.5)",
     ),
 ]
 
@@ -71,8 +78,10 @@ RuntimeOpt = Annotated[
     Optional[Runtime],  # noqa: UP045  (typer reads the annotation at run time)
     typer.Option(
         "--runtime",
-        help="What encodes the questions: auto (ONNX Runtime on a CPU where onnxruntime is "
-        "installed, the graph exported once and cached; else torch), onnx or torch",
+        help="What encodes the questions and runs the reader of the answer grain: auto (ONNX "
+        "Runtime on a CPU where onnxruntime is installed, the graph exported once and "
+        "cached; else torch; the reader on torch where the CPU has native bfloat16), onnx or "
+        "torch",
     ),
 ]
 
@@ -129,7 +138,7 @@ def print_phrase_hits(
         before, phrase, after = h.context()
         answer = phrase if h.span is not None else ""
         ctx = f"{escape(before)}[bold yellow]{escape(phrase)}[/]{escape(after)}"
-        table.add_row(str(i), f"{h.score:.3f}", escape(answer), escape(h.title), ctx)
+        table.add_row(str(i), f"{h.score:.3f}", escape(answer), escape(h.citation), ctx)
     c.print(table)
 
 
@@ -146,7 +155,7 @@ def print_answer_hits(hits: Sequence[Hit], *, as_json: bool = False) -> None:
         sa, sb = h.sentence or (a, b)
         ctx = f"{escape(h.text[sa:a])}[bold yellow]{escape(h.text[a:b])}[/]{escape(h.text[b:sb])}"
         score = f"{h.score:.2f}\n(reader {h.reader_score:.2f})"
-        table.add_row(str(i), score, escape(h.text[a:b]), escape(h.title), " ".join(ctx.split()))
+        table.add_row(str(i), score, escape(h.text[a:b]), escape(h.citation), " ".join(ctx.split()))
     out.print(table)
 
 
@@ -165,6 +174,30 @@ class RescoreOptions:
         "Phrase indexes, with --rescore: re-encode in bfloat16 (default: as the index was built)",
         "--rescore-bf16/--no-rescore-bf16",
     )
+
+
+def check_read(read: int | None) -> None:
+    """Refuse a ``--read`` outside 1..:data:`MAX_READ` by its name."""
+    if read is not None and not 1 <= read <= MAX_READ:
+        raise AnygrainError(f"--read must be between 1 and {MAX_READ} (passages read), got {read}")
+
+
+def load_searched(
+    index_dir: Path,
+    unit: Unit | None,
+    reading: Mapping[str, Any],
+    runtime: Runtime | None,
+    **options: Any,
+) -> Index:
+    """The index a search opens (``options``: :func:`anygrain.api.load_index`'s), with
+    ``--runtime`` for its question encoder; on a kind without one (BM25) an answer search's
+    ``--runtime`` runs the reader only, and any other search refuses it."""
+    from anygrain.api import answer_unit, load_index, takes_load_option
+
+    reads = answer_unit(unit, reading) is Unit.ANSWER
+    if runtime is not None and reads and not takes_load_option(index_dir, "runtime"):
+        runtime = None  # the reader's alone (search_index hands it on)
+    return load_index(index_dir, runtime=runtime, **options)
 
 
 def with_search_options(lead: int) -> Callable[[Callable[..., None]], Callable[..., None]]:
@@ -246,7 +279,7 @@ def search_cmd(
     or with many (--questions: one JSON line of hits per question).  --unit answer (or
     --read K) reads the top K passages of any index with a reader: the answer span with its
     sentence and passage."""
-    from anygrain.api import load_index, search_index
+    from anygrain.api import search_index
 
     if questions is not None:
         _search_batch(
@@ -261,9 +294,12 @@ def search_cmd(
     try:
         question = _read_question(query, question_file)
         opts = search_options(search, batch_size, filter=filter_ or None)
-        at_least_one("--read", read)
+        at_least_one("-k", k)
+        check_read(read)
         opts.update(read=read, reader=reader, retriever_weight=retriever_weight)
-        idx = load_index(index_dir, verify=verify, model=model, device=device, runtime=runtime)
+        idx = load_searched(
+            index_dir, unit, opts, runtime, verify=verify, model=model, device=device
+        )
         opts["stats"] = collected if stats else None
         hits = search_index(
             idx, [question], k, unit=unit, threads=threads, runtime=runtime, **opts
@@ -290,7 +326,7 @@ def search_cmd(
         table.add_column(col)
     for i, h in enumerate(hits, 1):
         text = h.text if len(h.text) < 400 else h.text[:400] + "…"
-        table.add_row(str(i), f"{h.score:.3f}", h.title, text)
+        table.add_row(str(i), f"{h.score:.3f}", escape(h.citation), escape(text))
     out.print(table)
 
 
@@ -314,7 +350,7 @@ def _search_batch(
 ) -> None:
     """``search --questions``: one JSON line per question, ``{"id", "question", "hits"}``,
     printed as each chunk of questions comes back; the progress bar is on stderr."""
-    from anygrain.api import load_index, search_questions
+    from anygrain.api import search_questions
 
     try:
         if query is not None or question_file is not None:
@@ -326,9 +362,12 @@ def _search_batch(
             raise AnygrainError("--stats takes one question, not --questions")
         search, batch_size, filter_ = given
         opts = search_options(search, batch_size, filter=filter_ or None)
-        at_least_one("--read", reading["read"])
+        at_least_one("-k", k)
+        check_read(reading["read"])
         opts.update(reading)
-        idx = load_index(index_dir, verify=verify, model=model, device=device, runtime=runtime)
+        idx = load_searched(
+            index_dir, unit, reading, runtime, verify=verify, model=model, device=device
+        )
         for result in search_questions(
             idx,
             questions,

@@ -79,7 +79,7 @@ ReadOpt = Annotated[
     typer.Option(
         "--read",
         metavar="K",
-        help="Unit answer: passages the reader reads per question (default 5)",
+        help="Unit answer: passages the reader reads per question (1 to 100, default 3)",
     ),
 ]
 

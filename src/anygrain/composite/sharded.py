@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from anygrain.corpus.lang import Lang, detect_lang
+from anygrain.corpus.lang import Lang, detect_lang, plan_languages
 from anygrain.corpus.source import corpus_ref, open_corpus_of
 from anygrain.corpus.store import CorpusStore
 from anygrain.dense.sharded import ShardedDense
@@ -44,7 +44,12 @@ from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.phrase.build import PhraseSettings
 from anygrain.phrase.lexical import copy_sparse, write_sparse
 from anygrain.phrase.sharded import ShardedPhrase
-from anygrain.sparse.bm25 import Bm25Settings, bm25_analyzer, collection_stats, write_bm25_index
+from anygrain.sparse.bm25 import (
+    Bm25Settings,
+    collection_stats,
+    plan_analyzer,
+    write_bm25_index,
+)
 from anygrain.sparse.sharded import ShardedBM25
 from anygrain.utils.checksums import Verify
 from anygrain.utils.device import resolve_device
@@ -162,15 +167,23 @@ class ShardedIndex(Index):
         s = settings
         kind = IndexKind(s.of)
         bounds = shard_bounds(len(corpus), s.shards)
-        # one language for all shards: each shard detecting its own could pick another
-        # analyzer or default model
-        lang_v = Lang(s.lang) if s.lang else detect_lang(corpus)
         collection = None
         if kind is IndexKind.BM25:
-            bm = Bm25Settings.from_options(kind.value, {**s.shard, "lang": lang_v.value})
+            # one analyzer for all shards, from the whole corpus's documents' languages:
+            # each shard planning its own could pick others, and scores would not merge
+            bm = Bm25Settings.from_options(kind.value, {**s.shard, "lang": s.lang})
+            plan = plan_languages(corpus, bm.lang)
             collection = collection_stats(
-                corpus, bm25_analyzer(lang_v, bm.stemming), include_title=bm.include_title
+                corpus,
+                plan_analyzer(plan, bm.stemming),
+                include_title=bm.include_title,
+                plan=plan,
             )
+            lang_v = Lang.EN  # unread: BM25 shards take their analyzers from the plan
+        else:
+            # one language for all shards: each shard detecting its own could pick another
+            # default model
+            lang_v = Lang(s.lang) if s.lang else detect_lang(corpus)
         shard_opts = dict(s.shard)
         lexical = None
         if kind is IndexKind.PHRASE:
@@ -188,7 +201,14 @@ class ShardedIndex(Index):
                 # BM25 shards score with the whole corpus's statistics, so that merged
                 # scores equal the unsharded index's
                 write_bm25_index(
-                    out / rel, sub, bm, progress=options.progress, build=bm, collection=collection
+                    out / rel,
+                    sub,
+                    bm,
+                    progress=options.progress,
+                    report=i == 0,  # the analyzers said once, not once a shard
+                    build=bm,
+                    collection=collection,
+                    plan=plan.sliced(a, b),
                 )
             else:
                 Index.build(
@@ -208,7 +228,8 @@ class ShardedIndex(Index):
             if lexical_from is not None:
                 copy_sparse(Path(lexical_from), out, corpus)
             else:
-                write_sparse(out, corpus, lang=lang_v.value, progress=options.progress)
+                # the lexical part's analyzers from each document's language, as unsharded
+                write_sparse(out, corpus, lang=s.lang, progress=options.progress)
             first["settings"]["sparse"] = lexical.to_dict()
         extra: dict[str, Any] = {}
         if "model" in first:

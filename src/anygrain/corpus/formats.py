@@ -12,18 +12,25 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from anygrain.corpus.fields import ReadOptions, describe
 from anygrain.corpus.questions import Questions
 from anygrain.corpus.records import SourceDocument
-from anygrain.errors import AnygrainError, ErrorLog
+from anygrain.errors import AnygrainError, ErrorLog, UsageError
 
 DocumentReader = Callable[[Path, ErrorLog], Iterator[SourceDocument]]
+OptionReader = Callable[[Path, ErrorLog, ReadOptions], Iterator[SourceDocument]]
 QuestionReader = Callable[[Path, ErrorLog], Questions]
 Sniffer = Callable[[Path], bool]
 
 
 @dataclass(frozen=True)
 class Format:
-    """A source format: how to recognise it and how to read it."""
+    """A source format: how to recognise it and how to read it.
+
+    ``read_with`` reads it with :class:`ReadOptions` (record fields, files already
+    indexed), for the formats that take them; ``tracks_files``: its documents record the
+    file they come from and its content hash, so ``anygrain add`` adds only new and
+    changed files."""
 
     name: str
     description: str
@@ -31,6 +38,8 @@ class Format:
     read_documents: DocumentReader | None = None
     read_questions: QuestionReader | None = None
     priority: int = 0  # higher sniffs first; specific formats before generic ones
+    read_with: OptionReader | None = None
+    tracks_files: bool = False
 
 
 FORMATS: dict[str, Format] = {}
@@ -50,11 +59,26 @@ class Source:
     format: Format
     path: Path
     detected: bool  # True when the format was sniffed rather than forced
+    options: ReadOptions | None = None  # record fields, files indexed already
+
+    def with_options(self, options: ReadOptions) -> Source:
+        """This source read with ``options``; a format that takes none refuses them here,
+        naming the options."""
+        if options and self.format.read_with is None:
+            given = ", ".join(describe(options.fields)) or "reading options"
+            raise UsageError(
+                f"{self.path}: format '{self.format.name}' does not take {given} "
+                "(CSV, TSV, JSONL files and folders do)"
+            )
+        return Source(self.format, self.path, self.detected, options)
 
     def documents(self, errors: ErrorLog | None = None) -> Iterator[SourceDocument]:
         if self.format.read_documents is None:
             raise AnygrainError(f"format '{self.format.name}' holds no documents: {self.path}")
-        return self._file_or_dir(self.format.read_documents(self.path, errors or ErrorLog()))
+        log = errors or ErrorLog()
+        if self.options and self.format.read_with is not None:
+            return self._file_or_dir(self.format.read_with(self.path, log, self.options))
+        return self._file_or_dir(self.format.read_documents(self.path, log))
 
     def _file_or_dir(self, docs: Iterator[SourceDocument]) -> Iterator[SourceDocument]:
         """A file where a directory is wanted (or the reverse) as one line, not a traceback."""

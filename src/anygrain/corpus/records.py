@@ -23,6 +23,9 @@ class SourceDocument:
 
     ``passages`` holds the source's own units (SQuAD paragraphs, TSV rows) as
     spans into ``text``; when it is ``None`` a splitter cuts the text.
+    ``sections`` holds a file's structure (the body under each heading, each PDF page) as
+    spans into ``text``, each with its title (the heading path) and its ``headings`` or
+    ``page`` in ``meta``: the splitter cuts each on its own, so no passage spans two.
     ``origin`` is ``"path:line"`` so later errors can still point at the input.
     """
 
@@ -32,6 +35,7 @@ class SourceDocument:
     passages: list[Span] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     origin: str = ""
+    sections: list[Span] | None = None
 
 
 @dataclass

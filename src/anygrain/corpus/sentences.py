@@ -1,31 +1,51 @@
 """Sentence boundaries, kept per passage so sentence-level hits can be cut later.
 
-A rule-based splitter (terminal punctuation followed by space/capital for
-English; 。！？；and their full-width kin for Chinese) is fast and good enough to
-aggregate phrase scores per sentence; offsets are into the passage text.
+Latin-script text is segmented by syntok, a maintained pure-Python segmenter that knows
+abbreviations, initials, numbers, brackets and quotes; Chinese text by its full-width
+terminals (。！？；), which syntok does not cut at; and a line that opens a list item (a
+bullet or an enumerator) starts a sentence, which syntok does not see either.  Offsets are
+character offsets into the passage text, whitespace trimmed, covering all of it.
 """
 
 from __future__ import annotations
 
 import re
 
-_EN_BOUNDARY = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9])")
+from syntok import segmenter
+
+from anygrain.corpus.lang import is_cjk
+
 _ZH_BOUNDARY = re.compile(r"(?<=[。！？；!?])[”’」』）)]*")
-_ABBREV = re.compile(
-    r"\b(?:Mr|Mrs|Ms|Dr|Prof|Sr|Jr|St|vs|etc|e\.g|i\.e|U\.S|No|Vol|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)\.$"
+# a line that opens a list item: a bullet, or an enumerator (1. 2) a. b) (iv) IV.), then space
+_LIST_ITEM = re.compile(
+    r"\n[ \t]*((?:[-*•‣◦▪·–—]|\(?(?:\d{1,3}|[A-Za-z]|[IVXivx]{1,5})[.)])[ \t]+)(?=\S)"
 )
+# a URL, e-mail address or path that ends a sentence: syntok reads its dots as an
+# abbreviation's and does not cut after it
+_ADDRESS_END = re.compile(r"\S[@/]\S*[^\s.]\.\s+(?=[A-Z])")
+# what syntok can cut at (a terminal, or a blank line): a text with none of these before its
+# end is one sentence, and syntok, slow next to a regular expression, is not asked
+_TERMINAL = re.compile(r"[.!?;\u203c-\u2049\u3002\ufe52\ufe57\uff01\uff0e\uff1f\uff61]|\n\s*\n")
+
+
+def _syntok_cuts(text: str) -> set[int]:
+    if not _TERMINAL.search(text, 0, len(text.rstrip()) - 1):
+        return set()
+    cuts = {s[0].offset for paragraph in segmenter.analyze(text) for s in paragraph if s}
+    cuts.update(m.end() for m in _ADDRESS_END.finditer(text))
+    return cuts
 
 
 def split_sentences(text: str) -> list[tuple[int, int]]:
     """Character spans of the sentences of ``text`` (whitespace trimmed), covering all of it."""
-    cuts: set[int] = set()
-    for m in _EN_BOUNDARY.finditer(text):
-        if _ABBREV.search(text[max(0, m.start() - 6) : m.start()]):
-            continue
-        cuts.add(m.end())
-    for m in _ZH_BOUNDARY.finditer(text):
-        if m.end() < len(text):
-            cuts.add(m.end())
+    if is_cjk(text):
+        # syntok reads a run of CJK characters as one word: cut at the full-width terminals
+        cuts = {m.end() for m in _ZH_BOUNDARY.finditer(text) if m.end() < len(text)}
+    else:
+        cuts = _syntok_cuts(text)
+    for m in _LIST_ITEM.finditer(text):
+        cuts.add(m.start(1))
+        cuts.discard(m.end(1))  # the item's text is its marker's sentence
     spans: list[tuple[int, int]] = []
     start = 0
     for cut in sorted(cuts) + [len(text)]:

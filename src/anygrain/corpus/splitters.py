@@ -5,16 +5,23 @@
 - ``w100`` (``wN``): DPR's disjoint blocks of N whitespace words; the title stays a field.
 - ``chars:N``: windows of about N characters, CJK-aware: Chinese is cut by characters,
   while Latin words are never split.
+
+A document with ``sections`` (a file's headings or PDF pages, :mod:`anygrain.corpus.files`)
+is cut section by section, so no passage spans two; under ``auto`` each section's
+paragraphs are packed into passages of at most :data:`PASSAGE_WORDS` words, a longer
+paragraph cut at sentence ends, and each passage takes its section's title (the heading
+path) and metadata (``headings``, ``page``).
 """
 
 from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from anygrain.corpus.records import SourceDocument, Span
+from anygrain.corpus.sentences import split_sentences
 from anygrain.errors import AnygrainError
 
 
@@ -27,7 +34,11 @@ class SplitKind(str, enum.Enum):
 
 # How each kind is written on the command line and what it does (``index --help``).
 SPLIT_FORMS: dict[SplitKind, tuple[str, str]] = {
-    SplitKind.AUTO: ("auto", "the source's own units: SQuAD paragraphs, TSV rows; else paragraphs"),
+    SplitKind.AUTO: (
+        "auto",
+        "the source's own units: SQuAD paragraphs, TSV rows; a file's headings and pages, "
+        "paragraphs packed to 150 words; else paragraphs",
+    ),
     SplitKind.PARAGRAPH: ("paragraph", "blank-line separated blocks"),
     SplitKind.WORDS: ("wN", "disjoint windows of N words; w100 is DPR's"),
     SplitKind.CHARS: ("chars:N", "windows of about N characters, CJK-aware"),
@@ -132,10 +143,77 @@ def split_chars(text: str, n: int) -> list[Span]:
     return spans
 
 
+#: The most words (a CJK character counts as one) an ``auto`` passage of a sectioned
+#: document holds: with its heading path as title it fits the 256-token window of the
+#: shipped dense encoders (the phrase and reader windows are longer).
+PASSAGE_WORDS = 150
+
+
+def _size(text: str) -> int:
+    return len(_WORD.findall(text)) + len(_CJK_CHAR.findall(text))
+
+
+def _pack(text: str, units: list[Span], limit: int) -> list[Span]:
+    """Consecutive ``units`` joined into spans of at most ``limit`` words; a unit over
+    ``limit`` is cut by :func:`_cut_long`."""
+    out: list[Span] = []
+    start = end = -1
+    n = 0
+    for u in units:
+        k = _size(text[u.start : u.end])
+        if start >= 0 and n + k > limit:
+            out.append(Span(start, end))
+            start = -1
+        if k > limit:
+            out.extend(_cut_long(text, u, limit))
+            continue
+        if start < 0:
+            start, n = u.start, 0
+        end, n = u.end, n + k
+    if start >= 0:
+        out.append(Span(start, end))
+    return out
+
+
+def _cut_long(text: str, unit: Span, limit: int) -> list[Span]:
+    """A paragraph over ``limit`` words: its sentences packed; a sentence over it, in word
+    windows (character windows where it holds CJK text)."""
+    seg = text[unit.start : unit.end]
+    sents = [Span(unit.start + s, unit.start + e) for s, e in split_sentences(seg)]
+    if len(sents) > 1:
+        return _pack(text, sents, limit)
+    cut = split_chars if _CJK_CHAR.search(seg) else split_words
+    return [Span(unit.start + sp.start, unit.start + sp.end) for sp in cut(seg, limit)]
+
+
+def _within(text: str, section: Span, cut: Callable[[str], list[Span]]) -> list[Span]:
+    seg = text[section.start : section.end]
+    return [Span(section.start + sp.start, section.start + sp.end) for sp in cut(seg)]
+
+
+def split_sections(doc: SourceDocument, spec: SplitSpec) -> Iterator[Span]:
+    """Passage spans of a document with ``sections``: each section cut on its own (see
+    the module docstring), each passage with its section's title and metadata."""
+    for sec in doc.sections or []:
+        if spec.kind is SplitKind.AUTO:
+            paras = _within(doc.text, sec, split_paragraphs)
+            spans = _pack(doc.text, paras, PASSAGE_WORDS)
+        elif spec.kind is SplitKind.PARAGRAPH:
+            spans = _within(doc.text, sec, split_paragraphs)
+        elif spec.kind is SplitKind.WORDS:
+            spans = _within(doc.text, sec, lambda t: split_words(t, spec.size))
+        else:
+            spans = _within(doc.text, sec, lambda t: split_chars(t, spec.size))
+        for sp in spans:
+            yield Span(sp.start, sp.end, title=sec.title, meta=dict(sec.meta))
+
+
 def split_document(doc: SourceDocument, spec: SplitSpec) -> Iterator[Span]:
     """Passage spans for one document, ids filled as ``{doc_id}_{i}`` where the source had none."""
     if spec.kind is SplitKind.AUTO and doc.passages is not None:
         spans = doc.passages
+    elif doc.sections is not None:
+        spans = list(split_sections(doc, spec))
     elif spec.kind in (SplitKind.AUTO, SplitKind.PARAGRAPH):
         spans = split_paragraphs(doc.text)
     elif spec.kind is SplitKind.WORDS:

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from anygrain.corpus.formats import Source, parse_source
+from anygrain.corpus.pydocs import surrogate_problem
 from anygrain.corpus.records import Passage, SourceDocument
 from anygrain.corpus.sentences import split_sentences
 from anygrain.corpus.splitters import SplitSpec, split_document
@@ -243,6 +244,10 @@ class CorpusStore:
                 for doc in progress_bar(
                     docs, desc="reading documents", unit="doc", disable=not progress
                 ):
+                    bad = surrogate_problem(doc)  # UTF-8 cannot store it: say where, once
+                    if bad is not None:
+                        errors.handle(InputError(bad[1], path=doc.origin or None, field=bad[0]))
+                        continue
                     passages = []
                     for sp in split_document(doc, spec):
                         text = doc.text[sp.start : sp.end]
@@ -411,6 +416,11 @@ class CorpusStore:
                 )
             self._doc_meta = found
         return self._doc_meta
+
+    def document_metas(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``(doc_id, metadata)`` of each document that has metadata, in row order."""
+        for doc_id, meta in self._documents_meta().items():
+            yield doc_id, json.loads(meta)
 
     def iter_batches(self, batch_size: int = 1024) -> Iterator[tuple[int, pa.Table]]:
         """``(first_row, table_slice)`` over the store, zero-copy."""

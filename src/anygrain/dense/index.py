@@ -47,7 +47,7 @@ from anygrain.corpus.store import CorpusStore
 from anygrain.dense.onnx import BIENCODER_CONFIG as MODEL_CONFIG
 from anygrain.dense.onnx import is_biencoder
 from anygrain.dense.shards import DTYPES, ShardSet, encode_corpus
-from anygrain.encode.onnx_runtime import wants_onnx
+from anygrain.encode.onnx_runtime import require_torch, wants_onnx
 from anygrain.encode.runtime import Runtime, runs_on_onnx
 from anygrain.errors import (
     AnygrainError,
@@ -88,6 +88,10 @@ QUESTION_BATCH = 32
 def as_biencoder(model: str | Path | BiEncoder) -> BiEncoder:
     """A BiEncoder from an instance, an anygrain model dir, a shipped model's name, or an
     alias / hub name / HF dir."""
+    # no dense model ships an ONNX graph: loading one (to encode, or to export its graph)
+    # is torch's, refused in one line where it is missing
+    if isinstance(model, str | Path):
+        require_torch(f"loading the dense model {model}")
     from anygrain.models.biencoder import BiEncoder
 
     if isinstance(model, BiEncoder):
@@ -116,7 +120,9 @@ def model_reference(model: str | Path | BiEncoder, copy_model: bool | None = Non
 
 def find_model(model: str | Path | BiEncoder | None) -> None:
     """Refuse a model :func:`as_biencoder` would not find, without loading its weights, so
-    that a build refuses a wrong name before it reads the corpus (None: the default)."""
+    that a build refuses a wrong name before it reads the corpus (None: the default), and
+    any model where torch is missing (a build loads its model with torch)."""
+    require_torch("building a dense index (no dense model ships an ONNX graph)")
     if model is None or is_biencoder(model):
         return
     p = Path(str(model)).expanduser()

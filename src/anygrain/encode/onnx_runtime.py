@@ -23,9 +23,10 @@ times: :func:`files_signature`) to the fingerprint they gave; a search that find
 model's files unchanged since the export opens the graph without loading the model.
 
 Each graph directory holds ``graph.onnx`` (opset :data:`OPSET`, dynamic batch and
-sequence axes), ``tokenizer.json`` (run by the ``tokenizers`` library directly) and
+sequence axes), ``tokenizer.json`` (run by the ``tokenizers`` library directly),
 ``meta.json`` (what the encoder needs besides: input names, truncation, padding, and
-the model's settings), written last.
+the model's settings) and the checksums of them all, written last and checked at each open
+(:mod:`anygrain.encode.cache_checks`): a damaged entry is made again, never used.
 
 This module is the engine's part and knows no model: each encoder exports its own
 graph through :func:`export_graph` and reads it back with :class:`OnnxGraph`.
@@ -46,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from anygrain.encode.cache_checks import entry_problem, forget, report, write_checksums
 from anygrain.encode.runtime import RUNTIME_HELP as RUNTIME_HELP
 from anygrain.encode.runtime import Runtime
 from anygrain.errors import AnygrainError, parse_enum
@@ -63,10 +65,17 @@ TOKEN_EMBEDS = "token_embeds"  # the graph input that takes the rows in place of
 TOKENIZER_FILE = "tokenizer.json"
 META_FILE = "meta.json"
 FILES_DIR = "files"
+# what every graph directory holds
+REQUIRED = (GRAPH_FILE, META_FILE)
 
 
 def parse_runtime(value: Runtime | str | None) -> Runtime:
-    return Runtime.AUTO if value is None else parse_enum(Runtime, value)
+    """The runtime asked for; ``torch`` where torch is missing is refused here, in one line,
+    rather than left to run on the graphs or fail deep inside."""
+    r = Runtime.AUTO if value is None else parse_enum(Runtime, value)
+    if r is Runtime.TORCH:
+        require_torch("--runtime torch")
+    return r
 
 
 def onnxruntime_installed() -> bool:
@@ -164,8 +173,16 @@ class GraphCache:
         return self.root / key
 
     def has(self, key: str) -> bool:
+        """Whether the graph ``key`` is cached, every file as it was made; a damaged one
+        is reported (one warning line naming the file) and counts as missing, so the
+        caller makes it again."""
         e = self.entry(key)
-        return (e / META_FILE).is_file() and (e / GRAPH_FILE).is_file()
+        if not e.exists():
+            return False
+        why = entry_problem(e, REQUIRED)
+        if why is not None:
+            report(why)
+        return why is None
 
     def _files_entry(self, signature: str, kind: str | None) -> Path:
         # one record per (files, graph kind): a model with several graphs (the phrase
@@ -178,8 +195,8 @@ class GraphCache:
 
     def files_record(self, signature: str, kind: str | None = None) -> dict[str, Any] | None:
         """What was recorded for model files with ``signature`` (its ``key`` and what the
-        caller stored beside it), when that key's graph is still there; ``kind``: which of
-        the model's graphs (None: the one recorded without a kind)."""
+        caller stored beside it), when that key's graph is still there, intact; ``kind``:
+        which of the model's graphs (None: the one recorded without a kind)."""
         f = self._files_entry(signature, kind)
         try:
             record = json.loads(f.read_text())
@@ -198,14 +215,16 @@ class GraphCache:
         atomic_write_text(f, json.dumps({"key": key, **extra}))
 
     def write(self, key: str, fill: Callable[[Path], None]) -> Path:
-        """The graph directory for ``key``, made by ``fill(staging_dir)`` when missing
-        (atomically: a half-written graph is never found)."""
+        """The graph directory for ``key``, made by ``fill(staging_dir)`` when missing or
+        damaged (atomically: a half-written graph is never found), its checksums last."""
         out = self.entry(key)
         if self.has(key):
             return out
         self.root.mkdir(parents=True, exist_ok=True)
         with atomic_dir(out) as staging:
             fill(staging)
+            write_checksums(staging)
+        forget(out)
         return out
 
 
@@ -310,7 +329,8 @@ def pad_batch(
 def save_token_table(table: Any, path: Path, *, chunk_rows: int = 8192) -> None:
     """Write a (vocabulary, width) torch tensor as a float32 ``.npy`` file, a chunk at a
     time, giving back the pages each chunk read: a table mapped from its weights file
-    (me5-small's is 384 MB) never becomes resident as a whole."""
+    (me5-small's is 384 MB) never becomes resident as a whole.  A NaN or infinite value is
+    refused: every question holding that token would have no vector."""
     from numpy.lib.format import open_memmap
 
     from anygrain.utils.memory import release_mapped
@@ -319,11 +339,24 @@ def save_token_table(table: Any, path: Path, *, chunk_rows: int = 8192) -> None:
     out = open_memmap(path, mode="w+", dtype=np.float32, shape=(rows, width))
     for i in range(0, rows, chunk_rows):
         part = table[i : i + chunk_rows].detach().float().contiguous().numpy()
+        check_table_rows(part, i, path)
         written = out[i : i + len(part)]
         written[:] = part
         out.flush()
         release_mapped([(part.ctypes.data, part.nbytes), (written.ctypes.data, written.nbytes)])
     del out
+
+
+def check_table_rows(part: np.ndarray, first: int, path: Path) -> None:
+    """An error when rows ``first``... of a token table being written to ``path`` hold
+    NaN or infinite values (the model's weights are damaged)."""
+    bad = ~np.isfinite(part)
+    if bad.any():
+        row = first + int(np.flatnonzero(bad.reshape(len(part), -1).any(axis=1))[0])
+        raise AnygrainError(
+            f"{path.name}: the model's token-embedding table holds NaN or infinite values "
+            f"(row {row}); its weights are damaged"
+        )
 
 
 def save_tokenizer(tokenizer: Any, path: Path) -> dict[str, Any]:
@@ -368,6 +401,9 @@ class OnnxGraph:
     ) -> None:
         self.directory = Path(directory)
         self.threads = threads
+        why = entry_problem(self.directory, REQUIRED)
+        if why is not None:
+            raise AnygrainError(f"{why}; this ONNX graph is not used")
         self.meta: dict[str, Any] = json.loads((self.directory / META_FILE).read_text())
         if self.meta.get("export_version") != EXPORT_VERSION:
             raise AnygrainError(f"{self.directory}: a graph from another anygrain version")

@@ -37,11 +37,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from anygrain.encode.cache_checks import is_entry_file
 from anygrain.encode.onnx_runtime import (
     EXPORT_VERSION,
     GRAPH_FILE,
     META_FILE,
     GraphCache,
+    check_table_rows,
 )
 from anygrain.errors import AnygrainError
 from anygrain.utils.atomic import atomic_dir
@@ -194,6 +196,8 @@ def strip_graph(
         for f in sorted(graph_dir.iterdir()):
             if f.name in (*REBUILT, META_FILE, str(table_file)) or not f.is_file():
                 continue
+            if not is_entry_file(f.name):  # the cache's checksums: the cache writes its own
+                continue
             if backbone_dir is not None and _same_file(f, backbone_dir / f.name):
                 manifest["from_backbone"].append(f.name)
             else:
@@ -245,7 +249,8 @@ def materialise(
 ) -> Path:
     """The graph directory in ``cache`` of the stripped graph at ``shipped``, its weights
     taken from ``source`` (the caller checked them with :func:`check_sources`); made unless
-    already cached under the manifest's key."""
+    already cached, intact, under the manifest's key (a damaged entry is made again:
+    :meth:`~anygrain.encode.onnx_runtime.GraphCache.write`)."""
     m = read_manifest(shipped)
 
     def fill(d: Path) -> None:
@@ -268,6 +273,7 @@ def materialise(
                               shape=(rows, width))  # fmt: skip
             for i in range(0, rows, chunk_rows):
                 part = source.rows(name, i, min(rows, i + chunk_rows))
+                check_table_rows(np.asarray(part), i, d / str(table["file"]))
                 out[i : i + len(part)] = part
             out.flush()
             del out

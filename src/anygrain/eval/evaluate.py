@@ -32,18 +32,28 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from anygrain.corpus.questions import Question
-from anygrain.errors import AnygrainError
+from anygrain.errors import AnygrainError, UsageError, parse_enum
 from anygrain.eval.metrics import Metric, parse_metrics
 from anygrain.eval.relevance import Judged
 from anygrain.eval.runs import RunWriter
-from anygrain.hits.hit import Hit
+from anygrain.hits.hit import Hit, Unit
 
-__all__ = ["DEFAULT_METRICS", "EvalReport", "evaluate", "evaluate_run"]
+__all__ = ["DEFAULT_METRICS", "EvalReport", "check_eval_unit", "evaluate", "evaluate_run"]
 
 log = logging.getLogger(__name__)
 
 # for a run or a searcher that is no index; an index's own are its kind's ``default_metrics``
 DEFAULT_METRICS = ("top@1", "top@5", "top@20", "mrr@20")
+
+
+def check_eval_unit(unit: Unit | str | None) -> None:
+    """Refuse the answer grain: these metrics score what an index retrieves, and would be
+    reported under the answer's name; read answers are scored by the reader's evaluation."""
+    if unit is not None and parse_enum(Unit, unit) is Unit.ANSWER:
+        raise UsageError(
+            "unit answer: eval scores what an index retrieves; for the EM/F1 of read answers "
+            "use evaluate_reader (anygrain eval-reader INDEX --questions ...)"
+        )
 
 
 class Searcher(Protocol):

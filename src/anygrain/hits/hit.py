@@ -65,6 +65,11 @@ class Hit:
     ``meta`` is the passage's metadata (:meth:`CorpusStore.hit_meta
     <anygrain.corpus.store.CorpusStore.hit_meta>`): its document's extra fields, the
     passage's own, and ``start`` / ``end``, the passage's offsets in its document's text.
+    A passage from a file adds where it came from: ``source`` (the file, relative to the
+    folder indexed), ``page`` (PDF, from 1), ``headings`` (the heading path), ``line`` (a
+    CSV/JSONL record's), ``format`` and ``sha256`` (:mod:`anygrain.corpus.files`).
+    :attr:`char_start` / :attr:`char_end` are the hit's own offsets in its document's
+    text, and :attr:`citation` says where it is in words.
     """
 
     unit: Unit
@@ -88,6 +93,40 @@ class Hit:
         return self.passage_id
 
     @property
+    def char_start(self) -> int | None:
+        """Where the hit (its span, or its passage) starts in its document's text: the
+        extracted text of its file, ``store.document_text(doc_id)[char_start:char_end] ==
+        answer_text``; None when the passage's offsets are unknown."""
+        start = self.meta.get("start")
+        if not isinstance(start, int):
+            return None
+        return start + (self.span[0] if self.span is not None else 0)
+
+    @property
+    def char_end(self) -> int | None:
+        """Where the hit ends in its document's text (see :attr:`char_start`)."""
+        start = self.char_start
+        if start is None:
+            return None
+        return start + len(self.answer_text)
+
+    @property
+    def citation(self) -> str:
+        """Where the hit is, to cite: ``file › heading › heading · page N`` (``· line N``
+        for a record) for a passage read from a file, else the passage's title."""
+        source = self.meta.get("source")
+        # a file's documents record its hash too: a record's own "source" field is not one
+        if not isinstance(source, str) or not source or "sha256" not in self.meta:
+            return self.title
+        heads = self.meta.get("headings")
+        parts = [source, *(str(h) for h in heads)] if isinstance(heads, list) else [source]
+        where = " › ".join(parts)
+        for key in ("page", "line"):
+            if isinstance(self.meta.get(key), int):
+                return f"{where} · {key} {self.meta[key]}"
+        return where
+
+    @property
     def answer_text(self) -> str:
         """The phrase for phrase hits; the passage text otherwise."""
         if self.span is not None:
@@ -108,7 +147,9 @@ class Hit:
         ``before + answer + after`` is the passage ``text``; ``answer`` is the phrase,
         sentence or read answer at ``span`` (empty, and ``span`` null, for passage and
         document hits); ``sentence``, ``reader_score`` and ``retrieval_score`` are null
-        except on answer hits; ``meta`` is :attr:`meta`."""
+        except on answer hits; ``meta`` is :attr:`meta`; ``char_start`` / ``char_end``
+        the hit's offsets in its document's text and ``citation`` where it is (the
+        properties of those names)."""
         from anygrain.hits.highlight import highlight
 
         h = highlight(self)
@@ -129,6 +170,9 @@ class Hit:
             "reader_score": _finite(self.reader_score),
             "retrieval_score": _finite(self.retrieval_score),
             "meta": dict(self.meta),
+            "char_start": self.char_start,
+            "char_end": self.char_end,
+            "citation": self.citation,
         }
 
 

@@ -110,6 +110,9 @@ class Index(ABC):
     #: the finaliser removing the temporary directory a :meth:`from_texts` index was built
     #: in (:mod:`anygrain.index.from_python`); None for an index the caller placed
     managed_dir: Any = None
+    #: the documents deleted from it (:class:`~anygrain.index.tombstones.Tombstones`, which
+    #: :meth:`load` records), whose rows every search leaves out; None when none
+    tombstones: Any = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -145,8 +148,13 @@ class Index(ABC):
 
         ``settings`` are the shared :class:`BuildOptions` and the kind's own
         (``cls.settings_type``); one the kind does not take raises :class:`UsageError`.
+        ``text_field``, ``id_field``, ``title_field`` and ``meta_fields`` name the fields
+        of a CSV, TSV or JSONL source (:mod:`anygrain.corpus.fields`).
         ``out`` must be new or empty, or an index to replace with ``overwrite``; see
         :func:`check_build_target`."""
+        from anygrain.corpus.fields import FieldMap, with_read_options
+
+        source = with_read_options(source, FieldMap.take(settings))
         k = IndexKind(kind)
         cls = registered_class(k)
         if cls is None:
@@ -333,7 +341,7 @@ class Index(ABC):
                 f"{p}: cannot open the index ({type(e).__name__}: {e}); "
                 f"`anygrain verify {p}` checks its files"
             ) from e
-        if m.get("tombstones"):  # deleted documents (`anygrain delete`) never come back
+        if m.get("tombstones"):  # deleted documents (`anygrain delete`), hidden by search
             from anygrain.index.tombstones import hide_deleted
 
             hide_deleted(idx, m)
@@ -389,7 +397,8 @@ class Index(ABC):
         """What the index is, JSON-ready, for people and programs (``anygrain index`` and
         ``add`` print it, the server's ``/info`` returns it): kind, path, format, when it was
         built, its model (``name``, ``base_model``, ``fingerprint``; None without one), its
-        corpus (checksum and counts), ``counts`` (phrase indexes), units; kinds add their own
+        corpus (checksum and counts), ``counts`` (phrase indexes), units, ``encoding`` (how a
+        phrase build encoded: ``precision``, ``runtime``, ``device``); kinds add their own
         (a hybrid index its ``fusion`` and ``components``, a sharded one its ``shards``)."""
         m = self.manifest
         corpus = {k: v for k, v in (m.get("corpus") or {}).items() if k != "path"}
@@ -401,6 +410,8 @@ class Index(ABC):
         except (NotImplementedError, AttributeError, KeyError):
             pass
         model = m.get("model")
+        # how a build encoded its passages, where it records that (a phrase build does)
+        encoding = (m.get("timings") or {}).get("encoding")
         return {
             "kind": self.kind.value,
             "path": str(self.path),
@@ -416,6 +427,7 @@ class Index(ABC):
             "counts": m.get("counts"),
             "units": [u.value for u in self.units],
             "default_unit": self.default_unit.value,
+            **({"encoding": encoding} if isinstance(encoding, dict) else {}),
         }
 
     # --- the options a kind takes ---------------------------------------------------------

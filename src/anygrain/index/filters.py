@@ -13,8 +13,14 @@ document's extra fields, the passage's own, ``start`` / ``end``), plus ``doc_id`
 Several fields in one dict must all match.  A field a passage lacks matches only ``$ne``,
 ``$nin`` and ``$exists: false``.
 
+A filter is checked before anything else is read of it: at most :data:`MAX_DEPTH` levels
+deep and :data:`MAX_TERMS` terms in all (:func:`check_bounds`), so any filter is answered
+with one line, however deep or large.
+
 A filter is evaluated once per corpus into a boolean mask over passage rows (cached on the
-index: :func:`allowed_rows`); a filtered search (:func:`search_filtered`) asks the index
+index: :func:`allowed_rows`), less the rows of deleted documents (the index's tombstones:
+:func:`search_mask`; an index with deletions searches through the mask with no filter
+too, so no door returns a deleted document); a masked search (:func:`search_filtered`) asks the index
 for more than ``k`` hits (``k`` over the share of rows that match) and drops hits of other
 rows, doubling the depth for the queries still short of ``k`` until they have ``k`` or the
 index returns fewer hits than asked (it has no more).  Kinds whose hits are made from
@@ -27,6 +33,7 @@ This module imports no index kind.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import json
 import math
@@ -50,6 +57,12 @@ MAX_CACHED = 32
 SCOPE_ROWS = 256
 #: Rows whose metadata is read at a time when a mask is computed.
 BATCH = 4096
+#: How deep a filter may nest: each object is a level, and each list but an ``$and`` /
+#: ``$or``'s own (a value's list); far deeper than any filter needs, shallow enough that
+#: reading one never nears Python's recursion limit.
+MAX_DEPTH = 32
+#: How many terms (objects, lists and values, all told) a filter may hold.
+MAX_TERMS = 10_000
 
 COMPARE = ("$gt", "$gte", "$lt", "$lte")
 OPERATORS = ("$eq", "$ne", "$in", "$nin", *COMPARE, "$exists")
@@ -66,12 +79,16 @@ def parse_filter(spec: Any) -> dict[str, Any]:
     :func:`pairs_filter`) checked: :class:`UsageError`, one line naming what is wrong, for
     anything :mod:`this syntax <anygrain.index.filters>` does not define."""
     if isinstance(spec, list | tuple):
+        check_bounds(spec)  # each item is read as a pair or a filter
         return pairs_filter(spec)
     if isinstance(spec, str):
         try:
             spec = json.loads(spec)
         except json.JSONDecodeError as e:
             raise UsageError(f"filter: not JSON ({e.msg} at character {e.pos})") from None
+        except RecursionError:  # deeper than the json module reads: far past the limit
+            raise UsageError(_too_deep()) from None
+    check_bounds(spec)
     if not isinstance(spec, Mapping):
         raise UsageError(f"filter: a JSON object of field: value is needed, not {spec!r}")
     compile_filter(spec)
@@ -115,8 +132,47 @@ def _command_line_values(v: str) -> list[Scalar]:
     return [v]
 
 
+def _too_deep() -> str:
+    return f"filter: nests deeper than {MAX_DEPTH} levels"
+
+
+def check_bounds(spec: Any) -> None:
+    """:class:`UsageError` for a filter deeper than :data:`MAX_DEPTH` levels or of more than
+    :data:`MAX_TERMS` terms, found by walking it without recursion (the checks that read
+    a filter recurse, as far as it nests)."""
+    terms = 1
+    todo: list[tuple[Any, int]] = [(spec, 1)]
+    while todo:
+        node, depth = todo.pop()
+        if isinstance(node, Mapping):
+            items: list[tuple[Any, int]] = []
+            for key, v in node.items():
+                if key in ("$and", "$or") and isinstance(v, list | tuple):
+                    items.extend((x, depth + 1) for x in v)  # the operator's list: no level
+                    terms += 1
+                else:
+                    items.append((v, depth + 1))
+        elif isinstance(node, list | tuple):
+            items = [(x, depth + 1) for x in node]
+        else:
+            continue
+        if depth > MAX_DEPTH:
+            raise UsageError(_too_deep())
+        terms += len(items)
+        if terms > MAX_TERMS:
+            raise UsageError(
+                f"filter: more than {MAX_TERMS} terms (objects, lists and values in all)"
+            )
+        todo.extend(items)
+
+
 def compile_filter(spec: Mapping[str, Any]) -> Test:
     """The test a record (a passage's fields) must pass; :class:`UsageError` for bad syntax."""
+    check_bounds(spec)
+    return _compile(spec)
+
+
+def _compile(spec: Mapping[str, Any]) -> Test:
     tests = [_clause(k, v) for k, v in spec.items()]
     return lambda rec: all(t(rec) for t in tests)
 
@@ -145,13 +201,13 @@ def _logical(op: str, value: Any) -> Test:
     if op == "$not":
         if not isinstance(value, Mapping):
             raise UsageError("filter: $not takes one filter object")
-        inner = compile_filter(value)
+        inner = _compile(value)
         return lambda rec: not inner(rec)
     if not isinstance(value, list | tuple) or not value:
         raise UsageError(f"filter: {op} takes a non-empty list of filter objects")
     if not all(isinstance(v, Mapping) for v in value):
         raise UsageError(f"filter: {op} takes a list of filter objects")
-    parts = [compile_filter(v) for v in value]
+    parts = [_compile(v) for v in value]
     if op == "$and":
         return lambda rec: all(p(rec) for p in parts)
     return lambda rec: any(p(rec) for p in parts)
@@ -261,19 +317,48 @@ def row_mask(store: CorpusStore, spec: Mapping[str, Any]) -> np.ndarray:
     return mask
 
 
+def _cached(index: Any, key: Any, compute: Callable[[], np.ndarray]) -> np.ndarray:
+    """The mask cached on ``index`` under ``key``, computed when missing."""
+    cache: dict[Any, np.ndarray] = index.__dict__.setdefault("_filter_masks", {})
+    mask = cache.get(key)
+    if mask is None:
+        mask = compute()
+        if len(cache) >= MAX_CACHED:
+            cache.pop(next(iter(cache)), None)
+        cache[key] = mask
+    return mask
+
+
 def allowed_rows(index: Any, spec: Mapping[str, Any]) -> np.ndarray:
     """The mask of ``spec`` over ``index.corpus``, computed once per corpus and filter
     (cached on the index: a grown corpus has another checksum and length)."""
     store = index.corpus
     key = (store.checksum, len(store), filter_key(spec))
-    cache: dict[Any, np.ndarray] = index.__dict__.setdefault("_filter_masks", {})
-    mask = cache.get(key)
-    if mask is None:
-        mask = row_mask(store, spec)
-        if len(cache) >= MAX_CACHED:
-            cache.pop(next(iter(cache)))
-        cache[key] = mask
-    return mask
+    return _cached(index, key, lambda: row_mask(store, spec))
+
+
+def search_mask(index: Any, spec: Mapping[str, Any] | None) -> np.ndarray | None:
+    """The rows a search of ``index`` may return: those ``spec`` matches (every row when
+    None) less those of the documents deleted from it (its ``tombstones``, which
+    ``Index.load`` records: :mod:`anygrain.index.tombstones`); None when every row may.
+    Cached on the index per corpus, filter and deletions."""
+    import numpy as np
+
+    tomb = getattr(index, "tombstones", None)
+    deleted: frozenset[int] = tomb.rows if tomb is not None else frozenset()
+    if not deleted:
+        return None if spec is None else allowed_rows(index, spec)
+    store = index.corpus
+    n = len(store)
+
+    def live() -> np.ndarray:
+        mask = np.ones(n, dtype=bool) if spec is None else allowed_rows(index, spec).copy()
+        rows = np.fromiter(deleted, dtype=np.int64, count=len(deleted))
+        mask[rows[(rows >= 0) & (rows < n)]] = False
+        return mask
+
+    key = (store.checksum, n, None if spec is None else filter_key(spec), deleted)
+    return _cached(index, key, live)
 
 
 def _subset(queries: Any, todo: list[int]) -> Any:
@@ -363,34 +448,61 @@ def search_rows_filtered(
     return rows_k, scores_k
 
 
+#: The indexes (by id) whose masked search is under way in this thread: a kind's ``search``
+#: calling its own ``search_encoded`` is not masked twice.
+_MASKING: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
+    "anygrain_masking", default=frozenset()
+)
+
+
 def accepts_filter(method: Callable[..., list[list[Any]]]) -> Callable[..., list[list[Any]]]:
-    """``method`` (a kind's ``search`` or ``search_encoded``) taking ``filter=`` too: the
-    :class:`~anygrain.index.base.Index` base wraps every kind's with it, so each kind, grain
-    and composite filters the same way without knowing of filters."""
+    """``method`` (a kind's ``search`` or ``search_encoded``) taking ``filter=`` too, and
+    never returning a deleted document: the :class:`~anygrain.index.base.Index` base wraps
+    every kind's with it, so each kind, grain, door and composite masks rows (filters and
+    deletions: :func:`search_mask`) the same way without knowing of either."""
     if getattr(method, "takes_filter", False):
         return method
 
     @functools.wraps(method)
     def search(self: Any, queries: Any, k: int = 10, *, filter: Any = None, **options: Any) -> Any:
-        if filter is None or (isinstance(filter, Mapping | list | tuple) and not filter):
+        empty = filter is None or (isinstance(filter, Mapping | list | tuple) and not filter)
+        spec = None if empty else parse_filter(filter)
+        active = _MASKING.get()
+        mask = None if spec is None and id(self) in active else search_mask(self, spec)
+        if mask is None:
             return method(self, queries, k, **options)
-        mask = allowed_rows(self, parse_filter(filter))
-        if options.get("scope_rows") is None:
-            if hasattr(self, "search_rows_encoded"):
-                return _rows_search(self, queries, k, mask, options)
-            scope = scope_of(self, mask)
-            if scope is not None:  # few rows: search only them, exhaustively, in one round
-                return method(self, queries, k, scope_rows=[scope] * len(queries), **options)
-        return search_filtered(
-            lambda qs, depth: method(self, qs, depth, **options),
-            queries,
-            k,
-            mask,
-            per_query=options.get("scope_rows") is not None,
-        )
+        token = _MASKING.set(active | {id(self)})
+        try:
+            return _masked_search(method, self, queries, k, mask, options)
+        finally:
+            _MASKING.reset(token)
 
     search.takes_filter = True  # type: ignore[attr-defined]
     return search
+
+
+def _masked_search(
+    method: Callable[..., list[list[Any]]],
+    self: Any,
+    queries: Any,
+    k: int,
+    mask: np.ndarray,
+    options: dict[str, Any],
+) -> list[list[Any]]:
+    """``method``'s top ``k`` hits among the rows ``mask`` allows."""
+    if options.get("scope_rows") is None:
+        if hasattr(self, "search_rows_encoded"):
+            return _rows_search(self, queries, k, mask, options)
+        scope = scope_of(self, mask)
+        if scope is not None:  # few rows: search only them, exhaustively, in one round
+            return method(self, queries, k, scope_rows=[scope] * len(queries), **options)
+    return search_filtered(
+        lambda qs, depth: method(self, qs, depth, **options),
+        queries,
+        k,
+        mask,
+        per_query=options.get("scope_rows") is not None,
+    )
 
 
 def scope_of(index: Any, mask: np.ndarray) -> list[int] | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from anygrain.corpus.records import SourceDocument
+from anygrain.errors import parse_enum
 
 if TYPE_CHECKING:
     from anygrain.index.base import Index
@@ -31,8 +32,12 @@ def build_documents(
 ) -> Index:
     """An index of ``kind`` over ``docs`` in ``out`` (a managed temporary directory when
     None); ``options`` are :meth:`Index.build`'s."""
+    from anygrain.corpus.pydocs import check_out
     from anygrain.index.base import Index
+    from anygrain.index.registry import IndexKind
 
+    check_out(out)
+    kind = parse_enum(IndexKind, kind)  # "unknown indexkind 5: use one of ..."
     options.setdefault("progress", False)
     if out is not None:
         return Index.build(docs, kind=kind, out=out, **options)

@@ -40,6 +40,7 @@ from anygrain.utils.targets import (
     name_some,
     refuse_inside_artefact,
     refuse_link,
+    resolved,
     unowned_files,
 )
 
@@ -193,7 +194,7 @@ def check_build_target(source: Any, out: str | Path, *, overwrite: bool = False)
     o = Path(out)
     src = _source_path(source)
     if src is not None:
-        s, r = src.resolve(), o.resolve()
+        s, r = resolved(src), resolved(o)
         if s == r or s.is_relative_to(r):
             where = "is" if s == r else "contains"
             raise AnygrainError(
@@ -237,9 +238,10 @@ def check_build_target(source: Any, out: str | Path, *, overwrite: bool = False)
 
 def _source_path(source: Any) -> Path | None:
     """The file or directory a source reads from, when it names one."""
+    from anygrain.corpus.formats import Source
     from anygrain.corpus.store import CorpusStore
 
-    if isinstance(source, CorpusStore):
+    if isinstance(source, CorpusStore | Source):
         return source.path
     if not isinstance(source, str | os.PathLike):
         return None

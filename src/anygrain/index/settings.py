@@ -42,6 +42,12 @@ class BuildOptions:
     # auto); not recorded, both runtimes write the same vectors (to ~1e-5)
     runtime: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.runtime is not None:
+            from anygrain.encode.onnx_runtime import parse_runtime
+
+            parse_runtime(self.runtime)  # refused before anything is read: torch missing
+
 
 #: the options every kind takes (``threads`` is taken by ``api.build_index`` before the build)
 SHARED_OPTIONS = tuple(f.name for f in fields(BuildOptions))

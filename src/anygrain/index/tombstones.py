@@ -1,28 +1,25 @@
-"""Deleted documents: a tombstone file an index's manifest names, and the search filter.
+"""Deleted documents: a tombstone file an index's manifest names, recorded on the index.
 
 ``anygrain delete`` does not touch an index's arrays: it writes
 ``tombstones-NNNNN.json`` (each deleted document id and its passage rows) and records
-it in ``index.json`` (``tombstones``).  Every index opened by ``Index.load`` with
-tombstones searches through :func:`hide_deleted`, which asks the index for more
-candidates than ``k`` and drops hits of deleted rows or documents, so ``k`` hits still
-come back.  ``anygrain compact`` rebuilds the index without them
-(:mod:`anygrain.index.updater`).  This module imports no index kind, so the Index base
+it in ``index.json`` (``tombstones``).  ``Index.load`` records them on the index it
+opens (:func:`hide_deleted`); every search of it, whatever the door (``search``,
+``search_encoded``, any unit, kind or composite), then leaves their rows out with the
+metadata filter's row mask (:func:`anygrain.index.filters.search_mask`), asking for more
+candidates than ``k`` so that ``k`` live hits still come back.  ``anygrain compact``
+rebuilds the index without them (:mod:`anygrain.index.updater`).  This module imports no index kind, so the Index base
 may use it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from anygrain.errors import AnygrainError
-
-#: Doubling rounds before a search gives up looking for ``k`` live hits (phrase indexes
-#: may hold many hits per deleted passage; every other kind needs one round).
-MAX_ROUNDS = 12
 
 
 def tombstone_name(serial: int) -> str:
@@ -36,7 +33,7 @@ class Tombstones:
     docs: dict[str, list[int]]
     corpus_checksum: str
 
-    @property
+    @functools.cached_property
     def rows(self) -> frozenset[int]:
         return frozenset(r for rows in self.docs.values() for r in rows)
 
@@ -64,40 +61,10 @@ def read_tombstones(path: str | Path, manifest: dict[str, Any]) -> Tombstones | 
     )
 
 
-def filter_hits(hits: Sequence[Any], rows: frozenset[int], docs: frozenset[str]) -> list[Any]:
-    """``hits`` without those of deleted passage rows or documents."""
-    return [h for h in hits if h.passage_row not in rows and h.doc_id not in docs]
-
-
-def filtered_search(
-    search: Callable[..., list[list[Any]]], tomb: Tombstones
-) -> Callable[..., list[list[Any]]]:
-    """``search`` that never returns a hit of a deleted document.
-
-    The first round asks for ``k`` plus the number of deleted rows (enough for passage
-    hits: each deleted row takes at most one place); while a query still has fewer than
-    ``k`` live hits and the index returned all it was asked for, the depth doubles."""
-    rows, docs = tomb.rows, frozenset(tomb.docs)
-
-    def search_live(queries: Sequence[str], k: int = 10, **options: Any) -> list[list[Any]]:
-        want = k + len(rows)
-        for _ in range(MAX_ROUNDS):
-            found = search(queries, want, **options)
-            live = [filter_hits(hits, rows, docs) for hits in found]
-            short = any(len(lv) < k and len(h) >= want for lv, h in zip(live, found, strict=True))
-            if not short:
-                break
-            want *= 2
-        return [lv[:k] for lv in live]
-
-    return search_live
-
-
 def hide_deleted(index: Any, manifest: dict[str, Any]) -> Any:
-    """Make ``index.search`` (an opened :class:`~anygrain.index.base.Index`) skip the
-    documents its manifest's tombstones delete; returns the index."""
+    """Record on ``index`` (an opened :class:`~anygrain.index.base.Index`) the tombstones its
+    manifest names, which every search of it then applies; returns the index."""
     tomb = read_tombstones(index.path, manifest)
     if tomb is not None and tomb.docs:
         index.tombstones = tomb
-        index.search = filtered_search(index.search, tomb)
     return index

@@ -31,6 +31,13 @@ What :func:`add_documents` recomputes, per kind:
   start/end vectors added to both FAISS indexes (with their trained quantisers);
 * ``hybrid`` (built): both parts as above, over the one shared corpus.
 
+A source whose format tracks files (a folder, or a Markdown, PDF, ... file:
+:attr:`Format.tracks_files <anygrain.corpus.formats.Format.tracks_files>`) is read
+against what the index holds (:class:`~anygrain.corpus.files.KnownFiles`): a file whose
+content hash the index holds is not read again, a new one is added, and a changed one is
+added as a new version of its documents (ids ``ID#N``) while its old documents are
+deleted (tombstoned) in the same staged update.
+
 :func:`delete_documents` writes tombstones (:mod:`anygrain.index.tombstones`);
 :func:`compact_index` rebuilds without the deleted documents, re-encoding nothing: dense
 vectors and phrase dumps are taken from the index (an index whose phrase dump was
@@ -54,9 +61,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from anygrain.corpus.append import append_segment, write_subset
+from anygrain.corpus.fields import FieldMap, with_read_options
+from anygrain.corpus.files import KnownFiles
+from anygrain.corpus.formats import Source, parse_source
 from anygrain.corpus.splitters import SplitSpec
 from anygrain.corpus.store import CorpusStore
-from anygrain.errors import AnygrainError, ErrorLog
+from anygrain.errors import AnygrainError, ErrorLog, InputError
 from anygrain.index.base import Index, UpdateOp
 from anygrain.index.manifest import MANIFEST, read_manifest, rewrite_manifest
 from anygrain.index.registry import IndexKind, index_class
@@ -65,6 +75,7 @@ from anygrain.utils.atomic import atomic_dir, atomic_write_text, is_temporary_na
 from anygrain.utils.checksums import ALGORITHM, hash_file
 from anygrain.utils.device import check_device
 from anygrain.utils.lock import writer_lock
+from anygrain.utils.targets import resolved
 
 
 # --- staging ------------------------------------------------------------------------------
@@ -116,7 +127,7 @@ def real_index_path(path: str | Path) -> Path:
     directory whole, and swapping the link would leave the index it names as it was and
     turn the link into a separate copy."""
     p = Path(path)
-    return p.resolve() if p.is_symlink() or p.name in ("", ".", "..") else p
+    return resolved(p) if p.is_symlink() or p.name in ("", ".", "..") else p
 
 
 def _relative_files(root: Path) -> list[str]:
@@ -180,6 +191,10 @@ def _update_class(index: Index, op: UpdateOp) -> type[Index]:
     return cls
 
 
+class _NothingNew(Exception):
+    """Every file of a tracked source is unchanged: nothing to add."""
+
+
 def add_documents(
     path: str | Path,
     source: Any,
@@ -190,19 +205,48 @@ def add_documents(
     progress: bool = True,
     device: str | None = None,
     runtime: str | None = None,
+    fields: FieldMap | None = None,
 ) -> Index:
     """Add the documents of ``source`` to the index at ``path`` (see the module docstring
     for what each kind recomputes); returns the index reopened.  ``device``: where the new
-    passages are encoded (None: auto); ``runtime``: what encodes them (None: auto).
+    passages are encoded (None: auto); ``runtime``: what encodes them (None: auto);
+    ``fields``: the fields of a CSV, TSV or JSONL source.
 
     ``split`` defaults to the one the corpus was built with.  ``model`` must be the
     index's own encoder (same fingerprint; by default the one stored in the index).
-    Passage or document ids the index already holds are refused, naming them.  Another
-    writer of the index at work is refused at once (:mod:`anygrain.utils.lock`)."""
+    Passage or document ids the index already holds are refused, naming them, but for a
+    source of files: there only new and changed files are read (the module docstring),
+    and when none is, the index is returned unchanged.  Another writer of the index at
+    work is refused at once (:mod:`anygrain.utils.lock`)."""
     p = real_index_path(path)
     check_device(device)  # a missing GPU is refused before anything is read
-    with writer_lock(p, UpdateOp.ADD.value):  # held from the read to the swap
-        return _add_documents(p, source, split, model, errors, progress, device, runtime)
+    if runtime is not None:
+        from anygrain.encode.onnx_runtime import parse_runtime
+
+        parse_runtime(runtime)  # so is --runtime torch where torch is missing
+    errors = errors if errors is not None else ErrorLog()
+    try:
+        with writer_lock(p, UpdateOp.ADD.value):  # held from the read to the swap
+            return _add_documents(
+                p, source, split, model, errors, progress, device, runtime, fields or FieldMap()
+            )
+    except _NothingNew:
+        return Index.load(p)
+
+
+def _tracked_source(
+    p: Path, idx: Index, source: Any, fields: FieldMap
+) -> tuple[Any, KnownFiles | None]:
+    """``source`` to be read with ``fields`` and, for a source of files, against the
+    files the index holds."""
+    if not isinstance(source, str | os.PathLike | Source):
+        return with_read_options(source, fields), None
+    src = source if isinstance(source, Source) else parse_source(source)
+    if not src.format.tracks_files:
+        return with_read_options(src, fields), None
+    tomb = read_tombstones(p, idx.manifest)
+    known = KnownFiles.of_store(idx.corpus, tomb.docs if tomb is not None else ())
+    return with_read_options(src, fields, known), known
 
 
 def _add_documents(
@@ -210,24 +254,31 @@ def _add_documents(
     source: Any,
     split: str | SplitSpec | None,
     model: Any,
-    errors: ErrorLog | None,
+    errors: ErrorLog,
     progress: bool,
     device: str | None,
-    runtime: str | None = None,
+    runtime: str | None,
+    fields: FieldMap,
 ) -> Index:
     opts = {"model": model} if model is not None else {}
     idx = Index.load(p, **opts)
     store = idx.corpus
     cls = _update_class(idx, UpdateOp.ADD)
     rel = _corpus_rel(p, idx.manifest, store)
+    source, known = _tracked_source(p, idx, source, fields)
     with staged_index(p) as (staged, work):
-        segment = CorpusStore.build(
-            source,
-            work / "segment",
-            split=split if split is not None else str(store.manifest.get("split") or ""),
-            errors=errors,
-            progress=progress,
-        )
+        try:
+            segment = CorpusStore.build(
+                source,
+                work / "segment",
+                split=split if split is not None else str(store.manifest.get("split") or ""),
+                errors=errors,
+                progress=progress,
+            )
+        except InputError:
+            if known is not None and not any(f.read for f in errors.files):
+                raise _NothingNew() from None
+            raise
         append_segment(store, segment, staged / rel)
         grown = CorpusStore(staged / rel)
         cls.add_rows(
@@ -242,27 +293,62 @@ def _add_documents(
                 runtime=runtime,
             )
         )
+        if known is not None and known.replaced:  # the old versions of changed files
+            tombstone(staged, read_manifest(staged), grown, known.replaced)
     return Index.load(p)
 
 
-def delete_documents(path: str | Path, doc_ids: Sequence[str]) -> dict[str, Any]:
+def delete_documents(
+    path: str | Path, doc_ids: Sequence[str], files: Sequence[str] = ()
+) -> dict[str, Any]:
     """Mark documents deleted: searches of the index at ``path`` stop returning them.
+    ``files`` names files (as their documents' ``source`` records them: the path
+    relative to the folder indexed) whose documents are deleted, every version.
 
     Writes a new tombstone file (all deleted documents so far and their passage rows)
-    and then ``index.json`` naming it, so a crash leaves the old state.  Unknown ids are
-    refused, naming them.  Returns ``{"deleted", "rows", "total_documents"}``."""
+    and then ``index.json`` naming it, so a crash leaves the old state.  Unknown ids and
+    files are refused, naming them.  Returns ``{"deleted", "rows", "total_documents"}``."""
     p = real_index_path(path)
-    if not doc_ids:
-        raise AnygrainError("name at least one document id to delete (--doc ID)")
+    if not doc_ids and not files:
+        raise AnygrainError("name at least one document id (--doc ID) or file (--file PATH)")
     with writer_lock(p, "deleting documents"):  # two deletes would each drop the other's
-        return _delete_documents(p, doc_ids)
+        return _delete_documents(p, doc_ids, files)
 
 
-def _delete_documents(p: Path, doc_ids: Sequence[str]) -> dict[str, Any]:
+def _documents_of_files(p: Path, store: CorpusStore, files: Sequence[str]) -> list[str]:
+    """The documents read from each of ``files`` (every version); unknown ones refused."""
+    wanted = {f.removeprefix("./").replace(os.sep, "/"): f for f in files}
+    found: dict[str, list[str]] = {w: [] for w in wanted}
+    for doc_id, meta in store.document_metas():
+        src = meta.get("source")
+        if src in found and "sha256" in meta:
+            found[src].append(doc_id)
+    missing = [wanted[w] for w, ids in found.items() if not ids]
+    if missing:
+        raise AnygrainError(
+            f"{p}: no document read from {', '.join(repr(f) for f in missing[:5])}"
+            + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            + " (give the path relative to the folder indexed); nothing was deleted"
+        )
+    return [d for ids in found.values() for d in ids]
+
+
+def _delete_documents(p: Path, doc_ids: Sequence[str], files: Sequence[str] = ()) -> dict[str, Any]:
     idx = Index.load(p)
     m = idx.manifest
     store = idx.corpus
     _corpus_rel(p, m, store)
+    if files:
+        doc_ids = [*doc_ids, *_documents_of_files(p, store, files)]
+    return tombstone(p, m, store, doc_ids)
+
+
+def tombstone(
+    p: Path, m: dict[str, Any], store: CorpusStore, doc_ids: Sequence[str]
+) -> dict[str, Any]:
+    """Write the tombstones of ``doc_ids`` (with those ``m`` records) into the index
+    directory ``p`` whose manifest is ``m`` and corpus ``store``: the live index, or a
+    staged one (every file is written new, never in place)."""
     old = read_tombstones(p, m)
     docs = dict(old.docs) if old else {}
     wanted = list(dict.fromkeys(str(d) for d in doc_ids))

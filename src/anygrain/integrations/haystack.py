@@ -54,8 +54,10 @@ from typing import Any
 from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.dataclasses import ExtractedAnswer
 
+from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit, Unit
 from anygrain.index.base import Index
+from anygrain.index.filters import check_bounds
 from anygrain.integrations.service import shared_service
 from anygrain.serve.service import SearchService
 
@@ -125,6 +127,10 @@ def anygrain_filter(spec: dict[str, Any] | None) -> dict[str, Any] | None:
     """``spec`` (Haystack's syntax or anygrain's) as an anygrain filter; None for none."""
     if not spec:
         return None
+    try:  # before the recursive translation: a filter nested thousands deep is one line
+        check_bounds(spec)
+    except AnygrainError as e:
+        raise ValueError(str(e)) from None
     return haystack_filter(spec) if is_haystack_filter(spec) else spec
 
 

@@ -64,6 +64,7 @@ from llama_index.core.vector_stores.types import (
 
 from anygrain.hits.hit import Hit
 from anygrain.index.base import Index
+from anygrain.index.filters import MAX_DEPTH
 from anygrain.integrations.service import shared_service
 from anygrain.serve.service import SearchService
 
@@ -83,6 +84,8 @@ HIDDEN = (
     "meta",
     "start",
     "end",
+    "char_start",
+    "char_end",
 )
 
 
@@ -101,11 +104,14 @@ OPERATORS = {
 }
 
 
-def metadata_filter(filters: MetadataFilters | MetadataFilter) -> dict[str, Any]:
+def metadata_filter(filters: MetadataFilters | MetadataFilter, _depth: int = 1) -> dict[str, Any]:
     """LlamaIndex's :class:`MetadataFilters` as an anygrain filter: the operators of
     :data:`OPERATORS`, ``all`` (a list field holding every value) and the conditions
     ``and``, ``or`` and ``not`` (none of the filters match, as LlamaIndex's own stores
-    read it); a ``ValueError`` names any other (text matches, ``is_empty``)."""
+    read it); a ``ValueError`` names any other (text matches, ``is_empty``), and one line
+    a nest deeper than anygrain's filters allow (checked before it recurses further)."""
+    if _depth > MAX_DEPTH:
+        raise ValueError(f"filter: nests deeper than {MAX_DEPTH} levels")
     if isinstance(filters, MetadataFilter):
         op = FilterOperator(filters.operator)
         if op is FilterOperator.ALL:
@@ -121,7 +127,7 @@ def metadata_filter(filters: MetadataFilters | MetadataFilter) -> dict[str, Any]
         if OPERATORS[op] in ("$in", "$nin") and not isinstance(value, list):
             value = [value]
         return {filters.key: {OPERATORS[op]: value}}
-    parts = [metadata_filter(f) for f in filters.filters]
+    parts = [metadata_filter(f, _depth + 1) for f in filters.filters]
     condition = FilterCondition(filters.condition or FilterCondition.AND)
     if condition is FilterCondition.NOT:
         return {"$not": {"$or": parts}} if parts else {}

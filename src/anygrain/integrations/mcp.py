@@ -22,9 +22,12 @@ what is installed.
 # no ``from __future__ import annotations``: the SDK reads the tools' signatures, whose
 # annotations name this call's units, so they are evaluated where the tools are defined
 import functools
+import io
 import logging
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+import re
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -196,13 +199,86 @@ def mount_http(app: Any, *, path: str = "/mcp", host: str = "127.0.0.1") -> Any:
     return server
 
 
+#: Arrays and objects a message read on stdin may nest; deeper ones are cut (the SDK's JSON
+#: parser refuses a message past about 200 levels and answers nothing, so its request
+#: would wait forever).  No argument of these tools nests half as deep (a filter nests
+#: at most ``anygrain.index.filters.MAX_DEPTH`` levels), so what is cut is refused anyway.
+MAX_MESSAGE_DEPTH = 128
+
+_JSON_MARKS = re.compile(rb'[\[\]{}"\\]')
+
+
+def cut_deep_json(line: bytes, limit: int = MAX_MESSAGE_DEPTH) -> bytes:
+    """``line`` (JSON text) with each array or object nested deeper than ``limit`` replaced
+    by ``null``; the rest as it was (strings are skipped, escapes included)."""
+    if line.count(b"{") + line.count(b"[") <= limit:
+        return line
+    out: list[bytes] = []
+    depth, kept, cut_at, escaped, in_string = 0, 0, -1, -1, False
+    for m in _JSON_MARKS.finditer(line):
+        i, c = m.start(), m.group()
+        if in_string:
+            if i == escaped:  # the character after a backslash
+                continue
+            if c == b"\\":
+                escaped = i + 1
+            elif c == b'"':
+                in_string = False
+        elif c == b'"':
+            in_string = True
+        elif c in (b"[", b"{"):
+            depth += 1
+            if depth == limit + 1:
+                cut_at = i
+        elif c in (b"]", b"}"):
+            if depth == limit + 1 and cut_at >= 0:
+                out += [line[kept:cut_at], b"null"]
+                kept, cut_at = i + 1, -1
+            depth -= 1
+    out.append(line[kept:])
+    return b"".join(out)
+
+
+class _ShallowLines(io.RawIOBase):
+    """A binary stream of ``source``'s lines, each through :func:`cut_deep_json`."""
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+        self.pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        if not self.pending:
+            self.pending = cut_deep_json(self.source.readline())
+        n = min(len(b), len(self.pending))
+        b[:n] = self.pending[:n]
+        self.pending = self.pending[n:]
+        return n
+
+
+@contextmanager
+def _shallow_stdin() -> Iterator[None]:
+    """``sys.stdin`` read through :class:`_ShallowLines` (the SDK's stdio transport reads
+    ``sys.stdin.buffer``), so that every request reaches the server and gets an answer."""
+    original = sys.stdin
+    raw = _ShallowLines(original.buffer)
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(raw), encoding="utf-8", errors="replace")
+    try:
+        yield
+    finally:
+        sys.stdin = original
+
+
 def run_server(
     server: Any, transport: Transport = "stdio", *, host: str = "127.0.0.1", port: int = 8000
 ) -> None:
     """Serve ``server`` until stopped: over stdin/stdout, or streamable HTTP at
     ``http://HOST:PORT/mcp``."""
     if transport == "stdio":
-        server.run("stdio")
+        with _shallow_stdin():
+            server.run("stdio")
     elif transport == "streamable-http":
         if MCP_MAJOR >= 2:
             server.run("streamable-http", host=host, port=port)
@@ -213,4 +289,11 @@ def run_server(
         raise AnygrainError(f"unknown MCP transport {transport!r}: stdio or streamable-http")
 
 
-__all__ = ["INSTRUCTIONS", "MCP_MAJOR", "create_server", "mount_http", "run_server"]
+__all__ = [
+    "INSTRUCTIONS",
+    "MCP_MAJOR",
+    "create_server",
+    "cut_deep_json",
+    "mount_http",
+    "run_server",
+]

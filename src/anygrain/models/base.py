@@ -125,6 +125,22 @@ def release_weight_pages(module: nn.Module) -> int:
     return release_mapped(list(seen.items()))
 
 
+def check_finite_weights(module: nn.Module, where: str) -> None:
+    """Refuse weights holding NaN or infinity, naming the first such tensor: such a model
+    gives NaN scores, which rank nothing, so every search or reading would come back empty
+    without a word.  A sum per tensor (no copy; a float32 sum of finite weights stays
+    finite) finds them; only a non-finite sum is looked at element by element."""
+    for name, t in [*module.named_parameters(), *module.named_buffers()]:
+        if not t.is_floating_point() or not t.numel():
+            continue
+        total = t.detach().sum(dtype=torch.float32)
+        if not bool(torch.isfinite(total)) and not bool(torch.isfinite(t.detach()).all()):
+            raise AnygrainError(
+                f"{where}: weight {name} holds NaN or infinite values; the model is damaged "
+                "(reinstall or retrain it)"
+            )
+
+
 M = TypeVar("M", bound="Model")
 
 
@@ -146,6 +162,8 @@ class Model(nn.Module):
     numbered_fingerprint: ClassVar[bool] = True
 
     config: Any  # a ModelConfig
+    #: the directory it was loaded from (:meth:`load`), for messages; "" for one made here
+    loaded_from: str = ""
 
     # --- supplied by each type ------------------------------------------------------------
     def write_weights(self, directory: Path) -> None:
@@ -254,7 +272,11 @@ class Model(nn.Module):
             raise AnygrainError(f"{path}: holds {form.cls.noun} ({kind.value}), not {cls.noun}")
         model = form.load(path, read_config(path, kind), verify)
         assert isinstance(model, cls)
-        release_weight_pages(model)
+        model.loaded_from = str(path)
+        try:
+            check_finite_weights(model, str(path))
+        finally:  # the check read every page, as the fingerprint does
+            release_weight_pages(model)
         return model
 
 

@@ -47,7 +47,7 @@ from anygrain.index.registry import IndexKind
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.phrase.budget import BuildBudget, parse_bytes
 from anygrain.phrase.compress import PHRASE_POLICY, Compress, compressed_factory
-from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_phrases
+from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_encoding, dump_phrases
 from anygrain.phrase.filtering import dump_filter, fraction_threshold, refiltered_flags, subset_dump
 from anygrain.phrase.lexical import SparseFusion, copy_sparse, write_sparse
 from anygrain.phrase.record import DUMP_FILES, PhraseCounts, PhraseIndexRecord
@@ -506,7 +506,10 @@ def write_index(
         record=record,
         model_info=model_info,
         progress=options.progress,
-        timings={"dump_seconds": round(time.time() - t0, 3)},
+        timings={
+            "dump_seconds": round(time.time() - t0, 3),
+            "encoding": dump_encoding(model, bool(s.bf16), options),
+        },
         budget=budget,
     )
 

@@ -12,6 +12,10 @@ from anygrain.errors import AnygrainError
 from anygrain.models.encoder_config import Pooling
 from anygrain.phrase.options import QuestionEncoderKind
 
+#: the phrase model's config file, named here so that reading it needs no torch (the model
+#: base names it too: tests/test_torch_free.py checks they agree)
+MODEL_CONFIG = "anygrain_phrase.json"
+
 
 @dataclass
 class PhraseConfig:

@@ -44,6 +44,7 @@ from anygrain.utils.memory import trim_heap
 if TYPE_CHECKING:
     from anygrain.encode.onnx_runtime import GraphCache
     from anygrain.encode.runtime import Runtime
+    from anygrain.index.settings import BuildOptions
     from anygrain.phrase.model import PhraseEncoder
     from anygrain.phrase.passages import EncodedPassage, PassageEncoding
 
@@ -193,6 +194,23 @@ class _PhraseShards:
         else:
             self.encoder.release()  # type: ignore[attr-defined]
         return out
+
+
+def dump_encoding(model: PhraseEncoder, bf16: bool, options: BuildOptions) -> dict[str, str]:
+    """How a build's passages are encoded (``index.json``'s ``timings.encoding``, which the
+    build's summary line prints): ``precision`` (bf16 or float32, ``bf16`` as the build
+    resolved it), ``runtime`` (onnx or torch, as :func:`passage_encoder` picks it) and
+    ``device`` (cpu, cuda, or ray for Ray actors)."""
+    from anygrain.encode.onnx_runtime import parse_runtime
+    from anygrain.encode.runtime import Runtime
+
+    precision = "bf16" if bf16 else "float32"
+    if runs_on_onnx(model) or parse_runtime(options.runtime) is Runtime.ONNX:
+        return {"precision": precision, "runtime": "onnx", "device": "cpu"}
+    executor = options.executor
+    on_ray = executor is not None and str(getattr(executor, "value", executor)) != "local"
+    device = "ray" if on_ray else resolve_device(options.device).type
+    return {"precision": precision, "runtime": "torch", "device": device}
 
 
 def passage_encoder(

@@ -26,11 +26,7 @@ from typing import Any
 
 from anygrain.encode.onnx_runtime import TRAIN_EXTRA, GraphCache, files_signature
 from anygrain.errors import AnygrainError
-from anygrain.phrase.config import PhraseConfig
-
-# the phrase model's config file (anygrain.phrase.model.MODEL_CONFIG, named here without
-# importing torch: tests/test_torch_free.py checks they agree)
-MODEL_CONFIG = "anygrain_phrase.json"
+from anygrain.phrase.config import MODEL_CONFIG, PhraseConfig
 
 
 class GraphPhraseModel:

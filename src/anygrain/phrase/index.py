@@ -139,7 +139,7 @@ class PhraseIndex(Index):
         """The phrase fingerprint of the shipped default phrase model for ``lang``."""
         from anygrain.corpus.readers._io import load_json
         from anygrain.models.shipped import default_phrase_model, shipped_model_dir
-        from anygrain.phrase.model import MODEL_CONFIG, PhraseConfig
+        from anygrain.phrase.config import MODEL_CONFIG, PhraseConfig
 
         cfg = shipped_model_dir(default_phrase_model(lang)) / MODEL_CONFIG
         return PhraseConfig.from_dict(load_json(cfg), str(cfg)).phrase_fingerprint

@@ -144,8 +144,10 @@ def passage_encoder(index: PhraseIndex, passages: int = 0, *, bf16: bool = False
     passage graph -- unless ``auto`` and a batch of at least :data:`TORCH_FROM` passages,
     where torch (installed) re-encodes ~3x faster in bfloat16 and its import pays off; torch
     too when ``bf16`` is asked for (the graph runs float32)."""
-    from anygrain.encode.onnx_runtime import Runtime, torch_installed
+    from anygrain.encode.onnx_runtime import Runtime, require_torch, torch_installed
 
+    if bf16:  # asked for: the graph would silently encode in float32
+        require_torch("re-scoring in bfloat16 (--rescore-bf16)")
     onnx = index.runtime is Runtime.ONNX
     batch = index.requested_runtime is not Runtime.ONNX and passages >= TORCH_FROM
     if onnx and not index.model_loaded and not ((batch or bf16) and torch_installed()):

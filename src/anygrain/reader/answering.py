@@ -24,6 +24,7 @@ merged, keeping the best, so ``k`` answers are ``k`` different answers.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,9 @@ from anygrain.reader.runtime import ReadingModel
 
 if TYPE_CHECKING:
     from anygrain.encode.runtime import Runtime
+    from anygrain.reader.config import ReaderConfig
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_PASSAGES",
@@ -47,6 +51,7 @@ __all__ = [
     "ReadSettings",
     "SpanCandidate",
     "answer_hits",
+    "check_reader_language",
     "combine",
     "load_reader_for",
     "read_passages",
@@ -261,6 +266,8 @@ def read_passages(
 
 
 _LOADED: dict[tuple[str, float, str], ReadingModel] = {}
+# the (reader, corpus language) pairs already warned about: a batch search loads per chunk
+_WARNED: set[tuple[str, str]] = set()
 
 
 def load_reader_for(
@@ -272,17 +279,23 @@ def load_reader_for(
     for the language of the index's corpus, on ``runtime`` (:func:`anygrain.reader.onnx.
     load_reader`: ``auto``, ``onnx`` or ``torch``; a reader given as an object reads as it
     is).  Loaded readers are kept (by directory, config time and runtime), so a batch
-    search or a server loads each once."""
-    from anygrain.corpus.lang import detect_lang
+    search or a server loads each once.  A reader trained for other languages than the
+    corpus's is refused (:func:`check_reader_language`)."""
     from anygrain.encode.onnx_runtime import parse_runtime
     from anygrain.models.shipped import default_reader, saved_model_dir
+    from anygrain.reader.config import saved_config
     from anygrain.reader.onnx import load_reader
 
+    lang = _corpus_lang(index)
     if reader is not None and not isinstance(reader, str | Path):
+        check_reader_language(reader.config, lang, getattr(reader, "loaded_from", ""))
         return reader
     if reader is None:
-        reader = default_reader(detect_lang(index.corpus).value)
+        reader = default_reader(lang)
     path = saved_model_dir(reader).resolve()
+    saved = saved_config(path)  # refused before the reader loads (seconds)
+    if saved is not None:
+        check_reader_language(saved, lang, str(reader))
     try:
         stamp = max(f.stat().st_mtime for f in path.glob("*.json"))
     except ValueError:  # no config at all: Reader.load says what is wrong
@@ -292,3 +305,45 @@ def load_reader_for(
         _LOADED.clear()  # one reader at a time: they are 100 MB each
         _LOADED[key] = load_reader(path, runtime)
     return _LOADED[key]
+
+
+def _corpus_lang(index: Any) -> str | None:
+    """The language of ``index``'s corpus; None without an index or a corpus (a stand-in)."""
+    from anygrain.corpus.lang import detect_lang
+
+    if index is None:
+        return None
+    try:
+        store = index.corpus
+    except (AttributeError, NotImplementedError):
+        return None
+    return detect_lang(store).value
+
+
+def check_reader_language(config: ReaderConfig, lang: str | None, name: str = "") -> None:
+    """Refuse, in one line naming both languages, a reader (by its ``config``) trained for
+    other languages than ``lang`` (the corpus's; None: not known).  A reader over a
+    multilingual base model is only warned about: it still reads other languages (less
+    well), while one over an English-only base reads Chinese as noise.  A reader that records
+    no languages (saved before they were) reads anything."""
+    if lang is None:
+        return
+    why = config.language_mismatch(lang)
+    if why is None:
+        return
+    label = name or config.base_model
+    if not config.multilingual:
+        raise AnygrainError(
+            f"reader {label}: {why}; give a reader trained for {lang} (--reader), or none to "
+            "use the one shipped for the corpus language"
+        )
+    if (label, lang) not in _WARNED:
+        _WARNED.add((label, lang))
+        log.warning(
+            "reader %s: %s; its base model (%s) is multilingual, so it reads on, less well "
+            "than a reader trained for %s",
+            label,
+            why,
+            config.base_model,
+            lang,
+        )

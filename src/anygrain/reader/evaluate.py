@@ -14,9 +14,11 @@ questions; unanswerable ones (no answers) are skipped and counted.
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from anygrain.corpus.questions import Question
@@ -25,13 +27,41 @@ from anygrain.errors import AnygrainError, UsageError
 from anygrain.eval.squad import exact_match, f1
 from anygrain.hits.hit import Hit, Unit
 from anygrain.reader.runtime import ReadingModel
-from anygrain.utils.progress import progress_bar
+from anygrain.utils.progress import progress_counter
 
 if TYPE_CHECKING:
+    from anygrain.encode.runtime import Runtime
     from anygrain.index.base import Index
     from anygrain.reader.answering import ReadSettings
 
-__all__ = ["evaluate_reader", "evaluate_reader_at", "gold_hits"]
+__all__ = ["check_counts", "describe_reader", "evaluate_reader", "evaluate_reader_at", "gold_hits"]
+
+#: questions retrieved per index call, and passages read per reading call: small enough
+#: that the progress bar moves every few seconds, large enough to batch the models
+RETRIEVE_BATCH = 32
+READ_PASSAGES = 64
+
+#: ``on_progress(stage, done, total)``: called after each batch of questions a stage
+#: (``retrieving``, ``reading``) finishes
+Progress = Callable[[str, int, int], None]
+
+
+def check_counts(k: int, at: Sequence[int], gold_passage: bool = False) -> None:
+    """Refuse ``k`` below 1 and any ``at`` cutoff outside ``1..k`` (a cutoff is a prefix of
+    the ``k`` passages read), and ``at`` in the gold-passage setting (one passage read)."""
+    if gold_passage:
+        if at:
+            raise UsageError(
+                "--at: the gold-passage setting reads one passage, so it has no cutoffs"
+            )
+        return
+    from anygrain.reader.answering import MAX_PASSAGES
+
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_PASSAGES:
+        raise UsageError(f"-k (passages read) must be between 1 and {MAX_PASSAGES}, got {k!r}")
+    for c in at:
+        if isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= k:
+            raise UsageError(f"--at: cutoff {c!r} must be between 1 and -k ({k})")
 
 
 def gold_hits(store: CorpusStore, questions: Sequence[Question]) -> tuple[list[list[Hit]], int]:
@@ -65,6 +95,7 @@ def evaluate_reader(
     retriever_weight: float | None = None,
     at: Sequence[int] = (),
     search_options: dict[str, Any] | None = None,
+    on_progress: Progress | None = None,
 ) -> dict[str, Any]:
     """EM/F1 of ``reader`` on ``questions`` at the answer grain, and questions per second.
 
@@ -74,10 +105,15 @@ def evaluate_reader(
     combined (:mod:`anygrain.reader.answering`, ``retriever_weight``); ``at`` adds
     ``em@K``/``f1@K`` for reading only the first K of the ``k`` passages (one reading
     pass).  With ``gold_passage`` the index is not searched: each question is read with
-    its gold passage from ``store`` (default: the index's corpus).
+    its gold passage from ``store`` (default: the index's corpus).  ``progress`` shows a bar
+    per stage that advances every few questions, and ``on_progress`` hears of the same
+    steps.  The report records the index (path, kind), the reader's runtime and precision.
     """
     from anygrain.reader.answering import DEFAULT_RETRIEVER_WEIGHT, ReadSettings
 
+    check_counts(k, at, gold_passage)
+    if bf16 and getattr(reader, "runtime", "torch") == "onnx":
+        raise UsageError("--bf16 reads with torch: ONNX Runtime reads in float32 (use --fp32)")
     qs = [q for q in questions if q.answers]
     weight = DEFAULT_RETRIEVER_WEIGHT if retriever_weight is None else retriever_weight
     t0 = time.perf_counter()
@@ -89,13 +125,11 @@ def evaluate_reader(
     elif hits is not None:
         lists = _given_hits(hits, questions, k)
     else:
-        lists = _retrieve(index, qs, k, search_options)
+        lists = _retrieve(index, qs, k, search_options, progress, on_progress)
         retrieve_s = time.perf_counter() - t0
     t1 = time.perf_counter()
-    settings = ReadSettings(
-        passages=max(1, k), retriever_weight=weight, batch_size=batch_size, bf16=bf16
-    )
-    cands = _read_spans(reader, qs, lists, settings, k, progress)
+    settings = ReadSettings(passages=k, retriever_weight=weight, batch_size=batch_size, bf16=bf16)
+    cands = _read_spans(reader, qs, lists, settings, k, progress, on_progress)
     read_s = time.perf_counter() - t1
     total = time.perf_counter() - t0
     cutoffs = sorted({k, *(c for c in at if 1 <= c <= k)})
@@ -104,9 +138,25 @@ def evaluate_reader(
         gold_passage, k, weight, len(questions), len(qs), missing, sums, cutoffs,
         total=total, retrieve_s=retrieve_s, read_s=read_s,
     )  # fmt: skip
+    report.update(_reading(reader, settings, index if not gold_passage else None))
     if per_question:
         report["per_question"] = rows
     return report
+
+
+def _reading(reader: ReadingModel, settings: ReadSettings, index: Any) -> dict[str, Any]:
+    """What read: the runtime, the precision it read in (ONNX Runtime: always float32) and
+    the index that retrieved (None: the passages came from elsewhere)."""
+    runtime = str(getattr(reader, "runtime", "torch"))
+    bf16 = runtime == "torch" and settings.use_bf16()
+    kind = getattr(index, "kind", None)
+    return {
+        "runtime": runtime,
+        "precision": "bfloat16" if bf16 else "float32",
+        "index": None
+        if index is None or kind is None
+        else {"path": str(index.path), "kind": getattr(kind, "value", str(kind))},
+    }
 
 
 def _report(
@@ -169,17 +219,26 @@ def _given_hits(
 
 
 def _retrieve(
-    index: Any | None, qs: Sequence[Question], k: int, search_options: dict[str, Any] | None
+    index: Any | None,
+    qs: Sequence[Question],
+    k: int,
+    search_options: dict[str, Any] | None,
+    progress: bool,
+    on_progress: Progress | None,
 ) -> list[list[Hit]]:
-    """The top ``k`` passages ``index`` retrieves for each question, in batches."""
+    """The top ``k`` passages ``index`` retrieves for each question, a small batch at a time."""
     if index is None:
         raise AnygrainError("end-to-end evaluation needs an index (or gold_passage=True)")
     unit_opts = index.unit_options(Unit.PASSAGE) if hasattr(index, "unit_options") else {}
     lists: list[list[Hit]] = []
-    for b in range(0, len(qs), 256):
-        batch = [q.text for q in qs[b : b + 256]]
-        found = index.search(batch, k, **unit_opts, **(search_options or {}))
-        lists.extend(list(h) for h in found)
+    with progress_counter(desc="retrieving", unit="q", total=len(qs), disable=not progress) as bar:
+        for b in range(0, len(qs), RETRIEVE_BATCH):
+            batch = [q.text for q in qs[b : b + RETRIEVE_BATCH]]
+            found = index.search(batch, k, **unit_opts, **(search_options or {}))
+            lists.extend(list(h) for h in found)
+            bar.update(len(batch))
+            if on_progress is not None:
+                on_progress("retrieving", len(lists), len(qs))
     return lists
 
 
@@ -190,21 +249,21 @@ def _read_spans(
     settings: ReadSettings,
     k: int,
     progress: bool,
+    on_progress: Progress | None,
 ) -> list[Any]:
-    """The reader's span candidates for each question in its passages, about 256 passages
-    a chunk."""
+    """The reader's span candidates for each question in its passages, about
+    :data:`READ_PASSAGES` passages a chunk (the bar counts questions)."""
     from anygrain.reader.answering import span_candidates
 
     cands: list[Any] = []
-    chunk = max(1, 256 // max(1, k))
-    for b in progress_bar(
-        range(0, len(qs), chunk), desc="reading", unit="chunk", disable=not progress
-    ):
-        cands.extend(
-            span_candidates(
-                reader, [q.text for q in qs[b : b + chunk]], lists[b : b + chunk], settings
-            )
-        )
+    chunk = max(1, READ_PASSAGES // k)
+    with progress_counter(desc="reading", unit="q", total=len(qs), disable=not progress) as bar:
+        for b in range(0, len(qs), chunk):
+            texts = [q.text for q in qs[b : b + chunk]]
+            cands.extend(span_candidates(reader, texts, lists[b : b + chunk], settings))
+            bar.update(len(texts))
+            if on_progress is not None:
+                on_progress("reading", len(cands), len(qs))
     return cands
 
 
@@ -251,18 +310,24 @@ def evaluate_reader_at(
     progress: bool = True,
     retriever_weight: float | None = None,
     at: Sequence[int] = (),
+    runtime: Runtime | str | None = None,
+    on_progress: Progress | None = None,
 ) -> dict[str, Any]:
     """:func:`evaluate_reader` of the reader at ``reader`` (None: the one shipped for the
-    index's language), the gold passages from ``corpus`` (a corpus directory, or any
-    source, built into a temporary store) or the index's corpus
-    (:func:`anygrain.api.evaluate_reader`)."""
+    language of the index's corpus, or of ``corpus``'s) on ``runtime``, the gold passages
+    from ``corpus`` (a corpus directory, or any source, built into a temporary store) or
+    the index's corpus (:func:`anygrain.api.evaluate_reader`).  The report names the
+    reader (as given, its directory and the fingerprint of its weights where known)."""
     import tempfile
 
+    from anygrain.corpus.lang import detect_lang
+    from anygrain.models.shipped import default_reader
     from anygrain.reader.answering import load_reader_for
 
-    if reader is None and index is None:
-        raise UsageError("name a --reader, or an index whose language picks the shipped one")
-    model = load_reader_for(index, reader)
+    check_counts(k, at, gold_passage)
+    if corpus is not None and not gold_passage:
+        raise UsageError("--corpus serves --gold-passage only (end to end, the index retrieves)")
+    runtime = _runtime_for(bf16, runtime)
     with tempfile.TemporaryDirectory() as tmp:
         store = None
         if corpus is not None:
@@ -272,7 +337,17 @@ def evaluate_reader_at(
                 if (cp / "corpus.json").exists()
                 else CorpusStore.build(str(corpus), Path(tmp) / "corpus", progress=progress)
             )
-        return evaluate_reader(
+        # what is read (the gold passages' corpus, else the index's) picks the shipped
+        # reader, and a reader of other languages is refused
+        read_from = index if store is None else SimpleNamespace(corpus=store)
+        if reader is None:
+            if read_from is None:
+                raise UsageError(
+                    "name a --reader, or an index or --corpus whose language picks the shipped one"
+                )
+            reader = default_reader(detect_lang(read_from.corpus).value)
+        model = load_reader_for(read_from, reader, runtime)
+        report = evaluate_reader(
             index,
             model,
             questions,
@@ -283,4 +358,46 @@ def evaluate_reader_at(
             progress=progress,
             retriever_weight=retriever_weight,
             at=at,
+            on_progress=on_progress,
         )
+    report["reader"] = describe_reader(reader, model)
+    if corpus is not None:
+        report["corpus"] = str(corpus)
+    return report
+
+
+def _runtime_for(bf16: bool | None, runtime: Runtime | str | None) -> Runtime | str | None:
+    """The reader's runtime: bfloat16 is torch's (ONNX Runtime reads in float32), so asking
+    for it picks torch, and refuses ONNX Runtime."""
+    from anygrain.encode.onnx_runtime import parse_runtime
+    from anygrain.encode.runtime import Runtime
+
+    if not bf16:
+        return runtime
+    r = parse_runtime(runtime)
+    if r is Runtime.ONNX:
+        raise UsageError("--bf16 reads with torch: ONNX Runtime reads in float32 (use --fp32)")
+    return Runtime.TORCH
+
+
+def describe_reader(reader: str | Path, model: ReadingModel) -> dict[str, Any]:
+    """The reader as a report names it: as given, its directory, and the fingerprint of its
+    weights where it costs nothing more (a packed reader records it; a torch reader
+    computes it from the weights in memory; an ONNX graph of a full reader is named by its
+    cache key, which the fingerprint decides)."""
+    from anygrain.models.packed_state import PACKED_READER_CONFIG
+    from anygrain.models.shipped import saved_model_dir
+
+    path = saved_model_dir(reader).resolve()
+    out: dict[str, Any] = {"name": str(reader), "path": str(path), "fingerprint": None}
+    try:
+        packed = json.loads((path / PACKED_READER_CONFIG).read_text())
+        out["fingerprint"] = packed.get("full_fingerprint")
+    except (OSError, ValueError, AttributeError):
+        fingerprint = getattr(model, "fingerprint", None)
+        graph = getattr(model, "graph", None)
+        if callable(fingerprint):
+            out["fingerprint"] = fingerprint()
+        elif graph is not None:
+            out["graph"] = graph.meta.get("key")
+    return out

@@ -46,7 +46,7 @@ from anygrain.encode.onnx_runtime import (
 )
 from anygrain.encode.runtime import Runtime
 from anygrain.errors import AnygrainError
-from anygrain.reader.config import ReaderConfig
+from anygrain.reader.config import ReaderConfig, saved_languages
 from anygrain.reader.runtime import ReadingModel, WindowLogits
 
 # torch and transformers are imported where a torch reader is loaded or exported: reading
@@ -70,7 +70,7 @@ EXAMPLE_PASSAGES = (
 
 def reader_key(reader: Reader) -> str:
     """The graph's key: the reader's weights and the settings its answers depend on."""
-    settings = (reader.config.to_dict(), reader.uses_token_types)
+    settings = (reader.config.reading_dict(), reader.uses_token_types)
     return f"{KIND}-{digest(EXPORT_VERSION, reader.fingerprint(), settings)}"
 
 
@@ -125,7 +125,7 @@ def export_reader(reader: Reader, cache: GraphCache) -> Path:
                 "key": key,
                 "name": reader.config.base_model,
                 "max_length": reader.config.max_length,
-                "config": reader.config.to_dict(),
+                "config": reader.config.reading_dict(),
                 "inputs": list(inputs),
                 "token_table": TOKEN_TABLE_FILE,
                 "outputs": list(OUTPUTS),
@@ -142,6 +142,8 @@ class OnnxReader:
     faster than torch's bfloat16 on a CPU)."""
 
     runtime = "onnx"
+    #: the reader directory it was loaded for (:func:`load_reader`), for messages
+    loaded_from = ""
 
     def __init__(self, directory: Path, *, threads: int | None = None) -> None:
         self.graph = OnnxGraph(directory, threads=threads, tokenize=False)
@@ -249,10 +251,10 @@ def load_reader(
     if record is None and files is not None:  # a shipped reader's graph, made with NumPy
         record = shipped_graph_record(path, KIND, cache, files)
     if record is not None:
-        return OnnxReader(cache.entry(record["key"]))
+        return _loaded_from(OnnxReader(cache.entry(record["key"])), path)
     reader = _load_torch(path)
     try:
-        return onnx_reader(reader, cache, files=files)
+        return _loaded_from(onnx_reader(reader, cache, files=files), path)
     except (AnygrainError, ImportError, OSError, RuntimeError, ValueError) as e:
         if parse_runtime(runtime) is Runtime.ONNX:
             raise AnygrainError(
@@ -264,6 +266,15 @@ def load_reader(
             stacklevel=2,
         )
         return reader
+
+
+def _loaded_from(reader: OnnxReader, path: Path) -> OnnxReader:
+    """``reader`` with what its graph does not record taken from the reader directory it
+    was loaded for: the languages (graphs are keyed by the settings answers depend on, so a
+    cached one may predate them) and the directory, for messages."""
+    reader.config.languages = saved_languages(path)
+    reader.loaded_from = str(path)
+    return reader
 
 
 def _load_torch(path: Path) -> Reader:

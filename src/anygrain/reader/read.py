@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit
 from anygrain.reader.features import Batch, Window, collate_arrays, make_windows
 from anygrain.reader.runtime import ReadingModel, WindowLogits
@@ -116,7 +117,28 @@ def _forward(
     for b in range(0, len(order), batch_size):
         rows = order[b : b + batch_size]
         batch = collate_arrays([windows[i] for i in rows], pad)
-        yield rows, batch, reader.window_logits(batch, bf16)
+        yield rows, batch, finite_logits(reader, reader.window_logits(batch, bf16))
+
+
+def finite_logits(reader: ReadingModel, o: WindowLogits) -> WindowLogits:
+    """``o``, or an error naming the reader when any logit is NaN or infinite: damaged
+    weights score every span NaN, and reading would find no answer without a word."""
+    ok = (
+        np.isfinite(o.start).all(axis=1)
+        & np.isfinite(o.end).all(axis=1)
+        & np.isfinite(o.selection).reshape(len(o.selection), -1).all(axis=1)
+    )
+    if not ok.all():
+        name = (
+            getattr(reader, "loaded_from", "")
+            or getattr(reader, "name", "")
+            or reader.config.base_model
+        )
+        raise AnygrainError(
+            f"reader {name}: {int((~ok).sum())} of {len(ok)} windows have NaN or infinite "
+            "logits; its weights are probably damaged (reinstall or retrain it)"
+        )
+    return o
 
 
 def _run(

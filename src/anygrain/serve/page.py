@@ -9,9 +9,11 @@ answer (``unit=answer&k=1``, a second request beside the hits') and shows it abo
 hits in ``#answer``: the answer marked inside its sentence, with the passage title.  The
 unit switch keeps the index's own units; the answer shows whichever is chosen.
 
-Each hit shows its passage's metadata (``meta``: its document's fields) compactly, as
-``field value`` chips (``start``/``end``, the passage's offsets, left out; long values cut),
-built as text like the rest.  The filter field takes what ``GET /search``'s ``filter`` does:
+Each hit is headed by its ``citation`` ("file › heading · page N" for a passage read from
+a file, else its title) and shows its passage's metadata (``meta``: its document's fields)
+compactly, as ``field value`` chips (``start``/``end``, the passage's offsets, the
+provenance the citation shows and the file's hash left out; long values cut), built as
+text like the rest.  The filter field takes what ``GET /search``'s ``filter`` does:
 a JSON object, or ``FIELD=VALUE`` items separated by spaces; it is kept in the address with
 the question and unit.
 """
@@ -121,9 +123,13 @@ function setStatus(text, isError) {
 }
 
 // A hit's metadata, compactly: one "field value" chip each, as text (start/end, the
-// passage's offsets in its document, left out; long values cut).
+// passage's offsets in its document, what the citation says and the file's hash left
+// out; long values cut).
+const CITED = ["start", "end", "source", "page", "headings", "line", "format", "sha256"];
 function renderMeta(meta) {
-  const keys = Object.keys(meta || {}).filter((k) => k !== "start" && k !== "end");
+  const fromFile = meta && typeof meta.sha256 === "string";
+  const keys = Object.keys(meta || {}).filter(
+    (k) => k !== "start" && k !== "end" && !(fromFile && CITED.includes(k)));
   if (!keys.length) return null;
   const box = el("div", "meta");
   for (const k of keys) {
@@ -144,7 +150,7 @@ function render(data, roundTripMs) {
     const li = el("li", "hit");
     li.dataset.unit = h.unit;
     const head = el("div", "head");
-    head.append(el("span", "title", h.rank + ". " + h.title));
+    head.append(el("span", "title", h.rank + ". " + (h.citation || h.title)));
     head.append(el("span", "score", "score " + h.score.toFixed(3)));
     li.append(head);
     if (h.answer && h.unit === "phrase") li.append(el("div", "answer", h.answer));
@@ -188,7 +194,7 @@ function renderAnswer(data) {
   p.append(document.createTextNode(cut(chars, b, e)));
   answerBox.append(p);
   const src = el("div", "source");
-  src.append(el("span", "title", h.title));
+  src.append(el("span", "title", h.citation || h.title));
   let scores = " · score " + h.score.toFixed(3);
   if (h.reader_score !== null && h.retrieval_score !== null) {
     scores += " (reader " + h.reader_score.toFixed(2) + ", retrieval " +

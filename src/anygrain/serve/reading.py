@@ -6,10 +6,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from anygrain.errors import AnygrainError
 from anygrain.index.base import Index
+from anygrain.search import takes_load_option
 
 if TYPE_CHECKING:  # the reader imports torch: only when unit answer is asked
     from anygrain.encode.runtime import Runtime
@@ -17,6 +18,14 @@ if TYPE_CHECKING:  # the reader imports torch: only when unit answer is asked
     from anygrain.reader.runtime import ReadingModel
 
 log = logging.getLogger("anygrain.serve")
+
+
+def index_options(path: str | Path, load_options: dict[str, Any]) -> dict[str, Any]:
+    """``Index.load``'s options of a server: on a kind that encodes no questions (BM25) the
+    ``runtime`` (``--runtime``) is the reader's alone."""
+    if load_options.get("runtime") is None or takes_load_option(path, "runtime"):
+        return load_options
+    return {k: v for k, v in load_options.items() if k != "runtime"}
 
 
 def read_settings(read: int | None) -> ReadSettings:

@@ -52,7 +52,21 @@ class HitOut(BaseModel):
         default_factory=dict,
         description="The passage's metadata: its document's extra fields (JSONL's fields "
         "other than id, title and text), the passage's own, and start / end, the passage's "
-        "character offsets in its document's text",
+        "character offsets in its document's text; a passage from a file adds source, "
+        "page, headings, line, format and sha256",
+    )
+    char_start: int | None = Field(
+        default=None,
+        description="Where the hit (its answer, or its passage) starts in its document's "
+        "text (the file's extracted text)",
+    )
+    char_end: int | None = Field(
+        default=None, description="Where the hit ends in its document's text"
+    )
+    citation: str = Field(
+        default="",
+        description="Where the hit is: 'file › heading · page N' for a passage from a file, "
+        "else its title",
     )
 
     @classmethod

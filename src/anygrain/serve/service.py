@@ -73,6 +73,7 @@ from anygrain.index.filters import filter_key, parse_filter
 from anygrain.index.manifest import MANIFEST
 from anygrain.serve.options import SearchOptions, client_options
 from anygrain.serve.reading import (
+    index_options,
     load_reader,
     read_settings,
     reader_label,
@@ -178,6 +179,10 @@ class SearchService:
         self.read_settings = read_settings(read)
         self.read = self.read_settings.passages  # passages read per answer question
         # questions encoded with bfloat16 linear layers; None: where this CPU has native bf16
+        if question_bf16:  # asked for: without torch the question graph runs float32
+            from anygrain.encode.onnx_runtime import require_torch
+
+            require_torch("--question-bf16")
         self.question_bf16 = native_bf16() if question_bf16 is None else bool(question_bf16)
         self.n_searches = 0  # search calls the index has made
         self.n_questions = 0
@@ -238,7 +243,11 @@ class SearchService:
         **load_options: Any,
     ) -> SearchService:
         read_settings(read)  # a bad --read is refused before the index loads
-        idx = index if isinstance(index, Index) else Index.load(index, **load_options)
+        idx = (
+            index
+            if isinstance(index, Index)
+            else Index.load(index, **index_options(index, load_options))
+        )
         return cls(
             idx,
             batching=batching,
@@ -282,7 +291,7 @@ class SearchService:
         if self._failed == now:  # the reload failed with the files as they are: no retry
             raise IndexUnavailable(self._error)
         try:
-            idx = Index.load(self.index.path, **self._load_options)
+            idx = Index.load(self.index.path, **index_options(self.index.path, self._load_options))
             idx.prepare_serving()
         except Exception as e:  # the index is damaged or half-written: refuse until it opens
             why = str(e) if isinstance(e, AnygrainError) else f"{type(e).__name__}: {e}"

@@ -6,6 +6,8 @@ with the passage (as DPR and Pyserini do for Wikipedia), underscores read as spa
 
 from __future__ import annotations
 
+import logging
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -16,10 +18,10 @@ from typing import Any
 import bm25s
 import numpy as np
 
-from anygrain.corpus.lang import Lang, detect_lang
+from anygrain.corpus.lang import Lang, LanguagePlan, check_lang, plan_languages
 from anygrain.corpus.source import corpus_ref, open_corpus_of
 from anygrain.corpus.store import CorpusStore
-from anygrain.errors import AnygrainError, parse_enum
+from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit
 from anygrain.hits.results import hits_from_rows
 from anygrain.index.base import Index
@@ -27,7 +29,13 @@ from anygrain.index.encoded import EncodedQueries
 from anygrain.index.manifest import write_manifest
 from anygrain.index.registry import IndexKind, register_index
 from anygrain.index.settings import BuildOptions, IndexSettings
-from anygrain.sparse.analyzers import Analyzer, analyzer_from_config, make_analyzer
+from anygrain.sparse.analyzers import (
+    Analyzer,
+    MultiAnalyzer,
+    SnowballAnalyzer,
+    analyzer_from_config,
+    make_analyzer,
+)
 from anygrain.utils.progress import progress_bar
 from anygrain.utils.ranges import Range
 
@@ -41,6 +49,7 @@ B_RANGE = Range("BM25 b", 0.0, 1.0)
 #: documented as thread-safe, and a server may search from two threads (scoring needs none)
 ANALYZING = threading.Lock()
 BM25_METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -58,7 +67,8 @@ class BM25Config:
 class Bm25Settings(IndexSettings):
     """What ``Index.build(kind="bm25")`` takes besides the shared options."""
 
-    lang: str | None = None  # en | zh: the analyzer (detected from the passages when None)
+    # the analyzer's language (en, zh, fr, ...): each document's own, detected, when None
+    lang: str | None = None
     k1: float = 0.9
     b: float = 0.4
     include_title: bool = True
@@ -67,7 +77,7 @@ class Bm25Settings(IndexSettings):
 
     def __post_init__(self) -> None:
         if self.lang is not None:
-            parse_enum(Lang, self.lang)
+            object.__setattr__(self, "lang", check_lang(self.lang))
         if self.method not in BM25_METHODS:
             raise AnygrainError(
                 f"unknown BM25 method {self.method!r}: use one of {', '.join(BM25_METHODS)}"
@@ -80,9 +90,49 @@ def passage_field(title: str, text: str, include_title: bool) -> str:
     return f"{title.replace('_', ' ')}\n{text}" if include_title and title else text
 
 
-def bm25_analyzer(lang: Lang, stemming: bool = True) -> Analyzer:
+def bm25_analyzer(lang: Lang | str, stemming: bool = True) -> Analyzer:
     """The analyzer a BM25 index of ``lang`` uses (Chinese segments words, never stems)."""
-    return make_analyzer(lang) if lang is Lang.ZH else make_analyzer(lang, stemming=stemming)
+    code = lang.value if isinstance(lang, Lang) else lang
+    return make_analyzer(code) if code == Lang.ZH.value else make_analyzer(code, stemming=stemming)
+
+
+def plan_analyzer(plan: LanguagePlan, stemming: bool = True) -> Analyzer:
+    """The analyzer of a corpus whose passages' languages are ``plan``: its one language's,
+    or one per language (:class:`~anygrain.sparse.analyzers.MultiAnalyzer`)."""
+    if len(plan.codes) == 1:
+        return bm25_analyzer(plan.main, stemming)
+    return MultiAnalyzer(plan.main, {c: bm25_analyzer(c, stemming) for c in plan.codes})
+
+
+def report_analyzers(
+    plan: LanguagePlan, stemming: bool, progress: bool, say: bool = True
+) -> dict[str, Any]:
+    """Say in one line which analyzer each language got (a warning when a language has no
+    stemmer, so is indexed without one; nothing unless ``say``); what is said, by
+    language, for the manifest."""
+    langs: dict[str, Any] = {}
+    unstemmed = []
+    for code in plan.codes:
+        words = bm25_analyzer(code, stemming).describe()
+        langs[code] = {"passages": plan.passages.get(code, 0), "analyzer": words}
+        if stemming and code != Lang.ZH.value and not SnowballAnalyzer.can_stem(code):
+            unstemmed.append(code)
+    how = "given" if plan.given else "detected per document"
+    line = f"BM25 analyzers ({how}): " + "; ".join(
+        f"{c} ({v['passages']:,} passage{'' if v['passages'] == 1 else 's'}): {v['analyzer']}"
+        for c, v in langs.items()
+    )
+    if not say:
+        pass
+    elif unstemmed:
+        log.warning(
+            "%s; no stemmer for %s: indexed with BM25 without stemming",
+            line,
+            ", ".join(unstemmed),
+        )
+    elif progress:
+        print(line, file=sys.stderr, flush=True)
+    return langs
 
 
 @dataclass(frozen=True)
@@ -109,13 +159,20 @@ def _batch_texts(table: Any, include_title: bool) -> list[str]:
 
 
 def collection_stats(
-    store: CorpusStore, analyzer: Analyzer, *, include_title: bool = True, batch_size: int = 8192
+    store: CorpusStore,
+    analyzer: Analyzer,
+    *,
+    include_title: bool = True,
+    batch_size: int = 8192,
+    plan: LanguagePlan | None = None,
 ) -> CollectionStats:
-    """Document frequencies and lengths of ``store`` as :func:`index_streaming` counts them."""
+    """Document frequencies and lengths of ``store`` as :func:`index_streaming` counts them
+    (``plan``: the passages' languages, for a multilingual analyzer)."""
     df: dict[str, int] = {}
     total = 0
-    for _, table in store.iter_batches(batch_size):
-        for toks in analyzer.tokenize(_batch_texts(table, include_title)):
+    for start, table in store.iter_batches(batch_size):
+        langs = plan.row_langs(start, start + table.num_rows) if plan is not None else None
+        for toks in analyzer.tokenize_passages(_batch_texts(table, include_title), langs):
             total += len(toks)
             for w in set(toks):
                 df[w] = df.get(w, 0) + 1
@@ -134,6 +191,7 @@ def index_streaming(
     batch_size: int = 8192,
     progress: bool = False,
     collection: CollectionStats | None = None,
+    plan: LanguagePlan | None = None,
 ) -> bm25s.BM25:
     """A bm25s index of ``store``, read and tokenised a batch at a time.
 
@@ -142,12 +200,13 @@ def index_streaming(
     ``(passage, term, tf)`` triples in numpy arrays and dropped, and the score matrix
     is built from those with bm25s's own idf and tf formulas, so the saved index is the
     one ``bm25s`` would write (same scores; term ids may be numbered differently).
-    ``collection``: score with these statistics instead of ``store``'s (a shard's).
+    ``collection``: score with these statistics instead of ``store``'s (a shard's);
+    ``plan``: the passages' languages, for a multilingual analyzer.
     """
     retriever = bm25s.BM25(k1=k1, b=b, method=method)
     n = len(store)
     vocab, doc, term, tf_all, lengths = _postings(
-        store, analyzer, include_title, batch_size, progress
+        store, analyzer, include_title, batch_size, progress, plan
     )
     n_vocab = len(vocab)
     avg_len = float(lengths.mean()) if n else 0.0
@@ -179,7 +238,12 @@ def index_streaming(
 
 
 def _postings(
-    store: CorpusStore, analyzer: Analyzer, include_title: bool, batch_size: int, progress: bool
+    store: CorpusStore,
+    analyzer: Analyzer,
+    include_title: bool,
+    batch_size: int,
+    progress: bool,
+    plan: LanguagePlan | None = None,
 ) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(vocab, passage, term, tf, lengths)``: the corpus's ``(passage, term, tf)`` triples
     (term ids numbered by the vocabulary, in order of first occurrence) and each passage's
@@ -201,7 +265,8 @@ def _postings(
         texts = _batch_texts(table, include_title)
         ids: list[int] = []
         counts = np.zeros(len(texts), dtype=np.int64)
-        for j, toks in enumerate(analyzer.tokenize(texts)):
+        langs = plan.row_langs(start, start + len(texts)) if plan is not None else None
+        for j, toks in enumerate(analyzer.tokenize_passages(texts, langs)):
             ids.extend(vocab.setdefault(w, len(vocab)) for w in toks)
             counts[j] = len(toks)
         lengths[start : start + len(texts)] = counts
@@ -297,28 +362,32 @@ def write_bm25_index(
     subdir: str = "bm25",
     build: Bm25Settings | None = None,
     collection: CollectionStats | None = None,
+    plan: LanguagePlan | None = None,
+    report: bool = True,
 ) -> dict[str, Any]:
     """Write the BM25 arrays for ``store`` under ``out/subdir`` and ``out/index.json``;
     returns the settings recorded there (``build``: the settings the index was asked for,
     recorded as ``settings.build``; ``collection``: score with a larger corpus's statistics,
-    for a shard of it)."""
+    for a shard of it; ``plan``: the passages' languages, when known already; ``report``:
+    say which analyzer each language got)."""
     t0 = time.time()
     s = settings
     detected = s.lang is None
-    lang_v = Lang(s.lang) if s.lang else detect_lang(store)
-    zh = lang_v is Lang.ZH
+    plan = plan if plan is not None else plan_languages(store, s.lang)
+    analyzer = plan_analyzer(plan, s.stemming)
+    main = bm25_analyzer(plan.main, s.stemming)
     cfg = BM25Config(
         k1=s.k1,
         b=s.b,
         method=s.method,
         include_title=s.include_title,
-        lang=lang_v.value,
-        # the Chinese analyzer segments words and neither stems nor drops stopwords:
-        # record what is applied, not the English defaults
-        stemming=s.stemming and not zh,
-        stopwords=not zh,
+        lang=plan.main,
+        # the main language's analyzer (Chinese segments words and neither stems nor drops
+        # stopwords): record what is applied, not the English defaults
+        stemming=bool(getattr(main, "stemming", False)),
+        stopwords=bool(getattr(main, "stopwords", False)),
     )
-    analyzer = bm25_analyzer(lang_v, s.stemming)
+    languages = report_analyzers(plan, s.stemming, progress, report)
     retriever = index_streaming(
         store,
         analyzer,
@@ -328,12 +397,14 @@ def write_bm25_index(
         include_title=s.include_title,
         progress=progress,
         collection=collection,
+        plan=plan,
     )
     retriever.save(str(out / subdir), show_progress=False)
     recorded: dict[str, Any] = {
         "bm25": asdict(cfg),
         "analyzer": analyzer.config(),
         "lang_detected": detected,
+        "languages": languages,
         "index_seconds": round(time.time() - t0, 3),
     }
     if build is not None:

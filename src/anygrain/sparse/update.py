@@ -25,7 +25,8 @@ def rebuild_bm25(part: Path, bm25: BM25Index, store: CorpusStore, progress: bool
     shutil.rmtree(part / "bm25", ignore_errors=True)
     old = read_manifest(part)
     same = Bm25Settings(
-        lang=cfg.lang,
+        # a detected language is detected again, per document: added ones may differ
+        lang=None if old["settings"].get("lang_detected") else cfg.lang,
         k1=cfg.k1,
         b=cfg.b,
         include_title=cfg.include_title,

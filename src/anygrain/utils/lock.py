@@ -37,6 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from anygrain.errors import AnygrainError
+from anygrain.utils.targets import resolved
 
 #: per thread: the lock files this thread holds and how deeply (an update that builds
 #: in a place it already holds, such as a build inside an ``--overwrite``, nests)
@@ -50,7 +51,7 @@ class IndexBusyError(AnygrainError):
 def lock_path(target: str | os.PathLike[str]) -> Path:
     """The lock file of ``target``: ``.NAME.lock`` beside it (after resolving links, so
     ``idx``, ``./idx`` and a link to it share one lock)."""
-    t = Path(target).resolve()
+    t = resolved(target)  # a link loop: one line naming it
     return t.parent / f".{t.name}.lock"
 
 

@@ -27,6 +27,7 @@ index kind, so a BM25 evaluation stays light.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Iterable
@@ -84,10 +85,25 @@ def artefact_kind(directory: str | os.PathLike[str]) -> str | None:
     return None
 
 
+def resolved(path: str | os.PathLike[str]) -> Path:
+    """``path`` with every link resolved; a symbolic link loop (``ln -s loop loop``: Python
+    raises RuntimeError or ELOOP) is an :class:`AnygrainError` naming the path, in one line."""
+    try:
+        return Path(path).resolve()
+    except (RuntimeError, OSError) as e:
+        if isinstance(e, OSError) and e.errno != errno.ELOOP:
+            raise
+        raise AnygrainError(
+            f"{path}: is a symbolic link loop (it leads back to itself); give another path"
+        ) from None
+
+
 def _resolved(path: Path) -> Path:
     """``path`` with its parent resolved but not the last component (a link named as the
     target is replaced by a writer, not followed)."""
-    return path.parent.resolve() / path.name if path.name not in ("", ".", "..") else path.resolve()
+    if path.name in ("", ".", ".."):
+        return resolved(path)
+    return resolved(path.parent) / path.name
 
 
 def enclosing_artefact(path: str | os.PathLike[str]) -> tuple[str, Path] | None:
@@ -119,7 +135,7 @@ def input_path(spec: str | os.PathLike[str] | None) -> Path | None:
 
 def _same(a: Path, b: Path) -> bool:
     """Whether ``a`` and ``b`` are one file: one resolved path, or one inode (a hard link)."""
-    if _resolved(a) == b.resolve() or a.resolve() == b.resolve():
+    if _resolved(a) == resolved(b) or resolved(a) == resolved(b):
         return True
     try:
         return os.path.samefile(a, b)
@@ -190,7 +206,7 @@ def check_output_file(
             raise AnygrainError(
                 f"{t}: is the input {inp}; writing {what} there would replace it. Give another path"
             )
-        if inp.is_dir() and _resolved(t).is_relative_to(inp.resolve()) and t.exists():
+        if inp.is_dir() and _resolved(t).is_relative_to(resolved(inp)) and t.exists():
             raise AnygrainError(
                 f"{t}: already exists inside the input directory {inp} and may be one of the "
                 f"files this command reads; give a new path for {what}"
@@ -220,7 +236,7 @@ def check_output_dir(
                 f"{t}: is the input {inp}; writing {what} there would replace it. "
                 "Give another directory"
             )
-        if replaces and inp.resolve().is_relative_to(t.resolve()):
+        if replaces and resolved(inp).is_relative_to(resolved(t)):
             raise AnygrainError(
                 f"{t}: contains the input {inp}; writing {what} there would destroy it. "
                 "Give another directory"

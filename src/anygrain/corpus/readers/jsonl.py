@@ -6,14 +6,31 @@ is never detected as JSONL: a BEIR directory holds ``.jsonl`` files too).
 Other fields are kept in ``meta``.  For convenience the id may be spelled
 ``_id`` (a BEIR ``corpus.jsonl``) and the text ``contents`` (Pyserini's
 JsonCollection); the spelling found is not recorded.
+
+With ``--text-field``, ``--id-field``, ``--title-field`` or ``--meta-fields`` (and in a
+folder) a JSONL file is read as a record file (:mod:`anygrain.corpus.files`): the fields
+named, a record without an id gets ``FILE:LINE``, and each records its ``source`` and
+``line``.
 """
 
 from __future__ import annotations
 
+import io
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from anygrain.corpus.fields import FieldMap, ReadOptions
+from anygrain.corpus.files import (
+    FileType,
+    Record,
+    Skip,
+    read_path,
+    record_fields,
+    record_meta,
+    register_file_type,
+)
 from anygrain.corpus.formats import Format, register
 from anygrain.corpus.readers._io import (
     IdSet,
@@ -107,12 +124,62 @@ def read_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
     return iter_documents(path, errors, passages=False)
 
 
+def records(text: str, path: Path, fields: FieldMap, errors: ErrorLog) -> Iterator[Record]:
+    """The records of a JSONL file, with the fields named (or found: see
+    :func:`~anygrain.corpus.files.record_fields`); a record without its text is a bad
+    record, unless it is the first (then the file is skipped, naming the fields)."""
+    first = True
+    for lineno, line in enumerate(io.StringIO(text), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            errors.handle(InputError(f"invalid JSON: {e.msg}", path=str(path), line=lineno))
+            continue
+        if not isinstance(obj, dict):
+            kind = type(obj).__name__
+            errors.handle(
+                InputError(f"expected a JSON object, got {kind}", path=str(path), line=lineno)
+            )
+            continue
+        try:
+            text_key, id_key, title_key = record_fields(list(obj), fields, path, line=lineno)
+        except Skip as s:
+            if first:
+                raise
+            errors.handle(InputError(s.reason, path=str(path), line=lineno))
+            continue
+        first = False
+        try:
+            body = require_text(obj, text_key, path=path, line=lineno)
+            doc_id = require_id(obj, id_key, path=path, line=lineno) if id_key else None
+            title = obj.get(title_key) if title_key else ""
+            if title is not None and not isinstance(title, str):
+                title = require(obj, str(title_key), str, path=path, line=lineno)
+        except InputError as e:
+            errors.handle(e)
+            continue
+        meta = record_meta(obj, (text_key, id_key, title_key), fields)
+        yield Record(lineno, doc_id, title or "", body, meta)
+
+
+#: JSONL files in a folder, and a JSONL file read with field options
+JSONL_FILES = register_file_type(FileType("jsonl", (".jsonl",), records=records))
+
+
+def read_with(path: Path, errors: ErrorLog, options: ReadOptions) -> Iterator[SourceDocument]:
+    return read_path(path, errors, options, only=JSONL_FILES)
+
+
 register(
     Format(
         name="jsonl",
-        description="JSONL documents: id, title (optional), text; other fields kept as metadata",
+        description="JSONL documents: id, title (optional), text; other fields kept as metadata "
+        "(or the fields named by --text-field, --id-field, --title-field, --meta-fields)",
         sniff=sniff,
         read_documents=read_documents,
         priority=5,
+        read_with=read_with,
     )
 )

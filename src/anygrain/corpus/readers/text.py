@@ -83,7 +83,8 @@ def read_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
     base = path.parent if path.is_file() else path
     n_docs = 0
     for file, reason in _not_read(path):
-        errors.file_skipped(file, reason)
+        hidden = reason == "hidden file or directory"
+        errors.file_skipped(file, reason, category="hidden" if hidden else "not .txt")
     for file in text_files(path):
         rel = file.relative_to(base).as_posix()
         try:
@@ -92,10 +93,10 @@ def read_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
                 raise InputError("empty text", path=str(file), line=1, field="text")
         except InputError as e:
             errors.handle(e)
-            errors.file_skipped(file, e.message)
+            errors.file_skipped(file, e.message, category=e.message)
             continue
         n_docs += 1
-        errors.file_read(file)
+        errors.file_read(file, kind="text")
         yield SourceDocument(doc_id=rel, title=file.stem, text=text, origin=f"{file}:1")
     if not n_docs:
         raise no_records(path, "text documents (.txt files)")

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from anygrain.corpus.lang import text_languages
 from anygrain.errors import ErrorLog
 from anygrain.eval.answers import AnswerMatcher
 from anygrain.models.shipped import saved_model_dir
@@ -440,6 +441,9 @@ def train_reader(
         for k, v in config.reader_settings().items():
             setattr(reader.config, k, v)
         reader.config.validate()
+    # the corpus languages it is trained for: a reader it continues from keeps its own
+    known = reader.config.languages or []
+    reader.config.languages = list(dict.fromkeys([*known, *text_languages(data.texts)])) or None
     if config.freeze_embeddings:
         reader.freeze_embeddings()
     trainer = ReaderTrainer(config, reader, data, out, log, progress)
