@@ -283,6 +283,30 @@ def test_a_shipped_graph_is_made_once_and_found_by_its_files(tmp_path: Path) -> 
     assert (cache.entry(key) / GRAPH_FILE).stat().st_mtime_ns == made
 
 
+@pytest.mark.parametrize("damage", ["flip", "truncate", "remove"])
+def test_a_damaged_shipped_graph_is_refused_in_one_line(damage: str, tmp_path: Path) -> None:
+    from anygrain.encode.onnx_runtime import files_signature
+    from anygrain.errors import AnygrainError
+    from anygrain.reader.onnx import KIND, model_files
+
+    d = _copy("reader-minilm", tmp_path)
+    graph = d / GRAPHS_DIR / KIND / STRIPPED_GRAPH
+    data = bytearray(graph.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 1
+        graph.write_bytes(bytes(data))
+    elif damage == "truncate":
+        graph.write_bytes(bytes(data[: len(data) // 2]))
+    else:
+        graph.unlink()
+    cache = GraphCache(tmp_path / "cache")
+    with pytest.raises(AnygrainError) as e:
+        shipped_graph_record(d, KIND, cache, files_signature(model_files(d)))
+    message = str(e.value)
+    assert STRIPPED_GRAPH in message and "reinstall anygrain" in message
+    assert "\n" not in message and not cache.has(read_manifest(graph.parent)["key"])
+
+
 def test_a_changed_model_does_not_use_its_shipped_graph(tmp_path: Path) -> None:
     from anygrain.encode.onnx_runtime import files_signature
     from anygrain.reader.onnx import KIND, model_files

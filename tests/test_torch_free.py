@@ -337,6 +337,7 @@ TORCH_ONLY = [
     ("demo dense", ["demo", "--out", "OUT", "--kind", "dense", "--max-documents", "1", "-q"]),
     ("add runtime torch", ["add", "INDEX", "CORPUS", "--runtime", "torch", "-q"]),
     ("serve question bf16", ["serve", "INDEX", "--port", "PORT", "--question-bf16"]),
+    ("eval-reader bf16", ["eval-reader", "INDEX", "--questions", "QUESTIONS", "--bf16"]),
 ]
 
 
@@ -382,5 +383,8 @@ def test_what_needs_torch_is_refused_in_one_line(
     assert done.returncode == 2 and "Traceback" not in said, said[-3000:]
     errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and errors[0].endswith(TRAIN_EXTRA), done.stderr[-3000:]
+    for asked in ("--bf16", "--runtime", "--rescore-bf16", "--question-bf16"):
+        if asked in args:
+            assert asked in errors[0], errors[0]  # the option asked for is the one named
     assert not (tmp_path / "out").exists()
     assert (copy / "index.json").read_bytes() == before

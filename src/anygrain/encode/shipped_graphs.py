@@ -203,6 +203,7 @@ def strip_graph(
             else:
                 shutil.copyfile(f, staging / f.name)
         shutil.copyfile(graph_dir / META_FILE, staging / META_FILE)
+        manifest["files"] = shipped_files(staging)
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         staging.chmod(0o755)  # package data: readable by all, as the model files beside it
     return manifest
@@ -219,6 +220,29 @@ def read_manifest(shipped: Path) -> dict[str, Any]:
     if m.get("format_version") != FORMAT_VERSION:
         raise AnygrainError(f"{f}: format_version {m.get('format_version')} is not supported")
     return m
+
+
+def shipped_files(shipped: Path) -> dict[str, str]:
+    """The sha256 of each file shipped beside the manifest (the stripped graph, its meta,
+    tokenizer files), which :func:`materialise` checks before it builds on them."""
+    return {
+        f.name: sha256_file(f)
+        for f in sorted(shipped.iterdir())
+        if f.is_file() and f.name != MANIFEST
+    }
+
+
+def check_shipped_files(shipped: Path, m: Mapping[str, Any]) -> None:
+    """One line naming a shipped file that is missing or differs from the one recorded
+    (package data damaged after install); manifests from before the record pass."""
+    for name, digest in (m.get("files") or {}).items():
+        f = shipped / str(name)
+        if not f.is_file():
+            raise AnygrainError(f"{f}: missing from the installed package; reinstall anygrain")
+        if sha256_file(f) != digest:
+            raise AnygrainError(
+                f"{f}: damaged (its sha256 differs from the one shipped); reinstall anygrain"
+            )
 
 
 def check_sources(shipped: Path, sources: Mapping[str, Path]) -> str | None:
@@ -254,6 +278,7 @@ def materialise(
     m = read_manifest(shipped)
 
     def fill(d: Path) -> None:
+        check_shipped_files(shipped, m)  # only when the entry is made: once per install
         import onnx
         from numpy.lib.format import open_memmap
         from onnx import numpy_helper

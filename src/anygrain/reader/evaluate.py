@@ -369,11 +369,12 @@ def evaluate_reader_at(
 def _runtime_for(bf16: bool | None, runtime: Runtime | str | None) -> Runtime | str | None:
     """The reader's runtime: bfloat16 is torch's (ONNX Runtime reads in float32), so asking
     for it picks torch, and refuses ONNX Runtime."""
-    from anygrain.encode.onnx_runtime import parse_runtime
+    from anygrain.encode.onnx_runtime import parse_runtime, require_torch
     from anygrain.encode.runtime import Runtime
 
     if not bf16:
         return runtime
+    require_torch("--bf16")  # named as asked, before torch is picked for it
     r = parse_runtime(runtime)
     if r is Runtime.ONNX:
         raise UsageError("--bf16 reads with torch: ONNX Runtime reads in float32 (use --fp32)")
