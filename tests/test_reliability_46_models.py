@@ -273,6 +273,25 @@ def test_a_lone_surrogate_is_refused_naming_where(tmp_path: Path) -> None:
     assert len(store) == 1 and errors.n_skipped == 1
 
 
+def test_a_query_with_a_lone_surrogate_is_refused_on_every_door(tmp_path: Path) -> None:
+    """Invalid UTF-8 in a command-line argument becomes a lone surrogate (surrogateescape),
+    which the tokenizers refuse with a TypeError deep inside."""
+    from fastapi.testclient import TestClient
+
+    from anygrain import api
+    from anygrain.serve import create_app
+
+    index = Index.from_texts(EN_TEXTS, kind="bm25", out=tmp_path / "idx")
+    with pytest.raises(AnygrainError, match=r"query 1 holds a lone surrogate \(U\+DCFF"):
+        api.search_index(index, ["Who won\udcff"], 1)
+    client = TestClient(create_app(index.path))
+    r = client.get("/search", params={"q": "fine"})
+    assert r.status_code == 200
+    r = client.post("/search", content=b'{"questions": ["Who won\\udcff"]}',
+                    headers={"content-type": "application/json"})  # fmt: skip
+    assert r.status_code in (400, 422) and "lone surrogate" in r.text, r.text
+
+
 # --- 4. symbolic link loops --------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from anygrain.corpus.pydocs import surrogate_at
 from anygrain.corpus.questions import Question, Questions, batch_questions
 from anygrain.errors import AnygrainError, ErrorLog, UsageError
 from anygrain.hits.hit import Hit, Unit, hits_json
@@ -17,6 +18,14 @@ from anygrain.utils.threads import set_threads
 if TYPE_CHECKING:
     from anygrain.encode.runtime import Runtime
     from anygrain.reader.answering import ReadSettings
+
+
+def check_text(text: str, where: str) -> None:
+    """One line for a question no tokenizer can read: a lone surrogate (invalid UTF-8 bytes
+    in a command-line argument, or a JSON ``\\udcff`` escape)."""
+    bad = surrogate_at(text)
+    if bad is not None:
+        raise AnygrainError(f"{where} holds a lone surrogate ({bad}): not valid Unicode text")
 
 
 def search_index(
@@ -43,6 +52,7 @@ def search_index(
     for i, q in enumerate(queries):
         if not isinstance(q, str) or not q.strip():
             raise AnygrainError(f"query {i + 1} is empty")
+        check_text(q, f"query {i + 1}")
     options = dict(options)
     u = idx.check_unit(answer_unit(unit, options))
     reading = read_settings(u, options)
@@ -69,7 +79,7 @@ def takes_load_option(path: str | Path, name: str) -> bool:
 
 
 #: Search options of the answer grain (a reader reads the top passages), for any kind.
-READ_OPTIONS = ("reader", "read", "retriever_weight")
+READ_OPTIONS = ("reader", "read", "retriever_weight", "min_confidence")
 
 
 def answer_unit(unit: Unit | str | None, options: Mapping[str, Any]) -> Unit | str | None:
@@ -97,6 +107,7 @@ def read_settings(unit: Unit, options: dict[str, Any]) -> ReadSettings | None:
     return ReadSettings(
         passages=int(given.get("read", DEFAULT_PASSAGES)),
         retriever_weight=float(given.get("retriever_weight", DEFAULT_RETRIEVER_WEIGHT)),
+        min_confidence=given.get("min_confidence"),
         extra={"reader": given.get("reader")},
     )
 
@@ -151,6 +162,7 @@ def search_questions(
     for q in qs:
         if not isinstance(q.text, str) or not q.text.strip():
             raise AnygrainError(f"question {q.id} is empty")
+        check_text(q.text, f"question {q.id}")
     unit = idx.check_unit(answer_unit(unit, options))
     rest = dict(options)
     read_settings(unit, rest)  # checked once, before the first search

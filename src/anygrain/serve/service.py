@@ -65,6 +65,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from anygrain.corpus.pydocs import surrogate_at
 from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit, Unit
 from anygrain.index.base import Index
@@ -73,6 +74,8 @@ from anygrain.index.filters import filter_key, parse_filter
 from anygrain.index.manifest import MANIFEST
 from anygrain.serve.options import SearchOptions, client_options
 from anygrain.serve.reading import (
+    abstain,
+    check_min_confidence,
     index_options,
     load_reader,
     read_settings,
@@ -133,6 +136,7 @@ class _Job:
     options: SearchOptions = ()  # the index's search options (anygrain.serve.options)
     encoded: EncodedQueries | None = None  # set by the encoder thread
     filter: dict[str, Any] | None = None  # metadata filter (anygrain.index.filters)
+    min_confidence: float | None = None  # answers below it: "no answer" (the passages read)
 
 
 @dataclass
@@ -406,6 +410,9 @@ class SearchService:
                 raise RequestError(f"{where} is not a string")
             if not q.strip():
                 raise RequestError(f"{where} is empty")
+            bad = surrogate_at(q)
+            if bad is not None:
+                raise RequestError(f"{where} holds a lone surrogate ({bad}): not valid Unicode")
             if len(q) > MAX_QUESTION_CHARS:
                 raise RequestError(
                     f"{where} is too long: {len(q)} characters (at most {MAX_QUESTION_CHARS})"
@@ -453,6 +460,7 @@ class SearchService:
         k: int = DEFAULT_K,
         filter: Any = None,
         options: Mapping[str, Any] | None = None,
+        min_confidence: float | None = None,
     ) -> SearchOutcome:
         """Check the request, then have the worker search it; the latency includes the wait.
         ``filter`` keeps the top ``k`` hits whose metadata match (a dict or its JSON text:
@@ -460,7 +468,7 @@ class SearchService:
         sets (a phrase index's ``sparse_weight``, a hybrid index's ``fusion``, ``weight``
         and ``depth``: :mod:`.options`)."""
         t0 = time.perf_counter()
-        job = self._submit(questions, unit, k, filter, options)
+        job = self._submit(questions, unit, k, filter, options, min_confidence)
         hits = job.future.result()  # raises what the search raised
         return SearchOutcome(hits, job.unit, job.k, (time.perf_counter() - t0) * 1000.0)
 
@@ -472,11 +480,12 @@ class SearchService:
         k: int = DEFAULT_K,
         filter: Any = None,
         options: Mapping[str, Any] | None = None,
+        min_confidence: float | None = None,
     ) -> SearchOutcome:
         """:meth:`search` for an event loop: the request waits for the workers without
         holding a thread (an HTTP server's thread pool hand-off cost ~1 ms a request)."""
         t0 = time.perf_counter()
-        job = self._submit(questions, unit, k, filter, options)
+        job = self._submit(questions, unit, k, filter, options, min_confidence)
         hits = await asyncio.wrap_future(job.future)
         return SearchOutcome(hits, job.unit, job.k, (time.perf_counter() - t0) * 1000.0)
 
@@ -487,13 +496,26 @@ class SearchService:
         k: int,
         filter: Any,
         options: Mapping[str, Any] | None,
+        min_confidence: float | None = None,
     ) -> _Job:
         """The checked request, queued for the encoder thread."""
         qs = self.check_questions(questions)
         u = self.check_unit(unit)
         k = self.check_k(k)
+        try:
+            floor = check_min_confidence(min_confidence, u, self.reader)
+        except RequestError:
+            raise
+        except AnygrainError as e:
+            raise RequestError(str(e)) from e
         job = _Job(
-            qs, u, k, Future(), self.check_options(options), filter=self.check_filter(filter)
+            qs,
+            u,
+            k,
+            Future(),
+            self.check_options(options),
+            filter=self.check_filter(filter),
+            min_confidence=floor,
         )
         self._queue.put(job)
         return job
@@ -673,6 +695,7 @@ class SearchService:
             err = RequestError(str(e)) if isinstance(e, AnygrainError) else e
             items[0].job.future.set_exception(err)
             return
+        abstain(hits, [(it.passages, it.job.min_confidence) for it in items], self.read)
         _settle([item.job for item in items], hits)
 
     def warm_up(self) -> None:
