@@ -102,7 +102,7 @@ def test_the_tools_and_their_schemas(server: Any) -> None:
     tools = {t.name: t for t in run(go())}
     assert set(tools) == {"search", "get_passage", "info"}
     search = _schema(tools["search"], "input")
-    assert set(search["properties"]) == {"query", "k", "unit", "filter"}
+    assert set(search["properties"]) == {"query", "k", "unit", "filter", "min_confidence"}
     assert search["required"] == ["query"]
     assert search["properties"]["k"]["maximum"] == MAX_K
     assert search["properties"]["k"]["minimum"] == 1

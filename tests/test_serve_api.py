@@ -62,6 +62,7 @@ HIT_FIELDS = {
     "sentence",
     "reader_score",
     "retrieval_score",
+    "confidence",
     # the passage's metadata and offsets in its document (every unit)
     "meta",
     # the hit's offsets in its document's text, and where it is in words (every unit)
@@ -153,7 +154,9 @@ def test_openapi_lists_every_endpoint(bm25: TestClient) -> None:
     params = {p["name"] for p in spec["paths"]["/search"]["get"]["parameters"]}
     # the search options are documented whatever the kind (sparse_weight: phrase indexes;
     # fusion, weight, depth: hybrid indexes); the index takes those it lets a client set
-    assert params == {"q", "unit", "k", "filter", "sparse_weight", "fusion", "weight", "depth"}
+    assert params == {
+        "q", "unit", "k", "filter", "min_confidence", "sparse_weight", "fusion", "weight", "depth"
+    }  # fmt: skip
     # FastAPI's /docs and /redoc would load scripts from a CDN; they are off
     assert bm25.get("/docs").status_code == 404 and bm25.get("/redoc").status_code == 404
 

@@ -72,6 +72,14 @@ RetrieverWeightOpt = Annotated[
         "(default 1.5)",
     ),
 ]
+MinConfidenceOpt = Annotated[
+    Optional[float],  # noqa: UP045
+    typer.Option(
+        "--min-confidence",
+        help='Answer grain: below this calibrated confidence (0..1) say "not found" and '
+        "show the passages read as evidence (needs a reader with a confidence calibration)",
+    ),
+]
 
 
 RuntimeOpt = Annotated[
@@ -143,9 +151,19 @@ def print_phrase_hits(
 
 
 def print_answer_hits(hits: Sequence[Hit], *, as_json: bool = False) -> None:
-    """Read answers, each marked inside its sentence, with both models' scores."""
+    """Read answers, each marked inside its sentence, with both models' scores and the
+    calibrated confidence; passage hits are the evidence of a question left unanswered."""
     if as_json:
         print_json_hits(hits)
+        return
+    if hits and hits[0].unit is not Unit.ANSWER:
+        out.print(
+            f"[yellow]not found in these documents[/] (best answer's confidence "
+            f"{hits[0].confidence or 0.0:.2f}); the passages read:"
+        )
+        for i, h in enumerate(hits, 1):
+            text = h.text if len(h.text) < 400 else h.text[:400] + "…"
+            out.print(f"{i}. [bold]{escape(h.citation)}[/] {escape(text)}")
         return
     table = Table(show_lines=True)
     for col in ("#", "score", "answer", "title", "sentence"):
@@ -155,6 +173,8 @@ def print_answer_hits(hits: Sequence[Hit], *, as_json: bool = False) -> None:
         sa, sb = h.sentence or (a, b)
         ctx = f"{escape(h.text[sa:a])}[bold yellow]{escape(h.text[a:b])}[/]{escape(h.text[b:sb])}"
         score = f"{h.score:.2f}\n(reader {h.reader_score:.2f})"
+        if h.confidence is not None:
+            score += f"\nconfidence {h.confidence:.2f}"
         table.add_row(str(i), score, escape(h.text[a:b]), escape(h.citation), " ".join(ctx.split()))
     out.print(table)
 
@@ -272,6 +292,7 @@ def search_cmd(
     read: ReadOpt = None,
     reader: ReaderOpt = None,
     retriever_weight: RetrieverWeightOpt = None,
+    min_confidence: MinConfidenceOpt = None,
     filter_: FilterOpt = None,
     **search: Any,
 ) -> None:
@@ -286,7 +307,12 @@ def search_cmd(
             index_dir, questions, query, question_file, k, unit, model, stats, quiet,
             verify, device, threads,
             (search, batch_size, filter_),
-            {"read": read, "reader": reader, "retriever_weight": retriever_weight},
+            {
+                "read": read,
+                "reader": reader,
+                "retriever_weight": retriever_weight,
+                "min_confidence": min_confidence,
+            },
             runtime=runtime,
         )  # fmt: skip
         return
@@ -296,7 +322,12 @@ def search_cmd(
         opts = search_options(search, batch_size, filter=filter_ or None)
         at_least_one("-k", k)
         check_read(read)
-        opts.update(read=read, reader=reader, retriever_weight=retriever_weight)
+        opts.update(
+            read=read,
+            reader=reader,
+            retriever_weight=retriever_weight,
+            min_confidence=min_confidence,
+        )
         idx = load_searched(
             index_dir, unit, opts, runtime, verify=verify, model=model, device=device
         )
@@ -312,7 +343,7 @@ def search_cmd(
             f"unit search: {st.rounds} round(s), depth {st.depth}, {st.units} units, "
             f"exhausted {st.exhausted}, exact {st.exact}"
         )
-    if hits and hits[0].unit is Unit.ANSWER:
+    if hits and (hits[0].unit is Unit.ANSWER or hits[0].confidence is not None):
         print_answer_hits(hits, as_json=as_json)
         return
     if Unit.PHRASE in idx.units:

@@ -60,7 +60,11 @@ class Hit:
     (the passage text); for passages and documents it is ``None``.  Answer hits also
     carry the span of the ``sentence`` holding the answer, the ``reader_score`` of the
     span (start + end logit) and the ``retrieval_score`` of its passage; ``score``
-    combines the two (:mod:`anygrain.reader.answering`).
+    combines the two (:mod:`anygrain.reader.answering`).  ``confidence`` is the calibrated
+    probability that an answer is correct (:mod:`anygrain.reader.confidence`; None where
+    the reader has no calibration, and on other hits); passage hits that carry one are the
+    evidence of a question left unanswered (below the minimum confidence), and it is the
+    best answer's.
 
     ``meta`` is the passage's metadata (:meth:`CorpusStore.hit_meta
     <anygrain.corpus.store.CorpusStore.hit_meta>`): its document's extra fields, the
@@ -84,6 +88,7 @@ class Hit:
     reader_score: float | None = None
     retrieval_score: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    confidence: float | None = None
 
     @property
     def unit_id(self) -> str:
@@ -169,6 +174,7 @@ class Hit:
             "sentence": list(self.sentence) if self.sentence is not None else None,
             "reader_score": _finite(self.reader_score),
             "retrieval_score": _finite(self.retrieval_score),
+            "confidence": _finite(self.confidence),
             "meta": dict(self.meta),
             "char_start": self.char_start,
             "char_end": self.char_end,

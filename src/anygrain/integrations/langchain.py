@@ -84,6 +84,11 @@ class AnygrainRetriever(BaseRetriever):
     unit: str | None = Field(default=None, description="The grain of the hits")
     reader: str | None = Field(default=None, description="Unit answer: the reader")
     read: int | None = Field(default=None, description="Unit answer: passages read")
+    min_confidence: float | None = Field(
+        default=None,
+        description="Unit answer: below this calibrated confidence, the passages read "
+        "(unit passage) instead of an answer",
+    )
     filter: dict[str, Any] | None = Field(
         default=None, description="Keep the top k hits whose metadata match (a metadata filter)"
     )
@@ -131,6 +136,7 @@ class AnygrainRetriever(BaseRetriever):
             unit=unit or self.unit,
             k=k or self.k,
             filter=filter if filter is not None else self.filter,
+            min_confidence=self.min_confidence,
         )
         return r.hits[0]
 

@@ -140,11 +140,29 @@ def create_server(
                 '{"$and"|"$or": [filters]}, {"$not": filter}'
             ),
         ] = None,
+        min_confidence: Annotated[
+            float | None,
+            Field(
+                ge=0,
+                le=1,
+                description="Unit answer: below this calibrated confidence the question is "
+                "not answered (not in these documents) and the hits are the passages read",
+            ),
+        ] = None,
     ) -> SearchResponse:
         """Search the index: the top k hits for the question, each with the exact answer
-        span inside its passage, the passage's title, ids and metadata; ``filter`` keeps
-        the top k whose metadata match."""
-        r = await _call(functools.partial(service.search, [query], unit=unit, k=k, filter=filter))
+        span inside its passage, the passage's title, ids and metadata (answers: their
+        calibrated ``confidence``); ``filter`` keeps the top k whose metadata match."""
+        r = await _call(
+            functools.partial(
+                service.search,
+                [query],
+                unit=unit,
+                k=k,
+                filter=filter,
+                min_confidence=min_confidence,
+            )
+        )
         return SearchResponse(
             question=query, unit=r.unit, k=r.k, hits=hits_out(r.hits[0]), latency_ms=r.latency_ms
         )

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,12 @@ import numpy as np
 from anygrain.errors import AnygrainError
 from anygrain.eval.squad import normalize_answer
 from anygrain.hits.hit import Hit, Unit
+from anygrain.reader.confidence import (
+    CONFIDENCE_FILE,
+    MARGIN_CAP,
+    Calibration,
+    confidence_for,
+)
 from anygrain.reader.read import window_spans, windows_of
 from anygrain.reader.runtime import ReadingModel
 
@@ -50,10 +56,13 @@ __all__ = [
     "DEFAULT_RETRIEVER_WEIGHT",
     "ReadSettings",
     "SpanCandidate",
+    "abstain_or_answer",
+    "answer_features",
     "answer_hits",
     "check_reader_language",
     "combine",
     "load_reader_for",
+    "ranked_answers",
     "read_passages",
     "span_candidates",
 ]
@@ -67,13 +76,15 @@ MAX_PASSAGES = 100
 class ReadSettings:
     """How answers are read: ``passages`` read per question, the ``retriever_weight`` of
     the passage's retrieval score, the reader's batch (windows per forward pass), bf16
-    (None: where the CPU has it natively) and spans kept per window."""
+    (None: where the CPU has it natively), spans kept per window and ``min_confidence``:
+    below it the answer is "no answer" (:func:`abstain_or_answer`; None: always answer)."""
 
     passages: int = DEFAULT_PASSAGES
     retriever_weight: float = DEFAULT_RETRIEVER_WEIGHT
     batch_size: int = 32
     bf16: bool | None = None
     spans_per_window: int = 4
+    min_confidence: float | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -87,6 +98,9 @@ class ReadSettings:
             problems.append("reader batch size must be >= 1")
         if self.spans_per_window < 1:
             problems.append("spans per window must be >= 1")
+        m = self.min_confidence
+        if m is not None and not (isinstance(m, int | float) and 0 <= m <= 1):
+            problems.append(f"min confidence must be a number in [0, 1], not {m!r}")
         if problems:
             raise AnygrainError("; ".join(problems))
 
@@ -123,12 +137,15 @@ def _sentence_of(starts: Sequence[int], ends: Sequence[int], a: int, b: int) -> 
 @dataclass(frozen=True, slots=True)
 class SpanCandidate:
     """A span one passage window proposes: its passage's place among the hits read, its
-    characters in the passage text and its reader score."""
+    characters in the passage text, its reader score, its log probability among its
+    window's spans and the window's selection logit (NaN: not known)."""
 
     passage: int
     start: int
     end: int
     reader_score: float
+    log_prob: float = math.nan
+    selection: float = math.nan
 
 
 def span_candidates(
@@ -160,7 +177,7 @@ def span_candidates(
         )
     for w, cands in zip(windows, spans, strict=True):
         qi, pi = pairs[w.pair]
-        out[qi].extend(SpanCandidate(pi, a, b, sc) for a, b, sc in cands)
+        out[qi].extend(SpanCandidate(pi, a, b, sc, lp, sel) for a, b, sc, lp, sel in cands)
     return out
 
 
@@ -172,26 +189,21 @@ def combine(
     passages: int,
     retriever_weight: float,
     sentences: dict[int, tuple[list[int], list[int]]] | None = None,
+    calibration: Calibration | None = None,
 ) -> list[Hit]:
     """The top ``k`` answers of one question from its span candidates in the first
-    ``passages`` of ``hits``: reader and retriever scores combined, one hit per answer text."""
+    ``passages`` of ``hits``: reader and retriever scores combined, one hit per answer text,
+    each with its ``confidence`` where a ``calibration`` is given (else None)."""
     read = hits[:passages]
     if not read:
         return []
-    r = np.asarray([h.score for h in read], dtype=np.float64)
-    prior = retriever_weight * (r - r.max()) / _spread(r)
-    best: dict[str, tuple[float, SpanCandidate]] = {}
-    for c in candidates:
-        if c.passage >= passages:
-            continue
-        text = read[c.passage].text[c.start : c.end]
-        key = normalize_answer(text) or text
-        total = c.reader_score + float(prior[c.passage])
-        seen = best.get(key)
-        if seen is None or total > seen[0]:
-            best[key] = (total, c)
+    ranked = ranked_answers(candidates, read, retriever_weight)
+    conf: list[float | None] = [None] * len(ranked)
+    if calibration is not None and ranked:
+        features = answer_features(ranked, [h.score for h in read])
+        conf = [float(p) for p in calibration.probability(features)]
     out = []
-    for total, c in sorted(best.values(), key=lambda x: -x[0])[:k]:
+    for (total, c), confidence in list(zip(ranked, conf, strict=True))[:k]:
         hit = read[c.passage]
         st, en = (sentences or {}).get(hit.passage_row, ([], []))
         out.append(
@@ -208,9 +220,60 @@ def combine(
                 reader_score=c.reader_score,
                 retrieval_score=hit.score,
                 meta=hit.meta,
+                confidence=confidence,
             )
         )
     return out
+
+
+def ranked_answers(
+    candidates: Sequence[SpanCandidate], read: Sequence[Hit], retriever_weight: float
+) -> list[tuple[float, SpanCandidate]]:
+    """One question's different answers in the passages ``read``, best first, as
+    ``(combined score, best candidate of that text)``."""
+    r = np.asarray([h.score for h in read], dtype=np.float64)
+    prior = retriever_weight * (r - r.max()) / _spread(r)
+    best: dict[str, tuple[float, SpanCandidate]] = {}
+    for c in candidates:
+        if c.passage >= len(read):
+            continue
+        text = read[c.passage].text[c.start : c.end]
+        key = normalize_answer(text) or text
+        total = c.reader_score + float(prior[c.passage])
+        seen = best.get(key)
+        if seen is None or total > seen[0]:
+            best[key] = (total, c)
+    return sorted(best.values(), key=lambda x: -x[0])
+
+
+def answer_features(
+    ranked: Sequence[tuple[float, SpanCandidate]], retrieval_scores: Sequence[float]
+) -> np.ndarray:
+    """``(N, len(FEATURES))`` confidence features of one question's answers, ranked best
+    first as :func:`ranked_answers` gives them, from the retrieval scores of the passages
+    read (:mod:`anygrain.reader.confidence`)."""
+    r = np.asarray(retrieval_scores, dtype=np.float64)
+    norm = (r - r.max()) / _spread(r)
+    totals = [t for t, _ in ranked]
+    rows = []
+    for i, (total, c) in enumerate(ranked):
+        margin = min(total - totals[i + 1], MARGIN_CAP) if i + 1 < len(ranked) else MARGIN_CAP
+        rows.append([c.reader_score, c.log_prob, c.selection, float(norm[c.passage]), margin])
+    return np.asarray(rows, dtype=np.float64)
+
+
+def abstain_or_answer(
+    answers: list[Hit], read: Sequence[Hit], min_confidence: float | None
+) -> list[Hit]:
+    """``answers``, or, when the best one's confidence is below ``min_confidence``, the
+    passages read as evidence ("no answer"): passage hits carrying the best answer's
+    confidence (0 when the passages held no span at all)."""
+    if min_confidence is None:
+        return answers
+    best = answers[0].confidence if answers else 0.0
+    if best is not None and best >= min_confidence:
+        return answers
+    return [replace(h, unit=Unit.PASSAGE, span=None, confidence=best) for h in read]
 
 
 def answer_hits(
@@ -229,6 +292,7 @@ def answer_hits(
     s = settings or ReadSettings()
     if len(questions) != len(passage_hits):
         raise ValueError("questions and passage hits differ in length")
+    calibration = calibration_for(reader, s.min_confidence)
     read = [list(h[: s.passages]) for h in passage_hits]
     cands = span_candidates(reader, questions, read, s, k)
     rows = sorted({h.passage_row for hs in read for h in hs})
@@ -236,9 +300,34 @@ def answer_hits(
     if sentences is not None and rows:
         sent = dict(zip(rows, sentences(rows), strict=True))
     return [
-        combine(c, hs, k, passages=s.passages, retriever_weight=s.retriever_weight, sentences=sent)
+        abstain_or_answer(
+            combine(
+                c,
+                hs,
+                k,
+                passages=s.passages,
+                retriever_weight=s.retriever_weight,
+                sentences=sent,
+                calibration=calibration,
+            ),
+            hs,
+            s.min_confidence,
+        )
         for c, hs in zip(cands, read, strict=True)
     ]
+
+
+def calibration_for(reader: ReadingModel, min_confidence: float | None) -> Calibration | None:
+    """The reader's confidence calibration (None without one); a ``min_confidence`` with
+    none is refused in one line."""
+    calibration = confidence_for(reader)
+    if calibration is None and min_confidence is not None:
+        name = getattr(reader, "loaded_from", "") or reader.config.base_model
+        raise AnygrainError(
+            f"min confidence: reader {name} has no confidence calibration ({CONFIDENCE_FILE}), "
+            "so it cannot abstain; leave out the minimum confidence"
+        )
+    return calibration
 
 
 def read_passages(

@@ -32,7 +32,7 @@ from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit
 from anygrain.reader.features import Batch, Window, collate_arrays, make_windows
 from anygrain.reader.runtime import ReadingModel, WindowLogits
-from anygrain.reader.spans import best_spans_array, top_spans
+from anygrain.reader.spans import best_spans_array, span_log_norm, top_spans
 from anygrain.utils.progress import progress_bar
 
 __all__ = [
@@ -181,10 +181,12 @@ def _decode(
 
 def window_spans(
     reader: ReadingModel, windows: Sequence[Window], batch_size: int, bf16: bool, n: int
-) -> list[list[tuple[int, int, float]]]:
+) -> list[list[tuple[int, int, float, float, float]]]:
     """The ``n`` best valid spans of each window, best first, as ``(char_start, char_end,
-    score)`` in the passage text (fewer where the window has fewer valid spans)."""
-    out: list[list[tuple[int, int, float]]] = [[] for _ in windows]
+    score, log_prob, selection)``: the span in the passage text, its start + end logit, its
+    log probability among all the window's valid spans (a softmax over their scores) and the
+    window's selection logit (fewer spans where the window has fewer valid ones)."""
+    out: list[list[tuple[int, int, float, float, float]]] = [[] for _ in windows]
     for rows, batch, o in _forward(reader, windows, batch_size, bf16):
         starts, ends, scores = top_spans(
             o.start,
@@ -194,10 +196,20 @@ def window_spans(
             reader.config.max_answer_length,
             n,
         )
+        norm = span_log_norm(
+            o.start, o.end, batch.start_ok, batch.end_ok, reader.config.max_answer_length
+        )
+        sel = o.selection.reshape(len(o.selection), -1)[:, 0]
         for r, i in enumerate(rows):
             w = windows[i]
             out[i] = [
-                (int(w.offsets[s, 0]), int(w.offsets[e, 1]), float(sc))
+                (
+                    int(w.offsets[s, 0]),
+                    int(w.offsets[e, 1]),
+                    float(sc),
+                    float(sc) - float(norm[r]),
+                    float(sel[r]),
+                )
                 for s, e, sc in zip(
                     starts[r].tolist(), ends[r].tolist(), scores[r].tolist(), strict=True
                 )

@@ -42,6 +42,7 @@ __all__ = [
     "best_spans",
     "best_spans_array",
     "is_boundary",
+    "span_log_norm",
     "top_spans",
     "word_boundaries",
 ]
@@ -221,6 +222,27 @@ def top_spans(
     ends[:, :m] = np.where(none, -1, order // a + order % a)
     out[:, :m] = best
     return starts, ends, out
+
+
+def span_log_norm(
+    start_logits: np.ndarray,
+    end_logits: np.ndarray,
+    start_ok: np.ndarray,
+    end_ok: np.ndarray,
+    max_answer_length: int,
+) -> np.ndarray:
+    """``(N,)`` log-sum-exp of each row's valid span scores (the band of
+    :func:`top_spans`): a span's score minus it is its log probability among the row's
+    valid spans; ``-inf`` for a row with none."""
+    rows, length = start_logits.shape
+    if rows == 0 or length == 0:
+        return np.full(rows, NEG_INF)
+    a = min(max_answer_length, length)
+    scores = _band_scores(start_logits, end_logits, start_ok, end_ok, a).astype(np.float64)
+    top = scores.max(axis=1)
+    safe = np.where(np.isneginf(top), 0.0, top)
+    with np.errstate(divide="ignore"):
+        return safe + np.log(np.exp(scores - safe[:, None]).sum(axis=1))
 
 
 def best_span_bruteforce(

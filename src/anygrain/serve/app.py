@@ -272,6 +272,14 @@ def add_search_routes(app: FastAPI, service: SearchService, info: dict[str, Any]
                 "(FIELD=A,B: any of) (docs/serve.md)"
             ),
         ] = None,
+        min_confidence: Annotated[
+            float | None,
+            Query(
+                description="Unit answer: below this calibrated confidence (0 to 1) the "
+                "question is not answered and its hits are the passages read (unit passage, "
+                "each with the best answer's confidence)"
+            ),
+        ] = None,
     ) -> Response:
         """Top-``k`` hits for one question; any other query parameter is a search option."""
         r = await service.search_async(
@@ -280,6 +288,7 @@ def add_search_routes(app: FastAPI, service: SearchService, info: dict[str, Any]
             k=k,
             filter=query_filter(filter),
             options=query_options(request.query_params),
+            min_confidence=min_confidence,
         )
         return _json(
             SearchResponse(
@@ -296,6 +305,7 @@ def add_search_routes(app: FastAPI, service: SearchService, info: dict[str, Any]
             k=body.k,
             filter=body.filter,
             options=body.search_options(),
+            min_confidence=body.min_confidence,
         )
         results = [
             QuestionResult(question=q, hits=hits_out(h))

@@ -26,7 +26,7 @@ from anygrain.index.base import Index
 SearchOptions = tuple[tuple[str, Any], ...]
 
 #: ``GET /search``'s own parameters; any other query parameter is a search option.
-QUERY_FIELDS = frozenset({"q", "unit", "k", "filter"})
+QUERY_FIELDS = frozenset({"q", "unit", "k", "filter", "min_confidence"})
 
 
 def client_options(index: Index, options: Mapping[str, Any] | None) -> SearchOptions:

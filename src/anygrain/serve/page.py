@@ -179,6 +179,12 @@ function showAnswer(text, cls) {
 
 function renderAnswer(data) {
   const h = data.hits[0];
+  if (h && h.unit === "passage") {  // below min_confidence: the passages read, as evidence
+    showAnswer("Not found in these documents (confidence " +
+               (h.confidence || 0).toFixed(2) + "); the passages read:", "failed");
+    for (const p of data.hits) answerBox.append(el("div", "source", p.citation || p.title));
+    return;
+  }
   if (!h || !h.span) { showAnswer("No answer read.", "failed"); return; }
   const chars = Array.from(h.text);
   const [a, b] = h.span;
@@ -196,6 +202,9 @@ function renderAnswer(data) {
   const src = el("div", "source");
   src.append(el("span", "title", h.citation || h.title));
   let scores = " · score " + h.score.toFixed(3);
+  if (h.confidence !== null && h.confidence !== undefined) {
+    scores += " · confidence " + h.confidence.toFixed(2);
+  }
   if (h.reader_score !== null && h.retrieval_score !== null) {
     scores += " (reader " + h.reader_score.toFixed(2) + ", retrieval " +
               h.retrieval_score.toFixed(2) + ")";
@@ -209,6 +218,9 @@ async function readAnswer(q, filter, n) {
   showAnswer("Reading…", "pending");
   const params = new URLSearchParams({ q: q, unit: "answer", k: "1" });
   if (filter) params.set("filter", filter);
+  // the page's own ?min_confidence=X: below it, "not found in these documents"
+  const floor = new URLSearchParams(location.search).get("min_confidence");
+  if (floor) params.set("min_confidence", floor);
   try {
     const r = await fetch("search?" + params.toString(), { headers: { Accept: "application/json" } });
     const data = await r.json();
@@ -233,6 +245,8 @@ async function search(ev) {
   const shown = new URLSearchParams({ q: q });
   if (unit) shown.set("unit", unit);
   if (filter) shown.set("filter", filter);
+  const floor = new URLSearchParams(location.search).get("min_confidence");
+  if (floor) shown.set("min_confidence", floor);
   history.replaceState(null, "", "?" + shown);
   setStatus("Searching…", false);
   if (READER) readAnswer(q, filter, n);  // beside the hits' request, shown above them

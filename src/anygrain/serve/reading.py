@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from anygrain.errors import AnygrainError
+from anygrain.hits.hit import Hit, Unit
 from anygrain.index.base import Index
 from anygrain.search import takes_load_option
 
@@ -91,3 +92,34 @@ def sentences_of(index: Index) -> Callable[[list[int]], list[tuple[list[int], li
         )
 
     return sentences
+
+
+def check_min_confidence(
+    value: Any, unit: Unit, reader: Callable[[], ReadingModel]
+) -> float | None:
+    """A request's minimum confidence: a number in [0, 1], for the answer grain of a
+    reader with a confidence calibration (an :class:`AnygrainError` otherwise)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise AnygrainError(f"min_confidence must be a number in [0, 1], not {value!r}")
+    if unit is not Unit.ANSWER:
+        raise AnygrainError("min_confidence applies to the answer grain (unit answer)")
+    from anygrain.reader.answering import calibration_for
+
+    calibration_for(reader(), float(value))
+    return float(value)
+
+
+def abstain(
+    hits: list[list[Hit]], jobs: list[tuple[list[list[Hit]], float | None]], read: int
+) -> None:
+    """Each job's questions' answers in ``hits`` (in order) replaced by the passages read
+    where the best answer's confidence is below the job's minimum ("no answer")."""
+    from anygrain.reader.answering import abstain_or_answer
+
+    i = 0
+    for passages, floor in jobs:
+        for ps in passages:
+            hits[i] = abstain_or_answer(hits[i], ps[:read], floor)
+            i += 1

@@ -48,6 +48,12 @@ class HitOut(BaseModel):
     retrieval_score: float | None = Field(
         default=None, description="Answer hits: the retriever's score of the passage read"
     )
+    confidence: float | None = Field(
+        default=None,
+        description="Answer hits: the calibrated probability (0 to 1) that the answer is "
+        "correct (null when the reader has no calibration); on passage hits, the best "
+        "answer's confidence of a question left unanswered (below min_confidence)",
+    )
     meta: dict[str, Any] = Field(
         default_factory=dict,
         description="The passage's metadata: its document's extra fields (JSONL's fields "
@@ -117,6 +123,11 @@ class BatchRequest(BaseModel):
         "reads the top passages",
     )
     k: int = Field(default=DEFAULT_K, ge=1, le=MAX_K, description="Hits per question")
+    min_confidence: float | None = Field(
+        default=None,
+        description="Unit answer: below this calibrated confidence (0 to 1) a question is "
+        "not answered and its hits are the passages read",
+    )
     sparse_weight: float | None = Field(
         default=None,
         description="Phrase indexes: weight of the BM25 part (0: dense alone); as in options",
