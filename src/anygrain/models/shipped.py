@@ -122,7 +122,7 @@ def reader_ships(lang: str | None) -> bool:
 #: where a model directory keeps its stripped graphs, one directory per graph kind
 GRAPHS_DIR = "graphs"
 # files of a model directory its weights do not depend on (the card is edited freely)
-_NOT_WEIGHTS = ("MODEL_CARD.md",)
+_NOT_WEIGHTS = ("MODEL_CARD.md", "confidence.json")  # the calibration: fitted after
 
 
 def graph_sources(model_dir: Path, backbone_dir: Path) -> dict[str, Path]:
