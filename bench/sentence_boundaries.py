@@ -11,10 +11,13 @@ detector BM25 now runs (py3langid) is timed on the same contexts: its model's lo
 documents a second on each one's first ``DETECT_CHARS`` characters.
 
 Splitters: ``old`` (the regex splitter anygrain used before, kept here as the baseline),
-``new`` (``anygrain.corpus.sentences.split_sentences``), and the raw candidate libraries
-``pysbd``, ``syntok`` and ``blingfire`` where installed.  One JSON object is printed.
+``new`` (``anygrain.corpus.sentences.split_sentences``), ``new_syntok_all`` (the same rules
+with syntok asked about every text, not only where its answer is in doubt: the results must
+be the same, and ``--same`` counts the texts where they are not), and the raw candidate
+libraries ``pysbd``, ``syntok`` and ``blingfire`` where installed.  One JSON object is
+printed.
 
-    python bench/sentence_boundaries.py [--squad PATH] [--limit N]
+    python bench/sentence_boundaries.py [--squad PATH] [--limit N] [--same JSON ...]
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from anygrain.corpus.sentences import split_sentences
+from anygrain.corpus.sentences import split_sentences, split_sentences_syntok_all
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "sentence_boundaries.json"
@@ -116,7 +119,11 @@ def _blingfire() -> Callable[[str], Spans] | None:
 
 
 def splitters() -> dict[str, Callable[[str], Spans]]:
-    out: dict[str, Callable[[str], Spans]] = {"old": old_split, "new": split_sentences}
+    out: dict[str, Callable[[str], Spans]] = {
+        "old": old_split,
+        "new": split_sentences,
+        "new_syntok_all": split_sentences_syntok_all,
+    }
     for name, make in (("pysbd", _pysbd), ("syntok", _syntok), ("blingfire", _blingfire)):
         fn = make()
         if fn is not None:
@@ -213,6 +220,14 @@ def main() -> None:
     ap.add_argument("--squad", type=Path, default=SQUAD, help="SQuAD v1.1 dev JSON (speed)")
     ap.add_argument("--limit", type=int, default=None, help="contexts timed (default: all)")
     ap.add_argument("--errors", action="store_true", help="list each splitter's wrong cases")
+    ap.add_argument(
+        "--same",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="SQuAD-format JSON files whose contexts (and the fixture's) must split the same "
+        "with and without the fast path: counts the texts that do not",
+    )
     args = ap.parse_args()
     labelled = cases()
     texts = squad_contexts(args.squad, args.limit) if args.squad.is_file() else []
@@ -226,6 +241,14 @@ def main() -> None:
             out["wrong"][name] = wrong
         if texts:
             out["speed"][name] = speed(split, texts)
+    for path in args.same:
+        every = squad_contexts(path, None)
+        differ = sum(split_sentences(t) != split_sentences_syntok_all(t) for t in every)
+        out.setdefault("same", {})[path.name] = {"texts": len(every), "differ": differ}
+    if args.same:
+        fixture = [t for _, t, _ in labelled]
+        differ = sum(split_sentences(t) != split_sentences_syntok_all(t) for t in fixture)
+        out["same"]["fixture"] = {"texts": len(fixture), "differ": differ}
     if texts:
         out["speed_corpus"] = f"{args.squad.name}: {len(texts)} contexts"
         out["language"] = language_speed(texts)
