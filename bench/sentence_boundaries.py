@@ -30,7 +30,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from anygrain.corpus.sentences import split_sentences, split_sentences_syntok_all
+from anygrain.corpus.sentences import (
+    spans_between,
+    split_sentences,
+    split_sentences_syntok_all,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "sentence_boundaries.json"
@@ -46,21 +50,6 @@ _ABBREV = re.compile(
 )
 
 
-def _trimmed(text: str, cuts: list[int]) -> Spans:
-    spans: Spans = []
-    start = 0
-    for cut in [*cuts, len(text)]:
-        s, e = start, cut
-        while s < e and text[s].isspace():
-            s += 1
-        while e > s and text[e - 1].isspace():
-            e -= 1
-        if e > s:
-            spans.append((s, e))
-        start = cut
-    return spans
-
-
 def old_split(text: str) -> Spans:
     cuts: set[int] = set()
     for m in _EN_BOUNDARY.finditer(text):
@@ -70,7 +59,7 @@ def old_split(text: str) -> Spans:
     for m in _ZH_BOUNDARY.finditer(text):
         if m.end() < len(text):
             cuts.add(m.end())
-    return _trimmed(text, sorted(cuts))
+    return spans_between(text, sorted(cuts))
 
 
 # --- the raw candidate libraries --------------------------------------------------------
@@ -84,7 +73,7 @@ def _pysbd() -> Callable[[str], Spans] | None:
     seg = pysbd.Segmenter(language="en", clean=False, char_span=True)
 
     def split(text: str) -> Spans:
-        return _trimmed(text, [s.start for s in seg.segment(text)][1:])
+        return spans_between(text, [s.start for s in seg.segment(text)][1:])
 
     return split
 
@@ -97,7 +86,7 @@ def _syntok() -> Callable[[str], Spans] | None:
 
     def split(text: str) -> Spans:
         starts = [sent[0].offset for para in segmenter.analyze(text) for sent in para if sent]
-        return _trimmed(text, starts[1:])
+        return spans_between(text, starts[1:])
 
     return split
 
@@ -113,7 +102,7 @@ def _blingfire() -> Callable[[str], Spans] | None:
         _, offs = blingfire.text_to_sentences_and_offsets(text)
         raw = text.encode("utf-8")
         starts = [len(raw[:s].decode("utf-8", "ignore")) for s, _ in offs]
-        return _trimmed(text, starts[1:])
+        return spans_between(text, starts[1:])
 
     return split
 

@@ -196,9 +196,14 @@ def _split(text: str, fast: bool) -> list[tuple[int, int]]:
     for m in _LIST_ITEM.finditer(text):
         cuts.add(m.start(1))
         cuts.discard(m.end(1))  # the item's text is its marker's sentence
+    return spans_between(text, sorted(cuts))
+
+
+def spans_between(text: str, cuts: list[int]) -> list[tuple[int, int]]:
+    """The non-blank spans of ``text`` between sorted ``cuts``, whitespace trimmed."""
     spans: list[tuple[int, int]] = []
     start = 0
-    for cut in sorted(cuts) + [len(text)]:
+    for cut in [*cuts, len(text)]:
         s, e = start, cut
         while s < e and text[s].isspace():
             s += 1
