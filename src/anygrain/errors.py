@@ -79,7 +79,7 @@ class ErrorPolicy(str, enum.Enum):
     SKIP = "skip"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per file of a folder: kept small
 class FileNote:
     """A file a directory reader met: read, or skipped with the reason.  ``kind`` is its
     type where the reader knows it (``pdf``, ``markdown``, ...); ``category`` groups files
