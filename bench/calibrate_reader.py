@@ -1,23 +1,28 @@
 """Fit a reader's answer confidence (``confidence.json``) on HELD-OUT TRAINING questions.
 
 Each question of ``--questions`` (``bench/squad_holdout.py``'s validation.json, never a
-test set: not SQuAD dev, SQuAD v2 dev or TAT-QA) is asked twice against ``--index`` (an
-index of those paragraphs):
+test set: not SQuAD dev, SQuAD v2 dev or TAT-QA) is asked against ``--index`` (an index of
+those paragraphs; a phrase index, so that answers are read the way the answer grain reads
+them by default):
 
-* answerable: its top ``--read`` passages are read as the answer grain reads them, and its
-  best answer is labelled by SQuAD exact match;
+* answerable: its top passages are read as the answer grain reads them (``ReadSettings()``:
+  the default passages, window and weight), and its best answer is labelled by SQuAD exact
+  match;
 * unanswerable: only retrieved passages (of the top ``--depth``) that hold none of its
   answers and are not its gold passage are read, so its best answer is wrong by design
-  (the "not in these documents" case).
+  (the "not in these documents" case).  A seeded ``--unanswerable-share`` of the examples
+  are unanswerable (most questions asked of a user's documents are answerable, and the
+  share sets the calibration's base rate).
 
 The logistic calibration (:mod:`anygrain.reader.confidence`) is fitted on the first half
-of the questions and measured on the second (AUROC, ECE over 10 bins, abstention precision
-and recall at the threshold chosen on the first half), then refitted on all of them with
-the threshold of best abstention F1, and written to ``--out`` (a reader directory gets
-``confidence.json``; default: the reader's own directory).  Prints JSON.
+of the questions and measured on the second (AUROC, ECE over 10 bins on all examples and on
+the answerable ones alone, abstention precision and recall for the unanswerable ones at the
+threshold chosen on the first half), then refitted on all of them with the threshold of
+best F1 at abstaining on the unanswerable examples, and written to ``--out`` (a reader
+directory gets ``confidence.json``; default: the reader's own directory).  Prints JSON.
 
-    python bench/calibrate_reader.py --reader reader-minilm --index /work/runs/ho-bm25 \
-        --questions squad:/work/runs/split/validation.json --limit 400 --out /tmp/conf.json
+    python bench/calibrate_reader.py --reader reader-minilm --index /work/runs/ho-phrase \
+        --questions squad:/work/runs/split/validation.json --limit 1000 --out /tmp/conf.json
 """
 
 from __future__ import annotations
@@ -74,21 +79,46 @@ def ece(conf: np.ndarray, label: np.ndarray, bins: int = 10) -> float:
     return float(total)
 
 
-def abstention(conf: np.ndarray, label: np.ndarray, t: float) -> dict[str, float]:
+def abstention(conf: np.ndarray, target: np.ndarray, t: float) -> dict[str, float]:
+    """Abstaining below ``t``: precision and recall against ``target`` (what should be
+    abstained on)."""
     abstain = conf < t
-    wrong = ~label
-    tp = float((abstain & wrong).sum())
+    tp = float((abstain & target).sum())
     return {
         "abstention_precision": round(tp / max(abstain.sum(), 1), 4),
-        "abstention_recall": round(tp / max(wrong.sum(), 1), 4),
+        "abstention_recall": round(tp / max(target.sum(), 1), 4),
         "answered": int((~abstain).sum()),
-        "answered_accuracy": round(float(label[~abstain].mean()) if (~abstain).any() else 0.0, 4),
     }
 
 
 def holds_answer(hit: Hit, answers: list[str]) -> bool:
     text = normalize_answer(hit.text)
     return any(normalize_answer(a) and normalize_answer(a) in text for a in answers)
+
+
+def with_share(rows: list[Any], share: float, seed: int) -> list[Any]:
+    """Every answerable row and a seeded sample of unanswerable ones, ``share`` of the whole."""
+    if not 0 <= share < 1:
+        raise SystemExit(f"--unanswerable-share must be in [0, 1), not {share}")
+    ans = [r for r in rows if r[3]]
+    un = [r for r in rows if not r[3]]
+    random.Random(seed).shuffle(un)
+    keep = min(len(un), round(share / (1 - share) * len(ans)))
+    return sorted(ans + un[:keep], key=lambda r: r[0])
+
+
+def measures(conf: np.ndarray, y: np.ndarray, unans: np.ndarray, t: float) -> dict[str, Any]:
+    return {
+        "examples": len(y),
+        "auroc": round(auroc(conf, y), 4),
+        "ece_10": round(ece(conf, y), 4),
+        "ece_10_answerable": round(ece(conf[~unans], y[~unans]), 4),
+        "em_answerable": round(float(y[~unans].mean()), 4),
+        "mean_confidence_answerable": round(float(conf[~unans].mean()), 4),
+        "threshold": round(t, 4),
+        **abstention(conf, unans, t),
+        "answerable_right_abstained": int(((conf < t) & y).sum()),
+    }
 
 
 def main() -> None:
@@ -100,6 +130,7 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=400)
     ap.add_argument("--depth", type=int, default=20, help="passages retrieved per question")
     ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument("--unanswerable-share", type=float, default=0.2)
     args = ap.parse_args()
     if any(f in args.questions.lower() for f in FORBIDDEN):
         raise SystemExit(f"{args.questions}: a test set; fit on held-out training data only")
@@ -136,29 +167,28 @@ def main() -> None:
                 ok = kind == "answerable" and exact_match(answer, q.answers) > 0
                 feats = answer_features(ranked, [h.score for h in hs])[0]
                 rows.append((b + j, feats, bool(ok), kind == "answerable"))
+    rows = with_share(rows, args.unanswerable_share, args.seed)
     x = np.stack([r[1] for r in rows])
     y = np.asarray([r[2] for r in rows])
+    unans = ~np.asarray([r[3] for r in rows])
     first = np.asarray([r[0] < len(qs) // 2 for r in rows])
     fp = reader_fingerprint(saved_model_dir(args.reader))
     half = fit_calibration(x[first], y[first], fp)
-    t_half, _ = best_threshold(half.probability(x[first]), y[first])
-    conf = half.probability(x[~first])
+    t_half, _ = best_threshold(half.probability(x[first]), unans[first])
     report: dict[str, Any] = {
         "reader": str(args.reader),
         "questions": args.questions,
         "index": str(args.index),
+        "read": {"passages": s.passages, "window": s.window, "weight": s.retriever_weight},
         "limit": len(qs),
         "examples": len(rows),
-        "fit_on_first_half_measured_on_second": {
-            "examples": int((~first).sum()),
-            "auroc": round(auroc(conf, y[~first]), 4),
-            "ece_10": round(ece(conf, y[~first]), 4),
-            "threshold": round(t_half, 4),
-            **abstention(conf, y[~first], t_half),
-        },
+        "unanswerable": int(unans.sum()),
+        "fit_on_first_half_measured_on_second": measures(
+            half.probability(x[~first]), y[~first], unans[~first], t_half
+        ),
     }
     cal = fit_calibration(x, y, fp)
-    threshold, f1 = best_threshold(cal.probability(x), y)
+    threshold, f1 = best_threshold(cal.probability(x), unans)
     cal = type(cal)(
         weights=cal.weights,
         bias=cal.bias,
@@ -170,19 +200,13 @@ def main() -> None:
             "questions": args.questions,
             "index": str(args.index),
             "examples": len(rows),
+            "unanswerable_share": args.unanswerable_share,
+            "read": report["read"],
             "seed": args.seed,
             "abstention_f1": round(f1, 4),
         },
     )
-    conf_all = cal.probability(x)
-    report["all"] = {
-        "auroc": round(auroc(conf_all, y), 4),
-        "ece_10": round(ece(conf_all, y), 4),
-        "threshold": round(threshold, 4),
-        "abstention_f1": round(f1, 4),
-        **abstention(conf_all, y, threshold),
-        "em_answerable": round(float(y[np.asarray([r[3] for r in rows])].mean()), 4),
-    }
+    report["all"] = measures(cal.probability(x), y, unans, threshold)
     report["weights"] = dict(zip(cal.features, cal.weights, strict=True))
     out = args.out or saved_model_dir(args.reader)
     report["written"] = str(cal.save(out))

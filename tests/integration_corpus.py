@@ -96,8 +96,10 @@ def user_meta(doc_id: str) -> dict[str, Any]:
 def check_hit(text: str, m: dict[str, Any], node_id: str | None) -> tuple[int, int]:
     """A returned passage ``text`` and its ``metadata`` ``m``: the text is the passage at
     ``start``/``end`` in its document, the span indexes the answer inside it, the id names
-    passage and span, the corpus metadata is there (flat, and whole under ``meta``), and all
-    of it is JSON.  The span (the whole text for passage hits)."""
+    document (the user's id; ``DOC_ID#START-END``, its offsets in the document, where a
+    result holds several hits of one document), the corpus metadata is there (flat, and
+    whole under ``meta``), the relevance is in [0, 1], and all of it is JSON.  The span (the
+    whole text for passage hits)."""
     doc_text = next(d["text"] for d in DOCS if d["id"] == m["doc_id"])
     assert text == doc_text[m["start"] : m["end"]]
     if m["span"] is not None:
@@ -106,7 +108,9 @@ def check_hit(text: str, m: dict[str, Any], node_id: str | None) -> tuple[int, i
     else:
         s, e = 0, len(text)
         assert m["answer"] == ""
-    assert node_id == f"{m['passage_id']}#{s}-{e}"
+    assert node_id in (m["doc_id"], f"{m['doc_id']}#{m['char_start']}-{m['char_end']}")
+    assert m["char_end"] - m["char_start"] == e - s
+    assert 0.0 <= m["relevance"] <= 1.0
     want = user_meta(m["doc_id"])
     assert {k: m[k] for k in want} == want
     assert m["meta"] == {**want, "start": m["start"], "end": m["end"]}
@@ -125,3 +129,28 @@ def brute_force(index_dir: Path, query: str, k: int, keep: Any) -> list[str]:
     idx = Index.load(index_dir)
     hits = idx.search([query], k=100)[0]
     return [h.passage_id for h in hits if keep(h.meta)][:k]
+
+
+#: Passages in :func:`deep_index`: more than the deepest search a retriever may ask for.
+DEEP = 1200
+
+
+def deep_index(factory: pytest.TempPathFactory) -> Path:
+    """A BM25 index of :data:`DEEP` one-passage documents, ``d0`` ... , each holding the
+    term "grain" a different number of times (so a search for it ranks every one)."""
+    root = factory.getbasetemp() / "integration-deep"
+    out = root / "bm25"
+    if not out.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        src = root / "docs.jsonl"
+        rows = [
+            {
+                "id": f"d{i}",
+                "title": f"D{i}",
+                "text": " ".join(["grain"] * (1 + i % 40) + [f"w{i}"]),
+            }
+            for i in range(DEEP)
+        ]
+        src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        Index.build(str(src), kind="bm25", out=out, progress=False)
+    return out

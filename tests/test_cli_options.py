@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 from anygrain import __version__
 from anygrain.cli.main import app
 from anygrain.corpus.splitters import SPLIT_FORMS, SplitKind
-from anygrain.dense import index as dense_mod
+from anygrain.dense import build as dense_build
+from anygrain.dense import opening as dense_opening
 from anygrain.models.biencoder import BiEncoder
 
 runner = CliRunner()
@@ -279,7 +280,8 @@ def test_dense_index_on_chinese_says_which_model(
         chosen.append(str(name))
         return tiny_biencoder(seed=1)  # only the choice is under test, not me5's vectors
 
-    monkeypatch.setattr(dense_mod, "as_biencoder", fake)
+    monkeypatch.setattr(dense_build, "as_biencoder", fake)
+    monkeypatch.setattr(dense_opening, "as_biencoder", fake)
     src = tmp_path / "zh.txt"
     src.write_text("北京是中国的首都。\n\n上海是中国最大的城市。\n", encoding="utf-8")
     r = runner.invoke(app, ["index", str(src), "--kind", "dense", "--out", str(tmp_path / "i")])

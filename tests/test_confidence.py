@@ -200,7 +200,7 @@ def test_server_mcp_and_langchain_carry_confidence(setup: tuple[Path, Path, Path
 
     async def go() -> tuple[object, object]:
         async with connect(server) as c:
-            args = {"query": Q, "k": 1, "unit": "answer"}
+            args = {"query": Q, "k": 1, "unit": "answer", "format": "full"}
             return (
                 await c.call_tool("search", args),
                 await c.call_tool("search", {**args, "min_confidence": 1}),

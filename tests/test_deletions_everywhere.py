@@ -180,7 +180,8 @@ def test_mcp_search_hides_a_deleted_document(built: dict[str, Path], tmp_path: P
 
             cm = create_connected_server_and_client_session(server._mcp_server)
         async with cm as c:
-            return await c.call_tool("search", {"query": QUERIES[0], "k": len(TEXTS)})
+            args = {"query": QUERIES[0], "k": len(TEXTS), "format": "full"}
+            return await c.call_tool("search", args)
 
     r = asyncio.run(go())
     hits = (r.structured_content if MCP_MAJOR >= 2 else r.structuredContent)["hits"]

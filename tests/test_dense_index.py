@@ -11,7 +11,8 @@ import pytest
 from dense_helpers import single_threaded, tiny_biencoder, tiny_tokenizer
 
 from anygrain.corpus.records import SourceDocument
-from anygrain.dense import index as dense_mod
+from anygrain.dense import build as dense_build
+from anygrain.dense import opening as dense_opening
 from anygrain.dense.index import DenseIndex, DenseSettings, write_dense_index
 from anygrain.dense.onnx import OnnxTextEncoder
 from anygrain.errors import AnygrainError, IndexMismatchError
@@ -149,7 +150,7 @@ def test_ivf_factory_and_nprobe(tmp_path: Path, model: BiEncoder) -> None:
 def test_impossible_factory_fails_before_encoding(
     tmp_path: Path, model: BiEncoder, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(dense_mod, "encode_corpus", lambda *a, **k: pytest.fail("encoded anyway"))
+    monkeypatch.setattr(dense_build, "encode_corpus", lambda *a, **k: pytest.fail("encoded anyway"))
     with pytest.raises(AnygrainError, match="needs at least 64 training vectors"):
         Index.build(
             _docs(),
@@ -164,7 +165,7 @@ def test_impossible_factory_fails_before_encoding(
 
 def test_interrupted_build_resumes(tmp_path: Path, model: BiEncoder, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "idx"
-    real = dense_mod.encode_corpus
+    real = dense_build.encode_corpus
 
     def interrupted(*a, **kw):  # type: ignore[no-untyped-def]
         def stop(i: int, n: int) -> None:
@@ -173,13 +174,13 @@ def test_interrupted_build_resumes(tmp_path: Path, model: BiEncoder, monkeypatch
 
         return real(*a, **kw, on_shard=stop)
 
-    monkeypatch.setattr(dense_mod, "encode_corpus", interrupted)
+    monkeypatch.setattr(dense_build, "encode_corpus", interrupted)
     with pytest.raises(KeyboardInterrupt):
         DenseIndex.build_from(_docs(), out, model=model, shard_size=3, progress=False)
     assert not out.exists()
     partial = out.with_name(".idx.vectors.partial")
     assert len(list(partial.glob("vectors-*.npy"))) == 2
-    monkeypatch.setattr(dense_mod, "encode_corpus", real)
+    monkeypatch.setattr(dense_build, "encode_corpus", real)
     calls: list[int] = []
     orig = model.passage.encode
     monkeypatch.setattr(
@@ -240,10 +241,11 @@ def test_default_model_follows_the_corpus_language(
         asked.append(str(name))
         return model  # stands in for the real encoder: only the choice is under test
 
-    monkeypatch.setattr(dense_mod, "as_biencoder", fake)
+    monkeypatch.setattr(dense_build, "as_biencoder", fake)
+    monkeypatch.setattr(dense_opening, "as_biencoder", fake)
     # questions on torch: a graph cached for the fake under me5-small's files would open the
     # hybrid's dense part without asking for the model again
-    monkeypatch.setattr(dense_mod, "wants_onnx", lambda *a: False)
+    monkeypatch.setattr("anygrain.encode.runtime.onnxruntime_installed", lambda: False)
 
     def name_of(idx: Index) -> str:
         dense = idx.dense if kind == "hybrid" else idx  # type: ignore[attr-defined]

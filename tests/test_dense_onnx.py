@@ -20,7 +20,7 @@ import torch
 from dense_helpers import single_threaded, tiny_biencoder, tiny_tokenizer
 
 from anygrain.corpus.records import SourceDocument
-from anygrain.dense import index as dense_mod
+from anygrain.dense import opening as dense_opening
 from anygrain.dense.index import DenseIndex
 from anygrain.dense.onnx import (
     BIENCODER_CONFIG,
@@ -216,8 +216,10 @@ def test_a_cached_graph_opens_without_loading_the_model(
     exported again."""
     _load(index_dir, "onnx")  # exports (if needed) and records the index's copy
     loads: list[object] = []
-    real = dense_mod.open_model
-    monkeypatch.setattr(dense_mod, "open_model", lambda *a, **k: loads.append(a) or real(*a, **k))
+    real = dense_opening.open_model
+    monkeypatch.setattr(
+        dense_opening, "open_model", lambda *a, **k: loads.append(a) or real(*a, **k)
+    )
     cached = _load(index_dir, "auto")
     assert loads == [] and cached._model is None and cached.runtime is Runtime.ONNX
     t = _load(index_dir, "torch")

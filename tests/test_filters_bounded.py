@@ -206,7 +206,7 @@ def test_every_stdio_request_gets_an_answer(index: Index) -> None:
             r = answer()
             assert r["id"] == i and r["result"]["isError"] is True
             one_line(r["result"]["content"][0]["text"], DEEP)
-        send(call(9, f'{{"query": {q}, "k": 1}}'))
+        send(call(9, f'{{"query": {q}, "k": 1, "format": "full"}}'))
         r = answer()
         assert r["id"] == 9 and not r["result"].get("isError")
         assert r["result"]["structuredContent"]["hits"][0]["doc_id"] == "d0"

@@ -84,7 +84,8 @@ def test_mcp_search_filter(index: Index) -> None:
         async with cm as c:
             tools = await c.list_tools()
             good = await c.call_tool(
-                "search", {"query": QUESTION, "k": 2, "filter": {"year": {"$gte": 2003}}}
+                "search",
+                {"query": QUESTION, "k": 2, "filter": {"year": {"$gte": 2003}}, "format": "full"},
             )
             bad = await c.call_tool("search", {"query": QUESTION, "filter": {"year": {"$x": 1}}})
             return tools, good, bad

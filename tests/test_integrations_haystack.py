@@ -30,7 +30,9 @@ from integration_corpus import (  # noqa: E402
     bm25_index,
     brute_force,
     check_hit,
+    deep_index,
     phrase_index,
+    user_meta,
 )
 
 from anygrain import Index  # noqa: E402
@@ -42,7 +44,7 @@ from anygrain.integrations.haystack import (  # noqa: E402
     hit_document,
 )
 
-MODULE = "anygrain.integrations.haystack"
+MODULE = "haystack_integrations.components.retrievers.anygrain"
 TEMPLATE = (
     "Answer from these passages, citing them as [n].\n"
     "{% for d in documents %}[{{ loop.index }}] {{ d.content }} "
@@ -75,9 +77,8 @@ def check_answer(a: ExtractedAnswer, query: str) -> None:
 
 
 def loads(yaml: str) -> Pipeline:
-    """Haystack 3 loads classes only from modules on its allowlist; 2.x has none."""
-    if "allowed_modules" in inspect.signature(Pipeline.loads).parameters:
-        return Pipeline.loads(yaml, allowed_modules=[MODULE])
+    """Haystack 3 loads classes only from modules on its allowlist, whose default takes
+    ``haystack_integrations``: no ``allowed_modules`` given."""
     return Pipeline.loads(yaml)
 
 
@@ -148,6 +149,7 @@ def test_to_dict_from_dict_and_an_index_object(index_dir: Path) -> None:
             "reader": None,
             "read": None,
             "filters": None,
+            "score_threshold": None,
         },
     }
     again = AnygrainRetriever.from_dict(data)
@@ -219,7 +221,7 @@ def test_an_answer_hit_has_its_sentence_as_context() -> None:
     )
     d = hit_document(hit, 1)
     a = hit_answer(hit, "Who created Python?", d)
-    assert a is not None and a.data == "Guido van Rossum" and d.id == "python_0#52-68"
+    assert a is not None and a.data == "Guido van Rossum" and d.id == "python"
     check_answer(a, "Who created Python?")
     assert a.context == text[34:96] and a.context_offset is not None
     assert a.context[a.context_offset.start : a.context_offset.end] == a.data
@@ -282,3 +284,94 @@ def test_filters_return_exactly_the_matching_top_k(index_dir: Path) -> None:
         AnygrainRetriever(
             str(index_dir), filters={"field": "content", "operator": "==", "value": "x"}
         )
+
+
+# --- Haystack's integrations namespace, fusion, thresholds, depth ---------------------------
+def test_the_integrations_namespace_path_and_the_default_allowlist(index_dir: Path) -> None:
+    """``haystack_integrations.components.retrievers.anygrain`` is the component, and a
+    pipeline naming it loads with Haystack's default allowlist (no ``allowed_modules``)."""
+    from haystack_integrations.components.retrievers.anygrain import (
+        AnygrainRetriever as Namespaced,
+    )
+
+    assert Namespaced is AnygrainRetriever
+    yaml = (
+        "components:\n"
+        "  retriever:\n"
+        "    init_parameters:\n"
+        f"      index: {index_dir}\n"
+        "      top_k: 2\n"
+        f"    type: {MODULE}.AnygrainRetriever\n"
+        "connections: []\n"
+    )
+    pipe = Pipeline.loads(yaml)
+    docs = pipe.run({"retriever": {"query": QUESTIONS[0]}})["retriever"]["documents"]
+    assert docs[0].id == "python" and len(docs) <= 2
+    # a pipeline saved under the module that defines it loads too, where it is allowed
+    old = yaml.replace(MODULE, "anygrain.integrations.haystack")
+    if "allowed_modules" in inspect.signature(Pipeline.loads).parameters:
+        again = Pipeline.loads(old, allowed_modules=["anygrain.integrations.haystack"])
+    else:  # pragma: no cover - haystack-ai 2.x
+        again = Pipeline.loads(old)
+    assert isinstance(again.get_component("retriever"), AnygrainRetriever)
+
+
+def test_fused_with_haystacks_bm25_no_document_comes_twice(index_dir: Path) -> None:
+    from haystack.components.joiners import DocumentJoiner
+    from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+    from haystack.document_stores.in_memory import InMemoryDocumentStore
+
+    store = InMemoryDocumentStore()
+    store.write_documents(
+        [Document(id=d["id"], content=d["text"], meta=user_meta(d["id"])) for d in DOCS]
+    )
+    for mode in ("concatenate", "reciprocal_rank_fusion", "distribution_based_rank_fusion"):
+        pipe = Pipeline()
+        pipe.add_component("ours", AnygrainRetriever(str(index_dir), top_k=4))
+        pipe.add_component("theirs", InMemoryBM25Retriever(store, top_k=4))
+        pipe.add_component("joiner", DocumentJoiner(join_mode=mode))
+        pipe.connect("ours.documents", "joiner.documents")
+        pipe.connect("theirs.documents", "joiner.documents")
+        for q in [*QUESTIONS, ALL_FOUR]:
+            out = pipe.run({"ours": {"query": q}, "theirs": {"query": q}})
+            docs = out["joiner"]["documents"]
+            assert docs
+            duplicates = len(docs) - len({d.content for d in docs})
+            assert duplicates == 0, (mode, q, [d.id for d in docs])
+            assert {d.id for d in docs} <= {d["id"] for d in DOCS}
+
+
+def test_relevance_and_score_threshold(index_dir: Path) -> None:
+    from anygrain.hits.hit import score_relevance
+
+    docs = AnygrainRetriever(str(index_dir), top_k=4).run(ALL_FOUR)["documents"]
+    rel = [d.meta["relevance"] for d in docs]
+    assert len(rel) == 4 and rel == sorted(rel, reverse=True)
+    assert rel == [score_relevance(d.score) for d in docs]
+    cut = (rel[2] + rel[3]) / 2
+    r = AnygrainRetriever(str(index_dir), top_k=4, score_threshold=cut)
+    assert [d.id for d in r.run(ALL_FOUR)["documents"]] == [d.id for d in docs[:3]]
+    assert AnygrainRetriever.from_dict(r.to_dict()).score_threshold == cut
+    run_cut = (rel[0] + rel[1]) / 2
+    assert (
+        len(
+            AnygrainRetriever(str(index_dir), top_k=4).run(ALL_FOUR, score_threshold=run_cut)[
+                "documents"
+            ]
+        )
+        == 1
+    )
+    with pytest.raises(ValueError, match="score_threshold"):
+        AnygrainRetriever(str(index_dir), score_threshold=7)
+
+
+def test_top_k_1000_returns_1000_ranked_documents(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    docs = AnygrainRetriever(str(deep_index(tmp_path_factory)), top_k=1000).run("grain")
+    got = docs["documents"]
+    assert len(got) == 1000 and len({d.id for d in got}) == 1000
+    assert [d.meta["rank"] for d in got] == list(range(1, 1001))
+    assert [d.score for d in got] == sorted((d.score for d in got), reverse=True)
+    with pytest.raises(ValueError, match="k must be"):
+        AnygrainRetriever(str(deep_index(tmp_path_factory)), top_k=1001)

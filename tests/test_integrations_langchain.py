@@ -23,7 +23,11 @@ from langchain_core.documents import Document  # noqa: E402
 from langchain_core.retrievers import BaseRetriever  # noqa: E402
 
 from anygrain import Index  # noqa: E402
-from anygrain.integrations.langchain import AnygrainRetriever, hit_document  # noqa: E402
+from anygrain.integrations.langchain import (  # noqa: E402
+    AnygrainRetriever,
+    hit_document,
+    hit_documents,
+)
 
 
 def _build(root: Path) -> Path:
@@ -59,7 +63,8 @@ def check_document(doc: Document) -> None:
     else:
         s, e = 0, len(text)
         assert m["answer"] == ""
-    assert doc.id == f"{m['passage_id']}#{s}-{e}"
+    assert doc.id in (m["doc_id"], f"{m['doc_id']}#{m['char_start']}-{m['char_end']}")
+    assert 0.0 <= m["relevance"] <= 1.0
     want = user_meta(m["doc_id"])
     assert {k: m[k] for k in want} == want
     assert m["meta"] == {**want, "start": m["start"], "end": m["end"]}
@@ -185,12 +190,17 @@ def test_phrase_and_sentence_spans(tmp_path_factory: pytest.TempPathFactory) -> 
         assert r.invoke(QUESTIONS[0], unit="passage")[0].metadata["span"] is None
 
 
-def test_hit_document_keeps_two_spans_of_one_passage_apart(index_dir: Path) -> None:
+def test_hit_documents_keep_two_spans_of_one_document_apart() -> None:
+    """Ids are the user's document ids; two hits of one document in one result are told
+    apart by their offsets in it."""
     from anygrain.hits.hit import Hit, Unit
 
     text = DOCS[0]["text"]
-    a = Hit(Unit.PHRASE, 1.0, 0, "python_0", "python", "Python", text, span=(0, 6))
-    b = Hit(Unit.PHRASE, 0.5, 0, "python_0", "python", "Python", text, span=(52, 68))
-    da, db = hit_document(a, 1), hit_document(b, 2)
-    assert da.id == "python_0#0-6" and db.id == "python_0#52-68"
+    meta = {"start": 0, "end": len(text)}
+    a = Hit(Unit.PHRASE, 1.0, 0, "python_0", "python", "Python", text, span=(0, 6), meta=meta)
+    b = Hit(Unit.PHRASE, 0.5, 0, "python_0", "python", "Python", text, span=(52, 68), meta=meta)
+    w = Hit(Unit.PHRASE, 0.2, 1, "wall_0", "wall", "Great Wall", DOCS[1]["text"], span=(4, 14))
+    da, db, dw = hit_documents([a, b, w])
+    assert (da.id, db.id, dw.id) == ("python#0-6", "python#52-68", "wall")
     assert da.metadata["answer"] == "Python" and db.metadata["answer"] == text[52:68]
+    assert hit_document(a).id == "python"

@@ -24,7 +24,9 @@ from integration_corpus import (  # noqa: E402
     bm25_index,
     brute_force,
     check_hit,
+    deep_index,
     phrase_index,
+    user_meta,
 )
 from llama_index.core.base.base_retriever import BaseRetriever  # noqa: E402
 from llama_index.core.llms import MockLLM  # noqa: E402
@@ -38,7 +40,12 @@ from llama_index.core.vector_stores.types import (  # noqa: E402
 )
 
 from anygrain import Index  # noqa: E402
-from anygrain.integrations.llamaindex import HIDDEN, AnygrainRetriever, hit_node  # noqa: E402
+from anygrain.integrations.llamaindex import (  # noqa: E402
+    HIDDEN,
+    AnygrainRetriever,
+    hit_node,
+    hit_nodes,
+)
 
 
 @pytest.fixture(scope="module")
@@ -150,8 +157,10 @@ def test_two_spans_of_one_passage_are_two_nodes() -> None:
     meta = {"author": "Guido", "start": 0, "end": len(text)}
     a = Hit(Unit.PHRASE, 1.0, 0, "python_0", "python", "Python", text, span=(0, 6), meta=meta)
     b = Hit(Unit.PHRASE, 0.5, 0, "python_0", "python", "Python", text, span=(52, 68), meta=meta)
-    na, nb = hit_node(a, 1), hit_node(b, 2)
-    assert na.node.node_id == "python_0#0-6" and nb.node.node_id == "python_0#52-68"
+    na, nb = hit_nodes([a, b])
+    assert na.node.node_id == "python#0-6" and nb.node.node_id == "python#52-68"
+    assert na.node.ref_doc_id == nb.node.ref_doc_id == "python"
+    assert hit_node(a).node.node_id == "python"  # alone in its result: the user's id
     assert na.node.metadata["answer"] == "Python"
     assert nb.node.metadata["answer"] == "Guido van Rossum" == text[52:68]
 
@@ -196,3 +205,93 @@ def test_a_filter_returns_exactly_the_matching_top_k(index_dir: Path) -> None:
         )
     with pytest.raises(ValueError, match="unknown operator"):
         AnygrainRetriever(str(index_dir), filter={"year": {"$regex": "19"}})
+
+
+# --- beside LlamaIndex's own retrievers, thresholds, depth, persistence --------------------
+def user_nodes() -> list[TextNode]:
+    """The corpus as a LlamaIndex user holds it: one node per record, with its id."""
+    return [TextNode(id_=d["id"], text=d["text"], metadata=user_meta(d["id"])) for d in DOCS]
+
+
+def test_fused_with_llamaindexs_bm25_no_node_comes_twice(index_dir: Path) -> None:
+    bm25 = pytest.importorskip(
+        "llama_index.retrievers.bm25", reason="llama-index-retrievers-bm25 is not installed"
+    )
+    from llama_index.core.retrievers import QueryFusionRetriever
+
+    theirs = bm25.BM25Retriever.from_defaults(nodes=user_nodes(), similarity_top_k=4)
+    ours = AnygrainRetriever(str(index_dir), k=4)
+    for mode in ("reciprocal_rerank", "relative_score", "simple"):
+        fused = QueryFusionRetriever(
+            [ours, theirs],
+            llm=MockLLM(),
+            mode=mode,
+            num_queries=1,  # the query as given: no LLM rewrites
+            use_async=False,
+            similarity_top_k=8,
+        )
+        for q in [*QUESTIONS, ALL_FOUR]:
+            nodes = fused.retrieve(q)
+            assert nodes
+            texts = [n.node.get_content() for n in nodes]
+            assert len(set(texts)) == len(texts), (mode, q)
+            ids = [n.node.node_id for n in nodes]
+            assert len(set(ids)) == len(ids) and set(ids) <= {d["id"] for d in DOCS}
+    # the same passage from both: one node id, one hash
+    a, b = ours.retrieve(QUESTIONS[0])[0].node, theirs.retrieve(QUESTIONS[0])[0].node
+    assert a.node_id == b.node_id == "python" and a.hash == b.hash
+
+
+def test_relevance_and_score_threshold(index_dir: Path) -> None:
+    from anygrain.hits.hit import score_relevance
+
+    nodes = AnygrainRetriever(str(index_dir), k=4).retrieve(ALL_FOUR)
+    rel = [n.node.metadata["relevance"] for n in nodes]
+    assert len(rel) == 4 and rel == sorted(rel, reverse=True)
+    assert rel == [score_relevance(n.score or 0.0) for n in nodes]
+    assert all(0.0 <= x <= 1.0 for x in rel)
+    cut = (rel[0] + rel[1]) / 2
+    kept = AnygrainRetriever(str(index_dir), k=4, score_threshold=cut).retrieve(ALL_FOUR)
+    assert [n.node.node_id for n in kept] == [nodes[0].node.node_id]
+    for bad in (-1, 1.01):
+        with pytest.raises(ValueError, match="score_threshold"):
+            AnygrainRetriever(str(index_dir), score_threshold=bad)
+
+
+def test_similarity_top_k_is_k(index_dir: Path) -> None:
+    r = AnygrainRetriever(str(index_dir), similarity_top_k=2)
+    assert r.k == r.similarity_top_k == 2 and len(r.retrieve(ALL_FOUR)) == 2
+    r.similarity_top_k = 3
+    assert r.k == 3 and len(r.retrieve(ALL_FOUR)) == 3
+    assert AnygrainRetriever(str(index_dir)).k == 4
+    with pytest.raises(ValueError, match="differ"):
+        AnygrainRetriever(str(index_dir), k=2, similarity_top_k=3)
+    with pytest.raises(ValueError, match="k must be"):
+        AnygrainRetriever(str(index_dir), similarity_top_k=1001)
+
+
+def test_k_1000_returns_1000_ranked_nodes(tmp_path_factory: pytest.TempPathFactory) -> None:
+    nodes = AnygrainRetriever(str(deep_index(tmp_path_factory)), k=1000).retrieve("grain")
+    assert len(nodes) == 1000 and len({n.node.node_id for n in nodes}) == 1000
+    assert [n.node.metadata["rank"] for n in nodes] == list(range(1, 1001))
+    scores = [n.score for n in nodes]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_persist_and_from_persist_dir(tmp_path: Path) -> None:
+    """A retriever over a temporary index persists the index and its settings, and opens
+    again from them after the temporary directory is gone."""
+    texts = [d["text"] for d in DOCS]
+    idx = Index.from_texts(texts, [user_meta(d["id"]) for d in DOCS], [d["id"] for d in DOCS])
+    r = AnygrainRetriever(idx, similarity_top_k=2, filter={"year": {"$gte": 1000}})
+    want = [(n.node.node_id, n.score) for n in r.retrieve(ALL_FOUR)]
+    r.persist(tmp_path / "saved")
+    idx.close()  # the temporary index is removed
+    again = AnygrainRetriever.from_persist_dir(tmp_path / "saved")
+    assert again.k == 2 and again.filter == {"year": {"$gte": 1000}}
+    assert [(n.node.node_id, n.score) for n in again.retrieve(ALL_FOUR)] == want
+    assert AnygrainRetriever.from_persist_dir(tmp_path / "saved", similarity_top_k=1).k == 1
+    with pytest.raises(FileExistsError):
+        again.persist(tmp_path / "saved")
+    with pytest.raises(FileNotFoundError, match="anygrain_retriever.json"):
+        AnygrainRetriever.from_persist_dir(tmp_path)

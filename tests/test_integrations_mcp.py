@@ -1,7 +1,8 @@
 """The MCP server (``anygrain mcp``): the official SDK's in-process client over a small
-BM25 index (tool schemas, structured output with the REST API's models, bad input answered
-as a tool error), concurrent calls, and one stdio round trip with ``anygrain mcp`` started
-as a subprocess."""
+BM25 index and a tiny phrase index (tool schemas, read-only hints and titles, the unit
+enum, the compact and full search responses with the REST API's model, documents, the
+filter fields ``info`` lists, bad input answered as a one-line tool error), concurrent
+calls, and one stdio round trip with ``anygrain mcp`` started as a subprocess."""
 
 from __future__ import annotations
 
@@ -21,7 +22,15 @@ mcp = pytest.importorskip("mcp", reason="the MCP server needs the mcp SDK (the m
 
 from anygrain import Index  # noqa: E402
 from anygrain.integrations.mcp import MCP_MAJOR, create_server  # noqa: E402
-from anygrain.serve.schemas import HitOut, InfoResponse, PassageOut, SearchResponse  # noqa: E402
+from anygrain.serve.schemas import (  # noqa: E402
+    DocumentOut,
+    HitOut,
+    InfoResponse,
+    PassageHits,
+    PassageOut,
+    SearchResponse,
+    SpanOut,
+)
 from anygrain.serve.service import MAX_K  # noqa: E402
 
 DOCS = [
@@ -94,33 +103,115 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-def test_the_tools_and_their_schemas(server: Any) -> None:
+def _nulls(value: Any) -> bool:
+    """Whether a JSON value holds a null outside metadata."""
+    if isinstance(value, dict):
+        return any(v is None or (k != "meta" and _nulls(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return any(v is None or _nulls(v) for v in value)
+    return False
+
+
+@pytest.fixture(scope="module")
+def phrase_server(squad: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A tiny phrase index of the SQuAD-format fixture (a random model: what is checked is
+    the response's shape, not its answers), served."""
+    pytest.importorskip("torch", reason="the tiny phrase model needs torch")
+    from test_phrase_helpers import make_tiny_phrase_model
+
+    model = make_tiny_phrase_model(tmp_path_factory)
+    out = tmp_path_factory.mktemp("mcp-phrase") / "phrase"
+    idx = Index.build(f"squad:{squad}", kind="phrase", out=out, model=str(model), progress=False)
+    return create_server(idx.path, warm_up=False)
+
+
+def list_tools(server: Any) -> dict[str, Any]:
     async def go() -> list[Any]:
         async with connect(server) as c:
             return list((await c.list_tools()).tools)
 
-    tools = {t.name: t for t in run(go())}
-    assert set(tools) == {"search", "get_passage", "info"}
+    return {t.name: t for t in run(go())}
+
+
+def call(server: Any, tool: str, args: dict[str, Any]) -> Any:
+    async def go() -> Any:
+        async with connect(server) as c:
+            return await c.call_tool(tool, args)
+
+    return run(go())
+
+
+def test_the_tools_and_their_schemas(server: Any) -> None:
+    tools = list_tools(server)
+    assert set(tools) == {"search", "get_passage", "get_document", "info"}
     search = _schema(tools["search"], "input")
-    assert set(search["properties"]) == {"query", "k", "unit", "filter", "min_confidence"}
+    assert set(search["properties"]) == {
+        "query",
+        "k",
+        "unit",
+        "filter",
+        "min_confidence",
+        "format",
+    }
     assert search["required"] == ["query"]
     assert search["properties"]["k"]["maximum"] == MAX_K
     assert search["properties"]["k"]["minimum"] == 1
+    assert search["properties"]["format"]["enum"] == ["compact", "full"]
+    assert search["properties"]["format"]["default"] == "compact"
     assert _schema(tools["get_passage"], "input")["required"] == ["id"]
+    assert _schema(tools["get_document"], "input")["required"] == ["id"]
     # the output schemas are the REST API's models (one definition for both)
     out = _schema(tools["search"], "output")
     assert set(out["properties"]) == set(SearchResponse.model_fields)
     assert set(out["$defs"]["HitOut"]["properties"]) == set(HitOut.model_fields)
+    assert set(out["$defs"]["PassageHits"]["properties"]) == set(PassageHits.model_fields)
+    assert set(out["$defs"]["SpanOut"]["properties"]) == set(SpanOut.model_fields)
     assert set(_schema(tools["get_passage"], "output")["properties"]) == set(
         PassageOut.model_fields
     )
+    assert set(_schema(tools["get_document"], "output")["properties"]) == set(
+        DocumentOut.model_fields
+    )
     assert set(_schema(tools["info"], "output")["properties"]) == set(InfoResponse.model_fields)
+
+
+def test_k_is_bounded_by_the_servers_max_k(index: Index) -> None:
+    from anygrain.serve.service import SearchService
+
+    small = create_server(SearchService.load(index.path, max_k=5), warm_up=False)
+    k = _schema(list_tools(small)["search"], "input")["properties"]["k"]
+    assert k["maximum"] == 5 and k["default"] == 5
+    r = call(small, "search", {"query": "python", "k": 6})
+    assert _is_error(r) and "k: Input should be less than or equal to 5" in r.content[0].text
+
+
+def test_every_tool_is_read_only_and_titled(server: Any) -> None:
+    for tool in list_tools(server).values():
+        hints = tool.annotations
+        assert tool.title and hints is not None and hints.title == tool.title
+        if MCP_MAJOR >= 2:
+            assert hints.read_only_hint is True and hints.open_world_hint is False
+        else:
+            assert hints.readOnlyHint is True and hints.openWorldHint is False
+
+
+def test_unit_is_an_enum_of_the_index_units(server: Any, phrase_server: Any) -> None:
+    for s in (server, phrase_server):
+        units = s.anygrain_service.info()["units"]
+        unit = _schema(list_tools(s)["search"], "input")["properties"]["unit"]
+        assert unit["enum"] == units and unit["type"] == "string"
+        assert unit["default"] == s.anygrain_service.info()["default_unit"]
+    assert (
+        "phrase" not in _schema(list_tools(server)["search"], "input")["properties"]["unit"]["enum"]
+    )
+    phrase_units = phrase_server.anygrain_service.info()["units"]
+    assert {"phrase", "sentence", "passage", "document"} <= set(phrase_units)
 
 
 def test_search_returns_the_rest_schema_with_spans_and_metadata(server: Any, index: Index) -> None:
     async def go() -> Any:
         async with connect(server) as c:
-            return await c.call_tool("search", {"query": QUESTIONS[0], "k": 2})
+            return await c.call_tool("search", {"query": QUESTIONS[0], "k": 2, "format": "full"})
 
     r = run(go())
     assert not _is_error(r)
@@ -133,6 +224,75 @@ def test_search_returns_the_rest_schema_with_spans_and_metadata(server: Any, ind
     assert top.meta == {"author": "Guido", "year": 1991, "start": 0, "end": len(DOCS[0]["text"])}
     # the text content carries the same JSON (clients without structured output read it)
     assert json.loads(r.content[0].text) == _structured(r)
+    assert body.passages is None and "passages" not in _structured(r)
+
+
+def test_compact_search_returns_each_passage_once_with_its_hits(phrase_server: Any) -> None:
+    """The default: each passage's text once, its hits under it (rank, score, the span
+    inside that text, its answer), the same hits as the full form, in less text."""
+
+    async def go() -> tuple[Any, Any]:
+        async with connect(phrase_server) as c:
+            args = {"query": "Who created Python?", "k": 10, "unit": "phrase"}
+            return (
+                await c.call_tool("search", args),
+                await c.call_tool("search", {**args, "format": "full"}),
+            )
+
+    compact, full = run(go())
+    assert not _is_error(compact) and not _is_error(full)
+    body = SearchResponse(**_structured(compact))
+    assert body.hits == [] and body.passages and "hits" not in _structured(compact)
+    ids = [p.passage_id for p in body.passages]
+    assert len(ids) == len(set(ids))  # each passage once
+    spans = sorted(((h, p) for p in body.passages for h in p.hits), key=lambda x: x[0].rank)
+    assert [h.rank for h, _ in spans] == list(range(1, len(spans) + 1))
+    hits = SearchResponse(**_structured(full)).hits
+    assert len(hits) == len(spans) == 10 and len(ids) < len(hits)  # some passage has two
+    for (h, p), whole in zip(spans, hits, strict=True):
+        assert p.passage_id == whole.passage_id and p.text == whole.text
+        assert h.span == whole.span and h.answer == p.text[h.span[0] : h.span[1]]
+        assert h.answer == whole.answer and h.score == pytest.approx(whole.score, rel=1e-4)
+        assert p.meta == whole.meta and p.title == whole.title and p.doc_id == whole.doc_id
+    # passages come in the order of their best hit
+    assert [p.hits[0].rank for p in body.passages] == sorted(p.hits[0].rank for p in body.passages)
+    # no nulls, no repeats: the text a model reads is the structured content, compactly
+    text = compact.content[0].text
+    assert json.loads(text) == _structured(compact) and not _nulls(_structured(compact))
+    if MCP_MAJOR >= 2:  # mcp 1.x indents the text itself
+        assert "\n" not in text
+    unique = sum(len(p.text) for p in body.passages)
+    assert len(text) < len(full.content[0].text) / 2 and len(text) < 2 * unique + 1500
+
+
+def test_the_full_form_on_request_is_the_rest_response(server: Any, index: Index) -> None:
+    r = call(server, "search", {"query": QUESTIONS[1], "k": 3, "format": "full"})
+    body = SearchResponse(**_structured(r))
+    want = index.search(QUESTIONS[1:2], k=3)[0]
+    assert [h.passage_id for h in body.hits] == [h.passage_id for h in want]
+    assert all(h.before + h.answer + h.after == h.text for h in body.hits)
+    # the compact form of the same search: the same passages, ranks and scores
+    compact = SearchResponse(**_structured(call(server, "search", {"query": QUESTIONS[1], "k": 3})))
+    assert compact.passages is not None
+    got = sorted((s.rank, p.passage_id, s.score) for p in compact.passages for s in p.hits)
+    assert [g[:2] for g in got] == [(h.rank, h.passage_id) for h in body.hits]
+    assert [g[2] for g in got] == pytest.approx([h.score for h in body.hits], rel=1e-4)
+
+
+def test_compact_answers_keep_their_confidence(server: Any) -> None:
+    """Unit answer (the shipped reader over the BM25 index): each answer's span and
+    calibrated confidence (to 3 significant digits) under its passage."""
+    args = {"query": QUESTIONS[0], "k": 3, "unit": "answer"}
+    r = call(server, "search", args)
+    assert not _is_error(r), r.content[0].text
+    body = SearchResponse(**_structured(r))
+    assert body.unit == "answer" and body.passages
+    whole = SearchResponse(**_structured(call(server, "search", {**args, "format": "full"})))
+    spans = sorted(((h, p) for p in body.passages for h in p.hits), key=lambda x: x[0].rank)
+    assert len(spans) == len(whole.hits)
+    for (h, p), w in zip(spans, whole.hits, strict=True):
+        assert h.span is not None and h.answer == p.text[h.span[0] : h.span[1]] == w.answer
+        assert w.confidence is not None and h.confidence == float(f"{w.confidence:.3g}")
 
 
 def test_get_passage_and_info(server: Any, index: Index) -> None:
@@ -153,6 +313,86 @@ def test_get_passage_and_info(server: Any, index: Index) -> None:
     assert info.kind == "bm25" and info.index == index.path.name and "passage" in info.units
 
 
+def test_info_lists_the_fields_a_filter_may_name(server: Any) -> None:
+    info = InfoResponse(**_structured(call(server, "info", {})))
+    assert info.filter_fields is not None
+    fields = {f.field: f for f in info.filter_fields}
+    assert list(fields)[:3] == ["doc_id", "title", "passage_id"]
+    assert set(fields["doc_id"].examples) <= {d["id"] for d in DOCS}
+    assert len(fields["doc_id"].examples) == 3  # a few values: at most three
+    assert fields["author"].types == ["string"] and fields["author"].examples == ["Guido"]
+    assert fields["year"].types == ["integer"] and fields["year"].examples == [1991]
+    assert fields["tags"].types == ["array"] and fields["tags"].examples == ["history", "china"]
+    assert {"start", "end"} <= set(fields)
+    # what it lists filters: a field and one of its values
+    r = call(server, "search", {"query": "wall", "filter": {"tags": "china"}, "format": "full"})
+    assert {h["doc_id"] for h in _structured(r)["hits"]} == {"wall"}
+
+
+@pytest.fixture(scope="module")
+def book_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A document cut into six passages (one per paragraph), and a short one."""
+    root = tmp_path_factory.mktemp("mcp-book")
+    chapters = [
+        f"Chapter {i} tells of the river town number {i} and its bridges." for i in range(6)
+    ]
+    docs = [
+        {"id": "book", "title": "Rivers", "text": "\n\n".join(chapters), "lang": "en"},
+        {"id": "note", "title": "Note", "text": "A short note on bridges."},
+    ]
+    (root / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    idx = Index.build(
+        str(root / "docs.jsonl"), kind="bm25", out=root / "bm25", split="paragraph", progress=False
+    )
+    server = create_server(idx.path, warm_up=False)
+    setattr(server, "chapters", chapters)  # noqa: B010
+    return server
+
+
+def test_get_document_returns_its_passages_in_order(book_server: Any) -> None:
+    chapters = book_server.chapters
+    whole = DocumentOut(**_structured(call(book_server, "get_document", {"id": "book"})))
+    assert whole.doc_id == "book" and whole.title == "Rivers" and whole.n_passages == 6
+    assert [p.text for p in whole.passages] == chapters and whole.next_offset is None
+    assert whole.meta == {"lang": "en"} and all(p.meta is None for p in whole.passages)
+    assert all(p.start is not None and p.end is not None for p in whole.passages)
+    # a size cap: whole passages up to max_chars, and where to go on
+    two = len(chapters[0]) + len(chapters[1])
+    part = DocumentOut(
+        **_structured(call(book_server, "get_document", {"id": "book", "max_chars": two}))
+    )
+    assert [p.text for p in part.passages] == chapters[:2] and part.next_offset == 2
+    rest = DocumentOut(
+        **_structured(call(book_server, "get_document", {"id": "book", "offset": 2}))
+    )
+    assert rest.offset == 2 and [p.text for p in rest.passages] == chapters[2:]
+    # the first passage comes whole, however small the cap
+    one = DocumentOut(
+        **_structured(call(book_server, "get_document", {"id": "book", "max_chars": 1}))
+    )
+    assert [p.text for p in one.passages] == chapters[:1] and one.next_offset == 1
+    note = DocumentOut(**_structured(call(book_server, "get_document", {"id": "note"})))
+    assert note.n_passages == 1 and note.passages[0].passage_id == "note_0"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ({"id": "nowhere"}, "no document 'nowhere'"),
+        ({"id": "  "}, "no document id"),
+        ({"id": "book", "offset": 6}, "past the end"),
+        ({"id": "book", "offset": -1}, "offset"),
+        ({"id": "book", "max_chars": 0}, "max_chars"),
+        ({}, "id"),
+    ],
+)
+def test_get_document_refuses_in_one_line(
+    book_server: Any, args: dict[str, Any], says: str
+) -> None:
+    r = call(book_server, "get_document", args)
+    assert _is_error(r) and says in r.content[0].text and "\n" not in r.content[0].text
+
+
 @pytest.mark.parametrize(
     ("tool", "args", "says"),
     [
@@ -161,8 +401,10 @@ def test_get_passage_and_info(server: Any, index: Index) -> None:
         ("search", {"query": "python", "k": 0}, "k"),
         ("search", {"query": "python", "k": MAX_K + 1}, "k"),
         ("search", {"query": "python", "k": "many"}, "k"),
-        ("search", {"query": "python", "unit": "phrase"}, "phrase index"),
-        ("search", {"query": "python", "unit": "paragraph"}, "unknown unit"),
+        ("search", {"query": "python", "unit": "phrase"}, "unit: Input should be 'passage'"),
+        ("search", {"query": "python", "unit": "paragraph"}, "unit: Input should be"),
+        ("search", {"query": "python", "format": "short"}, "'compact' or 'full'"),
+        ("search", {"query": "python", "filter": {"year": {"$like": 1}}}, "filter"),
         ("search", {"query": "   "}, "empty"),
         ("search", {}, "query"),
         ("get_passage", {"id": "no-such-passage"}, "no passage"),
@@ -180,7 +422,8 @@ def test_bad_input_is_a_tool_error_and_the_server_goes_on(
 
     bad, good = run(go())
     assert _is_error(bad) and says in bad.content[0].text
-    assert not _is_error(good) and _structured(good)["hits"]
+    assert "\n" not in bad.content[0].text and "errors.pydantic.dev" not in bad.content[0].text
+    assert not _is_error(good) and _structured(good)["passages"]
 
 
 def test_concurrent_calls_return_what_sequential_calls_return(server: Any) -> None:
@@ -191,8 +434,9 @@ def test_concurrent_calls_return_what_sequential_calls_return(server: Any) -> No
 
     async def go() -> tuple[list[Any], list[Any]]:
         async with connect(server) as c:
-            one = [await c.call_tool("search", {"query": q, "k": 3}) for q in qs]
-            many = await asyncio.gather(*(c.call_tool("search", {"query": q, "k": 3}) for q in qs))
+            args = [{"query": q, "k": 3, "format": "full"} for q in qs]
+            one = [await c.call_tool("search", a) for a in args]
+            many = await asyncio.gather(*(c.call_tool("search", a) for a in args))
             return one, list(many)
 
     one, many = run(go())
@@ -219,10 +463,11 @@ def test_stdio_round_trip(index: Index) -> None:
             return names, await c.call_tool("search", {"query": QUESTIONS[2], "k": 1})
 
     names, r = asyncio.run(asyncio.wait_for(go(), 180))
-    assert sorted(names) == ["get_passage", "info", "search"]
+    assert sorted(names) == ["get_document", "get_passage", "info", "search"]
     assert not _is_error(r)
-    hit = _structured(r)["hits"][0]
-    assert hit["doc_id"] == "everest" and hit["meta"]["start"] == 0
+    top = _structured(r)["passages"][0]
+    assert top["doc_id"] == "everest" and top["meta"]["start"] == 0
+    assert top["hits"][0]["rank"] == 1
 
 
 def test_the_cli_refuses_a_missing_index(tmp_path: Path) -> None:

@@ -35,7 +35,11 @@ name.  The rules (docs/design.md, "Layers"):
     the on-disk blocks) imports no index kind and nothing that stands on the kinds: dense
     and phrase indexes stand on it side by side (the top layers it never imports, by (a));
 (k) an index kind imports no other kind -- dense and phrase are siblings -- except that a
-    phrase index's lexical part is a BM25 index (``phrase`` may import ``sparse``).
+    phrase index's lexical part is a BM25 index (``phrase`` may import ``sparse``);
+(l) the developer tools ``anygrain/tools/`` stand on the whole library (they export every
+    model type's graphs): no other module imports them;
+(m) ``anygrain/models/`` (the model base, the encoders, the shipped models) imports no model
+    type it does not define (``phrase``, ``reader``), no index kind and nothing above them.
 """
 
 from __future__ import annotations
@@ -69,6 +73,19 @@ KIND_MAY_IMPORT = frozenset({("anygrain.phrase", "anygrain.sparse")})
 # the modules defining model types, which the model base knows by name only
 MODEL_TYPE_MODULES = ("anygrain.models.biencoder", "anygrain.phrase", "anygrain.reader")
 MODEL_BASE = "anygrain.models.base"
+# the developer tools: above every library module, imported by none
+TOOLS = "anygrain.tools"
+# the model floor and what stands on it: the model types defined elsewhere, the index kinds
+MODELS = "anygrain.models"
+ABOVE_MODELS = (
+    "anygrain.phrase",
+    "anygrain.reader",
+    "anygrain.index",
+    "anygrain.sparse",
+    "anygrain.dense",
+    "anygrain.composite",
+    "anygrain.train",
+)
 # what the encode engine runs for, never imports: models, index kinds and trainers
 ENCODE_BELOW = (
     "anygrain.models",
@@ -187,6 +204,17 @@ def check_source(source: str, module: str, *, is_package: bool = False) -> list[
             out.append(Violation(module, line, name, "model base imports a model type"))
         if _within(module, "anygrain.encode") and any(_within(name, k) for k in ENCODE_BELOW):
             out.append(Violation(module, line, name, "encode engine imports what it encodes"))
+        if _within(name, TOOLS) and not _within(module, TOOLS):
+            out.append(Violation(module, line, name, "imports a developer tool"))
+        model_base_rule = module == MODEL_BASE and any(
+            _within(name, k) for k in MODEL_TYPE_MODULES
+        )  # (d) says it
+        if (
+            _within(module, MODELS)
+            and not model_base_rule
+            and any(_within(name, k) for k in ABOVE_MODELS)
+        ):
+            out.append(Violation(module, line, name, "models/ imports what stands on it"))
     return out
 
 
@@ -276,6 +304,14 @@ def test_layers() -> None:
         ("anygrain.dense.index", "def f():\n    from anygrain.phrase.index import X\n", "another"),
         ("anygrain.sparse.bm25", "from anygrain.dense.shards import ShardSet", "another kind"),
         ("anygrain.dense.update", "import anygrain.sparse.update", "another kind"),
+        # (l)
+        ("anygrain.models.shipped", "from anygrain.tools.ship_graphs import main", "a developer"),
+        ("anygrain.api", "def f():\n    import anygrain.tools\n", "developer tool"),
+        ("anygrain.cli.main", "from anygrain.tools import ship_graphs", "developer tool"),
+        # (m)
+        ("anygrain.models.x", "def f():\n    from anygrain.phrase.onnx import K\n", "models/"),
+        ("anygrain.models.shipped", "from anygrain.reader.model import Reader", "models/"),
+        ("anygrain.models.biencoder", "from anygrain.index.base import Index", "models/"),
     ],
 )
 def test_the_checker_flags_violations(module: str, source: str, rule: str) -> None:
@@ -307,6 +343,11 @@ def test_the_checker_flags_violations(module: str, source: str, rule: str) -> No
         ("anygrain.vectors.disk", "from anygrain.utils.atomic import atomic_path"),
         ("anygrain.phrase.lexical", "from anygrain.sparse.bm25 import BM25Index"),
         ("anygrain.dense.sharded", "from anygrain.index.shard_view import ShardView"),
+        ("anygrain.tools.ship_graphs", "from anygrain.phrase.onnx import export_questions"),
+        ("anygrain.tools.ship_graphs", "from anygrain.reader.onnx import export_reader"),
+        ("anygrain.models.shipped", "from anygrain.models.packed_state import PackedState"),
+        ("anygrain.phrase.packed", "from anygrain.models.delta import PackSettings"),
+        ("anygrain.reader.packed", "from anygrain.models.delta import PackSettings"),
     ],
 )
 def test_the_checker_allows_the_layers(module: str, source: str) -> None:
@@ -544,3 +585,68 @@ def test_import_anygrain_imports_no_framework() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+#: the torch-free homes of every model's config and config file names, and of the runtime
+#: decision: torch modules import them, never the reverse
+CONFIG_MODULES = (
+    "anygrain.models.forms",
+    "anygrain.models.encoder_config",
+    "anygrain.models.runtime",
+    "anygrain.encode.runtime",
+    "anygrain.phrase.config",
+    "anygrain.reader.config",
+    "anygrain.utils.precision",
+)
+
+
+def config_imports(module: str) -> list[str]:
+    """The heavy modules (torch, transformers) importing ``module`` loads, in a fresh
+    interpreter."""
+    import subprocess
+    import sys
+
+    code = (
+        f"import sys, {module}\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers'}))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return list(ast.literal_eval(r.stdout.strip()))
+
+
+@pytest.mark.parametrize("module", CONFIG_MODULES)
+def test_config_modules_import_no_torch(module: str) -> None:
+    assert config_imports(module) == [], f"{module} imports a model runtime"
+
+
+def test_the_config_check_sees_torch() -> None:
+    pytest.importorskip("torch")
+    assert config_imports("anygrain.models.base") == ["torch"]
+
+
+def test_every_config_file_name_has_one_home() -> None:
+    """The models' config file names are the forms' (no module spells its own)."""
+    from anygrain.models import forms
+    from anygrain.models.base import MODEL_FORMS
+    from anygrain.models.packed_state import PACKED_PHRASE_CONFIG, PACKED_READER_CONFIG
+    from anygrain.phrase.config import MODEL_CONFIG
+    from anygrain.reader.config import CONFIG_FILE
+    from anygrain.utils.targets import MODEL_CONFIG_FILES
+
+    assert MODEL_FORMS is forms.MODEL_FORMS
+    assert MODEL_CONFIG == forms.PHRASE_CONFIG and CONFIG_FILE == forms.READER_CONFIG
+    assert (PACKED_PHRASE_CONFIG, PACKED_READER_CONFIG) == (
+        forms.PACKED_PHRASE_CONFIG,
+        forms.PACKED_READER_CONFIG,
+    )
+    assert set(MODEL_CONFIG_FILES) == {f.config_file for f in forms.MODEL_FORMS.values()}
+    names = set(MODEL_CONFIG_FILES)
+    spelled = [
+        f"{p.relative_to(SRC)}:{n}"
+        for p in sorted(SRC.rglob("*.py"))
+        if p.name != "forms.py"
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if any(f'"{name}"' in line for name in names)
+    ]
+    assert spelled == [], spelled

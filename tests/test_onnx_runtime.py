@@ -215,7 +215,7 @@ def test_a_large_model_is_exported_in_a_child_process(
     loads: list[object] = []
     real_open_model = opening.open_model
     monkeypatch.setattr(
-        "anygrain.phrase.index.open_model",
+        "anygrain.phrase.opening.open_model",
         lambda *a, **kw: loads.append(a) or real_open_model(*a, **kw),
     )
     onnx = _load(index_dir, "onnx", model=str(mine))

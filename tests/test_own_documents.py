@@ -369,10 +369,10 @@ def test_cli_index_summary_and_cited_output(mixed: Path, tmp_path: Path) -> None
 def test_server_and_frameworks_carry_provenance(bm25: Index) -> None:
     pytest.importorskip("pydantic")
     from anygrain.serve import page
-    from anygrain.serve.schemas import HitOut
+    from anygrain.serve.schemas import hits_out
 
     (hits,) = bm25.search(["warehouse in Lyon"], k=1)
-    out = HitOut.of(hits[0], 1)
+    (out,) = hits_out(hits)
     assert (out.citation, out.meta["page"], out.char_start) == (
         "report.pdf · page 3",
         3,

@@ -155,7 +155,7 @@ def test_a_blocked_phrase_index_lives_like_a_whole_one(
 
 
 def test_stored_vectors_read_the_rows_asked_for(tmp_path: Path) -> None:
-    from anygrain.phrase.build import SPAN, StoredVectors
+    from anygrain.vectors.sources import SPAN, StoredVectors
 
     rng = np.random.default_rng(2)
     n = 2 * SPAN + 123  # more than one span of the file

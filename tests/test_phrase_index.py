@@ -65,7 +65,7 @@ def test_the_default_phrase_index_is_compressed_and_filtered(
 ) -> None:
     """No options: 8-bit codes of about half the vectors, no float16 dump kept, no
     re-scoring; ``compress="pq", keep=0.25`` records the re-scoring its codes need."""
-    from anygrain.phrase.build import DEFAULT_RESCORE, DEFAULT_RESCORE_MARGIN
+    from anygrain.phrase.rescore_settings import DEFAULT_RESCORE, DEFAULT_RESCORE_MARGIN
 
     idx = PhraseIndex.build_from(f"squad:{squad}", tmp_path / "d", model=model_dir, progress=False)
     s, c = idx.manifest["settings"], idx.manifest["counts"]

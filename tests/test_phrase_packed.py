@@ -11,16 +11,14 @@ import torch
 from test_phrase_helpers import make_tiny_model
 
 from anygrain.errors import AnygrainError, IndexMismatchError
+from anygrain.models.delta import PackSettings, dequantize, quantize
 from anygrain.phrase import PhraseEncoder
 from anygrain.phrase.packed import (
     PACKED_CONFIG,
     PACKED_FILE,
-    PackSettings,
-    dequantize,
     full_fingerprint,
     is_packed,
     pack_phrase_model,
-    quantize,
 )
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")

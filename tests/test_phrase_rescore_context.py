@@ -30,7 +30,8 @@ from anygrain.index.base import Index
 from anygrain.phrase import PhraseIndex
 from anygrain.phrase import rescore as rescore_module
 from anygrain.phrase.refilter import refilter
-from anygrain.phrase.rescore import RESCORE_CONTEXT_RANGE, context_window, encode_rows
+from anygrain.phrase.rescore import context_window, encode_rows
+from anygrain.phrase.rescore_settings import RESCORE_CONTEXT_RANGE
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -105,10 +106,10 @@ def test_a_pq_build_re_scores_whole_passages_unless_asked(
 ) -> None:
     pq = built["pq"]
     assert pq.rescore and pq.manifest["settings"].get("rescore_context") is None
-    assert pq.rescore_context is None and built["none"].rescore_context is None
+    assert pq.rescoring.window is None and built["none"].rescoring.window is None
     compressed_copy(built["none"], tmp_path / "c60", "pq", rescore_context=60)
     again = Index.load(tmp_path / "c60")
-    assert isinstance(again, PhraseIndex) and again.rescore_context == 60
+    assert isinstance(again, PhraseIndex) and again.rescoring.window == 60
 
 
 @pytest.mark.parametrize("unit", [Unit.PHRASE, Unit.PASSAGE])
@@ -174,8 +175,8 @@ def test_refilter_keeps_or_overrides_the_context(
     tau = float(none.manifest["settings"]["threshold"])
     wide = compressed_copy(none, tmp_path / "wide", "pq", rescore_context=40)
     whole = compressed_copy(none, tmp_path / "whole", "pq", rescore_context=0)
-    assert whole.manifest["settings"]["rescore_context"] == 0 and whole.rescore_context is None
-    assert wide.rescore_context == 40
+    assert whole.manifest["settings"]["rescore_context"] == 0 and whole.rescoring.window is None
+    assert wide.rescoring.window == 40
     # the recorded context is the search default
     assert _hits(whole) == _hits(pq)
     assert _hits(wide) == _hits(pq, rescore_context=40) != _hits(pq)
@@ -228,16 +229,16 @@ def test_a_recorded_context_survives_add_delete_compact_and_verify(
 
     idx = fixture_index(squad, model_dir, tmp_path / "work", compress="pq", rescore_context=40)
     work = idx.path
-    assert idx.rescore_context == 40 and idx.manifest["settings"]["build"]["rescore_context"] == 40
+    assert idx.rescoring.window == 40 and idx.manifest["settings"]["build"]["rescore_context"] == 40
     assert verify_index(work).problems == []
     new = [SourceDocument("new0", "Rust", "Rust was first released in 2015 by Mozilla.")]
     added = add_documents(work, new, progress=False)
-    assert isinstance(added, PhraseIndex) and added.rescore_context == 40
+    assert isinstance(added, PhraseIndex) and added.rescoring.window == 40
     hits = added.search(["When was Rust first released?"], 3)[0]
     assert hits and all(h.span is not None for h in hits)
     delete_documents(work, ["new0"])
     assert all(h.doc_id != "new0" for hs in Index.load(work).search(QUESTIONS, 5) for h in hs)
     compacted = compact_index(work, progress=False)
-    assert isinstance(compacted, PhraseIndex) and compacted.rescore_context == 40
+    assert isinstance(compacted, PhraseIndex) and compacted.rescoring.window == 40
     assert verify_index(work).problems == []
     assert _hits(compacted) == _hits(compacted, rescore_context=40)

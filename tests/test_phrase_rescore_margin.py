@@ -23,8 +23,12 @@ from test_phrase_helpers import RESCORE_QUESTIONS, fixture_index
 from anygrain.errors import AnygrainError
 from anygrain.phrase import PhraseIndex
 from anygrain.phrase import rescore as rescore_module
-from anygrain.phrase.build import DEFAULT_RESCORE, DEFAULT_RESCORE_MARGIN
-from anygrain.phrase.rescore import RESCORE_MARGIN_RANGE, TORCH_FROM, first_rows
+from anygrain.phrase.rescore import TORCH_FROM, first_rows
+from anygrain.phrase.rescore_settings import (
+    DEFAULT_RESCORE,
+    DEFAULT_RESCORE_MARGIN,
+    RESCORE_MARGIN_RANGE,
+)
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -131,7 +135,7 @@ def test_a_pq_build_records_the_default_rescoring(
         DEFAULT_RESCORE_MARGIN,
         "all",
     )
-    assert pq.rescore == DEFAULT_RESCORE and pq.rescore_margin == DEFAULT_RESCORE_MARGIN
+    assert pq.rescore == DEFAULT_RESCORE and pq.rescoring.margin == DEFAULT_RESCORE_MARGIN
     assert "OPQ" not in s["factory"] and "PQ" in s["factory"]
     sq8 = fixture_index(squad, model_dir, tmp_path / "sq8", compress="sq8")
     off = fixture_index(squad, model_dir, tmp_path / "off", compress="pq", rescore=0)
@@ -203,7 +207,7 @@ def test_the_pq_build_keeps_its_rescoring_through_updates(
     assert (s["compress"], s["keep"]) == ("pq", 0.25)
 
     def recorded(i: Any) -> tuple[Any, ...]:
-        return (i.rescore, i.rescore_margin, i.rescore_tokens.value)
+        return (i.rescore, i.rescoring.margin, i.rescoring.token_choice.value)
 
     assert recorded(idx) == want and verify_index(idx.path).problems == []
     docs = [SourceDocument(f"new{i}", t, x) for i, (t, x, _) in enumerate(PARAGRAPHS[:2])]
@@ -256,6 +260,8 @@ def test_a_server_loads_the_re_encoding_model_before_its_first_request(pq: Phras
     onnx.prepare_serving()
     assert not onnx.model_loaded
     off = unloaded()
-    off.record = dataclasses.replace(off.record, rescore=0)
+    off.record = dataclasses.replace(
+        off.record, rescoring=dataclasses.replace(off.record.rescoring, passages=0)
+    )
     off.prepare_serving()
     assert not off.model_loaded

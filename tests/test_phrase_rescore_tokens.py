@@ -24,7 +24,8 @@ from anygrain.index.base import Index
 from anygrain.phrase import PhraseIndex
 from anygrain.phrase.dump import keep_flags
 from anygrain.phrase.lexical import dense_stats, fuse
-from anygrain.phrase.rescore import RescoreTokens, encode_rows, first_rows
+from anygrain.phrase.rescore import encode_rows, first_rows
+from anygrain.phrase.rescore_settings import RescoreTokens
 from anygrain.phrase.units import mips_scored
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")

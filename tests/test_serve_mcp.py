@@ -132,23 +132,33 @@ def test_mcp_mounted_beside_the_rest_api(served: str, index: Index) -> None:
     async def go() -> tuple[list[str], Any, Any, Any, Any]:
         async with _mcp_session(served + "/mcp") as c:
             names = [t.name for t in (await c.list_tools()).tools]
-            found = await c.call_tool("search", {"query": QUESTION, "k": 3, "filter": spec})
+            args = {"query": QUESTION, "k": 3, "filter": spec}
+            found = await c.call_tool("search", {**args, "format": "full"})
+            compact = await c.call_tool("search", args)
+            doc = await c.call_tool("get_document", {"id": "d1"})
             bad = await c.call_tool("search", {"query": QUESTION, "k": 0})
             bad_filter = await c.call_tool(
                 "search", {"query": QUESTION, "filter": {"lang": {"$like": "f%"}}}
             )
             info = await c.call_tool("info", {})
-            return names, found, bad, bad_filter, info
+            return names, found, compact, doc, bad, bad_filter, info
 
-    names, found, bad, bad_filter, info = asyncio.run(asyncio.wait_for(go(), 120))
-    assert sorted(names) == ["get_passage", "info", "search"]
+    names, found, compact, doc, bad, bad_filter, info = asyncio.run(asyncio.wait_for(go(), 120))
+    assert sorted(names) == ["get_document", "get_passage", "info", "search"]
     assert not _is_error(found)
     body = SearchResponse(**_structured(found))  # the REST API's model
     assert [h.passage_id for h in body.hits] == want
     assert all(h.meta["lang"] in ("fr", "de") for h in body.hits)
-    assert _is_error(bad) and "k" in bad.content[0].text
+    # the compact form (the default) of the same search: the same model, each passage once
+    short = SearchResponse(**_structured(compact))
+    assert short.passages is not None and not short.hits
+    ranked = sorted((s.rank, p.passage_id) for p in short.passages for s in p.hits)
+    assert [pid for _, pid in ranked] == want
+    assert _structured(doc)["passages"][0]["text"] == DOCS[1]["text"]
+    assert _is_error(bad) and "k" in bad.content[0].text and "\n" not in bad.content[0].text
     assert _is_error(bad_filter) and "filter" in bad_filter.content[0].text
     assert _structured(info)["index"] == index.path.name
+    assert {"lang", "year"} <= {f["field"] for f in _structured(info)["filter_fields"]}
     # REST in the same app, the same service: same hits; its 404s keep the API's shape
     with httpx.Client(base_url=served, timeout=60) as http:
         r = http.get("/search", params={"q": QUESTION, "k": 3, "filter": json.dumps(spec)})

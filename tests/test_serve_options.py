@@ -115,7 +115,7 @@ def test_options_of_the_request_itself_and_odd_values(hybrid: TestClient) -> Non
 
 def test_the_openapi_schema_documents_the_options(hybrid: TestClient) -> None:
     spec = hybrid.get("/openapi.json").json()
-    params = {p["name"]: p for p in spec["paths"]["/search"]["get"]["parameters"]}
+    params = {p["name"]: p for p in spec["paths"]["/v1/search"]["get"]["parameters"]}
     assert params["fusion"]["in"] == "query" and "Hybrid" in params["fusion"]["description"]
     assert params["sparse_weight"]["schema"] == {"type": "number"}
     body = spec["components"]["schemas"]["BatchRequest"]["properties"]

@@ -156,8 +156,8 @@ def test_strip_and_materialise_a_graph(tmp_path: Path) -> None:
 
 def test_numpy_dequantize_is_torch_bit_for_bit() -> None:
     torch = pytest.importorskip("torch")
-    from anygrain.phrase.packed import PackSettings, quantize
-    from anygrain.phrase.packed import dequantize as torch_dequantize
+    from anygrain.models.delta import PackSettings, quantize
+    from anygrain.models.delta import dequantize as torch_dequantize
 
     for bits in (4, 8):
         s = PackSettings(bits=bits, group=64)
@@ -210,8 +210,8 @@ def test_packed_state_is_the_torch_model_bit_for_bit(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_shipped_graphs_belong_to_the_shipped_weights(name: str) -> None:
     """Every shipped model ships its graphs, made from the files installed now (run
-    ``python -m anygrain.models.ship_graphs`` after changing a model); each is small."""
-    from anygrain.models.ship_graphs import exporters
+    ``python -m anygrain.tools.ship_graphs`` after changing a model); each is small."""
+    from anygrain.tools.ship_graphs import exporters
 
     d = SHIPPED[name].path
     graphs = d / GRAPHS_DIR
@@ -220,7 +220,7 @@ def test_shipped_graphs_belong_to_the_shipped_weights(name: str) -> None:
     for kind in exporters(d):
         shipped = graphs / kind
         why = check_sources(shipped, graph_sources(d, state.backbone_dir))
-        assert why is None, f"{shipped}: {why}; run python -m anygrain.models.ship_graphs {name}"
+        assert why is None, f"{shipped}: {why}; run python -m anygrain.tools.ship_graphs {name}"
         m = read_manifest(shipped)
         meta = json.loads((shipped / META_FILE).read_text())
         assert m["key"] == meta["key"] and m["kind"] == kind == meta["kind"]
@@ -244,7 +244,7 @@ def test_shipped_graphs_equal_a_torch_export(name: str, tmp_path: Path) -> None:
     """The graph rebuilt with NumPy from the shipped form computes what a fresh torch export
     of the shipped model computes (to 1e-4), under the same key (the weights' fingerprint)."""
     pytest.importorskip("torch")
-    from anygrain.models.ship_graphs import exporters
+    from anygrain.tools.ship_graphs import exporters
 
     d = SHIPPED[name].path
     state = PackedState.open(d)

@@ -24,7 +24,9 @@ from anygrain.eval.domains import DOMAIN_SLOT as DOMAIN_SLOT  # one index per do
 from anygrain.eval.domains import MULTICPR_METRICS, DomainTable
 from anygrain.eval.evaluate import EvalReport, check_eval_unit
 from anygrain.eval.provenance import annotate_report
-from anygrain.hits.hit import Hit, Unit
+from anygrain.eval.runs import check_run_tag as check_run_tag  # a TREC run's tag, checked
+from anygrain.eval.runs import run_lines as run_lines  # one question's TREC run lines
+from anygrain.hits.hit import Hit, Unit, above_threshold, check_threshold
 from anygrain.index.base import Index
 from anygrain.index.manifest import check_index_files, read_manifest
 from anygrain.index.registry import ENCODING_KINDS, IndexKind
@@ -32,8 +34,9 @@ from anygrain.index.scope import Scope
 from anygrain.search import READ_OPTIONS as READ_OPTIONS  # the answer grain's options
 from anygrain.search import QuestionHits as QuestionHits  # a batch search's lines
 from anygrain.search import answer_unit as answer_unit
+from anygrain.search import one_question_runtime as one_question_runtime
 from anygrain.search import read_settings as read_settings
-from anygrain.search import search_index as search_index
+from anygrain.search import search_index as _search_index
 from anygrain.search import search_questions as search_questions
 from anygrain.search import takes_load_option as takes_load_option
 from anygrain.train.saved_config import BF16_HELP as BF16_HELP  # help text of --bf16
@@ -56,6 +59,27 @@ def load_questions(
 ) -> Questions:
     """Read a question set from ``FORMAT:PATH`` or ``PATH`` (format detected)."""
     return read_questions(spec, errors=errors, limit=limit)
+
+
+def search_index(
+    index: str | Path | Index,
+    queries: Sequence[str],
+    k: int = 10,
+    *,
+    score_threshold: float | None = None,
+    **options: Any,
+) -> list[list[Hit]]:
+    """Top-``k`` hits per query (:func:`anygrain.search.search_index`: ``unit``,
+    ``threads``, ``runtime`` and the kind's search options), less those whose
+    :attr:`Hit.relevance <anygrain.hits.hit.Hit.relevance>` (in [0, 1]: an answer's
+    calibrated confidence, else a fixed monotone map of the score) is below
+    ``score_threshold``."""
+    try:
+        threshold = check_threshold(score_threshold)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    results = _search_index(index, queries, k, **options)
+    return [above_threshold(hits, threshold) for hits in results]
 
 
 def load_index(path: str | Path, *, verify: Verify | str = Verify.SMALL, **options: Any) -> Index:
@@ -191,6 +215,8 @@ def evaluate_reader(
     at: Sequence[int] = (),
     runtime: str | None = None,
     on_progress: Callable[[str, int, int], None] | None = None,
+    read_window: int | None = None,
+    read_sure: float | None = None,
 ) -> dict[str, Any]:
     """SQuAD EM/F1 of the reader at ``reader``: end to end, reading the top ``k`` passages
     ``index`` retrieves, or (``gold_passage``) each question with its gold passage alone,
@@ -219,6 +245,8 @@ def evaluate_reader(
         at=at,
         runtime=runtime,
         on_progress=on_progress,
+        read_window=read_window,
+        read_sure=read_sure,
     )
 
 

@@ -65,6 +65,17 @@ def search_index(
     return idx.search(list(queries), k, **idx.unit_options(u), **opts)
 
 
+def one_question_runtime(runtime: Any) -> Any:
+    """The reader's runtime for a one-off question (``anygrain search IDX "q"``): under auto
+    (None), ONNX Runtime where it is installed, since importing torch costs more than its
+    bfloat16 reading saves on one question."""
+    from anygrain.encode.runtime import Runtime, onnxruntime_installed
+
+    if runtime is None and onnxruntime_installed():
+        return Runtime.ONNX
+    return runtime
+
+
 def takes_load_option(path: str | Path, name: str) -> bool:
     """Whether the kind of the index at ``path`` takes the load option ``name`` (a BM25
     index takes no ``runtime``: it encodes no questions, so an answer search's runtime is
@@ -79,7 +90,7 @@ def takes_load_option(path: str | Path, name: str) -> bool:
 
 
 #: Search options of the answer grain (a reader reads the top passages), for any kind.
-READ_OPTIONS = ("reader", "read", "retriever_weight", "min_confidence")
+READ_OPTIONS = ("reader", "read", "retriever_weight", "min_confidence", "read_window", "read_sure")
 
 
 def answer_unit(unit: Unit | str | None, options: Mapping[str, Any]) -> Unit | str | None:
@@ -102,12 +113,18 @@ def read_settings(unit: Unit, options: dict[str, Any]) -> ReadSettings | None:
             )
         return None
     # the reader (torch) only for the answer grain: other searches start without it
-    from anygrain.reader.answering import DEFAULT_PASSAGES, DEFAULT_RETRIEVER_WEIGHT, ReadSettings
+    from anygrain.reader.answering import (
+        DEFAULT_PASSAGES,
+        DEFAULT_RETRIEVER_WEIGHT,
+        ReadSettings,
+        how_much_to_read,
+    )
 
     return ReadSettings(
         passages=int(given.get("read", DEFAULT_PASSAGES)),
         retriever_weight=float(given.get("retriever_weight", DEFAULT_RETRIEVER_WEIGHT)),
         min_confidence=given.get("min_confidence"),
+        **how_much_to_read(given.get("read_window"), given.get("read_sure")),
         extra={"reader": given.get("reader")},
     )
 

@@ -11,6 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from anygrain.cli import panels
 from anygrain.cli.common import (
     BatchSizeOpt,
     DeviceOpt,
@@ -22,7 +23,10 @@ from anygrain.cli.common import (
     fail,
     out,
 )
+from anygrain.cli.panels import with_panels
 from anygrain.cli.search import (
+    ReadSureOpt,
+    ReadWindowOpt,
     RetrieverWeightOpt,
     RuntimeOpt,
     search_options,
@@ -35,6 +39,16 @@ from anygrain.index.scope import Scope
 from anygrain.utils.checksums import Verify
 
 
+@with_panels(
+    {
+        panels.INPUT: ("questions", "limit", "on_error", "verify"),
+        panels.EVALUATION: ("metrics", "k", "unit", "scope", "drop_empty"),
+        panels.SEARCH: ("model", *panels.HYBRID_SEARCH),
+        panels.PHRASE: panels.PHRASE_SEARCH,
+        panels.OUTPUT: ("run_out", "as_json", "quiet"),
+        panels.PERFORMANCE: ("threads", "device", "runtime", "batch_size"),
+    }
+)
 @with_search_options(lead=13)
 def eval_cmd(
     index_dir: Annotated[Path, typer.Argument(help="Index directory")],
@@ -129,13 +143,19 @@ def eval_cmd(
         return
     if errors.n_skipped:
         console.print(f"[yellow]{escape(errors.summary())}[/]", soft_wrap=True)
-    d = report.to_dict()  # with the scope, and the unit of an index with several
+    print_eval_report(report.to_dict(), f"{index_dir} on {questions}", as_json)
+
+
+def print_eval_report(d: dict[str, Any], title: str, as_json: bool) -> None:
+    """``eval``'s output: its notes on stderr, then the metrics as one JSON object or a table
+    titled ``title``."""
+    # d holds the scope, and the unit of an index with several
     for note in d.get("notes", []):  # options that cannot change this evaluation
         console.print(f"note: {escape(note)}", soft_wrap=True)
     if as_json:
         print(json.dumps(d, ensure_ascii=False))
         return
-    table = Table(title=f"{index_dir} on {questions} ({d['n_questions']} questions)")
+    table = Table(title=f"{title} ({d['n_questions']} questions)")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for name, v in d["metrics"].items():
@@ -207,6 +227,19 @@ def eval_domains_cmd(
     out.print(table.format(), markup=False, highlight=False)
 
 
+#: passages eval-reader reads per question unless -k says otherwise
+READ_K = 5
+
+
+@with_panels(
+    {
+        panels.INPUT: ("questions", "corpus", "gold_passage", "limit"),
+        panels.MODEL: ("reader_dir",),
+        panels.EVALUATION: ("k", "at", "retriever_weight", "read_window", "read_sure"),
+        panels.OUTPUT: ("as_json", "quiet"),
+        panels.PERFORMANCE: ("threads", "runtime", "bf16"),
+    }
+)
 def eval_reader_cmd(
     questions: Annotated[
         str, typer.Option("--questions", help="Question set: FORMAT:PATH or PATH")
@@ -258,6 +291,8 @@ def eval_reader_cmd(
         ),
     ] = None,
     retriever_weight: RetrieverWeightOpt = None,
+    read_window: ReadWindowOpt = None,
+    read_sure: ReadSureOpt = None,
     at: Annotated[
         str | None,
         typer.Option("--at", help="Also EM/F1 reading only the first K of the -k passages: 1,3"),
@@ -295,10 +330,18 @@ def eval_reader_cmd(
             retriever_weight=retriever_weight,
             at=cutoffs,
             runtime=None if runtime is None else runtime.value,
+            read_window=read_window,
+            read_sure=read_sure,
         )
     except (AnygrainError, ValueError, OSError) as e:
         fail(e)
         return
+    print_reader_report(report, cutoffs, as_json)
+
+
+def print_reader_report(report: dict[str, Any], cutoffs: list[int], as_json: bool) -> None:
+    """``eval-reader``'s output: one JSON object, or EM/F1 (and at each cutoff) then the reader
+    and its runtime on stderr."""
     if as_json:
         typer.echo(json.dumps(report, ensure_ascii=False))
         return
@@ -318,10 +361,6 @@ def eval_reader_cmd(
         highlight=False,
         soft_wrap=True,
     )
-
-
-#: passages eval-reader reads per question unless -k says otherwise
-READ_K = 5
 
 
 def reader_cutoffs(

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.markup import escape
 
+from anygrain.cli import panels
 from anygrain.cli.common import (
     DeviceOpt,
     IdFieldOpt,
@@ -37,6 +38,7 @@ from anygrain.cli.kind_options import (
     PhraseOptions,
     RayOptions,
 )
+from anygrain.cli.panels import with_panels
 from anygrain.corpus.script import Script
 from anygrain.encode.runtime import Runtime
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy, FileNote
@@ -124,6 +126,24 @@ def with_build_options(command: Callable[..., None]) -> Callable[..., None]:
     return command
 
 
+@with_panels(
+    {
+        panels.INPUT: (
+            "from_dirs", "split", "lang", "text_field", "id_field", "title_field",
+            "meta_fields", "on_error",
+        ),
+        panels.KIND: ("kind", "shards", "factory", "fusion", "weight", "depth", "k1", "b"),
+        panels.MODEL: ("model", "copy_model"),
+        panels.PHRASE: (
+            "threshold", "keep", "compress", "pq_m", "memory_budget", "keep_dump", "sparse",
+            "sparse_from", "sparse_weight", "rescore", "rescore_margin", "rescore_tokens",
+            "rescore_context",
+        ),
+        panels.OUTPUT: ("out_dir", "overwrite", "as_json", "quiet"),
+        panels.PERFORMANCE: ("threads", "device", "runtime", "bf16"),
+        panels.RAY: ("address", "workers", "retries", "timeout"),
+    }
+)  # fmt: skip
 @with_build_options
 def index_cmd(
     out_dir: Annotated[Path, typer.Option("--out", help="Index directory to write")],
@@ -194,11 +214,7 @@ def index_cmd(
         else:
             if source is None:
                 raise AnygrainError("give a SOURCE to index (or --kind hybrid --from two indexes)")
-            build = _build_settings(kind, settings)
-            if device is not None:
-                build["device"] = device
-            if runtime is not None:
-                build["runtime"] = runtime.value
+            build = _build_settings(kind, settings, device=device, runtime=runtime)
             idx = api.build_index(
                 source,
                 kind=kind,
@@ -224,6 +240,14 @@ def index_cmd(
     d = _index_summary(idx, out_dir, errors)
     if "model" not in d and settings["model"]:
         d["model"] = settings["model"]  # a phrase index: the phrase model it was encoded with
+    _print_index_summary(d, from_dirs, out_dir, as_json)
+
+
+def _print_index_summary(
+    d: dict[str, Any], from_dirs: list[Path] | None, out_dir: Path, as_json: bool
+) -> None:
+    """``index``'s summary ``d`` on stdout: one JSON object, or one line saying what was built
+    (or combined), with what model, where."""
     if as_json:
         print(json.dumps(d, ensure_ascii=False))
         return
@@ -277,10 +301,16 @@ def _check_combine(
         )
 
 
-def _build_settings(kind: IndexKind, settings: dict[str, Any]) -> dict[str, Any]:
+def _build_settings(
+    kind: IndexKind,
+    settings: dict[str, Any],
+    *,
+    device: str | None = None,
+    runtime: Runtime | None = None,
+) -> dict[str, Any]:
     """The build's settings: the split and language, the options given (a kind that does
-    not take one refuses it by name: --fusion on a kind other than hybrid, say) and the
-    executor of an encode on Ray."""
+    not take one refuses it by name: --fusion on a kind other than hybrid, say), the
+    executor of an encode on Ray, and the device and runtime when given."""
     from anygrain import api
 
     build = {"split": settings["split"], "lang": settings["lang"]}
@@ -293,6 +323,10 @@ def _build_settings(kind: IndexKind, settings: dict[str, Any]) -> dict[str, Any]
         raise AnygrainError("--workers and --retries apply with --ray")
     elif ray["timeout"] is not None:
         raise AnygrainError("--ray-timeout applies with --ray")
+    if device is not None:
+        build["device"] = device
+    if runtime is not None:
+        build["runtime"] = runtime.value
     return build
 
 

@@ -26,7 +26,7 @@ EXIT_INTERRUPTED = 130
 _app: typer.Typer | None = None
 
 
-def _build_app() -> typer.Typer:
+def _build_app(only: str | None = None) -> typer.Typer:
     import typer
 
     from anygrain.cli.common import out
@@ -54,38 +54,56 @@ def _build_app() -> typer.Typer:
     ) -> None:
         """Dense retrieval at any grain: phrases, sentences, passages, documents."""
 
-    _register_commands(app)
+    _register_commands(app, only)
     return app
 
 
-def _register_commands(app: typer.Typer) -> None:
-    # One module per command group, each thin; registered here in the order `--help` lists them.
-    from anygrain.cli import demo, index, maintain, mcp, phrase, reader, search, serve
-    from anygrain.cli import eval as eval_
-    from anygrain.cli.train import train_app
+#: every command, in the order ``--help`` lists them: (module under anygrain.cli, function)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "index": ("index", "index_cmd"),
+    "search": ("search", "search_cmd"),
+    "eval": ("eval", "eval_cmd"),
+    "verify": ("index", "verify_cmd"),
+    "add": ("maintain", "add_cmd"),
+    "delete": ("maintain", "delete_cmd"),
+    "compact": ("maintain", "compact_cmd"),
+    "formats": ("index", "formats_cmd"),
+    "convert-script": ("index", "convert_script_cmd"),
+    "demo": ("demo", "demo_cmd"),
+    "refilter": ("index", "refilter_cmd"),
+    "pack": ("phrase", "pack_cmd"),
+    "attach-sparse": ("phrase", "attach_sparse_cmd"),
+    "ask": ("reader", "ask_cmd"),
+    "eval-reader": ("eval", "eval_reader_cmd"),
+    "eval-domains": ("eval", "eval_domains_cmd"),
+    "serve": ("serve", "serve_cmd"),
+    "mcp": ("mcp", "mcp_cmd"),
+}
+TRAIN = "train"
 
-    for name, command in (
-        ("index", index.index_cmd),
-        ("search", search.search_cmd),
-        ("eval", eval_.eval_cmd),
-        ("verify", index.verify_cmd),
-        ("add", maintain.add_cmd),
-        ("delete", maintain.delete_cmd),
-        ("compact", maintain.compact_cmd),
-        ("formats", index.formats_cmd),
-        ("convert-script", index.convert_script_cmd),
-        ("demo", demo.demo_cmd),
-        ("refilter", index.refilter_cmd),
-        ("pack", phrase.pack_cmd),
-        ("attach-sparse", phrase.attach_sparse_cmd),
-        ("ask", reader.ask_cmd),
-        ("eval-reader", eval_.eval_reader_cmd),
-        ("eval-domains", eval_.eval_domains_cmd),
-        ("serve", serve.serve_cmd),
-        ("mcp", mcp.mcp_cmd),
-    ):
-        app.command(name)(command)
-    app.add_typer(train_app, name="train")
+
+def _register_commands(app: typer.Typer, only: str | None = None) -> None:
+    # One module per command group, each thin; registered here in the order `--help` lists
+    # them.  ``only``: the one command a run invokes, whose module alone is imported (the
+    # others cost a command's start-up their imports for nothing)
+    import importlib
+
+    for name, (module, function) in COMMANDS.items():
+        if only is None or only == name:
+            command = getattr(importlib.import_module(f"anygrain.cli.{module}"), function)
+            app.command(name)(command)
+    if only is None or only == TRAIN:
+        from anygrain.cli.train import train_app
+
+        app.add_typer(train_app, name=TRAIN)
+
+
+def invoked_command(argv: list[str]) -> str | None:
+    """The command ``argv`` (the arguments after the program) runs, when its first word is
+    one; None for the app's own options (``--help``, ``--version``) or an unknown word,
+    which the whole app answers."""
+    first = argv[0] if argv else ""
+    return first if first in COMMANDS or first == TRAIN else None
 
 
 def get_app() -> typer.Typer:
@@ -143,7 +161,9 @@ def main() -> None:
         stop_on_sigterm()
         enable_faulthandler()
         _log_warnings()
-        app = get_app()  # imports typer, NumPy and every command module
+        # the invoked command's module alone: its start-up pays for no other command's imports
+        only = invoked_command(sys.argv[1:])
+        app = get_app() if only is None else _build_app(only)
         app()  # typer turns a Ctrl-C inside a command into exit 130 itself
     except KeyboardInterrupt:
         # Ctrl-C (or SIGTERM) during start-up: no traceback, the conventional status

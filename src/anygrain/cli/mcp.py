@@ -30,7 +30,7 @@ def mcp_cmd(
     reader: ReaderOpt = None,
     read: ReadOpt = None,
 ) -> None:
-    """Serve an index to agents over MCP: tools search, get_passage and info."""
+    """Serve an index to agents over MCP: tools search, get_passage, get_document and info."""
     # the SDK (and the index's models) are imported here, not when `anygrain --help` runs
     if why := mcp_missing():
         fail(AnygrainError(f"anygrain mcp: {why}"))

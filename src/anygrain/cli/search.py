@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from anygrain.cli import panels
 from anygrain.cli.common import (
     BatchSizeOpt,
     DeviceOpt,
@@ -28,6 +29,7 @@ from anygrain.cli.common import (
     out,
 )
 from anygrain.cli.kind_options import SEARCH_HELP, FusionOptions, PhraseOptions, option
+from anygrain.cli.panels import with_panels
 from anygrain.encode.runtime import Runtime
 from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit, Unit
@@ -81,6 +83,23 @@ MinConfidenceOpt = Annotated[
     ),
 ]
 
+ReadWindowOpt = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option(
+        "--read-window",
+        help="Answer grain over a phrase index: read this many tokens around the phrase that "
+        "found each passage, not the whole passage (32 to 512; 0: whole passages; default 128)",
+    ),
+]
+ReadSureOpt = Annotated[
+    Optional[float],  # noqa: UP045
+    typer.Option(
+        "--read-sure",
+        help="Answer grain over a phrase index: read the other passages only when the first "
+        "one's best span has a probability below this (0..1; 1: read every passage; default "
+        "0.33)",
+    ),
+]
 
 RuntimeOpt = Annotated[
     Optional[Runtime],  # noqa: UP045  (typer reads the annotation at run time)
@@ -246,6 +265,44 @@ def search_options(
     return {**kinds, "batch_size": batch_size, **more, "rescore": search["rescore"]}
 
 
+#: what ``search --questions --format`` writes: the hits of each question as one JSON line,
+#: or TREC run lines (``qid Q0 docid rank score tag``, :mod:`anygrain.eval.runs`)
+FORMATS = ("jsonl", "trec")
+FormatOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--format",
+        metavar="jsonl|trec",
+        help="With --questions: what stdout gets, one JSON line of hits per question "
+        "(jsonl, the default) or a TREC run, qid Q0 docid rank score tag (trec; docid: the "
+        "passage id, or the document id at --unit document)",
+    ),
+]
+RunTagOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--run-tag", help="With --format trec: the run's tag, its last column (default anygrain)"
+    ),
+]
+
+
+@with_panels(
+    {
+        panels.INPUT: ("question_file", "questions", "verify"),
+        panels.SEARCH: ("k", "unit", "filter_", "model", *panels.HYBRID_SEARCH),
+        panels.PHRASE: (*panels.PHRASE_SEARCH, "stats"),
+        panels.ANSWER: (
+            "read",
+            "reader",
+            "retriever_weight",
+            "min_confidence",
+            "read_window",
+            "read_sure",
+        ),
+        panels.OUTPUT: ("as_json", "format_", "run_tag", "quiet"),
+        panels.PERFORMANCE: ("threads", "device", "runtime", "batch_size"),
+    }
+)
 @with_search_options(lead=8)
 def search_cmd(
     index_dir: Annotated[Path, typer.Argument(help="Index directory")],
@@ -293,27 +350,33 @@ def search_cmd(
     reader: ReaderOpt = None,
     retriever_weight: RetrieverWeightOpt = None,
     min_confidence: MinConfidenceOpt = None,
+    read_window: ReadWindowOpt = None,
+    read_sure: ReadSureOpt = None,
     filter_: FilterOpt = None,
+    format_: FormatOpt = None,
+    run_tag: RunTagOpt = None,
     **search: Any,
 ) -> None:
     """Search an index with one question (phrase indexes: answer phrases in their context),
-    or with many (--questions: one JSON line of hits per question).  --unit answer (or
-    --read K) reads the top K passages of any index with a reader: the answer span with its
-    sentence and passage."""
-    from anygrain.api import search_index
+    or with many (--questions: one JSON line of hits per question, or a TREC run with
+    --format trec).  --unit answer (or --read K) reads the top K passages of any index with
+    a reader: the answer span with its sentence and passage."""
+    from anygrain.api import one_question_runtime, search_index
 
+    try:
+        trec = _trec_format(format_, run_tag, questions, as_json)
+    except AnygrainError as e:
+        fail(e)
+    reading = dict(read=read, reader=reader, retriever_weight=retriever_weight)  # noqa: C408
+    reading.update(min_confidence=min_confidence, read_window=read_window, read_sure=read_sure)
     if questions is not None:
         _search_batch(
             index_dir, questions, query, question_file, k, unit, model, stats, quiet,
             verify, device, threads,
             (search, batch_size, filter_),
-            {
-                "read": read,
-                "reader": reader,
-                "retriever_weight": retriever_weight,
-                "min_confidence": min_confidence,
-            },
+            reading,
             runtime=runtime,
+            trec=trec,
         )  # fmt: skip
         return
     collected: list[Any] = []
@@ -322,22 +385,23 @@ def search_cmd(
         opts = search_options(search, batch_size, filter=filter_ or None)
         at_least_one("-k", k)
         check_read(read)
-        opts.update(
-            read=read,
-            reader=reader,
-            retriever_weight=retriever_weight,
-            min_confidence=min_confidence,
-        )
+        opts.update(reading)
         idx = load_searched(
             index_dir, unit, opts, runtime, verify=verify, model=model, device=device
         )
         opts["stats"] = collected if stats else None
-        hits = search_index(
-            idx, [question], k, unit=unit, threads=threads, runtime=runtime, **opts
-        )[0]
+        one = one_question_runtime(runtime)  # the reader's, for one question
+        hits = search_index(idx, [question], k, unit=unit, threads=threads, runtime=one, **opts)[0]
     except AnygrainError as e:
         fail(e)
         return
+    print_hits(hits, idx, collected, as_json=as_json)
+
+
+def print_hits(hits: Sequence[Hit], idx: Index, collected: Sequence[Any], *, as_json: bool) -> None:
+    """One question's hits on stdout, as answers, phrases in context, JSON lines or a table
+    (by what they are and ``as_json``), after the unit search's rounds ``collected`` (--stats)
+    on stderr."""
     for st in collected:
         console.print(
             f"unit search: {st.rounds} round(s), depth {st.depth}, {st.units} units, "
@@ -378,10 +442,12 @@ def _search_batch(
     reading: dict[str, Any],
     *,
     runtime: Runtime | None = None,
+    trec: str | None = None,
 ) -> None:
     """``search --questions``: one JSON line per question, ``{"id", "question", "hits"}``,
-    printed as each chunk of questions comes back; the progress bar is on stderr."""
-    from anygrain.api import search_questions
+    or its TREC run lines tagged ``trec`` (when given), printed as each chunk of questions
+    comes back; the progress bar is on stderr."""
+    from anygrain.api import run_lines, search_questions
 
     try:
         if query is not None or question_file is not None:
@@ -409,6 +475,35 @@ def _search_batch(
             runtime=runtime,
             **opts,
         ):
-            print(json.dumps(result.to_dict(), ensure_ascii=False), flush=True)
+            if trec is None:
+                print(json.dumps(result.to_dict(), ensure_ascii=False), flush=True)
+            else:
+                sys.stdout.writelines(run_lines(result.id, result.hits, trec))
+                sys.stdout.flush()
     except AnygrainError as e:
         fail(e)
+
+
+def _trec_format(
+    format_: str | None, run_tag: str | None, questions: str | None, as_json: bool
+) -> str | None:
+    """The tag of a TREC run ``--format trec`` asks for (None: JSON lines); a format other
+    than :data:`FORMATS`, or given without ``--questions``, refused by name."""
+    if run_tag is not None and format_ != "trec":
+        raise AnygrainError("--run-tag is a TREC run's: it takes --format trec")
+    if format_ is None:
+        return None
+    if format_ not in FORMATS:
+        raise AnygrainError(f"--format must be one of {', '.join(FORMATS)}, not {format_!r}")
+    if questions is None:
+        raise AnygrainError(
+            "--format takes --questions (a batch search); one question prints a table, or "
+            "JSON lines with --json"
+        )
+    if as_json:
+        raise AnygrainError("--json is one question's; with --questions use --format jsonl")
+    if format_ == "jsonl":
+        return None
+    from anygrain.api import check_run_tag
+
+    return check_run_tag("anygrain" if run_tag is None else run_tag)

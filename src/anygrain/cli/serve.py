@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import faulthandler
 import socket
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -18,19 +16,6 @@ from anygrain.errors import AnygrainError
 
 #: uvicorn's log levels (it raises a KeyError for any other)
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
-
-
-def enable_faulthandler() -> None:
-    """Print the Python traceback of every thread to stderr on a fatal signal (SIGSEGV,
-    SIGBUS, SIGABRT, ...), so a crash in native code at least says where it happened."""
-    if faulthandler.is_enabled():
-        return
-    for stream in (sys.stderr, sys.__stderr__):
-        try:
-            faulthandler.enable(file=stream, all_threads=True)  # type: ignore[arg-type]
-            return
-        except (AttributeError, OSError, ValueError):  # a stream without a file descriptor
-            continue
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -110,49 +95,78 @@ def mcp_missing() -> str | None:
     return None
 
 
+ServeThreadsOpt = Annotated[
+    Optional[int],  # noqa: UP045  (typer reads the annotation at run time)
+    typer.Option(
+        "--threads",
+        help="CPU threads per stage for torch, FAISS and ONNX Runtime (default 1: the "
+        "encode, search and read stages run in parallel)",
+    ),
+]
+QuestionBf16Opt = Annotated[
+    bool | None,
+    typer.Option(
+        "--question-bf16/--question-fp32",
+        help="Encode questions with bfloat16 linear layers (default: where the CPU has "
+        "native bfloat16; phrase indexes)",
+    ),
+]
+McpOpt = Annotated[
+    bool,
+    typer.Option(
+        "--mcp",
+        help="Serve the MCP server too, streamable HTTP at /mcp (tools search, "
+        "get_passage, info; the mcp extra)",
+    ),
+]
+MaxKOpt = Annotated[
+    int,
+    typer.Option("--max-k", help="The most hits a request may ask for (k); above it: a 422"),
+]
+ApiKeyOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--api-key",
+        envvar="ANYGRAIN_API_KEY",
+        help="Require this key on every request (X-API-Key: KEY or Authorization: Bearer "
+        "KEY) but the page's, /docs' and /health's; the page asks for it (or reads "
+        "#key=KEY from its address)",
+    ),
+]
+CorsOriginOpt = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option(
+        "--cors-origin",
+        metavar="ORIGIN",
+        help="Let web pages from this origin (scheme://host[:port], or *) call the API; "
+        "repeat for several",
+    ),
+]
+LogLevelOpt = Annotated[
+    str,
+    typer.Option("--log-level", help="uvicorn log level: critical, error, warning, info, debug"),
+]
+
+
 def serve_cmd(
     index_dir: IndexArg,
     host: HostOpt = "127.0.0.1",
     port: PortOpt = 8000,
-    threads: Annotated[
-        Optional[int],  # noqa: UP045  (typer reads the annotation at run time)
-        typer.Option(
-            "--threads",
-            help="CPU threads per stage for torch, FAISS and ONNX Runtime (default 1: the "
-            "encode, search and read stages run in parallel)",
-        ),
-    ] = None,
+    threads: ServeThreadsOpt = None,
     device: DeviceOpt = None,
     runtime: RuntimeOpt = None,
-    question_bf16: Annotated[
-        bool | None,
-        typer.Option(
-            "--question-bf16/--question-fp32",
-            help="Encode questions with bfloat16 linear layers (default: where the CPU has "
-            "native bfloat16; phrase indexes)",
-        ),
-    ] = None,
+    question_bf16: QuestionBf16Opt = None,
     reader: ReaderOpt = None,
     read: ReadOpt = None,
     verify: VerifyFilesOpt = False,
-    mcp: Annotated[
-        bool,
-        typer.Option(
-            "--mcp",
-            help="Serve the MCP server too, streamable HTTP at /mcp (tools search, "
-            "get_passage, info; the mcp extra)",
-        ),
-    ] = False,
-    log_level: Annotated[
-        str,
-        typer.Option(
-            "--log-level", help="uvicorn log level: critical, error, warning, info, debug"
-        ),
-    ] = "info",
+    mcp: McpOpt = False,
+    max_k: MaxKOpt = 1000,
+    api_key: ApiKeyOpt = None,
+    cors_origin: CorsOriginOpt = None,
+    log_level: LogLevelOpt = "info",
 ) -> None:
     """Serve an index over HTTP: a JSON search API and a search page at / (and MCP at /mcp
     with --mcp)."""
-    enable_faulthandler()
     if log_level.lower() not in LOG_LEVELS:
         fail(AnygrainError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, not {log_level}"))
     try:
@@ -179,6 +193,9 @@ def serve_cmd(
                 question_bf16=question_bf16,
                 reader=reader,
                 read=read,
+                max_k=max_k,
+                api_key=api_key,
+                cors_origins=cors_origin or (),
             )
             if mcp:  # beside the API, over the same service
                 from anygrain.integrations.mcp import mount_http

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
+from anygrain.cli import panels
 from anygrain.cli.common import (
     OnErrorOpt,
     QuietOpt,
@@ -18,6 +19,7 @@ from anygrain.cli.common import (
     console,
     run_trainer,
 )
+from anygrain.cli.panels import with_panels
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.train.dpr.config import DprTrainConfig
 from anygrain.train.phrase.config import PhraseQuerySideConfig, PhraseTrainConfig
@@ -52,6 +54,15 @@ DPR_OPTIONS = (
 
 
 @train_app.command("dpr")
+@with_panels(
+    {
+        panels.INPUT: ("recipe", "var", "train", "corpus", "id_prefix", "max_examples", "on_error"),
+        panels.MODEL: ("model", "mode", "temperature"),
+        panels.TRAINING: ("epochs", "batch_size", "lr", "hard_negatives", "grad_cache", "seed"),
+        panels.OUTPUT: ("out", "checkpoint_every", "resume", "quiet"),
+        panels.PERFORMANCE: ("bf16", "device", "threads"),
+    }
+)
 @config_options(DprTrainConfig, DPR_OPTIONS, optional=("train", "out"))  # a recipe may give them
 def dpr_cmd(
     ctx: typer.Context,
@@ -131,6 +142,18 @@ PHRASE_OPTIONS = (
 
 
 @train_app.command("phrase")
+@with_panels(
+    {
+        panels.INPUT: ("train", "max_examples", "max_passage_length", "doc_stride", "on_error"),
+        panels.MODEL: ("model", "question_encoder", "teacher", "freeze_embeddings"),
+        panels.TRAINING: (
+            "epochs", "batch_size", "lr", "max_minutes", "fit_budget", "in_batch",
+            "in_batch_negatives", "hard_negatives", "prebatch", "grad_clip", "seed",
+        ),
+        panels.OUTPUT: ("out", "checkpoint_every", "resume", "quiet"),
+        panels.PERFORMANCE: ("bf16", "device", "threads"),
+    }
+)  # fmt: skip
 @config_options(PhraseTrainConfig, PHRASE_OPTIONS)
 def train_phrase_cmd(
     prebatch: Annotated[
@@ -175,6 +198,18 @@ READER_OPTIONS = (
 
 
 @train_app.command("reader")
+@with_panels(
+    {
+        panels.INPUT: ("train", "retriever", "max_examples", "max_length", "on_error"),
+        panels.MODEL: ("model", "freeze_embeddings"),
+        panels.TRAINING: (
+            "epochs", "batch_size", "lr", "negatives", "selection_bce", "max_minutes",
+            "fit_budget", "seed",
+        ),
+        panels.OUTPUT: ("out", "checkpoint_every", "resume", "quiet"),
+        panels.PERFORMANCE: ("bf16", "device", "threads", "micro_batch"),
+    }
+)  # fmt: skip
 @config_options(ReaderTrainConfig, READER_OPTIONS)
 def train_reader_cmd(
     retriever: Annotated[
@@ -217,6 +252,14 @@ QUERY_SIDE_OPTIONS = (
 
 
 @train_app.command("phrase-query-side")
+@with_panels(
+    {
+        panels.INPUT: ("train", "max_examples", "on_error"),
+        panels.TRAINING: ("loss", "epochs", "batch_size", "lr", "top_k"),
+        panels.OUTPUT: ("out", "resume", "quiet"),
+        panels.PERFORMANCE: ("bf16", "threads"),
+    }
+)
 @config_options(PhraseQuerySideConfig, QUERY_SIDE_OPTIONS)
 def train_query_side_cmd(
     resume: ResumeOpt = True,

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -45,9 +45,6 @@ from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.sparse.bm25 import BM25Index, Bm25Settings, write_bm25_index
 from anygrain.utils.atomic import atomic_dir
 from anygrain.utils.lock import writer_lock
-
-if TYPE_CHECKING:
-    pass
 
 
 def fusion_config(

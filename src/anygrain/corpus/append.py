@@ -66,8 +66,8 @@ def check_new_ids(store: CorpusStore, segment: CorpusStore) -> None:
             path=str(segment.manifest.get("source", "")),
             field="id",
         )
-    old_docs = store._docs().column("doc_id")
-    new_docs = segment._docs().column("doc_id")
+    old_docs = store.documents_table().column("doc_id")
+    new_docs = segment.documents_table().column("doc_id")
     same = pc.filter(new_docs, pc.is_in(new_docs, value_set=old_docs)).to_pylist()
     if same:
         more = f" and {len(same) - 5} more" if len(same) > 5 else ""
@@ -98,9 +98,9 @@ def append_segment(store: CorpusStore, segment: CorpusStore, out: Path) -> dict[
         if len(seg_files) != 1:
             raise AnygrainError(f"{segment.path}: a new segment must be a freshly built store")
         shutil.copyfile(segment.path / seg_files[0], _fresh(out / name))
-    hashes = np.concatenate([np.asarray(store._hashes), np.asarray(segment._hashes)]).astype(
-        np.uint64
-    )
+    hashes = np.concatenate(
+        [np.asarray(store.id_hashes()), np.asarray(segment.id_hashes())]
+    ).astype(np.uint64)
     np.save(_fresh(out / "id_hash.npy"), hashes)
     np.save(_fresh(out / "id_table.npy"), build_id_table(hashes))
     m = dict(store.manifest)
@@ -109,7 +109,7 @@ def append_segment(store: CorpusStore, segment: CorpusStore, out: Path) -> dict[
         segments=segs,
         n_passages=len(store) + len(segment),
         n_documents=store.n_documents + segment.n_documents,
-        checksum=content_checksum([store._passages, segment._passages]),
+        checksum=content_checksum([store.passages_table(), segment.passages_table()]),
         skipped_records=int(m.get("skipped_records", 0))
         + int(segment.manifest.get("skipped_records", 0)),
         appended=[
@@ -134,8 +134,8 @@ def write_subset(store: CorpusStore, keep_rows: np.ndarray, drop_docs: set[str],
     out = Path(out)
     out.mkdir(parents=True, exist_ok=False)
     rows = pa.array(np.asarray(keep_rows, dtype=np.int64))
-    passages = store._passages.take(rows)
-    docs = store._docs()
+    passages = store.passages_table().take(rows)
+    docs = store.documents_table()
     keep_docs = pc.invert(pc.is_in(docs.column("doc_id"), value_set=pa.array(sorted(drop_docs))))
     documents = docs.filter(keep_docs)
     for name, table, schema in (

@@ -1,7 +1,7 @@
 """Corpora the demo runs on offline, with nothing to fetch.
 
 English: CPython's ``pydoc_data.topics`` holds the language reference topics that ``help()``
-prints: 79 documents, ~465k characters of real technical prose.  Chinese (``anygrain demo
+prints: some eighty documents of real technical prose.  Chinese (``anygrain demo
 --lang zh``): eight short encyclopaedic paragraphs written for this package, with questions
 whose answers occur in them.
 """

@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from anygrain.corpus.records import SourceDocument, Span
-from anygrain.corpus.sentences import split_sentences
 from anygrain.errors import AnygrainError
 
 
@@ -178,6 +177,9 @@ def _pack(text: str, units: list[Span], limit: int) -> list[Span]:
 def _cut_long(text: str, unit: Span, limit: int) -> list[Span]:
     """A paragraph over ``limit`` words: its sentences packed; a sentence over it, in word
     windows (character windows where it holds CJK text)."""
+    # imported here: naming the split forms (the command line's help) needs no splitter
+    from anygrain.corpus.sentences import split_sentences
+
     seg = text[unit.start : unit.end]
     sents = [Span(unit.start + s, unit.start + e) for s, e in split_sentences(seg)]
     if len(sents) > 1:

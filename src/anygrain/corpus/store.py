@@ -28,7 +28,6 @@ import pyarrow.compute as pc
 from anygrain.corpus.formats import Source, parse_source
 from anygrain.corpus.pydocs import surrogate_problem
 from anygrain.corpus.records import Passage, SourceDocument
-from anygrain.corpus.sentences import split_sentences
 from anygrain.corpus.splitters import SplitSpec, split_document
 from anygrain.errors import AnygrainError, ErrorLog, InputError
 from anygrain.utils.atomic import atomic_dir, atomic_write_text
@@ -226,6 +225,9 @@ class CorpusStore:
         batch_size: int = 4096,
     ) -> CorpusStore:
         """Read ``source``, split it and write a corpus directory atomically."""
+        # the sentence splitter (syntok, regex) is a build's: opening a store never needs it
+        from anygrain.corpus.sentences import split_sentences
+
         errors = errors or ErrorLog()
         spec = SplitSpec.parse(split)
         src_desc, fmt_name = "<iterable>", "python"
@@ -402,7 +404,7 @@ class CorpusStore:
         """doc_id -> metadata JSON of the documents that have metadata (read once; empty,
         and nothing held, for a corpus whose documents have none)."""
         if self._doc_meta is None:
-            docs = self._docs()
+            docs = self.documents_table()
             col = docs.column("meta")
             found: dict[str, str] = {}
             if col.null_count < len(col):
@@ -427,14 +429,23 @@ class CorpusStore:
         for start in range(0, len(self), batch_size):
             yield start, self._passages.slice(start, batch_size)
 
+    def passages_table(self) -> pa.Table:
+        """The passages' Arrow table (every segment's, memory-mapped)."""
+        return self._passages
+
+    def id_hashes(self) -> np.ndarray:
+        """The hash of each passage row's id (``id_hash.npy``, memory-mapped)."""
+        return self._hashes
+
     # --- documents ---------------------------------------------------------------
-    def _docs(self) -> pa.Table:
+    def documents_table(self) -> pa.Table:
+        """The documents' Arrow table (every segment's), read on first use."""
         if self._documents is None:
             self._documents = _read_segments(self.path, self.segments("documents"))
         return self._documents
 
     def document_text(self, doc_id: str) -> str:
-        docs = self._docs()
+        docs = self.documents_table()
         if self._doc_rows is None:
             self._doc_rows = {d: i for i, d in enumerate(docs.column("doc_id").to_pylist())}
         if doc_id not in self._doc_rows:
@@ -468,7 +479,7 @@ class CorpusStore:
                 strict=True,
             ):
                 sha.update(f"{pid}\x00{title}\x00{text}\x01".encode())
-        docs = self._docs()
+        docs = self.documents_table()
         wanted = pa.array(sorted(set(part.column("doc_id").to_pylist())))
         doc_part = docs.filter(pc.is_in(docs.column("doc_id"), value_set=wanted))
         hashes = np.ascontiguousarray(self._hashes[start:stop])

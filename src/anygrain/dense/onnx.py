@@ -12,18 +12,18 @@ both, whatever their prefixes and lengths.  :class:`OnnxBiEncoder` encodes quest
 passages as the torch model does (the same float32 vectors to ~1e-6), importing neither
 torch nor transformers.
 
-A dense index opening its model (:meth:`anygrain.dense.index.DenseIndex.open`) first asks
-:func:`cached_biencoder` whether the model's files are unchanged since their graphs were
-exported (the files table of :class:`~anygrain.encode.onnx_runtime.GraphCache`, which also
-keeps the passage fingerprint, the weights' fingerprints and the settings found when they
-were loaded); only when not is the model loaded with torch, checked as before, and
-exported (:func:`onnx_biencoder`), once per version of its weights.
+A dense index opening its model (:func:`anygrain.dense.opening.open_questions`, on
+:func:`anygrain.models.graphs.graph_or_export`) first asks the graph cache's files table
+whether the model's files are unchanged since their graphs were exported (the record keeps
+the passage fingerprint, the weights' fingerprints and the settings found when they were
+loaded: :func:`cached_model`, :func:`cached_biencoder`); only when not is the model loaded
+with torch, checked as before, and exported (:func:`export_onnx`), once per version of its
+weights.
 
 Which runtime encodes what (``--runtime auto|onnx|torch``; the runtime is recorded nowhere
-in an index): under ``auto``, questions run on ONNX Runtime on a CPU (2.2x faster than
-torch one at a time, and no torch import), and so do the float32 passages of builds and
-``add`` (1.34x faster than torch at the build's batch of 64, half its peak memory;
-:func:`passage_runtime`); ``bf16`` (bfloat16 vectors, recorded by the build), Ray actors
+in an index): under ``auto``, questions run on ONNX Runtime on a CPU (faster than torch
+one at a time, and no torch import), and so do the float32 passages of builds and ``add``
+(faster than torch at the build's batch, at a lower peak: :func:`passage_runtime`); ``bf16`` (bfloat16 vectors, recorded by the build), Ray actors
 and GPUs are torch's only.  Figures: docs/dense_runtime.json (bench/dense_runtime.py).
 """
 
@@ -51,14 +51,13 @@ from anygrain.encode.onnx_runtime import (
     export_graph,
     graph_module,
     pad_batch,
-    parse_runtime,
     save_token_table,
     save_tokenizer,
-    wants_onnx,
     write_meta,
 )
 from anygrain.encode.runtime import Runtime
 from anygrain.models.encoder_config import EncoderConfig, Pooling
+from anygrain.models.forms import BIENCODER_CONFIG as BIENCODER_CONFIG
 from anygrain.utils.finite import check_finite
 from anygrain.utils.progress import progress_bar
 
@@ -67,19 +66,17 @@ if TYPE_CHECKING:
 
     from anygrain.models.biencoder import BiEncoder
     from anygrain.models.encoder import TextEncoder
+    from anygrain.models.graphs import Exported
 
 KIND = "dense-encoder"
 OUTPUTS = ("vectors",)
 SIDES = ("question", "passage")
 # padded, and a pair, on purpose: the traced attention masking and token types are general
 EXAMPLE = (("Super Bowl 50", "Which NFL team represented the AFC at Super Bowl 50?"), ("", "Who?"))
-#: tokens (rows x width) one ONNX Runtime call takes at most.  Measured with minilm on SQuAD
-#: dev paragraphs (~150-256 tokens), one thread: 4 rows a call 27.8 passages/s, 8 rows 25,
-#: 16 rows 22.5, 64 rows 14.8 (and 2.3 GB resident against 0.9 GB at 8); questions (~16
-#: tokens) still run 32 or more at a time
+#: tokens (rows x width) one ONNX Runtime call takes at most: a few paragraphs a call run
+#: fastest and at the lowest peak (docs/benchmarks.md); short questions still run 32 or
+#: more at a time
 RUN_TOKENS = 1024
-# anygrain.models.biencoder.MODEL_CONFIG, named here without importing torch (a test checks)
-BIENCODER_CONFIG = "anygrain_model.json"
 
 
 def is_biencoder(model: object) -> TypeIs[BiEncoder]:
@@ -334,6 +331,34 @@ def runner_config(model: BiEncoder, passage_fingerprint: str) -> RunnerConfig:
     return RunnerConfig(c.base_model, c.question, c.passage, passage_fingerprint)
 
 
+def export_onnx(
+    model: BiEncoder,
+    cache: GraphCache,
+    *,
+    passage_fingerprint: str = "",
+    own_sides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Exported[OnnxBiEncoder]:
+    """``model`` on ONNX Runtime, its sides exported when not cached, with what the files
+    table records beside them: the ``passage_fingerprint`` loading found, the sides' weights
+    and ``own_sides`` (the model's own settings, before an index's were applied; default:
+    its settings now), so the next open finds the graphs without loading the model."""
+    from anygrain.models.graphs import Exported
+
+    weights = side_weights(model)
+    graphs = export_biencoder(model, cache, weights=weights)
+    fp = passage_fingerprint or weights["passage"]
+    sides = own_sides or {s: getattr(model.config, s).to_dict() for s in SIDES}
+    record = {
+        "passage_fingerprint": fp,
+        "weights": weights,
+        "sides": {s: dict(v) for s, v in sides.items()},
+        "base_model": model.config.base_model,
+        "dim": model.dim,
+    }
+    runner = OnnxBiEncoder(graphs, runner_config(model, fp))
+    return Exported(graphs["passage"].name, runner, record)
+
+
 def onnx_biencoder(
     model: BiEncoder,
     cache: GraphCache,
@@ -342,26 +367,13 @@ def onnx_biencoder(
     passage_fingerprint: str = "",
     own_sides: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> OnnxBiEncoder:
-    """``model`` on ONNX Runtime, its sides exported when not cached.  ``files``: the
-    signature of the files ``model`` was loaded from (taken before loading), recorded with
-    the ``passage_fingerprint`` loading found, the sides' weights and ``own_sides`` (the
-    model's own settings, before an index's were applied), so the next open finds the
-    graphs without loading the model."""
-    weights = side_weights(model)
-    graphs = export_biencoder(model, cache, weights=weights)
-    fp = passage_fingerprint or weights["passage"]
+    """``model`` on ONNX Runtime (:func:`export_onnx`); ``files``: the files-table key of the
+    files ``model`` was loaded from (taken before loading), recorded when the
+    ``passage_fingerprint`` loading found is given."""
+    done = export_onnx(model, cache, passage_fingerprint=passage_fingerprint, own_sides=own_sides)
     if files is not None and passage_fingerprint:
-        sides = own_sides or {s: getattr(model.config, s).to_dict() for s in SIDES}
-        cache.remember_files(
-            files,
-            graphs["passage"].name,
-            passage_fingerprint=passage_fingerprint,
-            weights=weights,
-            sides={s: dict(v) for s, v in sides.items()},
-            base_model=model.config.base_model,
-            dim=model.dim,
-        )
-    return OnnxBiEncoder(graphs, runner_config(model, fp))
+        cache.remember_files(files, done.key, **done.record)
+    return done.runner
 
 
 @dataclass(frozen=True)
@@ -376,13 +388,10 @@ class CachedModel:
     dim: int
 
 
-def cached_model(files: str, cache: GraphCache) -> CachedModel | None:
-    """The record of a saved model (an anygrain model directory or a plain Hugging Face
-    one) whose files, as signed by ``files``, are unchanged since its graphs were exported;
-    None otherwise."""
-    record = cache.files_record(files)
-    if record is None:
-        return None
+def cached_model(record: Mapping[str, Any]) -> CachedModel | None:
+    """What the files table recorded for a saved model (an anygrain model directory or a
+    plain Hugging Face one) whose files are unchanged since its graphs were exported; None
+    when the record is another kind of model's."""
     try:
         return CachedModel(
             str(record["passage_fingerprint"]),
@@ -417,32 +426,16 @@ def passage_runtime(
     bf16: bool = False,
     executor: Any = None,
 ) -> Runtime:
-    """What encodes passage batches (a build, ``add``).  ``auto``: ONNX Runtime on a CPU
+    """What encodes passage batches (a build, ``add``): ONNX Runtime under ``auto`` on a CPU
     where it is installed -- the same float32 vectors (to ~2e-7), faster than torch at the
-    build's batch size (minilm, SQuAD dev paragraphs, one thread, batch 64: 38.3 against
-    28.5 passages per CPU second, peak 536 against 1,094 MB; docs/dense_runtime.json) --
+    build's batch size, at a lower peak (docs/dense_runtime.json) --
     except where only torch can run: ``bf16`` (bfloat16 vectors, asked for and recorded by
     the build), shards on Ray actors (each loads the torch model), a GPU torch sees under
-    device auto.  ``onnx`` refuses those cases rather than silently running torch."""
-    from anygrain.errors import AnygrainError
+    device auto.  ``onnx`` refuses those cases rather than silently running torch
+    (:func:`anygrain.models.runtime.choose_runtime`, for passages)."""
+    from anygrain.models.runtime import Role, choose_runtime
 
-    r = parse_runtime(runtime)
-    if r is Runtime.TORCH:
-        return Runtime.TORCH
-    remote = executor is not None and str(getattr(executor, "value", executor)) != "local"
-    if bf16 or remote:
-        if r is Runtime.ONNX:
-            why = "bf16 (bfloat16 vectors)" if bf16 else f"the {executor} executor"
-            raise AnygrainError(f"--runtime onnx: {why} encodes passages with torch only")
-        return Runtime.TORCH
-    if not wants_onnx(r, device):
-        return Runtime.TORCH
-    if r is Runtime.AUTO and device in (None, "auto") and "torch" in sys.modules:
-        import torch  # a build has it loaded already; a torch-free add never imports it
-
-        if torch.cuda.is_available():  # device auto takes the GPU: torch runs there
-            return Runtime.TORCH
-    return Runtime.ONNX
+    return choose_runtime(runtime, device, role=Role.PASSAGES, bf16=bf16, executor=executor).runtime
 
 
 __all__ = [
@@ -453,6 +446,7 @@ __all__ = [
     "cached_biencoder",
     "cached_model",
     "export_biencoder",
+    "export_onnx",
     "export_side",
     "onnx_biencoder",
     "passage_runtime",

@@ -33,8 +33,7 @@ class ShardedDense(ShardView, DenseIndex):
         first = shards[0]
         fx = shard_faiss([s.faiss for s in shards])
         # the first shard's model, or what loads it: questions on ONNX Runtime load no torch
-        model = first._model or first._load_model
-        assert model is not None
+        model = first.model_or_loader()
         super().__init__(
             path,
             manifest,

@@ -15,8 +15,7 @@ could tell its files intact.
 What an open costs: sizes are always compared (a ``stat`` per file, which catches truncated,
 empty and missing files), and files up to :data:`ALWAYS_HASHED` bytes (``meta.json``, the
 configs, an English tokenizer) are always hashed.  The graph and the token table are the big
-ones (me5-small's reader: 86 and 384 MB, over a second to hash, against a fraction of a
-second to open the graph at all), so each is hashed in full only when its ``stat`` (size,
+ones (hashing them takes far longer than opening the graph at all), so each is hashed in full only when its ``stat`` (size,
 modification and change times, inode) differs from the one it had when it last hashed right:
 that stamp is kept for the process and in :data:`VERIFIED_FILE` for the next.  Any write to a
 file -- a flipped bit included, even with its modification time put back -- moves its change

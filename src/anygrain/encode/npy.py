@@ -18,7 +18,7 @@ def drop_pages(arr: np.ndarray) -> None:
     """Drop the pages of the file ``arr`` maps from this process's resident set.
 
     A file read (or written) through a memory map stays resident in the process as far as
-    it was touched, so streaming a 2 GB dump through a map shows a 2 GB RSS although the
+    it was touched, so streaming a dump through a map shows the whole dump resident although the
     pages are the kernel's to evict.  After each chunk a build drops them
     (``MADV_DONTNEED``: the data stays in the page cache and in the file; written pages
     must be flushed first, which this does).  No-op for an array that maps no file."""

@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import importlib.util
 import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -48,9 +47,17 @@ from typing import Any
 import numpy as np
 
 from anygrain.encode.cache_checks import entry_problem, forget, report, write_checksums
+
+# the runtime's names and probes (torch-free), re-exported for the callers that import them here
 from anygrain.encode.runtime import RUNTIME_HELP as RUNTIME_HELP
-from anygrain.encode.runtime import Runtime
-from anygrain.errors import AnygrainError, parse_enum
+from anygrain.encode.runtime import TRAIN_EXTRA as TRAIN_EXTRA
+from anygrain.encode.runtime import Runtime as Runtime
+from anygrain.encode.runtime import onnxruntime_installed as onnxruntime_installed
+from anygrain.encode.runtime import parse_runtime as parse_runtime
+from anygrain.encode.runtime import require_torch as require_torch
+from anygrain.encode.runtime import torch_installed as torch_installed
+from anygrain.encode.runtime import wants_onnx as wants_onnx
+from anygrain.errors import AnygrainError
 from anygrain.utils.atomic import atomic_dir, atomic_write_text
 
 OPSET = 17
@@ -67,60 +74,6 @@ META_FILE = "meta.json"
 FILES_DIR = "files"
 # what every graph directory holds
 REQUIRED = (GRAPH_FILE, META_FILE)
-
-
-def parse_runtime(value: Runtime | str | None) -> Runtime:
-    """The runtime asked for; ``torch`` where torch is missing is refused here, in one line,
-    rather than left to run on the graphs or fail deep inside."""
-    r = Runtime.AUTO if value is None else parse_enum(Runtime, value)
-    if r is Runtime.TORCH:
-        require_torch("--runtime torch")
-    return r
-
-
-def onnxruntime_installed() -> bool:
-    return importlib.util.find_spec("onnxruntime") is not None
-
-
-#: how to get torch and transformers: the base install runs the shipped models without them
-TRAIN_EXTRA = "pip install 'anygrain[train]'"
-
-
-def torch_installed() -> bool:
-    """Whether torch and transformers can be imported (not imported here: that takes
-    seconds; a finder that refuses them counts as not installed)."""
-    try:
-        return all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
-    except (ImportError, ValueError):
-        return False
-
-
-def require_torch(what: str) -> None:
-    """An error, in one line saying how to install them, when torch or transformers is
-    missing; ``what`` says what needed them."""
-    if not torch_installed():
-        raise AnygrainError(f"{what} needs torch and transformers, not installed: {TRAIN_EXTRA}")
-
-
-def wants_onnx(runtime: Runtime | str | None, device: str | None) -> bool:
-    """Whether queries should be encoded with ONNX Runtime: ``onnx`` always (an error later
-    if it cannot), ``auto`` on a CPU (``device`` None, ``auto`` or ``cpu``; the ONNX graph runs
-    on the CPU only) where onnxruntime is installed."""
-    r = parse_runtime(runtime)
-    if r is Runtime.TORCH:
-        return False
-    on_cpu = device is None or str(device) in ("auto", "cpu")
-    if r is Runtime.ONNX:
-        if not on_cpu:
-            raise AnygrainError(
-                f"--runtime onnx runs on the CPU; --device {device} needs --runtime torch"
-            )
-        if not onnxruntime_installed():
-            raise AnygrainError(
-                "--runtime onnx: onnxruntime is not installed (pip install onnxruntime)"
-            )
-        return True
-    return on_cpu and onnxruntime_installed()
 
 
 def default_cache_root() -> Path:
@@ -282,8 +235,8 @@ def export_graph(
 
 
 #: the attention a Hugging Face encoder is traced with: the plain one, whose pattern ONNX
-#: Runtime's optimiser recognises (one thread: phrase windows 1.2x, minilm paragraphs 1.2x
-#: faster than from the SDPA trace; questions the same).  Not in a graph's key: both
+#: Runtime's optimiser recognises (faster than the SDPA trace on passages; questions the
+#: same: docs/benchmarks.md).  Not in a graph's key: both
 #: compute the same vectors, so a graph exported before is still right
 TRACED_ATTENTION = "eager"
 
@@ -329,7 +282,7 @@ def pad_batch(
 def save_token_table(table: Any, path: Path, *, chunk_rows: int = 8192) -> None:
     """Write a (vocabulary, width) torch tensor as a float32 ``.npy`` file, a chunk at a
     time, giving back the pages each chunk read: a table mapped from its weights file
-    (me5-small's is 384 MB) never becomes resident as a whole.  A NaN or infinite value is
+    (most of a small multilingual model's weights) never becomes resident as a whole.  A NaN or infinite value is
     refused: every question holding that token would have no vector."""
     from numpy.lib.format import open_memmap
 

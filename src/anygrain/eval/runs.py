@@ -27,7 +27,15 @@ from typing import IO
 from anygrain.errors import AnygrainError, InputError
 from anygrain.hits.hit import Hit, Unit
 
-__all__ = ["RunWriter", "dedupe_hits", "read_qrels", "read_run", "write_run"]
+__all__ = [
+    "RunWriter",
+    "check_run_tag",
+    "dedupe_hits",
+    "read_qrels",
+    "read_run",
+    "run_lines",
+    "write_run",
+]
 
 _RUN_FIELDS = ("qid", "Q0", "docid", "rank", "score", "tag")
 
@@ -96,12 +104,7 @@ class RunWriter:
         self._f: IO[str] = os.fdopen(fd, "w", encoding="utf-8")
 
     def write(self, qid: str, hits: Sequence[Hit]) -> None:
-        qid = _check_id("query id", qid)
-        lines = []
-        for rank, h in enumerate(dedupe_hits(hits), start=1):
-            docid = _check_id("unit id", h.unit_id)
-            lines.append(f"{qid} Q0 {docid} {rank} {float(h.score)!r} {self.tag}\n")
-        self._f.writelines(lines)
+        self._f.writelines(run_lines(qid, hits, self.tag))
 
     def close(self, ok: bool = True) -> None:
         """Finish the file (``ok``) or throw the partial one away."""
@@ -127,6 +130,23 @@ class RunWriter:
         tb: TracebackType | None,
     ) -> None:
         self.close(ok=exc_type is None)
+
+
+def check_run_tag(tag: str) -> str:
+    """``tag`` if a run line can end with it: non-empty, without whitespace."""
+    return _check_id("tag", tag)
+
+
+def run_lines(qid: str, hits: Sequence[Hit], tag: str = "anygrain") -> list[str]:
+    """The run lines of one query (``qid Q0 docid rank score tag``, newline-terminated):
+    each unit id once, ranked from 1 (:func:`dedupe_hits`)."""
+    qid = _check_id("query id", qid)
+    tag = check_run_tag(tag)
+    lines = []
+    for rank, h in enumerate(dedupe_hits(hits), start=1):
+        docid = _check_id("unit id", h.unit_id)
+        lines.append(f"{qid} Q0 {docid} {rank} {float(h.score)!r} {tag}\n")
+    return lines
 
 
 def write_run(

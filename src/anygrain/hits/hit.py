@@ -89,6 +89,18 @@ class Hit:
     retrieval_score: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     confidence: float | None = None
+    # a passage hit found through a span (a phrase index's best phrase): where a reader
+    # may read a window instead of the whole passage
+    focus: tuple[int, int] | None = None
+
+    @property
+    def relevance(self) -> float:
+        """How relevant the hit is, in [0, 1], for thresholds: an answer's calibrated
+        :attr:`confidence` where it has one, else :func:`score_relevance` of the score (a
+        fixed monotone map: a higher score is never less relevant)."""
+        if self.unit is Unit.ANSWER and self.confidence is not None:
+            return float(self.confidence)
+        return score_relevance(self.score)
 
     @property
     def unit_id(self) -> str:
@@ -180,6 +192,37 @@ class Hit:
             "char_end": self.char_end,
             "citation": self.citation,
         }
+
+
+def score_relevance(score: float) -> float:
+    """A score as a relevance in [0, 1]: ``0.5 + score / (2 * (1 + |score|))``, strictly
+    increasing, 0.5 at 0, so one threshold reads the same on every kind's scale (BM25's
+    unbounded positive scores, phrase and dense inner products, which may be negative);
+    not a probability.  NaN is 0."""
+    x = float(score)
+    if math.isnan(x):
+        return 0.0
+    if math.isinf(x):
+        return 1.0 if x > 0 else 0.0
+    return 0.5 + x / (2.0 * (1.0 + abs(x)))
+
+
+def check_threshold(threshold: float | None) -> float | None:
+    """``threshold`` as a relevance threshold (None for none); a ``ValueError`` names one
+    outside [0, 1]."""
+    if threshold is None:
+        return None
+    t = float(threshold)
+    if not 0.0 <= t <= 1.0:
+        raise ValueError(f"score_threshold must be between 0 and 1 (a relevance), got {threshold}")
+    return t
+
+
+def above_threshold(hits: Sequence[Hit], threshold: float | None) -> list[Hit]:
+    """The hits whose :attr:`Hit.relevance` is at least ``threshold``, in order (all of
+    them for None)."""
+    t = check_threshold(threshold)
+    return list(hits) if t is None else [h for h in hits if h.relevance >= t]
 
 
 def _finite(x: float | None) -> float | None:

@@ -11,7 +11,9 @@ document's extra fields, the passage's own, ``start`` / ``end``), plus ``doc_id`
     {"$and": [f, ...]}, {"$or": [f, ...]}, {"$not": f}
 
 Several fields in one dict must all match.  A field a passage lacks matches only ``$ne``,
-``$nin`` and ``$exists: false``.
+``$nin`` and ``$exists: false``.  Against an index, a field that no passage has, or a
+value of a type the field never holds, is refused in one line naming the field
+(:mod:`anygrain.index.filter_fields`).
 
 A filter is checked before anything else is read of it: at most :data:`MAX_DEPTH` levels
 deep and :data:`MAX_TERMS` terms in all (:func:`check_bounds`), so any filter is answered
@@ -42,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from anygrain.errors import UsageError
 from anygrain.index.encoded import EncodedQueries
+from anygrain.index.filter_fields import FieldSurvey
 
 if TYPE_CHECKING:
     import numpy as np
@@ -298,10 +301,16 @@ def filter_key(spec: Mapping[str, Any]) -> str:
 
 
 def row_mask(store: CorpusStore, spec: Mapping[str, Any]) -> np.ndarray:
-    """A boolean per passage row of ``store``: whether its fields match ``spec``."""
+    """A boolean per passage row of ``store``: whether its fields match ``spec``;
+    :class:`UsageError` naming a field of ``spec`` that no passage has, or a value of a type
+    the field never holds (:mod:`anygrain.index.filter_fields`)."""
     import numpy as np
 
     test = compile_filter(spec)
+    # what the filter's fields hold, until that clears it: a field no passage has, or a
+    # value of a type the field never holds, is refused by name
+    survey: FieldSurvey | None = FieldSurvey(spec, COLUMNS)
+    matched = False
     n = len(store)
     mask = np.zeros(n, dtype=bool)
     # the columns only when named (reading them costs as much as the metadata)
@@ -314,6 +323,14 @@ def row_mask(store: CorpusStore, spec: Mapping[str, Any]) -> np.ndarray:
             for c, vals in named.items():
                 m.setdefault(c, vals[i])
             mask[a + i] = test(m)
+        if survey is not None:
+            for m in metas:
+                survey.add(m)
+            matched = matched or bool(mask[a : a + len(metas)].any())
+            if survey.settled(matched):
+                survey = None
+    if survey is not None:
+        survey.check(matched=bool(mask.any()))
     return mask
 
 

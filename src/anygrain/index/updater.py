@@ -1,47 +1,13 @@
-"""Adding documents to an index, deleting them and compacting.
+"""Adding documents to an index, deleting them and compacting, each atomic.
 
-This module stages the update, appends to the corpus, writes tombstones and swaps the
-result in; what an index of each kind recomputes is the kind's own, in its class's
-hooks (:meth:`Index.add_rows <anygrain.index.base.Index.add_rows>`,
-:meth:`~anygrain.index.base.Index.compact_rows`, each given a :class:`StagedUpdate`),
-found with :func:`~anygrain.index.registry.index_class` as builds are, in a module next to
-the kind's build (``sparse/update.py``, ``dense/update.py``, ``phrase/update.py``,
-``composite/hybrid_update.py``).  This module imports no kind; a kind without an update
-refuses it (:meth:`~anygrain.index.base.Index.check_update`) before anything is staged.
-
-Every update is atomic.  The index directory is staged as a sibling whose files are
-hard links to the live ones (no copy), the update replaces the files it changes there
-(each is unlinked or renamed over first, so a live file never changes in place), and
-the staged directory is swapped in at the end (:func:`anygrain.utils.atomic.atomic_dir`).
-An exception or a crash leaves the old index as it was.
-
-What :func:`add_documents` recomputes, per kind:
-
-* corpus store: the new documents are read and split into a store of their own (with
-  the split the corpus was built with), whose Arrow files become a new segment of the
-  corpus; old passages keep their rows; the id table and content checksum are rebuilt
-  (O(passages), no model);
-* ``bm25``: rebuilt from the grown corpus (tokenised again).  BM25's idf and average
-  length are corpus-wide, so every stored score changes when documents are added; the
-  rebuild is what a fresh build does and costs no model time;
-* ``dense``: only the new passages are encoded (the encode engine, the index's own
-  passage encoder), written as new vector shards and added to the FAISS index (a flat
-  index exactly; IVF/PQ with the quantiser trained on the old vectors, not retrained);
-* ``phrase``: only the new passages are dumped; their token arrays are appended and their
-  start/end vectors added to both FAISS indexes (with their trained quantisers);
-* ``hybrid`` (built): both parts as above, over the one shared corpus.
-
-A source whose format tracks files (a folder, or a Markdown, PDF, ... file:
-:attr:`Format.tracks_files <anygrain.corpus.formats.Format.tracks_files>`) is read
-against what the index holds (:class:`~anygrain.corpus.files.KnownFiles`): a file whose
-content hash the index holds is not read again, a new one is added, and a changed one is
-added as a new version of its documents (ids ``ID#N``) while its old documents are
-deleted (tombstoned) in the same staged update.
-
-:func:`delete_documents` writes tombstones (:mod:`anygrain.index.tombstones`);
-:func:`compact_index` rebuilds without the deleted documents, re-encoding nothing: dense
-vectors and phrase dumps are taken from the index (an index whose phrase dump was
-dropped for compressed codes is dumped again), BM25 is rebuilt.
+The index is staged as a sibling of hard links, the kind's own hooks
+(:meth:`~anygrain.index.base.Index.add_rows`, :meth:`~anygrain.index.base.Index.compact_rows`,
+in the kind's ``update.py``) replace the files they change there, and the staged directory is
+swapped in (:func:`anygrain.utils.atomic.atomic_dir`): a crash leaves the old index as it
+was.  This module imports no kind.  Deleting writes tombstones
+(:mod:`anygrain.index.tombstones`); a source that tracks files is read against what the
+index holds (:class:`~anygrain.corpus.files.KnownFiles`).  What each kind recomputes:
+docs/scale.md.
 """
 
 from __future__ import annotations
@@ -354,8 +320,8 @@ def tombstone(
     wanted = list(dict.fromkeys(str(d) for d in doc_ids))
     known = set(
         pc.filter(
-            store._docs().column("doc_id"),
-            pc.is_in(store._docs().column("doc_id"), value_set=pa.array(wanted)),
+            store.documents_table().column("doc_id"),
+            pc.is_in(store.documents_table().column("doc_id"), value_set=pa.array(wanted)),
         ).to_pylist()
     )
     unknown = [d for d in wanted if d not in known]
@@ -365,7 +331,7 @@ def tombstone(
             + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
             + " in the index; nothing was deleted"
         )
-    col = store._passages.column("doc_id")
+    col = store.passages_table().column("doc_id")
     new = [d for d in wanted if d not in docs]
     if new:
         mask = pc.is_in(col, value_set=pa.array(new)).to_numpy(zero_copy_only=False)

@@ -3,7 +3,7 @@
 ::
 
     from haystack import Pipeline
-    from anygrain.integrations.haystack import AnygrainRetriever
+    from haystack_integrations.components.retrievers.anygrain import AnygrainRetriever
 
     pipe = Pipeline()
     pipe.add_component("retriever", AnygrainRetriever("my-index", top_k=3, unit="sentence"))
@@ -12,18 +12,26 @@
         s, e = a.document_offset.start, a.document_offset.end
         print(a.document.content[s:e], "--", a.document.meta["title"], a.document.id)
 
-``run(query, top_k=None, unit=None, filters=None)`` (and ``run_async``, the same in a
-worker thread) returns
+The component is Haystack's ``haystack_integrations.components.retrievers.anygrain
+.AnygrainRetriever`` (its pipelines' YAML names it so, and Haystack loads it with its
+default module allowlist); this module defines it.
+
+``run(query, top_k=None, unit=None, filters=None, score_threshold=None)`` (and
+``run_async``, the same in a worker thread) returns
 
 * ``documents`` -- one :class:`~haystack.Document` per hit, best first: ``content`` the
-  passage text, ``score`` the hit's, ``id`` ``PASSAGE_ID#START-END`` (the span inside the
-  passage; the whole passage for passage and document hits), ``meta`` as the LangChain
+  passage text, ``score`` the hit's, ``id`` the user's document id (``doc_id``: a
+  ``DocumentJoiner`` fusing it with Haystack's own retrievers keeps one copy of a
+  document; where several documents of one result share it, ``DOC_ID#START-END``, the
+  hit's offsets in its document: :func:`anygrain.integrations.service.document_ids`),
+  ``meta`` as the LangChain
   retriever's metadata: the passage's own metadata (its document's extra fields, ``start`` /
   ``end``: its offsets in its document; :attr:`anygrain.hits.hit.Hit.meta`), then the hit's
   JSON (:meth:`~anygrain.hits.hit.Hit.to_json`: ``rank``, ``unit``, ``score``,
   ``passage_id``, ``doc_id``, ``title``, ``span``, ``answer``, ``sentence``, ...) over
   it, less ``text``, ``before``, ``after`` and ``score`` (the document's content and
-  score hold them); the passage's metadata again, whole, is ``passage_meta`` (the hit
+  score hold them), and ``relevance`` (:attr:`anygrain.hits.hit.Hit.relevance`, in
+  [0, 1]: what ``score_threshold`` keeps); the passage's metadata again, whole, is ``passage_meta`` (the hit
   JSON's ``meta``: a Haystack Document flattens its meta beside its own fields, so
   neither ``meta`` nor a field named as one of them, :data:`RESERVED`, is a key of it);
 * ``answers`` -- one :class:`~haystack.dataclasses.ExtractedAnswer` per hit with a span
@@ -55,11 +63,17 @@ from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.dataclasses import ExtractedAnswer
 
 from anygrain.errors import AnygrainError
-from anygrain.hits.hit import Hit, Unit
+from anygrain.hits.hit import Hit, Unit, above_threshold, check_threshold
 from anygrain.index.base import Index
 from anygrain.index.filters import check_bounds
-from anygrain.integrations.service import shared_service
+from anygrain.integrations.service import check_depth, document_ids, shared_service
 from anygrain.serve.service import SearchService
+
+#: The module Haystack knows the component by (a namespace package, as Haystack's own
+#: integrations are: on Haystack's default deserialization allowlist).
+HAYSTACK_MODULE = "haystack_integrations.components.retrievers.anygrain"
+#: The component's type in pipelines saved before it took that name.
+OLD_TYPE = f"{__name__}.AnygrainRetriever"
 
 #: Hit JSON fields left out of a Document's meta: its content and score hold them, and
 #: ``meta`` is ``passage_meta`` there.
@@ -134,17 +148,17 @@ def anygrain_filter(spec: dict[str, Any] | None) -> dict[str, Any] | None:
     return haystack_filter(spec) if is_haystack_filter(spec) else spec
 
 
-def hit_document(hit: Hit, rank: int = 1) -> Document:
-    """One hit as a Haystack :class:`Document` (see the module docstring)."""
+def hit_document(hit: Hit, rank: int = 1, id: str | None = None) -> Document:
+    """One hit as a Haystack :class:`Document` (see the module docstring); ``id`` its
+    document's (default: the hit's document id)."""
     payload = hit.to_json(rank)
     for key in LEFT_OUT:
         payload.pop(key)
-    start, end = hit.span if hit.span is not None else (0, len(hit.text))
     flat = {k: v for k, v in hit.meta.items() if k not in RESERVED}
     return Document(
-        id=f"{hit.passage_id}#{start}-{end}",
+        id=hit.doc_id if id is None else id,
         content=hit.text,
-        meta={**flat, **payload, "passage_meta": dict(hit.meta)},
+        meta={**flat, **payload, "relevance": hit.relevance, "passage_meta": dict(hit.meta)},
         score=float(hit.score),
     )
 
@@ -181,11 +195,15 @@ class AnygrainRetriever:
     """Retrieve passages, sentences, phrases or read answers from an anygrain index.
 
     ``index``: an index directory, or an open :class:`~anygrain.index.base.Index` (saved
-    as its directory); ``top_k``: documents per query (1 to 100); ``unit``: the grain
+    as its directory); ``top_k``: documents per query (1 to 1,000); ``unit``: the grain
     (phrase, sentence, passage, document, or answer; default: the index's first);
     ``reader`` / ``read``: unit answer's reader (a directory or a shipped reader's name) and
     passages read; ``filters``: keep the top ``top_k`` hits whose metadata match (Haystack's
-    filter syntax or anygrain's; see the module docstring)."""
+    filter syntax or anygrain's; see the module docstring); ``score_threshold``: keep only
+    the hits whose relevance (``meta["relevance"]``, in [0, 1]) is at least this."""
+
+    # Haystack registers and serialises a component by its module: the namespace package's
+    __module__ = HAYSTACK_MODULE
 
     def __init__(
         self,
@@ -195,6 +213,7 @@ class AnygrainRetriever:
         reader: str | None = None,
         read: int | None = None,
         filters: dict[str, Any] | None = None,
+        score_threshold: float | None = None,
     ) -> None:
         if isinstance(index, Index):
             if getattr(index, "path", None) is None:
@@ -205,7 +224,7 @@ class AnygrainRetriever:
             self._index = self.index = str(index)
         else:
             raise TypeError(f"index: an index directory or an Index, not {type(index).__name__}")
-        self.top_k = SearchService.check_k(int(top_k))
+        self.top_k = check_depth(int(top_k))
         if unit is not None:
             try:
                 unit = Unit(unit).value
@@ -218,6 +237,7 @@ class AnygrainRetriever:
         self.read = read
         self.filters = filters or None
         SearchService.check_filter(anygrain_filter(self.filters))  # a bad filter fails here
+        self.score_threshold = check_threshold(score_threshold)
         self._service: SearchService | None = None
 
     def warm_up(self) -> None:
@@ -244,10 +264,13 @@ class AnygrainRetriever:
             reader=self.reader,
             read=self.read,
             filters=self.filters,
+            score_threshold=self.score_threshold,
         )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AnygrainRetriever:
+        if data.get("type") == OLD_TYPE:  # saved before the component took its Haystack name
+            data = {**data, "type": f"{HAYSTACK_MODULE}.AnygrainRetriever"}
         return default_from_dict(cls, data)
 
     def search(
@@ -257,19 +280,24 @@ class AnygrainRetriever:
         top_k: int | None = None,
         unit: str | None = None,
         filters: dict[str, Any] | None = None,
+        score_threshold: float | None = None,
     ) -> list[Hit]:
-        """The hits behind :meth:`run`'s documents (``top_k``, ``unit`` and ``filters`` as
-        there)."""
+        """The hits behind :meth:`run`'s documents (``top_k``, ``unit``, ``filters`` and
+        ``score_threshold`` as there)."""
         r = self.service.search(
             [query],
             unit=unit or self.unit,
-            k=top_k or self.top_k,
+            k=check_depth(top_k or self.top_k),
             filter=anygrain_filter(filters if filters is not None else self.filters),
         )
-        return r.hits[0]
+        threshold = self.score_threshold if score_threshold is None else score_threshold
+        return above_threshold(r.hits[0], threshold)
 
     def _output(self, query: str, hits: list[Hit]) -> dict[str, Any]:
-        documents = [hit_document(h, i) for i, h in enumerate(hits, 1)]
+        ids = document_ids(hits)
+        documents = [
+            hit_document(h, i, d) for i, (h, d) in enumerate(zip(hits, ids, strict=True), 1)
+        ]
         answers = [hit_answer(h, query, d) for h, d in zip(hits, documents, strict=True)]
         return {"documents": documents, "answers": [a for a in answers if a is not None]}
 
@@ -280,10 +308,15 @@ class AnygrainRetriever:
         top_k: int | None = None,
         unit: str | None = None,
         filters: dict[str, Any] | None = None,
+        score_threshold: float | None = None,
     ) -> dict[str, Any]:
         """Search ``query``: ``documents`` and ``answers`` (see the module docstring);
-        ``top_k``, ``unit`` and ``filters`` replace the component's for this run."""
-        return self._output(query, self.search(query, top_k=top_k, unit=unit, filters=filters))
+        ``top_k``, ``unit``, ``filters`` and ``score_threshold`` replace the component's for
+        this run."""
+        hits = self.search(
+            query, top_k=top_k, unit=unit, filters=filters, score_threshold=score_threshold
+        )
+        return self._output(query, hits)
 
     @component.output_types(documents=list[Document], answers=list[ExtractedAnswer])
     async def run_async(
@@ -292,13 +325,27 @@ class AnygrainRetriever:
         top_k: int | None = None,
         unit: str | None = None,
         filters: dict[str, Any] | None = None,
+        score_threshold: float | None = None,
     ) -> dict[str, Any]:
         """:meth:`run`, waiting for the search service in a worker thread."""
-        hits = await asyncio.to_thread(self.search, query, top_k=top_k, unit=unit, filters=filters)
+        hits = await asyncio.to_thread(
+            self.search,
+            query,
+            top_k=top_k,
+            unit=unit,
+            filters=filters,
+            score_threshold=score_threshold,
+        )
         return self._output(query, hits)
 
 
+# pipelines saved before the component took its Haystack name load as well (where the
+# caller allows this module)
+component.registry[OLD_TYPE] = AnygrainRetriever
+
+
 __all__ = [
+    "HAYSTACK_MODULE",
     "RESERVED",
     "AnygrainRetriever",
     "anygrain_filter",

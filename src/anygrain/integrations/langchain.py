@@ -9,6 +9,9 @@
         s, e = doc.metadata["span"]  # the sentence inside the passage text
         print(doc.page_content[s:e], "--", doc.metadata["title"], doc.id)
 
+    # or over texts or documents, built here (a BM25 index in a temporary directory)
+    retriever = AnygrainRetriever.from_texts(texts, metadatas=metas, ids=ids, k=3)
+
 Each hit is one :class:`~langchain_core.documents.Document`:
 
 * ``page_content`` -- the passage text;
@@ -17,9 +20,13 @@ Each hit is one :class:`~langchain_core.documents.Document`:
   JSON (:meth:`~anygrain.hits.hit.Hit.to_json`: ``rank``, ``unit``, ``score``,
   ``passage_id``, ``doc_id``, ``title``, ``span``, ``answer``, ``sentence``, ...; and
   ``meta``, the passage's metadata again, whole) over it, less ``text`` (the page content)
-  and ``before`` / ``after`` (``page_content[:span[0]]`` and ``page_content[span[1]:]``);
-* ``id`` -- ``PASSAGE_ID#START-END``: the span inside the passage (the whole passage for
-  passage and document hits), so two answers in one passage are two documents.
+  and ``before`` / ``after`` (``page_content[:span[0]]`` and ``page_content[span[1]:]``),
+  and ``relevance``: :attr:`anygrain.hits.hit.Hit.relevance`, in [0, 1] (what
+  ``score_threshold`` keeps);
+* ``id`` -- the user's document id (``doc_id``), so that fusion with other retrievers
+  (``EnsembleRetriever``) and caches keyed by id see one document once; where several
+  documents of one result share it, ``DOC_ID#START-END``, the hit's offsets in its
+  document (:func:`anygrain.integrations.service.document_ids`).
 
 ``page_content[span[0]:span[1]] == metadata["answer"]``: the exact span to cite.
 
@@ -32,6 +39,7 @@ thread, never on the event loop.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,26 +51,37 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from anygrain.hits.hit import Hit
+from anygrain.hits.hit import Hit, above_threshold, check_threshold
 from anygrain.index.base import Index
-from anygrain.integrations.service import shared_service
-from anygrain.serve.service import MAX_K, SearchService
+from anygrain.integrations.service import MAX_DEPTH, check_depth, document_ids, shared_service
+from anygrain.serve.service import SearchService
 
 #: Hit JSON fields left out of a Document's metadata (the page content holds them).
 LEFT_OUT = ("text", "before", "after")
 
 
-def hit_document(hit: Hit, rank: int = 1) -> Document:
-    """One hit as a LangChain :class:`Document` (see the module docstring)."""
+def hit_document(hit: Hit, rank: int = 1, id: str | None = None) -> Document:
+    """One hit as a LangChain :class:`Document` (see the module docstring); ``id`` its
+    document's (default: the hit's document id)."""
     payload = hit.to_json(rank)
     for key in LEFT_OUT:
         payload.pop(key)
-    start, end = hit.span if hit.span is not None else (0, len(hit.text))
     return Document(
         page_content=hit.text,
-        metadata={**hit.meta, **payload},
-        id=f"{hit.passage_id}#{start}-{end}",
+        metadata={**hit.meta, **payload, "relevance": hit.relevance},
+        id=hit.doc_id if id is None else id,
     )
+
+
+def hit_documents(hits: list[Hit]) -> list[Document]:
+    """One result's hits as Documents, ranked from 1, with their ids
+    (:func:`~anygrain.integrations.service.document_ids`)."""
+    ids = document_ids(hits)
+    return [hit_document(h, i, d) for i, (h, d) in enumerate(zip(hits, ids, strict=True), 1)]
+
+
+#: Retriever fields ``search_kwargs`` may set, as LangChain's vector-store retrievers do.
+SEARCH_KWARGS = ("k", "unit", "filter", "score_threshold")
 
 
 class AnygrainRetriever(BaseRetriever):
@@ -70,17 +89,21 @@ class AnygrainRetriever(BaseRetriever):
 
     ``index``: an index directory, an open :class:`~anygrain.index.base.Index`, or a
     :class:`~anygrain.serve.service.SearchService`; ``k``: documents per query (4, as
-    LangChain's retrievers); ``unit``:
+    LangChain's retrievers; at most 1,000); ``unit``:
     the grain (phrase, sentence, passage, document, or answer; default: the index's first);
     ``reader`` / ``read``: unit answer's reader and passages read; ``filter``: keep the top
-    ``k`` hits whose metadata match (:mod:`anygrain.index.filters`); ``search_kwargs``:
-    ``k``, ``unit`` and ``filter`` as LangChain's vector-store retrievers take them.
-    ``invoke(query, k=..., unit=..., filter=...)`` overrides them for one call."""
+    ``k`` hits whose metadata match (:mod:`anygrain.index.filters`); ``score_threshold``:
+    keep only the hits whose relevance (``metadata["relevance"]``, in [0, 1]) is at least
+    this; ``search_kwargs``: ``k``, ``unit``, ``filter`` and ``score_threshold`` as
+    LangChain's vector-store retrievers take them.  ``invoke(query, k=..., unit=...,
+    filter=..., score_threshold=...)`` overrides them for one call.
+
+    :meth:`from_texts` and :meth:`from_documents` build the index from Python."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     index: Any = Field(description="An index directory, an open Index, or a SearchService")
-    k: int = Field(default=4, ge=1, le=MAX_K, description="Documents per query")
+    k: int = Field(default=4, ge=1, le=MAX_DEPTH, description="Documents per query")
     unit: str | None = Field(default=None, description="The grain of the hits")
     reader: str | None = Field(default=None, description="Unit answer: the reader")
     read: int | None = Field(default=None, description="Unit answer: passages read")
@@ -92,8 +115,12 @@ class AnygrainRetriever(BaseRetriever):
     filter: dict[str, Any] | None = Field(
         default=None, description="Keep the top k hits whose metadata match (a metadata filter)"
     )
+    score_threshold: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="Keep the hits at least this relevant (0-1)"
+    )
     search_kwargs: dict[str, Any] = Field(
-        default_factory=dict, description="k, unit and filter, as LangChain's retrievers take"
+        default_factory=dict,
+        description="k, unit, filter and score_threshold, as LangChain's retrievers take",
     )
 
     _service: SearchService = PrivateAttr()
@@ -106,15 +133,53 @@ class AnygrainRetriever(BaseRetriever):
                 f"{type(self.index).__name__}"
             )
         self._service = shared_service(self.index, reader=self.reader, read=self.read)
-        unknown = set(self.search_kwargs) - {"k", "unit", "filter"}
+        unknown = set(self.search_kwargs) - set(SEARCH_KWARGS)
         if unknown:
-            raise ValueError(f"search_kwargs: {', '.join(sorted(unknown))} (takes k, unit, filter)")
-        for key in ("k", "unit", "filter"):  # LangChain's spelling of the same settings
+            raise ValueError(
+                f"search_kwargs: {', '.join(sorted(unknown))} (takes {', '.join(SEARCH_KWARGS)})"
+            )
+        for key in SEARCH_KWARGS:  # LangChain's spelling of the same settings
             if self.search_kwargs.get(key) is not None:
                 setattr(self, key, self.search_kwargs[key])
+        self.k = check_depth(self.k)
+        self.score_threshold = check_threshold(self.score_threshold)
         self.filter = self._service.check_filter(self.filter)  # a bad filter fails here
         if self.unit is not None:
             self.unit = self._service.check_unit(self.unit).value  # a bad unit fails here
+
+    @classmethod
+    def from_texts(
+        cls,
+        texts: Iterable[str],
+        metadatas: Sequence[Mapping[str, Any] | None] | None = None,
+        ids: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> AnygrainRetriever:
+        """A retriever over ``texts``, one document each, with the metadata and id at the
+        same position (LangChain's ``from_texts``): the index is built by
+        :meth:`Index.from_texts <anygrain.index.base.Index.from_texts>`.  ``kwargs`` that
+        are the retriever's fields (``k``, ``unit``, ``score_threshold``, ...) go to it, the
+        rest to the build (``kind``, ``out``: default a BM25 index in a temporary
+        directory, removed with the retriever's index)."""
+        fields, build = cls._split(kwargs)
+        return cls(index=Index.from_texts(texts, metadatas, ids, **build), **fields)
+
+    @classmethod
+    def from_documents(cls, documents: Iterable[Any], **kwargs: Any) -> AnygrainRetriever:
+        """A retriever over LangChain ``Document`` s (their ``page_content``, ``metadata``
+        and ``id``; or any document :meth:`Index.from_documents
+        <anygrain.index.base.Index.from_documents>` takes); ``kwargs`` as
+        :meth:`from_texts`'s."""
+        fields, build = cls._split(kwargs)
+        return cls(index=Index.from_documents(documents, **build), **fields)
+
+    @classmethod
+    def _split(cls, kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``kwargs`` as (the retriever's fields, the index build's options)."""
+        if "index" in kwargs:
+            raise TypeError("index: from_texts and from_documents build it")
+        fields = {k: v for k, v in kwargs.items() if k in cls.model_fields}
+        return fields, {k: v for k, v in kwargs.items() if k not in fields}
 
     @property
     def service(self) -> SearchService:
@@ -128,17 +193,19 @@ class AnygrainRetriever(BaseRetriever):
         k: int | None = None,
         unit: str | None = None,
         filter: dict[str, Any] | None = None,
+        score_threshold: float | None = None,
     ) -> list[Hit]:
-        """The hits behind :meth:`invoke`'s documents (``k``, ``unit`` and ``filter`` as
-        there: given for one call, they replace the retriever's)."""
+        """The hits behind :meth:`invoke`'s documents (``k``, ``unit``, ``filter`` and
+        ``score_threshold`` as there: given for one call, they replace the retriever's)."""
         r = self._service.search(
             [query],
             unit=unit or self.unit,
-            k=k or self.k,
+            k=check_depth(k or self.k),
             filter=filter if filter is not None else self.filter,
             min_confidence=self.min_confidence,
         )
-        return r.hits[0]
+        threshold = self.score_threshold if score_threshold is None else score_threshold
+        return above_threshold(r.hits[0], threshold)
 
     def _get_relevant_documents(
         self,
@@ -148,9 +215,10 @@ class AnygrainRetriever(BaseRetriever):
         k: int | None = None,
         unit: str | None = None,
         filter: dict[str, Any] | None = None,
+        score_threshold: float | None = None,
     ) -> list[Document]:
-        hits = self.search(query, k=k, unit=unit, filter=filter)
-        return [hit_document(h, i) for i, h in enumerate(hits, 1)]
+        hits = self.search(query, k=k, unit=unit, filter=filter, score_threshold=score_threshold)
+        return hit_documents(hits)
 
     async def _aget_relevant_documents(
         self,
@@ -160,10 +228,13 @@ class AnygrainRetriever(BaseRetriever):
         k: int | None = None,
         unit: str | None = None,
         filter: dict[str, Any] | None = None,
+        score_threshold: float | None = None,
     ) -> list[Document]:
         # the service's workers batch concurrent queries; this coroutine waits in a thread
-        hits = await asyncio.to_thread(self.search, query, k=k, unit=unit, filter=filter)
-        return [hit_document(h, i) for i, h in enumerate(hits, 1)]
+        hits = await asyncio.to_thread(
+            self.search, query, k=k, unit=unit, filter=filter, score_threshold=score_threshold
+        )
+        return hit_documents(hits)
 
 
-__all__ = ["AnygrainRetriever", "hit_document"]
+__all__ = ["AnygrainRetriever", "hit_document", "hit_documents"]

@@ -4,10 +4,13 @@
 
     from anygrain.integrations.llamaindex import AnygrainRetriever
 
-    retriever = AnygrainRetriever("my-index", k=3, unit="sentence")
+    retriever = AnygrainRetriever("my-index", similarity_top_k=3, unit="sentence")
     for n in retriever.retrieve("Who created Python?"):
         s, e = n.node.metadata["span"]  # the sentence inside the passage text
         print(n.node.text[s:e], "--", n.node.metadata["title"], n.node.node_id, n.score)
+
+    retriever.persist("saved")  # the index and the settings, as LlamaIndex persists
+    again = AnygrainRetriever.from_persist_dir("saved")
 
 Each hit is one :class:`~llama_index.core.schema.NodeWithScore` (``score``: the hit's)
 around a :class:`~llama_index.core.schema.TextNode`:
@@ -20,12 +23,16 @@ around a :class:`~llama_index.core.schema.TextNode`:
   JSON (:meth:`~anygrain.hits.hit.Hit.to_json`: ``rank``, ``unit``, ``score``,
   ``passage_id``, ``doc_id``, ``title``, ``span``, ``answer``, ``sentence``, ...; and
   ``meta``, the passage's metadata again, whole) over it, less ``text``, ``before`` and
-  ``after``.  The search's bookkeeping (:data:`HIDDEN`) is left out of what the LLM and
+  ``after``, and ``relevance`` (:attr:`anygrain.hits.hit.Hit.relevance`, in [0, 1]: what
+  ``score_threshold`` keeps).  The search's bookkeeping (:data:`HIDDEN`) is left out of what the LLM and
   embedding models are shown; ``title``, ``passage_id``, ``doc_id``, ``answer`` and the
   user's fields stay in;
-* ``node_id`` -- ``PASSAGE_ID#START-END``: the span inside the passage (the whole passage
-  for passage and document hits), so two answers in one passage are two nodes (LlamaIndex
-  drops a repeated node id); its ``SOURCE`` relationship (``ref_doc_id``) is the document id.
+* ``node_id`` -- the user's document id (``doc_id``), as the nodes of the user's own
+  retrievers and stores are keyed; where several nodes of one result share it,
+  ``DOC_ID#START-END``, the hit's offsets in its document, so two answers in one passage
+  are two nodes (LlamaIndex drops a repeated node id;
+  :func:`anygrain.integrations.service.document_ids`); its ``SOURCE`` relationship
+  (``ref_doc_id``) is the document id.
 
 ``node.text[span[0]:span[1]] == metadata["answer"]``: the exact span to cite.
 
@@ -43,6 +50,8 @@ the event loop.
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -62,11 +71,16 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
-from anygrain.hits.hit import Hit
+from anygrain.hits.hit import Hit, above_threshold, check_threshold
 from anygrain.index.base import Index
 from anygrain.index.filters import MAX_DEPTH
-from anygrain.integrations.service import shared_service
+from anygrain.integrations.service import check_depth, document_ids, shared_service
 from anygrain.serve.service import SearchService
+
+#: What :meth:`AnygrainRetriever.persist` writes beside the index's copy.
+SETTINGS_FILE = "anygrain_retriever.json"
+#: The index's copy in a persist directory.
+INDEX_DIR = "index"
 
 #: Hit JSON fields left out of a node's metadata (the node's text holds them).
 LEFT_OUT = ("text", "before", "after")
@@ -81,6 +95,7 @@ HIDDEN = (
     "sentence",
     "reader_score",
     "retrieval_score",
+    "relevance",
     "meta",
     "start",
     "end",
@@ -138,45 +153,76 @@ def metadata_filter(filters: MetadataFilters | MetadataFilter, _depth: int = 1) 
     return {"$and" if condition is FilterCondition.AND else "$or": parts}
 
 
-def hit_node(hit: Hit, rank: int = 1) -> NodeWithScore:
-    """One hit as a LlamaIndex :class:`NodeWithScore` (see the module docstring)."""
+class HitNode(TextNode):
+    """A hit's :class:`TextNode` (saved and loaded as one).  Its ``hash`` is that of the
+    user's own node of the passage (its text and the document's metadata, less the
+    ``start`` / ``end`` anygrain adds): LlamaIndex's fusion (``QueryFusionRetriever``) and
+    ingestion key nodes by it, so this node and the user's BM25 or vector store's node of
+    the same passage are one node there, not two."""
+
+    @property
+    def hash(self) -> str:
+        meta = self.metadata.get("meta")
+        if not isinstance(meta, dict):
+            return super().hash
+        user = {k: v for k, v in meta.items() if k not in ("start", "end")}
+        return TextNode(text=self.text, metadata=user).hash
+
+
+def hit_node(hit: Hit, rank: int = 1, id: str | None = None) -> NodeWithScore:
+    """One hit as a LlamaIndex :class:`NodeWithScore` (see the module docstring); ``id``
+    its node id (default: the hit's document id)."""
     payload = hit.to_json(rank)
     for key in LEFT_OUT:
         payload.pop(key)
-    start, end = hit.span if hit.span is not None else (0, len(hit.text))
-    node = TextNode(
-        id_=f"{hit.passage_id}#{start}-{end}",
+    fields: dict[str, Any] = dict(  # a dict: TextNode's fields are aliased for type checkers
+        id_=hit.doc_id if id is None else id,
         text=hit.text,
-        metadata={**hit.meta, **payload},
+        metadata={**hit.meta, **payload, "relevance": hit.relevance},
         start_char_idx=hit.meta.get("start"),
         end_char_idx=hit.meta.get("end"),
         excluded_llm_metadata_keys=list(HIDDEN),
         excluded_embed_metadata_keys=list(HIDDEN),
         relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=hit.doc_id)},
     )
+    node = HitNode(**fields)
     return NodeWithScore(node=node, score=float(hit.score))
+
+
+def hit_nodes(hits: list[Hit]) -> list[NodeWithScore]:
+    """One result's hits as nodes, ranked from 1, with their ids
+    (:func:`~anygrain.integrations.service.document_ids`)."""
+    ids = document_ids(hits)
+    return [hit_node(h, i, d) for i, (h, d) in enumerate(zip(hits, ids, strict=True), 1)]
 
 
 class AnygrainRetriever(BaseRetriever):
     """Retrieve passages, sentences, phrases or read answers from an anygrain index.
 
     ``index``: an index directory, an open :class:`~anygrain.index.base.Index`, or a
-    :class:`~anygrain.serve.service.SearchService`; ``k``: nodes per query (1 to 100);
-    ``unit``: the grain (phrase, sentence, passage, document, or answer; default: the
-    index's first); ``reader`` / ``read``: unit answer's reader and passages read;
-    ``filter``: keep the top ``k`` hits whose metadata match (an anygrain filter,
-    :mod:`anygrain.index.filters`, or LlamaIndex's :class:`MetadataFilters`:
-    :func:`metadata_filter`).  ``callback_manager`` / ``verbose``: LlamaIndex's."""
+    :class:`~anygrain.serve.service.SearchService`; ``k`` (or ``similarity_top_k``,
+    LlamaIndex's name for it): nodes per query (1 to 1,000); ``unit``: the grain (phrase,
+    sentence, passage, document, or answer; default: the index's first); ``reader`` /
+    ``read``: unit answer's reader and passages read; ``filter``: keep the top ``k`` hits
+    whose metadata match (an anygrain filter, :mod:`anygrain.index.filters`, or
+    LlamaIndex's :class:`MetadataFilters`: :func:`metadata_filter`); ``score_threshold``:
+    keep only the hits whose relevance (``metadata["relevance"]``, in [0, 1]) is at least
+    this.  ``callback_manager`` / ``verbose``: LlamaIndex's.
+
+    :meth:`persist` saves the index and the settings to a directory,
+    :meth:`from_persist_dir` opens them again."""
 
     def __init__(
         self,
         index: str | Path | Index | SearchService,
         *,
-        k: int = 4,
+        k: int | None = None,
+        similarity_top_k: int | None = None,
         unit: str | None = None,
         reader: str | Path | None = None,
         read: int | None = None,
         filter: dict[str, Any] | str | MetadataFilters | None = None,
+        score_threshold: float | None = None,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
@@ -185,19 +231,74 @@ class AnygrainRetriever(BaseRetriever):
                 "index: an index directory, an Index or a SearchService, not "
                 f"{type(index).__name__}"
             )
-        self.k = SearchService.check_k(int(k))
+        if k is not None and similarity_top_k is not None and k != similarity_top_k:
+            raise ValueError(f"k ({k}) and similarity_top_k ({similarity_top_k}) differ")
+        depth = k if k is not None else similarity_top_k
+        self.k = check_depth(4 if depth is None else depth)
+        self.reader = None if reader is None else str(reader)
+        self.read = read
         self._service = shared_service(index, reader=reader, read=read)
         if isinstance(filter, MetadataFilters | MetadataFilter):
             filter = metadata_filter(filter)
         self.filter = self._service.check_filter(filter)  # a bad filter fails here
         # a bad unit fails here, not at the first query
         self.unit = None if unit is None else self._service.check_unit(unit).value
+        self.score_threshold = check_threshold(score_threshold)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    @property
+    def similarity_top_k(self) -> int:
+        """``k``, by LlamaIndex's name."""
+        return self.k
+
+    @similarity_top_k.setter
+    def similarity_top_k(self, value: int) -> None:
+        self.k = check_depth(value)
 
     @property
     def service(self) -> SearchService:
         """The search service this retriever searches through."""
         return self._service
+
+    def persist(self, persist_dir: str | Path) -> None:
+        """Save the index (a copy of its directory, under ``persist_dir/index``) and the
+        retriever's settings (``persist_dir/anygrain_retriever.json``), as LlamaIndex's
+        retrievers persist: :meth:`from_persist_dir` opens them again, after this process
+        too (an :meth:`Index.from_texts <anygrain.index.base.Index.from_texts>` index's
+        temporary directory included)."""
+        where = Path(persist_dir)
+        source = self._service.index.path
+        if source is None:
+            raise ValueError("persist: the index has no directory to copy")
+        copy = where / INDEX_DIR
+        if copy.exists():
+            raise FileExistsError(f"persist: {copy} exists (persist into a new directory)")
+        where.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(source, copy)
+        settings = {
+            "k": self.k,
+            "unit": self.unit,
+            "reader": self.reader,
+            "read": self.read,
+            "filter": self.filter,
+            "score_threshold": self.score_threshold,
+        }
+        (where / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n", "utf-8")
+
+    @classmethod
+    def from_persist_dir(cls, persist_dir: str | Path, **overrides: Any) -> AnygrainRetriever:
+        """The retriever :meth:`persist` saved in ``persist_dir``; ``overrides`` replace its
+        settings (``k``, ``unit``, ``callback_manager``, ...)."""
+        where = Path(persist_dir)
+        try:
+            settings = json.loads((where / SETTINGS_FILE).read_text("utf-8"))
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"{where}: no {SETTINGS_FILE} (not a directory AnygrainRetriever.persist wrote)"
+            ) from None
+        if "similarity_top_k" in overrides:
+            settings.pop("k", None)
+        return cls(str(where / INDEX_DIR), **{**settings, **overrides})
 
     def search(
         self,
@@ -206,25 +307,25 @@ class AnygrainRetriever(BaseRetriever):
         k: int | None = None,
         unit: str | None = None,
         filter: dict[str, Any] | None = None,
+        score_threshold: float | None = None,
     ) -> list[Hit]:
-        """The hits behind :meth:`retrieve`'s nodes (``k``, ``unit`` and ``filter``: given
-        for this call, they replace the retriever's)."""
+        """The hits behind :meth:`retrieve`'s nodes (``k``, ``unit``, ``filter`` and
+        ``score_threshold``: given for this call, they replace the retriever's)."""
         r = self._service.search(
             [query],
             unit=unit or self.unit,
-            k=k or self.k,
+            k=check_depth(k or self.k),
             filter=filter if filter is not None else self.filter,
         )
-        return r.hits[0]
+        threshold = self.score_threshold if score_threshold is None else score_threshold
+        return above_threshold(r.hits[0], threshold)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        hits = self.search(query_bundle.query_str)
-        return [hit_node(h, i) for i, h in enumerate(hits, 1)]
+        return hit_nodes(self.search(query_bundle.query_str))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         # the service's workers batch concurrent queries; this coroutine waits in a thread
-        hits = await asyncio.to_thread(self.search, query_bundle.query_str)
-        return [hit_node(h, i) for i, h in enumerate(hits, 1)]
+        return hit_nodes(await asyncio.to_thread(self.search, query_bundle.query_str))
 
 
-__all__ = ["HIDDEN", "AnygrainRetriever", "hit_node", "metadata_filter"]
+__all__ = ["HIDDEN", "AnygrainRetriever", "HitNode", "hit_node", "hit_nodes", "metadata_filter"]

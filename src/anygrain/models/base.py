@@ -27,7 +27,6 @@ implementation behind both.
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import importlib
 import json
@@ -43,41 +42,14 @@ import torch
 from torch import nn
 
 from anygrain.errors import AnygrainError, IndexMismatchError
+
+# the types, their forms and config file names: torch-free, re-exported for the model modules
+from anygrain.models.forms import MODEL_FORMS as MODEL_FORMS
+from anygrain.models.forms import ModelForm as ModelForm
+from anygrain.models.forms import ModelType as ModelType
+from anygrain.models.forms import config_file as config_file
 from anygrain.utils.atomic import atomic_dir, atomic_write_text
 from anygrain.utils.memory import file_mappings, release_mapped
-
-
-class ModelType(str, enum.Enum):
-    """What a saved model directory holds.  Detection tries the members in this order: a
-    packed phrase model's directory holds a phrase config too, so it comes first."""
-
-    PACKED_PHRASE = "packed-phrase"
-    PHRASE = "phrase"
-    BIENCODER = "biencoder"
-    PACKED_READER = "packed-reader"  # before READER: its directory holds a reader config too
-    READER = "reader"
-
-
-@dataclass(frozen=True)
-class ModelForm:
-    """Where a type is defined and the config file that marks its saved directories."""
-
-    module: str  # imported on first use; it registers the type
-    config_file: str
-
-
-MODEL_FORMS: dict[ModelType, ModelForm] = {
-    ModelType.PACKED_PHRASE: ModelForm("anygrain.phrase.packed", "anygrain_packed.json"),
-    ModelType.PHRASE: ModelForm("anygrain.phrase.model", "anygrain_phrase.json"),
-    ModelType.BIENCODER: ModelForm("anygrain.models.biencoder", "anygrain_model.json"),
-    ModelType.PACKED_READER: ModelForm("anygrain.reader.packed", "anygrain_packed_reader.json"),
-    ModelType.READER: ModelForm("anygrain.reader.model", "anygrain_reader.json"),
-}
-
-
-def config_file(kind: ModelType) -> str:
-    """The name of the JSON file a saved model of ``kind`` is marked by."""
-    return MODEL_FORMS[kind].config_file
 
 
 class ModelConfig(Protocol):
@@ -101,8 +73,8 @@ def fingerprint_modules(modules: Sequence[nn.Module], *, numbered: bool = True) 
         prefix = f"{i}." if numbered else ""
         for name, t in sorted(m.state_dict().items()):
             h.update(f"{prefix}{name}".encode())
-            # the array's own buffer, not a bytes copy of it (me5's embedding table is
-            # 384 MB: a copy would be a build's peak), a chunk at a time, giving back the
+            # the array's own buffer, not a bytes copy of it (a large embedding table's
+            # copy would be a build's peak), a chunk at a time, giving back the
             # pages of a chunk mapped from its weights file once hashed: reading them all
             # would otherwise leave the whole table resident
             a = t.detach().to(torch.float32).contiguous().cpu().numpy().reshape(-1).view(np.uint8)
@@ -155,6 +127,9 @@ class Model(nn.Module):
     format: ClassVar[str]  # the config's "format" value
     format_version: ClassVar[int]
     noun: ClassVar[str] = "an anygrain model"  # for errors: "not {noun}"
+    #: what runs it (:class:`anygrain.models.roles.Runs`): a torch model; its graphs'
+    #: runners say ``"onnx"``
+    runtime: str = "torch"
     # the config field that records the fingerprint at save time ("" for none)
     fingerprint_field: ClassVar[str] = ""
     # whether ``load`` re-hashes the weights against that field unless told otherwise

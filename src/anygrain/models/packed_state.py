@@ -26,18 +26,16 @@ from typing import Any
 import numpy as np
 
 from anygrain.errors import AnygrainError
+from anygrain.models.forms import PACKED_FILE as PACKED_FILE
+from anygrain.models.forms import PACKED_PHRASE_CONFIG as PACKED_PHRASE_CONFIG
+from anygrain.models.forms import PACKED_READER_CONFIG as PACKED_READER_CONFIG
 
-# the packed forms' files, named here without importing torch (a test checks they agree
-# with anygrain.phrase.packed and anygrain.reader.packed)
-PACKED_FILE = "packed.safetensors"
-PACKED_PHRASE_CONFIG = "anygrain_packed.json"
-PACKED_READER_CONFIG = "anygrain_packed_reader.json"
 BACKBONE_WEIGHTS = "model.safetensors"
 
 
 def dequantize(codes: np.ndarray, scale: np.ndarray, shape: tuple[int, ...], bits: int) -> Any:
     """The float32 tensor of ``codes`` (uint8; two 4-bit codes a byte at 4 bits) and one
-    float32 ``scale`` per group: :func:`anygrain.phrase.packed.dequantize` in NumPy."""
+    float32 ``scale`` per group: :func:`anygrain.models.delta.dequantize` in NumPy."""
     qmax = 2 ** (bits - 1) - 1
     c = codes.astype(np.int16)
     if bits == 4:
@@ -142,7 +140,7 @@ class PackedState:
 
     def rows(self, name: str, start: int, stop: int) -> np.ndarray:
         """Rows ``start:stop`` of the 2-D tensor ``name`` (a token table, read a chunk at a
-        time: me5-small's is 384 MB) when it is the backbone's own; else the whole tensor's."""
+        time: it can be most of the model) when it is the backbone's own; else the whole tensor's."""
         stored = any(k.startswith(f"{name}:") for k in self.packed_keys)
         enc, _, base_name = name.partition("/")
         if stored or enc not in self.encoders:

@@ -4,7 +4,7 @@ Each is a small packed model (:mod:`anygrain.phrase.packed`) over a backbone tha
 offline alias provides; its directory holds a ``MODEL_CARD.md`` saying how it was made, and
 under ``graphs/`` the ONNX graphs its runtime uses, without their weights
 (:mod:`anygrain.encode.shipped_graphs`; :func:`shipped_graph_record` rebuilds one with NumPy,
-so the base install runs the model without torch; ``python -m anygrain.models.ship_graphs``
+so the base install runs the model without torch; ``python -m anygrain.tools.ship_graphs``
 regenerates them).
 """
 

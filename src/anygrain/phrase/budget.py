@@ -1,29 +1,10 @@
 """How a phrase build spends its memory budget, so its peak stays flat in corpus size.
 
-A build holds, besides Python, torch, FAISS and the model (``BASELINE_BYTES``): one dump
-shard's vectors while it is encoded, the encoder's activations for one batch of windows,
-the FAISS training sample, and the codes of the FAISS index being filled.  Each is bounded
-here from one number, the budget (default 1.5 GB, issue 26's target on a 2-core machine):
-
-- dump shards of at most :meth:`BuildBudget.shard_size` passages;
-- encoder batches of :meth:`BuildBudget.batch_size` windows (8 on a CPU: measured as fast
-  as 32 there, at a quarter of the activations);
-- a training sample of at most :meth:`BuildBudget.train_vectors` (freed before the codes are added);
-- FAISS adds of :meth:`BuildBudget.add_vectors` vectors, into inverted lists reserved at
-  their final size;
-- FAISS codes in blocks of at most :attr:`BuildBudget.faiss_block_bytes`
-  (:meth:`anygrain.vectors.faiss_index.FaissIndex.build_blocks`), written and freed one by
-  one; memory-mapped files are read and written in chunks whose pages are dropped
-  (:func:`anygrain.encode.npy.drop_pages`).
-
-What is resident before the work starts depends on the model: ``BASELINE_BYTES`` was
-measured with ``phrase-minilm`` (6 layers, a 30k-token vocabulary); ``phrase-me5-zh`` (12
-layers, a 250k-token vocabulary and its tokenizer) leaves 1.25 GB resident once loaded.
-:meth:`BuildBudget.for_model` takes the larger of the two, estimated from the model's own
-weights and vocabulary (:func:`resident_bytes`), so the work shrinks to what is left; a
-budget that leaves too little is refused before any encoding, naming the budget it needs.
-
-``bench/build_memory.py`` measures the peak at two corpus sizes, in English and Chinese.
+Besides what is resident before any work (Python, torch, FAISS and the model:
+:meth:`BuildBudget.for_model`, from the model's own weights and vocabulary), a build holds
+one dump shard, one encoder batch's activations, the FAISS training sample and the codes
+being filled; :class:`BuildBudget` bounds each from one number, the budget, and refuses a
+budget that leaves too little before any encoding.  ``bench/build_memory.py`` measures it.
 """
 
 from __future__ import annotations
@@ -37,14 +18,14 @@ from anygrain.errors import AnygrainError
 #: The default budget of a phrase build (bytes of resident memory).
 DEFAULT_MEMORY_BUDGET = 1_500_000_000
 #: Resident before any work: Python, torch, FAISS, tokenizer and a MiniLM-sized phrase model
-#: (measured 0.70 GB with ``phrase-minilm`` loaded).
+#: (measured with ``phrase-minilm`` loaded: docs/benchmarks.md).
 BASELINE_BYTES = 750_000_000
 #: Resident besides a model's weights and vocabulary: Python, torch, FAISS, transformers'
-#: model code and the allocator's slack (the imports alone measured 0.27 GB; with
-#: ``phrase-me5-zh`` loaded 1.31 GB, of which 0.56 GB weights and 0.30 GB vocabulary).
+#: model code and the allocator's slack (measured with ``phrase-me5-zh`` loaded, less its
+#: weights and vocabulary: docs/benchmarks.md).
 RUNTIME_BYTES = 450_000_000
-#: Resident per entry of a model's tokenizer vocabulary (a fast tokenizer: XLM-R's 250k
-#: entries measured 0.29 GB, BERT's 30k 0.035 GB).
+#: Resident per entry of a model's tokenizer vocabulary (a fast tokenizer; measured on
+#: XLM-R's and BERT's vocabularies: docs/benchmarks.md).
 TOKENIZER_ENTRY_BYTES = 1_200
 #: Working memory below which a CPU build encodes 4 windows at a time instead of 8.
 SMALL_BATCH_BELOW = 300_000_000
@@ -127,8 +108,8 @@ class BuildBudget:
 
     def batch_size(self, device: str | None) -> int:
         """Encoder batch (windows): 8 on a CPU, where larger batches are no faster, or 4
-        when the model leaves less than ``SMALL_BATCH_BELOW`` of working memory (12 layers'
-        attention over 8 windows of 384 tokens is 0.11 GB at once); 32 on an accelerator,
+        when the model leaves less than ``SMALL_BATCH_BELOW`` of working memory (a 12-layer
+        model's attention over a batch of long windows is large at once); 32 on an accelerator,
         whose memory is not this budget's."""
         if device and device != "cpu":
             return 32

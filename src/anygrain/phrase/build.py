@@ -1,25 +1,9 @@
 """Building a phrase index: its settings, the model it encodes with, the dump and both MIPS indexes.
 
-Layout written under the index directory (see :mod:`anygrain.phrase.index`)::
-
-    phrase/model/          the phrase model (PhraseEncoder.save), when the index carries a copy
-    phrase/start.npy ...   token vectors and metadata (see :mod:`anygrain.phrase.dump`)
-    phrase/start.faiss     MIPS over the start vectors of start-capable tokens
-    phrase/end.faiss       MIPS over the end vectors of end-capable tokens
-    phrase/start_ids.npy   FAISS id -> token index (and end_ids.npy)
-    sparse/                the lexical part (a BM25 index), unless built without it
-
-:func:`write_index` dumps the corpus and calls :func:`finish_index`, which builds the MIPS
-indexes and writes ``index.json``; :mod:`anygrain.phrase.refilter` and the updates
-(:mod:`anygrain.phrase.update`) call :func:`finish_index` over a dump of their own.
-
-A phrase model given by a shipped model's name (``phrase-minilm``, or the default chosen by
-the corpus language) is not copied: ``index.json`` records the name (``model.ref``) beside
-the fingerprint, and opening loads the name again and refuses other weights behind it.  A
-model given as a directory or an instance is copied into ``phrase/model/``
-(``model.path``); ``PhraseSettings.copy_model`` overrides the rule, as for every kind
-(:mod:`anygrain.index.model_ref`).  The settings hold the model as given (a name, a
-directory or an instance); the build loads it and passes it on (:func:`build_model`).
+:func:`write_index` dumps the corpus and calls :func:`finish_index` (the MIPS indexes and
+``index.json``), which refiltering and updates call over dumps of their own, so all write
+one layout (:mod:`anygrain.phrase.index`).  A shipped model given by name is recorded by
+name, any other copied into the index (:mod:`anygrain.index.model_ref`).
 """
 
 from __future__ import annotations
@@ -37,7 +21,6 @@ import numpy as np
 
 from anygrain.corpus.source import corpus_ref
 from anygrain.corpus.store import CorpusStore
-from anygrain.encode.npy import drop_pages
 from anygrain.encode.runtime import runs_on_onnx
 from anygrain.errors import AnygrainError, parse_enum
 from anygrain.index.manifest import write_manifest
@@ -51,16 +34,12 @@ from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_encoding, dum
 from anygrain.phrase.filtering import dump_filter, fraction_threshold, refiltered_flags, subset_dump
 from anygrain.phrase.lexical import SparseFusion, copy_sparse, write_sparse
 from anygrain.phrase.record import DUMP_FILES, PhraseCounts, PhraseIndexRecord
-from anygrain.phrase.rescore import (
-    RESCORE_CONTEXT_RANGE,
-    RESCORE_MARGIN_RANGE,
-    RESCORE_RANGE,
-    RescoreTokens,
-)
+from anygrain.phrase.rescore_settings import Rescoring
 from anygrain.utils.device import resolve_device
 from anygrain.utils.ranges import Range
 from anygrain.vectors.factory import default_nprobe, parse_factory, plan_training
 from anygrain.vectors.faiss_index import FaissIndex
+from anygrain.vectors.sources import StoredVectors
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
@@ -81,25 +60,12 @@ SUBDIR = "phrase"
 FORMAT_VERSION = 1
 
 
-#: The defaults of a phrase index: the best measured size/quality point that also serves
-#: fast (docs/benchmarks.md, "What compression costs"): on SQuAD dev with fused scores, 8-bit
-#: scalar quantisation of half the vectors lost 0.03 EM and 0.0002 passage top@5 against the
-#: float16 keep-all index, at 62 KB per passage instead of 471 KB.  ``compress="pq",
-#: keep=0.25`` (with the re-scoring a PQ build records, below) is 7 KB per passage within 0.4
-#: EM, 31 questions/s in batch, but a server re-encodes passages for every request (p50 191 ms
-#: at 4 clients against 32): not the default while that holds (issue 37, "A phrase index
-#: under 8 KB per passage").  ``compress="none", keep=1`` is the uncompressed research index.
+#: The defaults of a phrase index: the size/quality point that also serves fast
+#: (docs/benchmarks.md, "What compression costs").  PQ codes with a low keep are far smaller
+#: but re-encode passages for every request (the re-scoring they record), so they are asked
+#: for; ``compress="none", keep=1`` is the uncompressed research index.
 DEFAULT_COMPRESS = Compress.SQ8
 DEFAULT_KEEP = 0.5
-#: The re-scoring a PQ-coded index records unless told otherwise (issue 37): the first
-#: stage's top passage always, and of the next two those within 1.5 of its first-stage
-#: (fused) score, re-encoded and ranked over all their tokens (the codes lost the spans, keep
-#: 0.25 three quarters of the tokens; re-encoding brings both back).  Chosen on 20 held-out
-#: SQuAD train articles (bench/squad_holdout.py; docs/benchmarks.md): this margin re-encodes
-#: 1.24 passages a question for the EM of re-scoring all three (3.0).
-DEFAULT_RESCORE = 3
-DEFAULT_RESCORE_MARGIN = 1.5
-DEFAULT_RESCORE_TOKENS = RescoreTokens.ALL
 #: the filter threshold tau is a logit: finite, and beyond +-1000 it keeps all or nothing
 THRESHOLD_RANGE = Range("phrase filter threshold", -1000.0, 1000.0)
 
@@ -135,16 +101,11 @@ class PhraseSettings(IndexSettings):
     # the model's weights in the index: None copies a directory or an in-memory model and
     # records a shipped model's name instead; True always copies, False never
     copy_model: bool | None = None
-    # passages each search re-scores exactly by default (anygrain.phrase.rescore): the
-    # first stage's top ``rescore`` passages re-encoded, their spans ranked as uncompressed
+    # how each search re-scores passages exactly by default, read as one group
+    # (``rescoring``: anygrain.phrase.rescore_settings; None: the PQ defaults, or none)
     rescore: int | None = None
-    # ... of them those after the first only when within this of the first's first-stage
-    # score, and over which tokens (RescoreTokens); None: DEFAULT_RESCORE_* when compressed
     rescore_margin: float | None = None
     rescore_tokens: str | None = None
-    # ... re-encoding this many characters each side of the passage's best first-stage
-    # phrase; None or 0: the whole passage (a window lost 2.4-5.1 EM on held-out SQuAD train
-    # articles at 90-20 characters: a lever for speed, not a default)
     rescore_context: int | None = None
 
     def __post_init__(self) -> None:
@@ -162,16 +123,8 @@ class PhraseSettings(IndexSettings):
                 raise AnygrainError(f"phrase index {name} must be at least 1, got {v}")
         if self.threshold is not None:
             THRESHOLD_RANGE.check(self.threshold)
-        if self.rescore is not None:
-            RESCORE_RANGE.check(self.rescore)
-        if self.rescore_margin is not None:
-            RESCORE_MARGIN_RANGE.check(self.rescore_margin)
-        if self.rescore_context is not None:
-            RESCORE_CONTEXT_RANGE.check(self.rescore_context)
-        if self.rescore_tokens is not None:
-            object.__setattr__(
-                self, "rescore_tokens", RescoreTokens.parse(self.rescore_tokens).value
-            )
+        # checked as a group; the tokens' name becomes the member's value
+        object.__setattr__(self, "rescore_tokens", self.rescoring.to_options()["rescore_tokens"])
         if self.keep is not None:
             if not 0 < self.keep <= 1:
                 raise AnygrainError(f"phrase index keep must be in (0, 1], got {self.keep}")
@@ -187,6 +140,13 @@ class PhraseSettings(IndexSettings):
             )
         self.fusion()  # checks the weight
         _ = self.budget  # checks the memory budget
+
+    @property
+    def rescoring(self) -> Rescoring:
+        """The re-scoring asked for (each None where not given)."""
+        return Rescoring.given(
+            self.rescore, self.rescore_margin, self.rescore_tokens, self.rescore_context
+        )
 
     @property
     def budget(self) -> BuildBudget:
@@ -229,20 +189,15 @@ def recorded_settings(record: PhraseIndexRecord, *, lang: str | None = None) -> 
         sparse=bool(r.sparse),
         sparse_weight=SparseFusion.from_dict(r.sparse).weight if r.sparse else None,
         lang=lang,
-        rescore=r.rescore,
-        rescore_margin=r.rescore_margin,
-        rescore_tokens=r.rescore_tokens,
-        rescore_context=r.rescore_context,
+        **r.rescoring.to_options(),
     )
 
 
 def resolve_bf16(bf16: bool | None, model: PhraseEncoder, options: BuildOptions) -> bool:
     """Whether a build with ``options`` encodes its passages with ``model`` in bfloat16:
     ``bf16`` when given, else (auto) where torch encodes them on a CPU with native bfloat16
-    (AVX-512 BF16, AMX: :func:`~anygrain.utils.precision.native_bf16`).  There it halves the
-    dump's CPU time, and on all 10,570 SQuAD dev questions the bf16 index kept open EM and
-    passage top@5 (46.254 and .97692 against float32's 46.197 and .97663; docs/benchmarks.md).
-    Elsewhere float32: ONNX Runtime's passage graph (``--runtime onnx``, or the shipped
+    (AVX-512 BF16, AMX: :func:`~anygrain.utils.precision.native_bf16`), where it is much
+    faster at the same quality (docs/benchmarks.md).  Elsewhere float32: ONNX Runtime's passage graph (``--runtime onnx``, or the shipped
     graph of a base install) computes in float32, a CPU without native bfloat16 emulates it
     several times slower, a GPU is left as it was, and Ray actors' CPUs are not this one's.
     ``bf16=True`` where the graph would encode is refused before anything is written: the
@@ -267,35 +222,6 @@ def resolve_bf16(bf16: bool | None, model: PhraseEncoder, options: BuildOptions)
     from anygrain.utils.precision import native_bf16
 
     return native_bf16()
-
-
-def rescore_record(
-    settings: PhraseSettings, record: PhraseIndexRecord, comp: Compress
-) -> dict[str, Any]:
-    """The re-scoring an index records (``rescore``, ``rescore_margin``, ``rescore_tokens``,
-    ``rescore_context``):
-    each as asked, else its source's (a refilter keeps them), else, for product-quantized
-    codes (``pq``, ``opq-pq``: they find the passages, not the spans inside them), the
-    defaults (:data:`DEFAULT_RESCORE`, ...), else none."""
-    n = settings.rescore if settings.rescore is not None else record.rescore
-    margin = settings.rescore_margin
-    if margin is None:
-        margin = record.rescore_margin
-    context = settings.rescore_context
-    if context is None:
-        context = record.rescore_context
-    if n is None and comp in (Compress.PQ, Compress.OPQ_PQ):
-        n = DEFAULT_RESCORE
-        margin = DEFAULT_RESCORE_MARGIN if margin is None else margin
-    tokens = settings.rescore_tokens or record.rescore_tokens
-    if n:
-        tokens = tokens or DEFAULT_RESCORE_TOKENS.value
-    return {
-        "rescore": None if n is None else int(n),
-        "rescore_margin": None if margin is None else float(margin),
-        "rescore_tokens": tokens,
-        "rescore_context": None if context is None else int(context),
-    }
 
 
 def as_phrase_model(
@@ -331,7 +257,9 @@ def phrase_model_dir(model: str | Path) -> Path:
         raise AnygrainError(
             f"{model}: no such phrase model directory (shipped models: {', '.join(SHIPPED)})"
         )
-    if not (p / "anygrain_phrase.json").exists():
+    from anygrain.models.forms import PHRASE_CONFIG
+
+    if not (p / PHRASE_CONFIG).exists():
         raise AnygrainError(
             f"{model}: not a phrase model; train one with `anygrain train phrase` and pass its "
             "directory as --model"
@@ -368,52 +296,6 @@ def build_model(settings: PhraseSettings, store: CorpusStore) -> tuple[PhraseEnc
 
     lang = settings.lang or detect_lang(store).value
     return as_phrase_model(None, lang=lang), default_phrase_model(lang)
-
-
-#: rows of a dump file read between two drops of its mapped pages (~50 MB of 384-d float16)
-SPAN = 65536
-
-
-class StoredVectors:
-    """Stored vectors as a FAISS VectorSource: rows ``ids`` of a float16 memory map."""
-
-    def __init__(self, arr: np.ndarray, ids: np.ndarray) -> None:
-        self.arr = arr
-        self.ids = ids
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    @property
-    def dim(self) -> int:
-        return int(self.arr.shape[1])
-
-    def sample(self, n: int, *, seed: int = 0) -> np.ndarray:
-        if n >= len(self.ids):
-            pick = self.ids
-        else:
-            rng = np.random.default_rng(seed)
-            pick = self.ids[np.sort(rng.choice(len(self.ids), size=n, replace=False))]
-        out = np.empty((len(pick), self.dim), dtype=np.float32)
-        # Read by ranges of the file, dropping each range's pages: a sample is spread over
-        # the whole file, and the kernel maps the pages around every row read, so reading
-        # it by count of rows would map most of the file at once (1.1 GB at 20k passages).
-        bounds = np.searchsorted(pick, np.arange(0, len(self.arr) + SPAN, SPAN))
-        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-            if hi > lo:
-                out[lo:hi] = self.arr[pick[lo:hi]]
-                drop_pages(self.arr)
-        return out
-
-    def iter_batches(
-        self, batch_size: int = 65536, *, start: int = 0, stop: int | None = None
-    ) -> Any:
-        end = len(self.ids) if stop is None else min(stop, len(self.ids))
-        for i in range(start, end, batch_size):
-            rows = self.ids[i : min(i + batch_size, end)]
-            batch = np.asarray(self.arr[rows], dtype=np.float32)
-            drop_pages(self.arr)
-            yield i, batch
 
 
 def write_index(
@@ -618,7 +500,9 @@ def finish_index(
         dump=keep_dump,
         # where span scoring reads vectors: the float16 dump, or the FAISS codes decoded
         span_vectors="dump" if keep_dump and comp is Compress.NONE else "codes",
-        **rescore_record(settings, record, comp),
+        rescoring=settings.rescoring.recorded(
+            record.rescoring, pq=comp in (Compress.PQ, Compress.OPQ_PQ)
+        ),
     )
     write_manifest(
         out,

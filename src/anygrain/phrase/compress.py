@@ -1,28 +1,12 @@
 """Compressed phrase indexes: the MIPS indexes hold quantized codes, span scoring decodes them.
 
-``--compress`` picks how the two FAISS indexes (start and end vectors) store their
-vectors:
-
-- ``none``: float16 (``SQfp16``; the default factory of :data:`PHRASE_POLICY`).
-- ``sq8``: 8-bit scalar quantization, one byte per dimension (``SQ8``).
-- ``sq4``: 4-bit scalar quantization, half a byte per dimension (``SQ4``).
-- ``pq``: product quantization, ``m`` bytes per vector (``IVF{n},PQ{m}``; ``m`` defaults to
-  dim/8, 48 for 384-d vectors).  Exact re-scoring (:mod:`anygrain.phrase.rescore`) ranks the
-  spans of the passages the codes find, so the codes need not rank spans well.
-- ``opq-pq``: ``pq`` after a learned rotation (``OPQ{m},IVF{n},PQ{m}``); OPQ's training on the
-  default sample of 97k vectors took over 40 minutes of a shared CPU core.
-
-At or above 100k vectors an IVF layer with ``sqrt(N)`` cells is added (:data:`PHRASE_POLICY`);
-below it the codes are scanned exhaustively.  For tiny indexes the factory degrades
-so FAISS can train it: PQ codes get fewer bits (``PQ{m}x{b}`` with ``2**b`` at most the
-training points) and OPQ is left out below 256 vectors (its own k-means needs 256).
-
-Span scoring then uses the vectors *reconstructed from the codes*
-(:class:`DecodedVectors`: ``faiss.Index.reconstruct_batch``), the same vectors the
-MIPS scores come from, so the float16 dump is not needed at query time and is deleted
-after building unless ``keep_dump`` (default: kept for ``none``, dropped otherwise).
-Query-side training reads the same decoded vectors (DensePhrases trains the question
-encoder against the quantized index it will search).
+``--compress`` picks how the start and end FAISS indexes store vectors: ``none`` (float16),
+``sq8`` / ``sq4`` (scalar quantization), ``pq`` (``IVF{n},PQ{m}``, ``m`` bytes a vector) or
+``opq-pq`` (``pq`` after a learned rotation); large indexes get an IVF layer and tiny ones a
+factory FAISS can train (:data:`PHRASE_POLICY`).  Span scoring reads the vectors decoded
+from the codes (:class:`DecodedVectors`), the ones the MIPS scores come from, so the
+float16 dump is needed only uncompressed; PQ codes only find passages, and exact
+re-scoring (:mod:`anygrain.phrase.rescore`) ranks the spans in them.
 """
 
 from __future__ import annotations
@@ -43,8 +27,7 @@ from anygrain.vectors.faiss_index import FaissIndex, unwrap_index
 #: ``Flat``'s memory, the same scores, and faster to scan); ``sqrt(N)`` cells (rounded
 #: down) rather than dense's ``4·sqrt(N)``, since a phrase index holds ~100x more vectors
 #: than passages and k-means on 4·sqrt(N) cells is slow to train on a CPU; PQ codes
-#: (8 dimensions per byte) from 20M vectors, where fp16 cells get large (~770 bytes per
-#: 384-d vector).
+#: (8 dimensions per byte) from 20M vectors, where fp16 cells get large.
 PHRASE_POLICY = FactoryPolicy(
     codes="SQfp16", cells_per_root=1, pq_limit=20_000_000, round_cells=False, pq_dims_max=None
 )
@@ -113,7 +96,7 @@ class DecodedVectors:
     def _direct_map(self) -> None:
         """id -> (list, offset) for an IVF index, 8 bytes per vector.  Made at the first read,
         not on open: making it reads every id of the memory-mapped lists, and the kernel maps
-        the codes around them (0.5 GB of a 20k-passage index at the end of its build)."""
+        the codes around them (a large share of the index at the end of its build)."""
         if not self._mapped:
             base = unwrap_index(self.index.index)
             if isinstance(base, faiss.IndexIVF) and base.direct_map.type == 0:

@@ -10,11 +10,11 @@ from typing import Any
 
 from anygrain.errors import AnygrainError
 from anygrain.models.encoder_config import Pooling
+from anygrain.models.forms import PHRASE_CONFIG
 from anygrain.phrase.options import QuestionEncoderKind
 
-#: the phrase model's config file, named here so that reading it needs no torch (the model
-#: base names it too: tests/test_torch_free.py checks they agree)
-MODEL_CONFIG = "anygrain_phrase.json"
+#: the phrase model's config file (:mod:`anygrain.models.forms`: no torch to read it)
+MODEL_CONFIG = PHRASE_CONFIG
 
 
 @dataclass

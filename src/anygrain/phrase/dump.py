@@ -185,8 +185,8 @@ class _PhraseShards:
         del arrays
         trim_heap()  # the shard's vectors are on disk: their memory back to the system
         # and the pages of the token table the shard's text touched: the kernel maps 64 KB
-        # or more around each row read, so a Chinese corpus spread over me5-small's 250k
-        # rows would make most of its 384 MB resident
+        # or more around each row read, so a Chinese corpus spread over a large vocabulary
+        # would make most of the table resident
         if on_torch:
             from anygrain.models.base import release_weight_pages  # torch: on torch only
 
@@ -225,11 +225,9 @@ def passage_encoder(
     """What encodes a dump's passages on ``runtime``: ``onnx``, the model's passage graph on
     ONNX Runtime (exported once per version of the passage-side weights; an error when it
     cannot); ``torch`` and ``auto`` (None), the model itself.  ``auto`` is torch because
-    passages are where torch is faster: on this project's Xeon, one thread, the SQuAD dev
-    dump's windows (~130 tokens) took 1.1-1.3x the CPU time on ONNX Runtime float32 (the
-    graph as exported, or fused by its transformer optimiser) than on torch float32, and
-    half as long on torch bfloat16 (bench/passage_runtime.py; questions, ~14 tokens, are the
-    other way round).  The graph computes in float32 on this machine's CPU, so ``onnx``
+    passages are where torch is faster: a dump's windows take more CPU time on ONNX Runtime
+    float32 than on torch float32, and much less on torch bfloat16 (bench/passage_runtime.py,
+    docs/benchmarks.md; short questions are the other way round).  The graph computes in float32 on this machine's CPU, so ``onnx``
     refuses a ``bf16`` dump (recorded in the index), a GPU ``device`` and an encode on Ray
     actors.  Both runtimes give the same vectors (to ~1e-5): the runtime is recorded
     nowhere."""
@@ -256,7 +254,7 @@ def passage_encoder(
 
 
 #: passages per dump shard: a shard's vectors are held in memory until written, so this bounds
-#: a build's (and an add's) peak (SQuAD dev, one thread: 3.37 GB at 2,000, 2.14 GB at 500, same time)
+#: a build's (and an add's) peak, at the same speed as larger shards (docs/benchmarks.md)
 DEFAULT_SHARD_SIZE = 500
 
 
@@ -291,7 +289,7 @@ def dump_phrases(
         what="phrase shards",
         desc="dumping phrases",
         # one bar for the whole dump, by passages with an ETA (resumed shards counted from
-        # the start), advanced as each shard is saved: not a bar per shard (issue 34)
+        # the start), advanced as each shard is saved: not a bar per shard
         progress=progress,
     )
     resolve_device(device)  # a missing GPU is refused before any work

@@ -16,6 +16,7 @@ from typing import Any
 from anygrain.corpus.questions import Question, Questions
 from anygrain.errors import AnygrainError
 from anygrain.eval import EvalReport, evaluate, parse_metrics
+from anygrain.eval.coverage import check_qrels_coverage
 from anygrain.hits.hit import Hit, Unit, UnitSearchStats
 from anygrain.index.base import Index
 from anygrain.index.registry import IndexKind
@@ -81,10 +82,12 @@ def evaluate_phrase(
     drop_empty: bool = False,
     progress: bool = True,
     search_options: dict[str, Any] | None = None,
+    where: str = "",
 ) -> EvalReport:
     """EM, F1 (of the top-1 phrase) and top@k of a phrase index, at ``unit`` (checked by the
     caller, :meth:`PhraseIndex.evaluate_questions`; everyone else calls
-    :func:`anygrain.api.evaluate_index`).  ``k`` (hits per question) defaults to the
+    :func:`anygrain.api.evaluate_index`), with how many of the questions' qrels ids the
+    index holds (``where``: the question set, for the warning).  ``k`` (hits per question) defaults to the
     largest cutoff the metrics ask for, as in :func:`anygrain.eval.evaluate`.
 
     ``scope`` is the corpus (open retrieval over the whole index) or the gold passage
@@ -94,6 +97,31 @@ def evaluate_phrase(
     """
     if k is not None and k < 1:
         raise AnygrainError(f"k must be at least 1, got {k}")
+    refuse_one_candidate_metrics(index.path, unit, scope, metrics)
+    coverage = check_qrels_coverage(questions, index.unit_ids(unit), where=where)
+    report = _evaluated(
+        index, questions, k, unit, scope, metrics, batch_size, run_out, drop_empty, progress,
+        search_options,
+    )  # fmt: skip
+    report.n_qrels_ids = coverage.n_ids
+    report.n_qrels_ids_missing = coverage.n_missing
+    return report
+
+
+def _evaluated(
+    index: Index,
+    questions: Questions,
+    k: int | None,
+    unit: Unit,
+    scope: Scope,
+    metrics: Sequence[str],
+    batch_size: int,
+    run_out: str | Path | None,
+    drop_empty: bool,
+    progress: bool,
+    search_options: dict[str, Any] | None,
+) -> EvalReport:
+    """The report of :func:`evaluate_phrase`, before its qrels coverage."""
     qs = list(questions)
     ms = list(metrics)
     collected: list[UnitSearchStats] = []

@@ -1,29 +1,18 @@
 """The phrase index (IndexKind.PHRASE): DensePhrases' token vectors in two MIPS indexes.
 
-Layout::
+Layout (written by :mod:`anygrain.phrase.build`)::
 
-    index.json             manifest: model fingerprint, corpus checksum, L, tau, counts, sizes
+    index.json             manifest: model fingerprint, corpus checksum, settings, counts
     corpus/                the passage store (unless an existing store was reused)
-    phrase/model/          the phrase model (PhraseEncoder.save), when the index carries a copy
-    phrase/start.npy ...   token vectors and metadata (see :mod:`anygrain.phrase.dump`)
-    phrase/start.faiss     MIPS over the start vectors of start-capable tokens
-    phrase/end.faiss       MIPS over the end vectors of end-capable tokens
+    phrase/model/          the phrase model, when the index carries a copy (else ``model.ref``)
+    phrase/start.npy ...   token vectors and metadata (:mod:`anygrain.phrase.dump`)
+    phrase/start.faiss     MIPS over start vectors (end.faiss: end vectors)
     phrase/start_ids.npy   FAISS id -> token index (and end_ids.npy)
+    sparse/                the lexical part (a BM25 index), unless built without it
 
-With ``compress`` (sq8, sq4, opq-pq; see :mod:`anygrain.phrase.compress`) the FAISS
-indexes hold quantized codes and span scoring uses the vectors decoded from them, so
-``start.npy``/``end.npy`` (the float16 dump) are optional and dropped by default.
-
-Opening checks that the model's phrase fingerprint is the one the vectors were made
-with: a different phrase encoder would put questions and phrases in different spaces.
-A model the index refers to by name (``model.ref`` in ``index.json``: a shipped model such
-as ``phrase-minilm``, not copied into the index) is loaded by that name and checked the
-same way, so other weights behind the name are refused; opening the model and the arrays
-is :mod:`anygrain.phrase.opening`, what the index wrote (``index.json``'s settings and
-counts) :mod:`anygrain.phrase.record`.
-
-Building (the settings, the dump, both MIPS indexes) is :mod:`anygrain.phrase.build`;
-the search for sentences, passages and documents in rounds is :mod:`anygrain.phrase.units`.
+Opening is :mod:`anygrain.phrase.opening` (the model is checked against the fingerprint
+the vectors were made with), what the index wrote :mod:`anygrain.phrase.record`, the
+search's rounds and first stage :mod:`anygrain.phrase.units`.
 """
 
 from __future__ import annotations
@@ -37,11 +26,7 @@ import numpy as np
 
 from anygrain.corpus.source import open_corpus_of
 from anygrain.corpus.store import CorpusStore
-from anygrain.encode.onnx_runtime import (
-    Runtime,
-    parse_runtime,
-    wants_onnx,
-)
+from anygrain.encode.onnx_runtime import Runtime, parse_runtime
 from anygrain.encode.runtime import runs_on_onnx
 from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit, Unit, UnitSearchStats
@@ -66,30 +51,18 @@ from anygrain.phrase.lexical import (
     SparseFusion,
     open_sparse,
 )
-from anygrain.phrase.opening import (
-    cached_question_encoder,
-    exported_in_child,
-    open_arrays,
-    open_model,
-)
+from anygrain.phrase.opening import open_arrays, open_questions
 from anygrain.phrase.record import PhraseIndexRecord
-from anygrain.phrase.rescore import (
+from anygrain.phrase.rescore import search_rescored
+from anygrain.phrase.rescore_settings import (
     RESCORE_CONTEXT_RANGE,
     RESCORE_MARGIN_RANGE,
-    RESCORE_RANGE,
-    FirstStage,
     RescoreTokens,
-    search_rescored,
+    Rescoring,
 )
-from anygrain.phrase.search import (
-    Phrases,
-    PhraseTable,
-    aggregate,
-    search_candidates,
-    search_scope,
-    unit_hits,
-)
-from anygrain.phrase.units import fused_phrases, mips_scored
+from anygrain.phrase.search import Phrases, PhraseTable, aggregate, search_scope, unit_hits
+from anygrain.phrase.units import FirstStage, phrase_round
+from anygrain.phrase.units import first_stage as own_first_stage
 from anygrain.phrase.units import search_units as search_unit_rounds
 from anygrain.utils.threads import single_thread
 from anygrain.vectors.faiss_index import FaissIndex, unwrap_index
@@ -158,13 +131,10 @@ class PhraseIndex(Index):
         search_options: dict[str, Any] | None,
     ) -> EvalReport:
         """EM/F1 and top@k at ``unit``, over the whole index or (``gold-passage``) each
-        question's own passage (D = {p}); see :func:`anygrain.phrase.evaluate.evaluate_phrase`."""
-        from anygrain.eval.coverage import check_qrels_coverage
-        from anygrain.phrase.evaluate import evaluate_phrase, refuse_one_candidate_metrics
+        question's own passage: :func:`anygrain.phrase.evaluate.evaluate_phrase`."""
+        from anygrain.phrase.evaluate import evaluate_phrase
 
-        refuse_one_candidate_metrics(self.path, unit, scope, metrics)
-        coverage = check_qrels_coverage(questions, self.unit_ids(unit), where=self._on(questions))
-        report = evaluate_phrase(
+        return evaluate_phrase(
             self,
             questions,
             k=k,
@@ -175,10 +145,8 @@ class PhraseIndex(Index):
             drop_empty=drop_empty,
             progress=progress,
             search_options=search_options,
+            where=self._on(questions),
         )
-        report.n_qrels_ids = coverage.n_ids
-        report.n_qrels_ids_missing = coverage.n_missing
-        return report
 
     def __init__(
         self,
@@ -238,8 +206,8 @@ class PhraseIndex(Index):
 
     def prepare_serving(self) -> None:
         """Re-scoring's torch model loaded now where torch is installed: a server's small
-        batches then re-encode in bfloat16 (~3x faster than the ONNX graph in float32) and
-        its first request does not pay for the import (a one-shot search keeps the graph)."""
+        batches then re-encode in bfloat16 (faster than the ONNX graph in float32) and its
+        first request does not pay for the import (a one-shot search keeps the graph)."""
         from anygrain.encode.onnx_runtime import torch_installed
 
         if self.rescore and self.requested_runtime is not Runtime.ONNX and torch_installed():
@@ -269,33 +237,21 @@ class PhraseIndex(Index):
         return Runtime.ONNX if runs_on_onnx(self.questions) else Runtime.TORCH
 
     @property
-    def rescore(self) -> int:
-        """Passages a search re-scores exactly by default (the build's ``rescore``; 0: none)."""
-        return int(self.record.rescore or 0)
+    def rescoring(self) -> Rescoring:
+        """How a search re-scores passages exactly by default (the build's; none: 0)."""
+        return self.record.rescoring
 
     @property
-    def rescore_margin(self) -> float | None:
-        """A re-scored passage after the first must score within this of the first in the
-        first stage (the build's ``rescore_margin``; None: the first ``rescore`` all)."""
-        return self.record.rescore_margin
+    def rescore(self) -> int:
+        """Passages a search re-scores exactly by default (0: none)."""
+        return self.rescoring.n
 
     def search_threads(self) -> int:
-        """Two when searches re-score passages (re-encoding them is ~4x the rest of a
-        search; at 4 clients on 2 cores a second thread took the server p50 from 191 to
-        111 ms), else one (a second thread then cost ~10% of the throughput).  The search
-        path shares no mutable state: the tokenizer and the BM25 analysers take locks."""
+        """Two when searches re-score passages (re-encoding them dominates a search, and a
+        second thread overlaps it with the rest), else one (a second thread then costs
+        throughput).  The search path shares no mutable state: the tokenizer and the BM25
+        analysers take locks."""
         return 2 if self.rescore else 1
-
-    @property
-    def rescore_context(self) -> int | None:
-        """Characters each side of a passage's best first-stage phrase that re-scoring
-        re-encodes (the build's ``rescore_context``; None: the whole passage)."""
-        return self.record.rescore_context or None
-
-    @property
-    def rescore_tokens(self) -> RescoreTokens:
-        """Which tokens of a re-encoded passage re-scoring ranks (the build's; else stored)."""
-        return RescoreTokens.parse(self.record.rescore_tokens)
 
     @property
     def lexical(self) -> LexicalScorer | None:
@@ -363,9 +319,8 @@ class PhraseIndex(Index):
             build=settings,
         )
         # reopened with the model in memory: a second copy would be the build's peak (an
-        # ONNX Runtime session holds its own copy of the question side's weights: with
-        # phrase-me5-zh, 0.2 GB over the 1.5 GB budget at the build's end; the next open
-        # of the index uses the graph)
+        # ONNX Runtime session holds its own copy of the question side's weights; the next
+        # open of the index uses the graph)
         if runs_on_onnx(model):
             return {}  # a shipped model on its graphs (no torch): opened as any index is
         return {"model": model, "runtime": "torch"}
@@ -390,18 +345,8 @@ class PhraseIndex(Index):
         ``auto``, ``onnx`` or ``torch``).  On ONNX Runtime, a model whose files are unchanged
         since its graph was exported is not loaded at all (no torch)."""
         path = Path(path)
-        use_onnx = wants_onnx(runtime, device)
-        questions = cached_question_encoder(path, manifest, model) if use_onnx else None
-        if questions is None and use_onnx:
-            questions = exported_in_child(path, manifest, model)
-
-        def load() -> PhraseEncoder:
-            return open_model(path, manifest, model, device, onnx=False)[0]
-
-        enc: PhraseEncoder | Callable[[], PhraseEncoder] = load
-        if questions is None:
-            strict = parse_runtime(runtime) is Runtime.ONNX
-            enc, questions = open_model(path, manifest, model, device, onnx=use_onnx, strict=strict)
+        # the runtime decided once, the question graph found or exported (phrase/opening.py)
+        enc, questions = open_questions(path, manifest, model, device, runtime)
 
         store = store or open_corpus_of(path, manifest)
         record = PhraseIndexRecord.from_manifest(manifest["settings"])
@@ -453,47 +398,17 @@ class PhraseIndex(Index):
         """Scored phrases per question from ready-made question vectors (best first).
         With ``fusion`` and the questions' ``lexical`` side, scores are fused with BM25
         (:mod:`anygrain.phrase.lexical`) and BM25's top passages add candidates."""
-        L = int(max_words or self.max_words)
-        n = len(q_start)
-        fused = fusion is not None and lexical is not None
-        if scope_rows is not None:
-            if len(scope_rows) != n:
-                raise AnygrainError(f"scope_rows has {len(scope_rows)} entries for {n} queries")
-            nrows = len(self.table.passage_ptr) - 1
-            for rows in scope_rows:
-                bad = [r for r in rows if not 0 <= int(r) < nrows]
-                if bad:
-                    raise AnygrainError(f"scope row {bad[0]} out of range (0..{nrows - 1})")
-            if fused:
-                assert fusion is not None and lexical is not None
-                mips = mips_scored(self, q_start, q_end, fusion.norm_depth, nprobe)
-                with single_thread():
-                    return [
-                        fused_phrases(
-                            self.table, q_start, q_end, i, mips, lexical[i], fusion, L, rows
-                        )
-                        for i, rows in enumerate(scope_rows)
-                    ]
-            with single_thread():
-                return [
-                    search_scope(self.table, q_start[i], q_end[i], rows, L)
-                    for i, rows in enumerate(scope_rows)
-                ]
-        if fused:
-            assert fusion is not None and lexical is not None
-            mips = mips_scored(self, q_start, q_end, max(top_k, fusion.norm_depth), nprobe)
-            with single_thread():
-                return [
-                    fused_phrases(self.table, q_start, q_end, i, mips, lexical[i], fusion, L)
-                    for i in range(n)
-                ]
-        kk = min(top_k, max(len(self.start_ids), 1), max(len(self.end_ids), 1))
-        ts, te = self.mips(q_start, q_end, kk, nprobe=nprobe)
-        with single_thread():
-            return [
-                search_candidates(self.table, q_start[i], q_end[i], ts[i], te[i], L)
-                for i in range(n)
-            ]
+        return phrase_round(
+            self,
+            q_start,
+            q_end,
+            top_k=top_k,
+            scope_rows=scope_rows,
+            max_words=int(max_words or self.max_words),
+            nprobe=nprobe,
+            lexical=lexical,
+            fusion=fusion,
+        )[0]
 
     def encode(
         self, queries: Sequence[str], *, batch_size: int = 64, bf16: bool = False
@@ -560,74 +475,38 @@ class PhraseIndex(Index):
 
         ``rescore`` re-encodes each query's first that many passages and ranks their spans
         exactly (:mod:`anygrain.phrase.rescore`); None: the index's recorded setting, 0: off.
-        ``rescore_tokens`` says over which tokens of those passages (stored|model|all,
-        :class:`~anygrain.phrase.rescore.RescoreTokens`; None: the index's recorded ones, else
-        stored), ``rescore_bf16`` whether they are encoded in bfloat16 (None: as the index
-        was built) and ``rescore_margin`` how close to the first passage's first-stage score
-        another must be to be re-scored (None: the index's recorded margin; 1000: all).
-        ``rescore_context`` re-encodes only that many characters each side of a passage's
-        best first-stage phrase: at 60, 1.8x the questions a second and 2.8 EM lower on
-        held-out SQuAD train articles (None: the index's recorded context; 0: the whole
-        passage).
+        ``rescore_tokens`` says over which tokens of those passages (stored|model|all),
+        ``rescore_bf16`` whether they are encoded in bfloat16 (None: as the index was
+        built), ``rescore_margin`` how close to the first passage's first-stage score
+        another must be to be re-scored (1000: all) and ``rescore_context`` how many
+        characters each side of a passage's best first-stage phrase are re-encoded (0: the
+        whole passage); None: the index's recorded ones (:class:`Rescoring`).
         """
         u = Unit(unit) if unit is not None else Unit.PHRASE
         depth = top_k or max(100, 10 * k)
-        L = int(max_words or self.max_words)
         fusion = self.search_fusion(sparse_weight)
-        qs, qe = encoded.vectors
         lex = None
         if fusion is not None:
             assert self.lexical is not None
             lex = self.lexical.queries(encoded.texts, fusion)
-        n_rescore = self.rescore if rescore is None else int(RESCORE_RANGE.check(rescore))
-        # both refused when out of range even when not used
-        tokens = RescoreTokens.parse(rescore_tokens) if rescore_tokens else self.rescore_tokens
-        margin = self.rescore_margin
-        if rescore_margin is not None:
-            margin = float(RESCORE_MARGIN_RANGE.check(rescore_margin))
-        context = self.rescore_context
-        if rescore_context is not None:
-            context = int(RESCORE_CONTEXT_RANGE.check(rescore_context)) or None
-        if n_rescore:
-            stage = FirstStage(
-                scope_rows, depth, max_depth, exact, L, nprobe, fusion, lex, stats, margin, context
-            )
-            return search_rescored(
-                self, encoded, k, u, n_rescore, stage, tokens=tokens, bf16=rescore_bf16
-            )
-        if u is Unit.PHRASE or scope_rows is not None:
-            phrases = self.search_phrases(
-                qs,
-                qe,
-                top_k=depth,
-                scope_rows=scope_rows,
-                max_words=L,
-                nprobe=nprobe,
-                lexical=lex,
-                fusion=fusion,
-            )
-            found = [aggregate(self.table, self.store, p, k, u) for p in phrases]
+        # every override is checked, even where re-scoring is off
+        asked = Rescoring.given(
+            rescore, rescore_margin, rescore_tokens, rescore_context, rescore_bf16
+        )
+        L = int(max_words or self.max_words)
+        stage = FirstStage(scope_rows, depth, max_depth, exact, L, nprobe, fusion, lex, stats)
+        rescoring = asked.or_else(self.rescoring)
+        if rescoring.n:
+            return search_rescored(self, encoded, k, u, stage, rescoring)
+        qs, qe = encoded.vectors
+        found = self.first_stage(qs, qe, k, u, stage)
+        units = found.units
+        if found.phrases is not None:
+            units = [aggregate(self.table, self.store, p, k, u) for p in found.phrases]
             if stats is not None:
-                stats.extend(
-                    UnitSearchStats(1, depth, len(f), False, scope_rows is not None) for f in found
-                )
-        else:
-            found, st = self.search_units(
-                qs,
-                qe,
-                k,
-                u,
-                depth=depth,
-                max_depth=max_depth,
-                exact=exact,
-                max_words=L,
-                nprobe=nprobe,
-                lexical=lex,
-                fusion=fusion,
-            )
-            if stats is not None:
-                stats.extend(st)
-        return unit_hits(self.table, self.store, found, u)
+                scoped = scope_rows is not None
+                stats.extend(UnitSearchStats(1, depth, len(f), False, scoped) for f in units)
+        return unit_hits(self.table, self.store, units, u)
 
     def score_rows(
         self,
@@ -672,9 +551,11 @@ class PhraseIndex(Index):
         lossless = self.record.factory in ("Flat", "SQfp16")
         return isinstance(self.table.start, DecodedVectors) or lossless
 
-    # passages, sentences and documents ranked by their best phrase, in rounds
-    # (anygrain.phrase.units; the function takes the index first, so it is the method)
+    # passages, sentences and documents ranked by their best phrase, in rounds, and the
+    # search a re-scoring's first stage runs (anygrain.phrase.units: each function takes
+    # the index first, so it is the method)
     search_units = search_unit_rounds
+    first_stage = own_first_stage
 
     def describe(self) -> dict[str, Any]:
         return {

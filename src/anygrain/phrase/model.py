@@ -188,7 +188,8 @@ class PhraseEncoder(Model):
         questions = [copy.deepcopy(base) for _ in range(n_q)]
         return cls(cfg, base, tok, questions)
 
-    def _question_dirs(self) -> list[str]:
+    def question_dirs(self) -> list[str]:
+        """The names the question encoders are saved (and packed) under, in order."""
         if self.config.question_encoder is QuestionEncoderKind.SEPARATE:
             return ["question_start", "question_end"]
         return ["question"]
@@ -274,7 +275,7 @@ class PhraseEncoder(Model):
 
         self.phrase.save_pretrained(str(directory / "phrase"))  # type: ignore[operator]
         self.tokenizer.save_pretrained(str(directory / "phrase"))
-        for name, m in zip(self._question_dirs(), self.questions, strict=True):
+        for name, m in zip(self.question_dirs(), self.questions, strict=True):
             m.save_pretrained(str(directory / name))  # type: ignore[operator]
             self.tokenizer.save_pretrained(str(directory / name))
         state = {k: v.detach().contiguous() for k, v in self.head_modules().state_dict().items()}
@@ -424,7 +425,7 @@ class PhraseEncoder(Model):
         self, texts: Sequence[str], *, batch_size: int = 64, bf16: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(q_start, q_end)`` float32 arrays, input order; batches by length to save padding."""
-        # eval() walks every submodule (~2 ms), a cost per search call: only when the model
+        # eval() walks every submodule, a cost per search call: only when the model
         # or one of its parts (train() reaches every descendant of a part) is training
         if self.training or any(m.training for m in self.children()):
             self.eval()
@@ -458,10 +459,9 @@ class PhraseEncoder(Model):
 
     def bf16_passages(self) -> list[nn.Module]:
         """The passage encoder and its heads wholly in bfloat16 (weights and activations),
-        for CPU inference: made at first use and again once the weights have changed.  On
-        one thread ~1.5x faster than autocast on a SQuAD paragraph (attention, GELU and the
-        casts between layers run in bfloat16 too); token vectors within a cosine of 0.9999
-        of float32's."""
+        for CPU inference: made at first use and again once the weights have changed.  Faster
+        than autocast on a CPU (attention, GELU and the casts between layers run in bfloat16
+        too), its token vectors within bfloat16's rounding of float32's."""
         mods = self.passage_modules
         version = [weights_version(m) for m in mods]
         if self._bf16_passages is None or self._bf16_passages[0] != version:
@@ -489,7 +489,7 @@ class PhraseEncoder(Model):
         (:meth:`bf16_passages`) instead of autocast, which casts the weights on every call
         and keeps attention in float32: what re-scoring's few passages run (a build's dump
         keeps autocast, which its recorded ``bf16`` means)."""
-        if any(m.training for m in self.passage_modules):  # eval() walks every module: ~2 ms
+        if any(m.training for m in self.passage_modules):  # eval() walks every module
             self.eval()
         dev = self.device
         cast = cast_once and bf16 and dev.type == "cpu"

@@ -6,12 +6,12 @@ question-side weights and the settings that shape a question's vectors (encoder 
 pooling, prefix, maximum length).  :class:`OnnxQuestionEncoder` runs it with the
 ``tokenizers`` library: encoding a question imports neither torch nor transformers.
 
-A phrase index opening its model (:meth:`anygrain.phrase.index.PhraseIndex.open`) first
-asks :func:`cached_questions` whether the model's files are unchanged since a graph was
-exported from them (the files table of :class:`~anygrain.encode.onnx_runtime.GraphCache`,
-which also keeps the phrase fingerprint checked when they were loaded); only when not is
-the model loaded with torch, checked as before, and exported (:func:`onnx_questions`),
-once per version of the weights.  A packed model's files include its backbone's.
+A phrase index opening its model (:func:`anygrain.phrase.opening.open_questions`, on
+:func:`anygrain.models.graphs.graph_or_export`) first asks the graph cache's files table
+whether the model's files are unchanged since a graph was exported from them (the record
+keeps the phrase fingerprint checked when they were loaded); only when not is the model
+loaded with torch, checked as before, and exported (:func:`export_questions`), once per
+version of the weights.  A packed model's files include its backbone's.
 
 The passage side -- the phrase encoder, the start/end heads and the filter, what a dump
 needs of each window -- is a second graph (:func:`export_passages`, kind ``phrase-passage``),
@@ -49,6 +49,7 @@ from anygrain.encode.onnx_runtime import (
     save_tokenizer,
     write_meta,
 )
+from anygrain.models.forms import PACKED_PHRASE_CONFIG
 from anygrain.phrase.passages import EncodedPassage, collate_windows, encode_windows
 from anygrain.phrase.tokens import Window, tokenize_windows
 from anygrain.utils.finite import check_finite
@@ -69,12 +70,11 @@ EXAMPLE_PASSAGES = (
     "Super Bowl 50 was an American football game.",
 )
 EXAMPLE_TITLES = ("Super Bowl 50", "Super Bowl 50")
-# traced as the plain attention, whose pattern ONNX Runtime's optimiser recognises: on one
-# thread, a dump's windows ran 1.2x faster than from the SDPA export (bench/passage_runtime.py).
+# traced as the plain attention, whose pattern ONNX Runtime's optimiser recognises: a dump's
+# windows run faster than from the SDPA export (bench/passage_runtime.py).
 # Not in the key: both compute the same vectors (a graph exported before is still right)
 PASSAGE_ATTENTION = "eager"
-# anygrain.phrase.packed.PACKED_CONFIG, named here without importing torch (a test checks)
-PACKED_CONFIG = "anygrain_packed.json"
+PACKED_CONFIG = PACKED_PHRASE_CONFIG
 
 
 def question_key(model: PhraseEncoder) -> str:
@@ -107,8 +107,8 @@ def _export_encoder(
     """Export ``forward(input_ids, attention_mask[, token_type_ids], token_embeds=...)`` of
     ``model`` (in eval mode, restored after) called with ``inputs`` into ``d``; returns the
     graph's input names.  With a token-embedding ``table``, the table is saved beside the
-    graph (looked up with NumPy from a memory map: me5-small's is 384 MB of its 470, all but
-    a few rows unused by any corpus) and the graph takes its rows in place of ``input_ids``."""
+    graph (looked up with NumPy from a memory map: a multilingual model's is most of its
+    weights, all but a few rows unused by any corpus) and the graph takes its rows in place of ``input_ids``."""
     was_training = model.training
     model.eval()
     try:
@@ -337,9 +337,10 @@ class OnnxPassageEncoder:
 
 def onnx_passages(model: PhraseEncoder, cache: GraphCache) -> OnnxPassageEncoder:
     """``model``'s passage side on ONNX Runtime, exported when its graph is not cached."""
-    shipped = getattr(model, "onnx_passages", None)  # a model on its shipped graphs (no torch)
-    if shipped is not None:
-        return shipped(cache)  # type: ignore[no-any-return]
+    from anygrain.phrase.graph_model import GraphPhraseModel
+
+    if isinstance(model, GraphPhraseModel):  # a model on its shipped graphs (no torch)
+        return model.onnx_passages(cache)  # type: ignore[no-any-return]
     return OnnxPassageEncoder(export_passages(model, cache))
 
 
@@ -365,7 +366,7 @@ class OnnxQuestionEncoder:
 
     def __init__(self, directory: Path, *, threads: int | None = None) -> None:
         # the tokenizer loads at the first question: when a model was just exported, after it
-        # is freed (me5-small's tokenizer alone holds ~280 MB)
+        # is freed (a large vocabulary's tokenizer alone holds much memory)
         self.graph = OnnxGraph(directory, threads=threads, tokenize=False)
         meta = self.graph.meta
         if meta.get("kind") != KIND:
@@ -399,12 +400,11 @@ def cached_questions(
     """``(encoder, phrase fingerprint, model config)`` for a saved model whose files are
     unchanged since their graph was exported (the fingerprint and config as loading them
     found); None otherwise (the model must be loaded)."""
-    sig = files_signature(model_files(model_dir))
-    record = cache.files_record(sig)
-    if record is None:  # a shipped model carries its graph without weights: made with NumPy
-        from anygrain.models.shipped import shipped_graph_record
+    from anygrain.models.graphs import GraphSource
 
-        record = shipped_graph_record(model_dir, KIND, cache, sig)
+    # a shipped model carries its graph without weights: made with NumPy
+    source = GraphSource(model_files(model_dir), KIND, shipped=model_dir)
+    record = source.record(cache, source.signature())
     if record is None or not record.get("phrase_fingerprint"):
         return None
     config = record.get("config")
@@ -438,7 +438,7 @@ def onnx_questions(
 def export_in_child(model_dir: Path, cache: GraphCache, *, threads: int | None = None) -> bool:
     """Export the question graph of the saved model at ``model_dir`` in a child process;
     True when it did.  The torch model, its tokenizer and the exporter's working memory
-    (1.6 GB resident for me5-small in-process) then go back to the system before the index
+    (several times the weights, in-process) then go back to the system before the index
     loads its arrays, so searching an index whose graph is not cached yet stays within the
     memory of searching one whose graph is.  The child records the model's files, phrase
     fingerprint and config (as :func:`onnx_questions` does), which the caller then checks

@@ -16,7 +16,7 @@ from the FAISS codes of a compressed index (:class:`~anygrain.phrase.compress.De
 
 from __future__ import annotations
 
-import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from anygrain.corpus.store import CorpusStore
-from anygrain.encode.onnx_runtime import GraphCache, files_bytes, files_signature
+from anygrain.encode.onnx_runtime import GraphCache, files_bytes
+from anygrain.encode.runtime import Runtime
 from anygrain.errors import AnygrainError, IndexMismatchError, ModelNotFoundError
 from anygrain.phrase.build import SUBDIR, as_phrase_model, given_by_name, is_phrase_encoder
 from anygrain.phrase.compress import DecodedVectors
@@ -93,26 +94,16 @@ def open_model(
     manifest: dict[str, Any],
     model: str | Path | PhraseEncoder | None,
     device: str | None,
-    *,
-    onnx: bool,
-    strict: bool = False,
-) -> tuple[PhraseEncoder, Any]:
-    """``(model, question encoder)``: the index's phrase model loaded and checked against
-    the fingerprint the index records, and what encodes its questions (the model, or
-    with ``onnx`` its graph, exported once per version of its weights; a graph that cannot
-    be made falls back to torch with a warning, unless ``strict``)."""
-    from anygrain.encode.onnx_runtime import torch_installed
+) -> PhraseEncoder:
+    """The index's phrase model loaded, checked against the fingerprint the index records
+    and the scoring it was built with, and placed on ``device`` (without torch: a shipped
+    model on its graphs, :func:`graph_model_of`)."""
+    from anygrain.encode.runtime import torch_installed
 
     if not torch_installed():  # a base install: a shipped model on its shipped graphs
-        return graph_model_of(path, manifest, model, onnx=onnx)
+        return graph_model_of(path, manifest, model, onnx=False)[0]  # type: ignore[no-any-return]
     from anygrain.phrase.model import PhraseEncoder
 
-    files = None
-    src = model_dir_of(path, manifest, model)
-    if onnx and src is not None:
-        from anygrain.phrase.onnx import model_files
-
-        files = files_signature(model_files(src))  # before loading: what was checked
     record = manifest.get("model") or {}
     want = record.get("fingerprint")
     if model is not None:
@@ -147,31 +138,70 @@ def open_model(
     label = str(model) if isinstance(model, str | Path) else record.get("name", "given")
     check_scoring(path, manifest, enc.config, label)
     place(enc, device)
-    if not onnx:
-        return enc, enc
-    from anygrain.phrase.onnx import onnx_questions
+    return enc
 
-    try:
-        questions = onnx_questions(
-            enc,
-            GraphCache.default(),
-            files=files,
-            phrase_fingerprint=got,
-            config=enc.config.to_dict(),
-        )
-    except (AnygrainError, ImportError, OSError, RuntimeError, ValueError) as e:
-        if strict:
-            raise AnygrainError(
-                f"{path}: cannot run the phrase model's question encoder on ONNX Runtime "
-                f"({type(e).__name__}: {e}); search with --runtime torch"
-            ) from e
-        warnings.warn(
-            f"question encoder not exported to ONNX ({type(e).__name__}: {e}); "
-            "encoding questions with torch",
-            stacklevel=2,
-        )
-        return enc, enc
-    return enc, questions
+
+def open_questions(
+    path: Path,
+    manifest: dict[str, Any],
+    model: str | Path | PhraseEncoder | None,
+    device: str | None,
+    runtime: Runtime | str | None,
+) -> tuple[PhraseEncoder | Callable[[], PhraseEncoder], Any]:
+    """``(model, question encoder)`` of the phrase index at ``path``, the runtime decided
+    once (:func:`~anygrain.models.runtime.choose_runtime`): on torch, the model loaded and
+    checked (:func:`open_model`) encodes its questions; on ONNX Runtime, its question graph
+    (:func:`~anygrain.models.graphs.graph_or_export`: found by the model's files, shipped,
+    exported by a child for a large model, or exported here once the model is loaded), the
+    model then a loader called on first use when it was not loaded."""
+    from anygrain.encode.runtime import torch_installed
+    from anygrain.models.graphs import Exported, GraphSource, graph_or_export
+    from anygrain.models.runtime import Role, choose_runtime
+
+    choice = choose_runtime(runtime, device, role=Role.QUESTIONS)
+
+    def load() -> PhraseEncoder:
+        return open_model(path, manifest, model, device)
+
+    if not choice.onnx:
+        loaded = load()
+        return loaded, loaded
+    if not torch_installed():  # a base install: the shipped graph, or what says it needs torch
+        questions = cached_question_encoder(path, manifest, model)
+        if questions is not None:
+            return load, questions
+        return graph_model_of(path, manifest, model, onnx=True)  # type: ignore[no-any-return]
+    from anygrain.phrase.onnx import KIND, export_questions, model_files
+
+    cache = GraphCache.default()
+    src = model_dir_of(path, manifest, model)
+    want = str((manifest.get("model") or {}).get("fingerprint") or "")
+
+    def export(enc: PhraseEncoder) -> Exported[Any]:
+        from anygrain.phrase.onnx import OnnxQuestionEncoder
+
+        entry = export_questions(enc, cache)
+        record = {"phrase_fingerprint": want, "config": enc.config.to_dict()}
+        return Exported(entry.name, OnnxQuestionEncoder(entry), record)
+
+    opened = graph_or_export(
+        GraphSource(model_files(src), KIND, shipped=src) if src is not None else None,
+        cache,
+        use=lambda record: checked_questions(path, manifest, model, record, cache),
+        load=load,
+        export=export,
+        elsewhere=lambda: exported_in_child(src) if src is not None else False,
+        strict=choice.strict,
+        refused=(
+            f"{path}: cannot run the phrase model's question encoder on ONNX Runtime; "
+            "search with --runtime torch"
+        ),
+        warned="question encoder not exported to ONNX; encoding questions with torch",
+    )
+    enc: PhraseEncoder | Callable[[], PhraseEncoder] = (
+        opened.model if opened.model is not None else load
+    )
+    return enc, opened.runner if opened.runner is not None else opened.model
 
 
 def graph_model_of(
@@ -213,54 +243,65 @@ def cached_question_encoder(
     path: Path, manifest: dict[str, Any], model: str | Path | PhraseEncoder | None
 ) -> Any:
     """The question encoder on ONNX Runtime when the model's files are unchanged since
-    its graph was exported (the phrase fingerprint they had then checked against the
-    index's, as loading would), else None: the model must be loaded."""
+    its graph was exported (or its graph ships), the phrase fingerprint they had then
+    checked against the index's, as loading would; else None: the model must be loaded."""
+    from anygrain.models.graphs import GraphSource
+    from anygrain.phrase.onnx import KIND, model_files
+
     src = model_dir_of(path, manifest, model)
     if src is None:
         return None
-    from anygrain.phrase.onnx import cached_questions
+    cache = GraphCache.default()
+    source = GraphSource(model_files(src), KIND, shipped=src)
+    record = source.record(cache, source.signature())
+    return None if record is None else checked_questions(path, manifest, model, record, cache)
 
-    hit = cached_questions(src, GraphCache.default())
-    if hit is None:
-        return None
-    questions, got, config = hit
-    want = (manifest.get("model") or {}).get("fingerprint")
-    if got != want:
-        return None  # loading the model says why, as without a graph
+
+def checked_questions(
+    path: Path,
+    manifest: dict[str, Any],
+    model: str | Path | PhraseEncoder | None,
+    record: dict[str, Any],
+    cache: GraphCache,
+) -> Any:
+    """The question encoder of the files ``record`` (the graph cache's), when the phrase
+    fingerprint it recorded is the index's and its config scores as the index was built
+    (an error saying why when not); None when the fingerprint differs or is not recorded:
+    loading the model says why, as without a graph."""
     from types import SimpleNamespace
 
+    from anygrain.phrase.onnx import OnnxQuestionEncoder
     from anygrain.phrase.reference import check_scoring
 
-    record = manifest.get("model") or {}
-    label = str(model) if isinstance(model, str | Path) else record.get("name", "given")
-    check_scoring(path, manifest, SimpleNamespace(**config), label)
-    return questions
+    got = record.get("phrase_fingerprint")
+    index_record = manifest.get("model") or {}
+    if not got or got != index_record.get("fingerprint"):
+        return None
+    config = record.get("config")
+    label = str(model) if isinstance(model, str | Path) else index_record.get("name", "given")
+    check_scoring(
+        path, manifest, SimpleNamespace(**(config if isinstance(config, dict) else {})), label
+    )
+    return OnnxQuestionEncoder(cache.entry(record["key"]))
 
 
-# A child costs a Python start and torch's import (~4 s): it pays for a model as large as
-# me5-small (470 MB of weights, 1.6 GB resident to export in-process), not for minilm (90 MB).
+# A child costs a Python start and torch's import: it pays for a model as large as
+# me5-small (its export's peak is several times its weights), not for minilm.
 CHILD_EXPORT_BYTES = 200 * 2**20
 
 
-def exported_in_child(
-    path: Path, manifest: dict[str, Any], model: str | Path | PhraseEncoder | None
-) -> Any:
-    """The question encoder on ONNX Runtime, its graph exported by a child process
+def exported_in_child(src: Path) -> bool:
+    """Whether a child process exported the question graph of the saved model at ``src``
     (:func:`~anygrain.phrase.onnx.export_in_child`: the memory of loading the model and
-    exporting goes back to the system), then found as a cached one; None when that cannot
-    be done (a model object, no directory, the child failed) or is not worth it (model files
-    under :data:`CHILD_EXPORT_BYTES`): the model is loaded here."""
-    src = model_dir_of(path, manifest, model)
-    if src is None:
-        return None
+    exporting goes back to the system) and recorded its files; False when that is not worth
+    it (model files under :data:`CHILD_EXPORT_BYTES`: the model is loaded here) or the child
+    failed."""
     from anygrain.phrase.onnx import export_in_child, model_files
     from anygrain.utils.threads import requested_threads
 
     if files_bytes(model_files(src)) < CHILD_EXPORT_BYTES:
-        return None
-    if not export_in_child(src, GraphCache.default(), threads=requested_threads()):
-        return None
-    return cached_question_encoder(path, manifest, model)
+        return False
+    return export_in_child(src, GraphCache.default(), threads=requested_threads())
 
 
 @dataclass(frozen=True)

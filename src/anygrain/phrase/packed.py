@@ -1,25 +1,17 @@
 """Packed phrase models: a trained model stored as a small difference from its backbone.
 
-A phrase model trained with frozen embeddings (``--freeze-embeddings``) differs from
-its pre-trained backbone only in the transformer layers and the heads.  Packing
-stores, for every weight matrix, the *difference* from the backbone quantised to
-``bits`` (4 by default) in groups of ``group`` values with one float32 scale each;
-vectors (biases, norms) are kept in float32 and the heads in float16.  Quantising the
-difference rather than the weight keeps the error small: fine-tuning moves a weight by
-a few percent, so a 4-bit code of the move is far finer than a 4-bit code of the weight.
-
-A packed model directory holds::
+A phrase model trained with frozen embeddings differs from its backbone only in the
+transformer layers and the heads; packing stores those as :mod:`anygrain.models.delta`'s
+quantised differences (the heads in float16).  A packed model directory holds::
 
     anygrain_packed.json   format, version, settings, backbone and weight fingerprints
     anygrain_phrase.json   the phrase model config (as a full model's)
     packed.safetensors     codes, scales and kept tensors
 
-It is a second saved form of :class:`~anygrain.phrase.model.PhraseEncoder`, registered
-with the model base (:class:`~anygrain.models.base.ModelType` ``PACKED_PHRASE``), so
-``PhraseEncoder.load`` and ``load_model`` read it like the full form.  Loading resolves
-the backbone (an offline alias such as ``minilm``), refuses one whose
-weights differ from those packed against, rebuilds the weights, and checks the result
-against the recorded fingerprints, so a packed model either loads exactly or not at all.
+It is a second saved form of :class:`~anygrain.phrase.model.PhraseEncoder`
+(``ModelType.PACKED_PHRASE``).  Loading refuses a backbone whose weights differ from those
+packed against and checks the rebuilt weights against the recorded fingerprints, so a
+packed model loads exactly or not at all.
 """
 
 from __future__ import annotations
@@ -42,6 +34,7 @@ from anygrain.models.base import (
     read_config,
     register_form,
 )
+from anygrain.models.delta import PackSettings, apply_delta_tensors, delta_tensors
 from anygrain.models.hf import load_hf_dir
 from anygrain.phrase.model import MODEL_CONFIG, PhraseConfig, PhraseEncoder
 from anygrain.utils.atomic import atomic_dir
@@ -52,105 +45,6 @@ FORMAT = "anygrain.packed-phrase-model"
 FORMAT_VERSION = 2  # 2: float32 scales
 CARD_FILE = "MODEL_CARD.md"
 PACKED_NAMES = (PACKED_CONFIG, PACKED_FILE)  # a full save over a packed model removes these
-
-
-@dataclass(frozen=True)
-class PackSettings:
-    """How differences are quantised: ``bits`` per value, one scale per ``group`` values."""
-
-    bits: int = 4
-    group: int = 64
-
-    def __post_init__(self) -> None:
-        if self.bits not in (4, 8):
-            raise AnygrainError(f"packing supports 4 or 8 bits, not {self.bits}")
-        if self.group < 2 or self.group % 2:
-            raise AnygrainError(f"pack group must be an even number >= 2, not {self.group}")
-
-    @property
-    def qmax(self) -> int:
-        return 2 ** (self.bits - 1) - 1  # symmetric codes: -qmax..qmax
-
-
-def quantize(delta: torch.Tensor, s: PackSettings) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(codes, scales)`` of a float tensor whose size is a multiple of ``s.group``:
-    uint8 codes (two 4-bit codes per byte at 4 bits) and one float32 scale per group."""
-    g = delta.detach().to(torch.float32).reshape(-1, s.group)
-    # float32 scales: fine-tuning moves many weights by less than float16's normal range
-    # (6e-5), where float16 scales would lose their precision
-    scale = g.abs().amax(dim=1) / s.qmax
-    safe = scale.clamp_min(1e-30)  # an all-zero group: scale 0, codes 0
-    q = torch.clamp(torch.round(g / safe[:, None]), -s.qmax, s.qmax).to(torch.int16) + s.qmax + 1
-    codes = q.to(torch.uint8)
-    if s.bits == 4:
-        codes = codes[:, 0::2] | (codes[:, 1::2] << 4)
-    return codes.contiguous(), scale.contiguous()
-
-
-def dequantize(
-    codes: torch.Tensor, scale: torch.Tensor, shape: torch.Size | tuple[int, ...], s: PackSettings
-) -> torch.Tensor:
-    """The float32 tensor ``quantize`` encoded (exactly reproducible on any machine)."""
-    c = codes.to(torch.int16)
-    if s.bits == 4:
-        c = torch.stack([c & 0xF, c >> 4], dim=2).reshape(c.shape[0], -1)
-    q = (c - (s.qmax + 1)).to(torch.float32)
-    return (q * scale.to(torch.float32)[:, None]).reshape(shape)
-
-
-def delta_tensors(
-    state: dict[str, torch.Tensor],
-    base_state: dict[str, torch.Tensor],
-    s: PackSettings,
-    prefix: str,
-    base_name: str,
-) -> dict[str, torch.Tensor]:
-    """The packed tensors of one encoder's ``state`` against its backbone's: weight matrices
-    as quantised differences (``PREFIX/NAME:codes`` / ``:scale``), other changed tensors kept
-    in float32 (``:value``), tensors equal to the backbone's not at all."""
-    out: dict[str, torch.Tensor] = {}
-    for k, t in state.items():
-        b = base_state.get(k)
-        if b is None or b.shape != t.shape:
-            raise AnygrainError(
-                f"cannot pack: {prefix}.{k} has no counterpart in the backbone {base_name}"
-            )
-        if torch.equal(t, b):
-            continue
-        key = f"{prefix}/{k}"
-        if t.is_floating_point() and t.ndim == 2 and t.numel() % s.group == 0:
-            codes, scale = quantize(t - b, s)
-            out[key + ":codes"] = codes
-            out[key + ":scale"] = scale
-        else:
-            out[key + ":value"] = t.detach().to(torch.float32).contiguous()
-    return out
-
-
-def apply_delta_tensors(
-    encoder: Any, tensors: dict[str, torch.Tensor], s: PackSettings, prefix: str
-) -> None:
-    """Load into ``encoder`` (a copy of the backbone) what :func:`delta_tensors` stored."""
-    state = encoder.state_dict()
-    head = f"{prefix}/"
-    for key in sorted({k.split(":")[0] for k in tensors if k.startswith(head)}):
-        name = key[len(head) :]
-        if name not in state:
-            raise AnygrainError(f"packed tensor {key} has no place in the backbone")
-        target = state[name]  # the encoder's own tensor: written in place, one at a time
-        if key + ":value" in tensors:
-            new = tensors[key + ":value"]
-        else:
-            new = target.to(torch.float32) + dequantize(
-                tensors[key + ":codes"], tensors[key + ":scale"], target.shape, s
-            )
-        if new.shape != target.shape:
-            raise AnygrainError(
-                f"packed tensor {key} has shape {tuple(new.shape)}, the backbone's "
-                f"{tuple(target.shape)}"
-            )
-        with torch.no_grad():
-            target.copy_(new)
 
 
 @dataclass
@@ -241,7 +135,7 @@ def pack_phrase_model(
     base, tok = _backbone(model.config.base_model, cache_dir)
     base_fp = fingerprint_modules([base])
     base_state = base.state_dict()
-    names = model._question_dirs()
+    names = model.question_dirs()
     tensors: dict[str, torch.Tensor] = {}
     for enc_name, enc in zip(["phrase", *names], model.encoders(), strict=True):
         tensors.update(
@@ -289,7 +183,7 @@ def _rebuild(
     cfg = PhraseConfig.from_dict(config.to_dict())
     # The backbone becomes the phrase encoder; each question encoder is a copy of it that
     # shares the tensors no encoder changed (with frozen embeddings, the token embedding
-    # table: 384 MB of me5-small's 250k-token vocabulary) instead of holding its own.
+    # table, most of a multilingual model's weights) instead of holding its own.
     # Trainers give each encoder its own copy again first (:func:`untie`).
     changed = {k.split(":")[0].split("/", 1)[1] for k in tensors if not k.startswith("heads/")}
     unchanged = [

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from anygrain.errors import AnygrainError
+from anygrain.phrase.rescore_settings import Rescoring
 
 if TYPE_CHECKING:
     from anygrain.phrase.dump import DumpStats
@@ -53,11 +54,8 @@ class PhraseIndexRecord:
     pq_m: int | None = None
     dump: bool | None = None  # the float16 dump kept beside the FAISS indexes
     span_vectors: str | None = None  # where span scoring reads vectors: "dump" or "codes"
-    rescore: int | None = None  # passages a search re-scores exactly by default
-    rescore_margin: float | None = None  # ... those after the first only this close to it
-    rescore_tokens: str | None = None  # ... over these tokens (RescoreTokens; None: stored)
-    rescore_context: int | None = None  # ... re-encoding this many characters each side of
-    # a passage's best first-stage phrase (None or 0: the whole passage)
+    # how a search re-scores passages exactly by default (the flat ``rescore*`` keys)
+    rescoring: Rescoring = Rescoring()
 
     @classmethod
     def from_manifest(cls, settings: Mapping[str, Any]) -> PhraseIndexRecord:
@@ -67,14 +65,18 @@ class PhraseIndexRecord:
             raise AnygrainError(
                 f"index.json: the phrase settings lack {missing[0]!r}; rebuild the index"
             )
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in settings.items() if k in names})
+        names = {f.name for f in fields(cls)} - {"rescoring"}
+        known = {k: v for k, v in settings.items() if k in names}
+        return cls(**known, rescoring=Rescoring.of_options(settings))
 
     def to_manifest(self) -> dict[str, Any]:
         """The ``settings`` of ``index.json``, in the order a build writes them."""
         out: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)
+            if isinstance(v, Rescoring):
+                out.update((k, x) for k, x in v.to_options().items() if x is not None)
+                continue
             if v is not None or f.name in _WRITTEN_AS_NULL:
                 out[f.name] = v
         return out

@@ -1,5 +1,5 @@
 """What of a phrase model besides its weights changes a phrase index's scores, recorded with
-its model reference and checked with it (issue 34, class 6).
+its model reference and checked with it.
 
 The fingerprint covers the weights that make phrase vectors.  Two models with those weights
 can still score on different scales or make other phrases: question pooling and prefix

@@ -81,21 +81,7 @@ def refilter(
     ``out`` must be new or empty, or an index to replace with ``overwrite``.
     """
     src = _phrase_index(source)
-    missing = [n for n in DUMP_FILES if not (Path(src.path) / SUBDIR / n).exists()]
-    if missing:
-        raise AnygrainError(
-            f"{src.path}: built without its float16 dump (missing {SUBDIR}/{missing[0]}); "
-            "refilter an index built with --keep-dump"
-        )
-    if (threshold is None) == (keep is None):
-        raise AnygrainError("give one of --threshold or --keep (threshold= or keep=)")
-    if threshold is not None:
-        THRESHOLD_RANGE.check(threshold)
-    elif keep is not None and not 0 < keep <= 1:
-        raise AnygrainError(f"keep must be a fraction above 0 to 1, got {keep!r}")
-    if threshold is None:
-        assert keep is not None
-        threshold = threshold_for_fraction(src, keep)
+    threshold = _threshold(src, threshold, keep)
     out = Path(out)
     if out.name in ("", ".", ".."):
         out = out.resolve()
@@ -119,47 +105,74 @@ def refilter(
                 f"{src.path}: built at threshold {old}; tokens below it were never stored, so "
                 f"threshold {threshold} needs a new `anygrain index --threshold {threshold}`"
             )
-        sbase = Path(src.path) / SUBDIR
-        t0 = time.time()
-        tokens = np.load(sbase / "tokens.npy", mmap_mode="r")
-        logits = np.load(sbase / "filter.npy", mmap_mode="r")
-        flags = refiltered_flags(tokens[:, 3], logits, threshold)
-        n_passages = len(src.table.passage_ptr) - 1
         with atomic_dir(out) as tmp:
-            base = tmp / SUBDIR
-            base.mkdir(parents=True)
-            copied = src.manifest["model"].get("path")
-            if copied:  # a model referenced by name ("ref") stays referenced
-                shutil.copytree(Path(src.path) / copied, tmp / copied)
-            n_kept, n_start, n_end = subset_dump(sbase, base, flags, n_passages, progress=progress)
-            stats = DumpStats(
-                n_passages=n_passages,
-                n_tokens_seen=PhraseCounts.from_manifest(src.manifest["counts"]).tokens_seen,
-                n_kept=n_kept,
-                n_start=n_start,
-                n_end=n_end,
-                shards_done_before=0,
-            )
-            if src.fusion is not None:  # the BM25 part covers the same passages: copied as is
-                shutil.copytree(Path(src.path) / SPARSE_SUBDIR, tmp / SPARSE_SUBDIR)
-            record = dataclasses.replace(
-                src.record.dump_part(),
-                threshold=float(threshold),
-                # the source's build settings are not how this index was made (its
-                # refiltered_from says that)
-                build=None,
-                refiltered_from={"path": str(src.path), "threshold": old},
-            )
-            finish_index(
-                tmp,
-                src.store,
-                stats,
-                faiss,
-                record=record,
-                model_info=dict(src.manifest["model"]),
-                progress=progress,
-                timings={"refilter_seconds": round(time.time() - t0, 3)},
-            )
+            _write(src, tmp, threshold, faiss, progress=progress)
     idx = Index.load(out)
     assert isinstance(idx, PhraseIndex)
     return idx
+
+
+def _threshold(src: PhraseIndex, threshold: float | None, keep: float | None) -> float:
+    """The refiltered index's threshold: ``threshold``, or the one keeping about ``keep``
+    of the vectors (one of them given); refused for a source without its float16 dump."""
+    missing = [n for n in DUMP_FILES if not (Path(src.path) / SUBDIR / n).exists()]
+    if missing:
+        raise AnygrainError(
+            f"{src.path}: built without its float16 dump (missing {SUBDIR}/{missing[0]}); "
+            "refilter an index built with --keep-dump"
+        )
+    if (threshold is None) == (keep is None):
+        raise AnygrainError("give one of --threshold or --keep (threshold= or keep=)")
+    if threshold is not None:
+        return float(THRESHOLD_RANGE.check(threshold))
+    assert keep is not None
+    if not 0 < keep <= 1:
+        raise AnygrainError(f"keep must be a fraction above 0 to 1, got {keep!r}")
+    return threshold_for_fraction(src, keep)
+
+
+def _write(
+    src: PhraseIndex, tmp: Path, threshold: float, faiss: PhraseSettings, *, progress: bool
+) -> None:
+    """Write under ``tmp`` the index of ``src``'s tokens passing ``threshold``, its FAISS
+    part as ``faiss`` says."""
+    sbase = Path(src.path) / SUBDIR
+    t0 = time.time()
+    tokens = np.load(sbase / "tokens.npy", mmap_mode="r")
+    logits = np.load(sbase / "filter.npy", mmap_mode="r")
+    flags = refiltered_flags(tokens[:, 3], logits, threshold)
+    n_passages = len(src.table.passage_ptr) - 1
+    base = tmp / SUBDIR
+    base.mkdir(parents=True)
+    copied = src.manifest["model"].get("path")
+    if copied:  # a model referenced by name ("ref") stays referenced
+        shutil.copytree(Path(src.path) / copied, tmp / copied)
+    n_kept, n_start, n_end = subset_dump(sbase, base, flags, n_passages, progress=progress)
+    stats = DumpStats(
+        n_passages=n_passages,
+        n_tokens_seen=PhraseCounts.from_manifest(src.manifest["counts"]).tokens_seen,
+        n_kept=n_kept,
+        n_start=n_start,
+        n_end=n_end,
+        shards_done_before=0,
+    )
+    if src.fusion is not None:  # the BM25 part covers the same passages: copied as is
+        shutil.copytree(Path(src.path) / SPARSE_SUBDIR, tmp / SPARSE_SUBDIR)
+    record = dataclasses.replace(
+        src.record.dump_part(),
+        threshold=float(threshold),
+        # the source's build settings are not how this index was made (its
+        # refiltered_from says that)
+        build=None,
+        refiltered_from={"path": str(src.path), "threshold": src.record.threshold},
+    )
+    finish_index(
+        tmp,
+        src.store,
+        stats,
+        faiss,
+        record=record,
+        model_info=dict(src.manifest["model"]),
+        progress=progress,
+        timings={"refilter_seconds": round(time.time() - t0, 3)},
+    )

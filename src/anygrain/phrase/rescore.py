@@ -1,47 +1,18 @@
-"""Exact re-scoring of a phrase index's top passages (issue 37).
+"""Exact re-scoring of a phrase index's top passages.
 
 Compressed codes (``sq4``, ``opq-pq``) still find the right passages but lose the span
-inside them.  With ``rescore=N`` a search takes the first ``N`` passages of the index's
-own (compressed) search per question -- ranked by their best phrase, as the passage grain
-ranks them -- re-encodes them with the index's phrase model and ranks their spans exactly,
-as the uncompressed index scores them:
-
-- the passage encoder is the one the build's dump runs
-  (:meth:`~anygrain.phrase.model.PhraseEncoder.encode_passages`, with the index's recorded
-  ``bf16``), and its vectors are rounded to float16 as the dump stores them;
-- the tokens are, by ``tokens`` (:class:`RescoreTokens`): ``stored``, the ones the index
-  stored for those passages (its filter, whatever threshold or refiltering made it);
-  ``model``, those passing the model's own filter threshold (what an uncompressed index
-  built at ``--keep 1`` stores: a compressed index's lower keep then costs nothing on
-  the re-scored passages); ``all``, every word-boundary token, unfiltered.  Their
-  start/end flags and word numbers are the dump's, so the phrases and the maximum
-  phrase length are the index's;
-- a fused score adds the same BM25 part; its dense z-score statistics are the question's
-  top MIPS scores from the index (a constant per question, as without re-scoring).
-
-So the stored codes only have to find passages.  All questions of a search batch share one
-encoder call, each passage encoded once however many questions re-score it (windows sorted
-by length, in small batches: on one CPU thread 8 windows run ~1.6x faster than 32).
-``bf16`` encodes them in bfloat16 instead of the index's recorded precision, on a copy of
-the encoder cast once (:meth:`~anygrain.phrase.model.PhraseEncoder.bf16_passages`; ~2x
-float32 where the CPU has it natively; scores then differ from the dump's in the third
-digit).  ``context`` (:class:`FirstStage`) re-encodes only a window of each passage around
-its best first-stage phrase (:func:`context_window`): cheaper, and measured to lose EM (the
-slice's vectors are not the whole passage's), so whole passages are the default.
-Deleted (tombstoned) passages are skipped when the first ``N`` are picked,
-so ``N`` live passages are re-scored.
-
-Hits from the re-scored passages come first, best first by their exact scores; the first
-stage's other hits follow with the scores it gave them (so scores may rise across that
-boundary).  A unit search (sentences, passages, documents) asks its first stage for at
-least ``N`` units, so ``N`` passages are there to re-score.
+inside them.  A search re-scoring ``N`` passages (:class:`~anygrain.phrase.rescore_settings.
+Rescoring`) runs the index's own search (its first stage), re-encodes the first ``N`` live
+passages with the index's phrase model as the dump would (:func:`encode_rows`) and ranks
+their spans exactly, over the tokens asked for (:class:`RescoreTokens`), with the same BM25
+part fused in.  So the stored codes only have to find passages.  Hits from the re-scored
+passages come first, best first; the first stage's other hits follow with its scores.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,6 +22,7 @@ from anygrain.errors import AnygrainError, IndexMismatchError
 from anygrain.hits.hit import Hit, Unit, UnitSearchStats
 from anygrain.phrase.dump import END_OK, START_OK, keep_flags
 from anygrain.phrase.lexical import LexicalQuery, SparseFusion, dense_stats, fuse
+from anygrain.phrase.rescore_settings import RescoreTokens, Rescoring
 from anygrain.phrase.search import (
     Phrases,
     PhraseTable,
@@ -60,49 +32,21 @@ from anygrain.phrase.search import (
     unit_hits,
 )
 from anygrain.phrase.tokens import CharWords, word_spans
-from anygrain.phrase.units import fused_phrases, mips_scored
-from anygrain.utils.ranges import Range
+from anygrain.phrase.units import FirstStage, Found, mips_scored
 from anygrain.utils.threads import single_thread
 
 if TYPE_CHECKING:
     from anygrain.index.encoded import EncodedQueries
     from anygrain.phrase.index import PhraseIndex
 
-#: passages re-scored per question (0: none, the compressed scores as they are)
-RESCORE_RANGE = Range("phrase rescore passages", 0, 10_000, integer=True)
-#: how far below the first passage's first-stage score another may be and still be re-scored
-#: (fused scores span a few units: the top of the range re-scores all ``N``)
-RESCORE_MARGIN_RANGE = Range("phrase rescore margin", 0.0, 1000.0)
-#: characters of text each side of a passage's best first-stage phrase that re-scoring
-#: re-encodes (0: the whole passage)
-RESCORE_CONTEXT_RANGE = Range("phrase rescore context", 0, 1_000_000, integer=True)
 _KEY = np.int64(1) << np.int64(31)
-#: windows per encoder call when re-encoding: on one CPU thread 4-8 windows are ~1.6x
-#: faster per window than 32 (measured with phrase-minilm on SQuAD paragraphs)
+#: windows per encoder call when re-encoding: on one CPU thread small batches are faster
+#: per window than large ones
 ENCODE_BATCH = 8
 #: passages a search's re-scoring must re-encode at once for ``auto`` to load torch for them
-#: (where installed) rather than run the ONNX graph: torch's bfloat16 encoder takes ~17 ms a
-#: passage on one thread against the graph's ~50 in float32, and importing torch ~4 s
+#: (where installed) rather than run the ONNX graph: torch's bfloat16 encoder is faster a
+#: passage than the graph in float32, once its import has been paid for
 TORCH_FROM = 32
-
-
-class RescoreTokens(str, Enum):
-    """Which tokens of a re-encoded passage re-scoring ranks spans over."""
-
-    STORED = "stored"  # the index's stored tokens (its filter and keep fraction)
-    MODEL = "model"  # those passing the model's own filter threshold (a keep-1 index's)
-    ALL = "all"  # every word-boundary token, no filter
-
-    @classmethod
-    def parse(cls, value: RescoreTokens | str | None, where: str = "rescore_tokens") -> Any:
-        """``value`` as a member (None: ``stored``); a one-line error naming the choices."""
-        if value is None:
-            return cls.STORED
-        try:
-            return cls(value)
-        except ValueError:
-            choices = "|".join(m.value for m in cls)
-            raise AnygrainError(f"{where}: {value!r} is not one of {choices}") from None
 
 
 @dataclass
@@ -142,7 +86,7 @@ def passage_encoder(index: PhraseIndex, passages: int = 0, *, bf16: bool = False
     """What re-encodes ``passages`` passages of ``index``: its phrase model when loaded; on
     ONNX Runtime (questions there: ``auto`` on a CPU, or ``onnx``), the model's shipped
     passage graph -- unless ``auto`` and a batch of at least :data:`TORCH_FROM` passages,
-    where torch (installed) re-encodes ~3x faster in bfloat16 and its import pays off; torch
+    where torch (installed) re-encodes faster in bfloat16 and its import pays off; torch
     too when ``bf16`` is asked for (the graph runs float32)."""
     from anygrain.encode.onnx_runtime import Runtime, require_torch, torch_installed
 
@@ -214,7 +158,7 @@ def encode_rows(
     which = RescoreTokens.parse(tokens)
     rows = np.unique(np.asarray(rows, dtype=np.int64))
     table = index.table
-    d = int(index.manifest["settings"].get("dim") or table.start.shape[1])
+    d = int(index.record.dim or table.start.shape[1])
     model = passage_encoder(index, len(rows), bf16=bf16 is True)
     texts = index.store.texts(rows)
     spans = around if context and around else {}
@@ -229,7 +173,7 @@ def encode_rows(
         enc = model.encode_passages(parts, titles, batch_size=batch_size)
     else:
         if bf16 is None:
-            bf16 = bool(index.manifest["settings"].get("bf16", False))
+            bf16 = bool(index.record.bf16)
         # in bfloat16, a copy of the encoder cast once: autocast casts every weight per call
         enc = model.encode_passages(parts, titles, batch_size=batch_size, bf16=bf16, cast_once=True)
     enc = [
@@ -365,182 +309,95 @@ def deleted_rows(index: PhraseIndex) -> frozenset[int]:
     return tomb.rows if tomb is not None else frozenset()
 
 
-@dataclass(frozen=True)
-class FirstStage:
-    """The options of the index's own search that finds what is re-scored
-    (:meth:`~anygrain.phrase.index.PhraseIndex.search_encoded`'s)."""
-
-    scope_rows: Sequence[Sequence[int]] | None
-    depth: int
-    max_depth: int | None
-    exact: bool
-    max_words: int
-    nprobe: int | None
-    fusion: SparseFusion | None
-    lexical: Sequence[LexicalQuery] | None
-    stats: list[UnitSearchStats] | None  # filled with each question's search statistics
-    # a passage after the first is re-scored only when its first-stage score is within this
-    # of the first's (None: the first ``n`` all): most questions' answer is in the first
-    margin: float | None = None
-    # characters each side of a passage's best first-stage phrase that are re-encoded
-    # (None or 0: the whole passage)
-    context: int | None = None
-
-
 def search_rescored(
     index: PhraseIndex,
     encoded: EncodedQueries,
     k: int,
     unit: Unit,
-    n: int,
     stage: FirstStage,
-    *,
-    tokens: RescoreTokens | str | None = None,
-    bf16: bool | None = None,
+    rescoring: Rescoring,
 ) -> list[list[Hit]]:
-    """Top-``k`` hits per question at ``unit``, the first ``n`` passages of the index's
-    search re-scored exactly over their ``tokens`` (:class:`RescoreTokens`, None:
-    ``stored``), encoded in ``bf16`` (None: the index's recorded precision); see the
-    module docstring.  The options are
-    :meth:`~anygrain.phrase.index.PhraseIndex.search_encoded`'s."""
-    which = RescoreTokens.parse(tokens)
+    """Top-``k`` hits per question at ``unit``, the first ``rescoring.n`` passages of the
+    index's own search with ``stage`` re-scored exactly as ``rescoring`` says; see the
+    module docstring.  A unit search asks its first stage for at least ``n`` units, so
+    ``n`` passages are there to re-score."""
     qs, qe = encoded.vectors
-    nq = len(qs)
-    fusion, lexical, max_words = stage.fusion, stage.lexical, stage.max_words
-    fused = fusion is not None and lexical is not None
-    rest, found, tops, dense = _first_stage(index, qs, qe, k, unit, n, stage)
+    nq, n = len(qs), rescoring.n
+    found = index.first_stage(qs, qe, max(k, n), unit, stage)
+    tops = _to_rescore(index, found, n, rescoring.margin)
+    if stage.stats is not None and found.phrases is not None:
+        scoped = stage.scope_rows is not None
+        stats = (
+            UnitSearchStats(1, stage.depth, min(k, len(p)), False, scoped) for p in found.phrases
+        )
+        stage.stats.extend(stats)
+    dense = _dense_stats(index, qs, qe, stage, found)
     wanted = sorted({r for t in tops for r in t})
     ex = None
     if wanted:
-        around = _best_spans(index, rest, found, tops) if stage.context else None
+        context = rescoring.window
         ex = encode_rows(
             index,
             np.asarray(wanted, np.int64),
-            tokens=which,
-            bf16=bf16,
-            around=around,
-            context=stage.context or 0,
+            tokens=rescoring.token_choice,
+            bf16=rescoring.bf16,
+            around=_best_spans(index, found, tops) if context else None,
+            context=context or 0,
         )
+    fused = stage.fusion is not None and stage.lexical is not None
     exact_found: list[list[UnitHit]] = []
     rest_found: list[list[UnitHit]] = []
     with single_thread():
         for i in range(nq):
-            lex = lexical[i] if fused and lexical is not None else None
+            lex = stage.lexical[i] if fused and stage.lexical is not None else None
+            fusion = stage.fusion if fused else None
             exact_found.append(
                 _exact_hits(
-                    ex,
-                    tops[i],
-                    qs[i],
-                    qe[i],
-                    k,
-                    unit,
-                    index,
-                    max_words,
-                    lex,
-                    fusion if fused else None,
+                    ex, tops[i], qs[i], qe[i], k, unit, index, stage.max_words, lex, fusion,
                     dense[i],
                 )
-            )
-            rest_found.append(_first_stage_rest(index, tops[i], rest, found, i, k, unit))
+            )  # fmt: skip
+            rest_found.append(_first_stage_rest(index, tops[i], found, i, k, unit))
     first = unit_hits(ex.table, index.store, exact_found, unit) if ex is not None else [[]] * nq
     after = unit_hits(index.table, index.store, rest_found, unit)
     return [_merged(a, b, unit, k) for a, b in zip(first, after, strict=True)]
 
 
-def _first_stage(
-    index: PhraseIndex,
-    qs: np.ndarray,
-    qe: np.ndarray,
-    k: int,
-    unit: Unit,
-    n: int,
-    stage: FirstStage,
-) -> tuple[list[Phrases] | None, list[list[UnitHit]], list[list[int]], list[tuple[float, float]]]:
-    """The index's own search: each question's phrases (at the phrase grain, or in its
-    scope) or units found, the first ``n`` live passages of them to re-score, and the
-    dense statistics a fused score of the question takes (its top MIPS scores; zeros
-    unfused)."""
-    scope_rows, depth, stats, fusion = stage.scope_rows, stage.depth, stage.stats, stage.fusion
-    lexical = stage.lexical
+def _to_rescore(index: PhraseIndex, found: Found, n: int, margin: float | None) -> list[list[int]]:
+    """Each question's first ``n`` live passages of what its first stage found (those after
+    the first only within ``margin`` of its score)."""
     skip = deleted_rows(index)
-    fused = fusion is not None and lexical is not None
-    nq = len(qs)
-    dense: list[tuple[float, float]] = [(0.0, 0.0)] * nq
-    if unit is Unit.PHRASE and scope_rows is None and fused:
-        assert fusion is not None and lexical is not None
-        # search_phrases' own fused path, its one MIPS round kept for the statistics
-        # (asking FAISS again for them cost a second search per question)
-        mips = mips_scored(index, qs, qe, max(depth, fusion.norm_depth), stage.nprobe)
-        with single_thread():
-            rest: list[Phrases] | None = [
-                fused_phrases(index.table, qs, qe, i, mips, lexical[i], fusion, stage.max_words)
-                for i in range(nq)
-            ]
-        dense = [dense_stats(mips.ss[i], mips.se[i], fusion.norm_depth) for i in range(nq)]
-        fused = False  # the statistics are in hand
-    elif unit is Unit.PHRASE or scope_rows is not None:
-        rest = index.search_phrases(
-            qs,
-            qe,
-            top_k=depth,
-            scope_rows=scope_rows,
-            max_words=stage.max_words,
-            nprobe=stage.nprobe,
-            lexical=lexical,
-            fusion=fusion,
-        )
-    else:
-        rest = None
-    found: list[list[UnitHit]] = []
-    if rest is not None:
-        tops = [
-            first_rows(index.table.row[p.start], n, skip, scores=p.score, margin=stage.margin)
-            for p in rest
+    row = index.table.row
+    if found.phrases is not None:
+        return [
+            first_rows(row[p.start], n, skip, scores=p.score, margin=margin) for p in found.phrases
         ]
-        if stats is not None:
-            stats.extend(
-                UnitSearchStats(1, depth, min(k, len(p)), False, scope_rows is not None)
-                for p in rest
-            )
-    else:
-        found, st = index.search_units(
-            qs,
-            qe,
-            max(k, n),
-            unit,
-            depth=depth,
-            max_depth=stage.max_depth,
-            exact=stage.exact,
-            max_words=stage.max_words,
-            nprobe=stage.nprobe,
-            lexical=lexical,
-            fusion=fusion,
+    return [
+        first_rows(
+            row[[h.start for h in f]],
+            n,
+            skip,
+            scores=np.asarray([h.score for h in f]),
+            margin=margin,
         )
-        tops = [
-            first_rows(
-                index.table.row[[h.start for h in f]],
-                n,
-                skip,
-                scores=np.asarray([h.score for h in f]),
-                margin=stage.margin,
-            )
-            for f in found
-        ]
-        if stats is not None:
-            stats.extend(st)
-    if fused:
-        assert fusion is not None
-        # the question's statistics, as the first stage took them (its top MIPS scores)
-        m = mips_scored(index, qs, qe, fusion.norm_depth, stage.nprobe)
-        dense = [dense_stats(m.ss[i], m.se[i], fusion.norm_depth) for i in range(nq)]
-    return rest, found, tops, dense
+        for f in found.units
+    ]
+
+
+def _dense_stats(
+    index: PhraseIndex, qs: np.ndarray, qe: np.ndarray, stage: FirstStage, found: Found
+) -> list[tuple[float, float]]:
+    """The dense statistics each question's fused score takes, as its first stage took them
+    (its top MIPS scores: the first stage's own round where it kept one); zeros unfused."""
+    fusion = stage.fusion
+    if fusion is None or stage.lexical is None:
+        return [(0.0, 0.0)] * len(qs)
+    m = found.mips or mips_scored(index, qs, qe, fusion.norm_depth, stage.nprobe)
+    return [dense_stats(m.ss[i], m.se[i], fusion.norm_depth) for i in range(len(qs))]
 
 
 def _best_spans(
-    index: PhraseIndex,
-    rest: list[Phrases] | None,
-    found: list[list[UnitHit]],
-    tops: list[list[int]],
+    index: PhraseIndex, found: Found, tops: list[list[int]]
 ) -> dict[int, tuple[int, int]]:
     """The characters of each re-scored passage's best first-stage phrase, for each question
     re-scoring it (their hull when several do)."""
@@ -549,11 +406,11 @@ def _best_spans(
     for i, top in enumerate(tops):
         if not top:
             continue
-        if rest is not None:
-            starts, ends = rest[i].start, rest[i].end
+        if found.phrases is not None:
+            starts, ends = found.phrases[i].start, found.phrases[i].end
         else:
-            starts = np.asarray([h.start for h in found[i]], np.int64)
-            ends = np.asarray([h.end for h in found[i]], np.int64)
+            starts = np.asarray([h.start for h in found.units[i]], np.int64)
+            ends = np.asarray([h.end for h in found.units[i]], np.int64)
         prow = table.row[starts]
         for r in top:
             j = int(np.argmax(prow == r))  # phrases come best first
@@ -584,24 +441,18 @@ def _exact_hits(
 
 
 def _first_stage_rest(
-    index: PhraseIndex,
-    top: list[int],
-    rest: list[Phrases] | None,
-    found: list[list[UnitHit]],
-    i: int,
-    k: int,
-    unit: Unit,
+    index: PhraseIndex, top: list[int], found: Found, i: int, k: int, unit: Unit
 ) -> list[UnitHit]:
     """Question ``i``'s first-stage hits outside its re-scored passages ``top``: from its
     phrases (``rest``), or else from the units its first stage found."""
     table = index.table
-    if rest is not None:
-        p = rest[i]
+    if found.phrases is not None:
+        p = found.phrases[i]
         outside = ~np.isin(table.row[p.start], np.asarray(top, np.int64))
         left = Phrases(p.start[outside], p.end[outside], p.score[outside])
         return aggregate(table, index.store, left, k, unit)
     done = set(top)
-    return [h for h in found[i] if int(table.row[h.start]) not in done]
+    return [h for h in found.units[i] if int(table.row[h.start]) not in done]
 
 
 def _merged(first: list[Hit], after: list[Hit], unit: Unit, k: int) -> list[Hit]:

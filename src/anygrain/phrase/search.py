@@ -119,7 +119,7 @@ def exact_scores(vectors: np.ndarray, idx: np.ndarray, q: np.ndarray) -> np.ndar
     read once, in sorted order (memory-map friendly).
 
     The float16 -> float32 conversion goes through torch when a model has imported it:
-    numpy's is ~2.5x slower.  A search whose questions ONNX Runtime encodes never imports
+    numpy's is slower.  A search whose questions ONNX Runtime encodes never imports
     torch for it (the scores agree to ~1e-6).
     """
     if not len(idx):
@@ -318,6 +318,9 @@ def unit_hits(
                     text=cols["text"][i],
                     span=h.span,
                     meta=dict(metas[i]),
+                    focus=(int(table.cs[h.start]), int(table.ce[h.end]))
+                    if unit is Unit.PASSAGE
+                    else None,
                 )
             )
         out.append(lst)

@@ -222,3 +222,121 @@ def certified(
     if to_fused is not None:
         bound = to_fused(bound)
     return hits[k - 1].score >= bound + 1e-5 * max(1.0, abs(bound))
+
+
+@dataclass(frozen=True)
+class FirstStage:
+    """The options of a phrase index's own search
+    (:meth:`~anygrain.phrase.index.PhraseIndex.search_encoded`'s), which re-scoring runs
+    as they are to find what it re-scores."""
+
+    scope_rows: Sequence[Sequence[int]] | None
+    depth: int
+    max_depth: int | None
+    exact: bool
+    max_words: int
+    nprobe: int | None
+    fusion: SparseFusion | None
+    lexical: Sequence[LexicalQuery] | None
+    stats: list[UnitSearchStats] | None  # filled with each question's search statistics
+
+
+@dataclass
+class Found:
+    """What an index's own search found per question: its phrases (at the phrase grain, or
+    in a scope) or else its units; and a fused phrase search's MIPS round (the dense
+    statistics of its fused scores)."""
+
+    phrases: list[Phrases] | None
+    units: list[list[UnitHit]]
+    mips: Mips | None = None
+
+
+def check_scope_rows(index: PhraseIndex, scope_rows: Sequence[Sequence[int]], n: int) -> None:
+    """Refuse a scope that is not one list of passage rows of ``index`` per query."""
+    if len(scope_rows) != n:
+        raise AnygrainError(f"scope_rows has {len(scope_rows)} entries for {n} queries")
+    nrows = len(index.table.passage_ptr) - 1
+    for rows in scope_rows:
+        bad = [r for r in rows if not 0 <= int(r) < nrows]
+        if bad:
+            raise AnygrainError(f"scope row {bad[0]} out of range (0..{nrows - 1})")
+
+
+def phrase_round(
+    index: PhraseIndex,
+    q_start: np.ndarray,
+    q_end: np.ndarray,
+    *,
+    top_k: int,
+    scope_rows: Sequence[Sequence[int]] | None,
+    max_words: int,
+    nprobe: int | None,
+    lexical: Sequence[LexicalQuery] | None,
+    fusion: SparseFusion | None,
+) -> tuple[list[Phrases], Mips | None]:
+    """:meth:`~anygrain.phrase.index.PhraseIndex.search_phrases`, with the MIPS round that
+    fused scores took their dense statistics from (None unfused)."""
+    n, L, table = len(q_start), max_words, index.table
+    fused = fusion is not None and lexical is not None
+    if scope_rows is not None:
+        check_scope_rows(index, scope_rows, n)
+    if fused:
+        assert fusion is not None and lexical is not None
+        depth = fusion.norm_depth if scope_rows is not None else max(top_k, fusion.norm_depth)
+        mips = mips_scored(index, q_start, q_end, depth, nprobe)
+        scopes = scope_rows if scope_rows is not None else [None] * n
+        with single_thread():
+            return [
+                fused_phrases(table, q_start, q_end, i, mips, lexical[i], fusion, L, rows)
+                for i, rows in enumerate(scopes)
+            ], mips
+    if scope_rows is not None:
+        with single_thread():
+            return [
+                search_scope(table, q_start[i], q_end[i], rows, L)
+                for i, rows in enumerate(scope_rows)
+            ], None
+    kk = min(top_k, max(len(index.start_ids), 1), max(len(index.end_ids), 1))
+    ts, te = index.mips(q_start, q_end, kk, nprobe=nprobe)
+    with single_thread():
+        return [
+            search_candidates(table, q_start[i], q_end[i], ts[i], te[i], L) for i in range(n)
+        ], None
+
+
+def first_stage(
+    index: PhraseIndex, q_start: np.ndarray, q_end: np.ndarray, k: int, unit: Unit, s: FirstStage
+) -> Found:
+    """The index's own search with options ``s``: phrases at the phrase grain or in a scope,
+    else ``k`` units per question in rounds (their statistics appended to ``s.stats``)."""
+    if unit is Unit.PHRASE or s.scope_rows is not None:
+        phrases, mips = phrase_round(
+            index,
+            q_start,
+            q_end,
+            top_k=s.depth,
+            scope_rows=s.scope_rows,
+            max_words=s.max_words,
+            nprobe=s.nprobe,
+            lexical=s.lexical,
+            fusion=s.fusion,
+        )
+        return Found(phrases, [], mips)
+    found, stats = search_units(
+        index,
+        q_start,
+        q_end,
+        k,
+        unit,
+        depth=s.depth,
+        max_depth=s.max_depth,
+        exact=s.exact,
+        max_words=s.max_words,
+        nprobe=s.nprobe,
+        lexical=s.lexical,
+        fusion=s.fusion,
+    )
+    if s.stats is not None:
+        s.stats.extend(stats)
+    return Found(None, found)

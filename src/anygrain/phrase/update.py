@@ -1,25 +1,11 @@
 """Adding documents to a phrase index and compacting it (``anygrain add`` / ``compact``).
 
-Adding dumps only the new passages: their token arrays are appended and their start/end
-vectors added to both FAISS indexes (with their trained quantisers).  Compacting
-re-encodes nothing: the kept passages' tokens and vectors are taken from the dump and
-both FAISS indexes built over them (:func:`~anygrain.phrase.build.finish_index`, as a
-fresh build); an index whose float16 dump was dropped for compressed codes is dumped
-again.  Either way the BM25 part fused into phrase scores, when the index carries one,
-is rebuilt (its statistics are corpus-wide).  The model stays where it was: copied in
-``phrase/model/``, or referred to by name (``model.ref``).
-
-New passages are encoded in the index's recorded precision (``settings.bf16``) where torch
-encodes them.  Where ONNX Runtime's passage graph does (a base install, or ``--runtime
-onnx``), it computes in float32: an index built in bfloat16 takes them so, rather than
-refusing the add, since the two differ by bfloat16's rounding (on SQuAD dev a bf16 index
-and a float32 one are within 0.06 EM and .0003 passage top@5 of each other); one line says
-so, and ``settings.adds`` records each add's passages and precision.  A compaction that
-dumps again there writes a float32 index (``bf16`` false).
-
-:mod:`anygrain.index.updater` stages the copy these functions write in and swaps it in;
-:class:`~anygrain.phrase.index.PhraseIndex` delegates its ``add_rows`` /
-``compact_rows`` here.
+Adding dumps only the new passages, appended to the token arrays and added to both FAISS
+indexes; compacting re-encodes nothing (the kept passages' dump, or a new dump where it
+was dropped for codes) and builds both FAISS indexes as a fresh build does
+(:func:`~anygrain.phrase.build.finish_index`).  The BM25 part is rebuilt either way.  New
+passages are encoded in the index's recorded precision where torch encodes them; ONNX
+Runtime's graph encodes float32, said in one line and recorded in ``settings.adds``.
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ from anygrain.reader.confidence import (
     Calibration,
     confidence_for,
 )
+from anygrain.reader.features import focus_windows
 from anygrain.reader.read import window_spans, windows_of
 from anygrain.reader.runtime import ReadingModel
 
@@ -62,6 +63,7 @@ __all__ = [
     "check_reader_language",
     "combine",
     "load_reader_for",
+    "how_much_to_read",
     "ranked_answers",
     "read_passages",
     "span_candidates",
@@ -70,6 +72,9 @@ __all__ = [
 DEFAULT_PASSAGES = 3
 DEFAULT_RETRIEVER_WEIGHT = 1.5
 MAX_PASSAGES = 100
+MIN_WINDOW, MAX_WINDOW = 32, 512
+DEFAULT_WINDOW = 128
+DEFAULT_SURE = 0.33
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,12 @@ class ReadSettings:
     """How answers are read: ``passages`` read per question, the ``retriever_weight`` of
     the passage's retrieval score, the reader's batch (windows per forward pass), bf16
     (None: where the CPU has it natively), spans kept per window and ``min_confidence``:
-    below it the answer is "no answer" (:func:`abstain_or_answer`; None: always answer)."""
+    below it the answer is "no answer" (:func:`abstain_or_answer`; None: always answer).
+
+    Over a phrase index each passage hit carries the phrase that found it (``focus``):
+    ``window`` tokens around it are read instead of the whole passage, and the other
+    passages only when the first one's best span is less likely than ``sure``
+    (:func:`span_candidates`); hits without a focus are read whole, every one."""
 
     passages: int = DEFAULT_PASSAGES
     retriever_weight: float = DEFAULT_RETRIEVER_WEIGHT
@@ -85,6 +95,12 @@ class ReadSettings:
     bf16: bool | None = None
     spans_per_window: int = 4
     min_confidence: float | None = None
+    # tokens read around a passage's focus (the span that found it), not the whole
+    # passage; None reads whole passages
+    window: int | None = DEFAULT_WINDOW
+    # the probability of the first passage's best span above which the others are not
+    # read (where the first has a focus); None reads every passage
+    sure: float | None = DEFAULT_SURE
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -98,9 +114,19 @@ class ReadSettings:
             problems.append("reader batch size must be >= 1")
         if self.spans_per_window < 1:
             problems.append("spans per window must be >= 1")
+        if self.window is not None and not (
+            isinstance(self.window, int) and MIN_WINDOW <= self.window <= MAX_WINDOW
+        ):
+            problems.append(
+                f"read window must be a number of tokens in {MIN_WINDOW}..{MAX_WINDOW}, "
+                f"not {self.window!r}"
+            )
         m = self.min_confidence
         if m is not None and not (isinstance(m, int | float) and 0 <= m <= 1):
             problems.append(f"min confidence must be a number in [0, 1], not {m!r}")
+        p = self.sure
+        if p is not None and not (isinstance(p, int | float) and 0 <= p <= 1):
+            problems.append(f"sure must be a probability in [0, 1], not {p!r}")
         if problems:
             raise AnygrainError("; ".join(problems))
 
@@ -110,6 +136,19 @@ class ReadSettings:
         from anygrain.utils.precision import native_bf16
 
         return native_bf16()
+
+
+def how_much_to_read(window: int | None, sure: float | None) -> dict[str, Any]:
+    """``ReadSettings``' ``window`` and ``sure`` from a user's options: None keeps the
+    default, a window of 0 reads whole passages and a ``sure`` of 1 every passage."""
+    out: dict[str, Any] = {}
+    if window is not None:
+        if isinstance(window, bool) or not isinstance(window, int):
+            raise AnygrainError(f"read window must be a number of tokens, not {window!r}")
+        out["window"] = None if window == 0 else window
+    if sure is not None:
+        out["sure"] = None if isinstance(sure, int | float) and sure == 1 else sure
+    return out
 
 
 def _spread(scores: np.ndarray) -> float:
@@ -156,11 +195,43 @@ def span_candidates(
     n: int = 1,
 ) -> list[list[SpanCandidate]]:
     """The reader's best spans in each question's hits (all of them, in one batch with
-    every other question's): the ``max(n, spans_per_window)`` best of every window."""
-    pairs = [(qi, pi) for qi, hs in enumerate(passage_hits) for pi in range(len(hs))]
+    every other question's): the ``max(n, spans_per_window)`` best of every window.
+
+    With a ``window`` and ``sure`` in ``settings``, a question whose first hit has a focus
+    is read in two steps: the first hit's window, then its other hits only when the best
+    span there has a probability (among that window's spans) below ``sure``."""
     out: list[list[SpanCandidate]] = [[] for _ in questions]
-    if not pairs:
+    pairs = [(qi, pi) for qi, hs in enumerate(passage_hits) for pi in range(len(hs))]
+    if settings.window is None or settings.sure is None:
+        _read_pairs(reader, questions, passage_hits, pairs, settings, n, out)
         return out
+    first = [(qi, 0) for qi, hs in enumerate(passage_hits) if hs and hs[0].focus is not None]
+    _read_pairs(reader, questions, passage_hits, first, settings, n, out)
+    sure = {
+        qi for qi, _ in first if out[qi] and max(c.log_prob for c in out[qi]) >= _log(settings.sure)
+    }
+    done = set(first)
+    rest = [p for p in pairs if p not in done and p[0] not in sure]
+    _read_pairs(reader, questions, passage_hits, rest, settings, n, out)
+    return out
+
+
+def _log(p: float) -> float:
+    return math.log(p) if p > 0 else -math.inf
+
+
+def _read_pairs(
+    reader: ReadingModel,
+    questions: Sequence[str],
+    passage_hits: Sequence[Sequence[Hit]],
+    pairs: Sequence[tuple[int, int]],
+    settings: ReadSettings,
+    n: int,
+    out: list[list[SpanCandidate]],
+) -> None:
+    """Read the ``(question, hit)`` ``pairs`` in one batch, adding their spans to ``out``."""
+    if not pairs:
+        return
     with reader.reading():
         windows = windows_of(
             reader,
@@ -168,6 +239,9 @@ def span_candidates(
             [passage_hits[qi][pi].text for qi, pi in pairs],
             [passage_hits[qi][pi].title for qi, pi in pairs],
         )
+        if settings.window is not None:
+            foci = [passage_hits[qi][pi].focus for qi, pi in pairs]
+            windows = focus_windows(windows, foci, settings.window)
         spans = window_spans(
             reader,
             windows,
@@ -178,7 +252,6 @@ def span_candidates(
     for w, cands in zip(windows, spans, strict=True):
         qi, pi = pairs[w.pair]
         out[qi].extend(SpanCandidate(pi, a, b, sc, lp, sel) for a, b, sc, lp, sel in cands)
-    return out
 
 
 def combine(
@@ -391,7 +464,7 @@ def load_reader_for(
         stamp = 0.0
     key = (str(path), stamp, parse_runtime(runtime).value)
     if key not in _LOADED:
-        _LOADED.clear()  # one reader at a time: they are 100 MB each
+        _LOADED.clear()  # one reader at a time: each is large
         _LOADED[key] = load_reader(path, runtime)
     return _LOADED[key]
 

@@ -252,11 +252,12 @@ def fit_calibration(
     )
 
 
-def best_threshold(conf: Sequence[float], correct: Sequence[bool]) -> tuple[float, float]:
-    """``(threshold, F1)``: the threshold whose abstentions (confidence below it) best
-    match the questions answered wrongly or not answerable (F1 of abstaining)."""
+def best_threshold(conf: Sequence[float], should_abstain: Sequence[bool]) -> tuple[float, float]:
+    """``(threshold, F1)``: the threshold whose abstentions (confidence below it) best match
+    ``should_abstain`` (F1 of abstaining; for example the questions the documents cannot
+    answer)."""
     c = np.asarray(conf, dtype=np.float64)
-    wrong = ~np.asarray(correct, dtype=bool)
+    wrong = np.asarray(should_abstain, dtype=bool)
     best = (0.0, 0.0)
     for t in np.unique(np.concatenate([c, [0.0, 1.0]])):
         abstain = c < t

@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from anygrain.errors import AnygrainError
+from anygrain.models.forms import READER_CONFIG
 
 __all__ = ["CONFIG_FILE", "ReaderConfig", "saved_config", "saved_languages"]
 
-#: the config file of a saved reader (``models.base.MODEL_FORMS``' name for it, kept here so
-#: reading a reader's languages imports no torch)
-CONFIG_FILE = "anygrain_reader.json"
+#: the config file of a saved reader (:mod:`anygrain.models.forms`: no torch to read it)
+CONFIG_FILE = READER_CONFIG
 #: base models that read many languages.  A reader over one still reads a language it was not
-#: trained on (the shipped Chinese reader's English stage alone scored 37 EM on CMRC dev), so
+#: trained on (the shipped Chinese reader's English stage alone reads Chinese passably), so
 #: there a corpus of another language is a warning; a reader over an English-only base reads
 #: Chinese as noise, and is refused
 MULTILINGUAL_MARKS = ("multilingual", "me5", "xlm", "mbert", "labse", "mt5", "bge-m3")

@@ -96,6 +96,8 @@ def evaluate_reader(
     at: Sequence[int] = (),
     search_options: dict[str, Any] | None = None,
     on_progress: Progress | None = None,
+    read_window: int | None = None,
+    read_sure: float | None = None,
 ) -> dict[str, Any]:
     """EM/F1 of ``reader`` on ``questions`` at the answer grain, and questions per second.
 
@@ -109,7 +111,7 @@ def evaluate_reader(
     per stage that advances every few questions, and ``on_progress`` hears of the same
     steps.  The report records the index (path, kind), the reader's runtime and precision.
     """
-    from anygrain.reader.answering import DEFAULT_RETRIEVER_WEIGHT, ReadSettings
+    from anygrain.reader.answering import DEFAULT_RETRIEVER_WEIGHT, ReadSettings, how_much_to_read
 
     check_counts(k, at, gold_passage)
     if bf16 and getattr(reader, "runtime", "torch") == "onnx":
@@ -128,7 +130,13 @@ def evaluate_reader(
         lists = _retrieve(index, qs, k, search_options, progress, on_progress)
         retrieve_s = time.perf_counter() - t0
     t1 = time.perf_counter()
-    settings = ReadSettings(passages=k, retriever_weight=weight, batch_size=batch_size, bf16=bf16)
+    settings = ReadSettings(
+        passages=k,
+        retriever_weight=weight,
+        batch_size=batch_size,
+        bf16=bf16,
+        **how_much_to_read(read_window, read_sure),
+    )
     cands = _read_spans(reader, qs, lists, settings, k, progress, on_progress)
     read_s = time.perf_counter() - t1
     total = time.perf_counter() - t0
@@ -312,6 +320,8 @@ def evaluate_reader_at(
     at: Sequence[int] = (),
     runtime: Runtime | str | None = None,
     on_progress: Progress | None = None,
+    read_window: int | None = None,
+    read_sure: float | None = None,
 ) -> dict[str, Any]:
     """:func:`evaluate_reader` of the reader at ``reader`` (None: the one shipped for the
     language of the index's corpus, or of ``corpus``'s) on ``runtime``, the gold passages
@@ -359,6 +369,8 @@ def evaluate_reader_at(
             retriever_weight=retriever_weight,
             at=at,
             on_progress=on_progress,
+            read_window=read_window,
+            read_sure=read_sure,
         )
     report["reader"] = describe_reader(reader, model)
     if corpus is not None:

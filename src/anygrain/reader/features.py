@@ -19,7 +19,7 @@ import numpy as np
 
 from anygrain.reader.spans import word_boundaries
 
-__all__ = ["Batch", "Window", "collate", "collate_arrays", "make_windows"]
+__all__ = ["Batch", "Window", "collate", "collate_arrays", "focus_windows", "make_windows"]
 
 
 @dataclass
@@ -117,6 +117,67 @@ def make_windows(
                 end_ok=end_ok,
             )
         )
+    return out
+
+
+def _around(w: Window, span: tuple[int, int], max_length: int) -> Window:
+    """``w`` with its passage tokens cut to the ``max_length`` budget, centred on ``span``
+    (characters of the passage): the same tokens, offsets and boundaries as ``w``, so a
+    span read in the cut window is a span of the full one."""
+    pos = np.nonzero(w.passage)[0]
+    if not len(pos):
+        return w
+    first, last = int(pos[0]), int(pos[-1])
+    budget = max_length - (len(w) - len(pos))
+    if budget >= len(pos) or budget < 1:
+        return w
+    inside = w.token_span(*span)
+    if inside is None:  # the span runs past this window: centre on what overlaps
+        offs = w.offsets[pos]
+        hit = np.nonzero((offs[:, 1] > span[0]) & (offs[:, 0] < span[1]))[0]
+        inside = (int(pos[hit[0]]), int(pos[hit[-1]])) if len(hit) else (first, first)
+    centre = (inside[0] + inside[1]) // 2
+    a = min(max(centre - budget // 2, first), last + 1 - budget)
+    keep = np.r_[0:first, a : a + budget, last + 1 : len(w)]
+    ids = np.asarray(w.input_ids)[keep].tolist()
+    types = np.asarray(w.token_type_ids)[keep].tolist() if w.token_type_ids is not None else None
+    return Window(
+        pair=w.pair,
+        input_ids=ids,
+        token_type_ids=types,
+        offsets=w.offsets[keep],
+        passage=w.passage[keep],
+        start_ok=w.start_ok[keep],
+        end_ok=w.end_ok[keep],
+    )
+
+
+def _centrality(w: Window, span: tuple[int, int]) -> int:
+    """How far ``span`` lies inside ``w``'s passage tokens (-1: not wholly inside)."""
+    t = w.token_span(*span)
+    if t is None:
+        return -1
+    pos = np.nonzero(w.passage)[0]
+    return min(t[0] - int(pos[0]), int(pos[-1]) - t[1])
+
+
+def focus_windows(
+    windows: Sequence[Window], foci: Sequence[tuple[int, int] | None], max_length: int
+) -> list[Window]:
+    """One window of at most ``max_length`` tokens per pair that has a focus (a span of
+    characters in its passage): the pair's window holding the span most centrally, cut
+    around it; a pair without one keeps all its windows."""
+    by_pair: dict[int, list[Window]] = {}
+    for w in windows:
+        by_pair.setdefault(w.pair, []).append(w)
+    out: list[Window] = []
+    for pair, ws in by_pair.items():
+        span = foci[pair]
+        if span is None:
+            out.extend(ws)
+            continue
+        best = max(ws, key=lambda w: _centrality(w, span))
+        out.append(_around(best, span, max_length))
     return out
 
 

@@ -17,7 +17,6 @@ version of the weights.  The runtime is recorded nowhere: both read the same ans
 
 from __future__ import annotations
 
-import warnings
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,13 +34,10 @@ from anygrain.encode.onnx_runtime import (
     WindowTokenizer,
     digest,
     export_graph,
-    files_signature,
     graph_module,
-    parse_runtime,
     require_torch,
     save_token_table,
     save_tokenizer,
-    wants_onnx,
     write_meta,
 )
 from anygrain.encode.runtime import Runtime
@@ -101,7 +97,7 @@ def export_reader(reader: Reader, cache: GraphCache) -> Path:
             if n != "token_type_ids" or reader.uses_token_types
         }
         # the token table stays outside the graph (looked up with NumPy from a memory map):
-        # me5-small's is 384 MB, all but a few rows unused by any corpus
+        # a multilingual model's is most of its weights, all but a few rows unused by any corpus
         table = reader.encoder.get_input_embeddings().weight  # type: ignore[operator]
         save_token_table(table, d / TOKEN_TABLE_FILE)
         inputs = {TOKEN_EMBEDS: table[inputs.pop("input_ids")].detach(), **inputs}
@@ -217,15 +213,6 @@ def model_files(path: Path) -> list[Path]:
     return files
 
 
-def _signature(path: Path) -> str | None:
-    """The files signature of the reader at ``path``; None when its files cannot be read
-    (loading it then says what is wrong)."""
-    try:
-        return files_signature(model_files(path))
-    except (AnygrainError, OSError, ValueError, KeyError):
-        return None
-
-
 def load_reader(
     dir_or_name: str | Path,
     runtime: Runtime | str | None = None,
@@ -234,38 +221,42 @@ def load_reader(
 ) -> ReadingModel:
     """The saved reader at ``dir_or_name`` (a full or packed reader directory, or a shipped
     reader's name) on ``runtime``: ``torch``; ``onnx`` (an error when it cannot); ``auto``
-    (None): torch on a CPU with native bfloat16, where its bf16 reading is faster (on this
-    project's Xeon, reading 3 passages: 357 ms a question in torch bf16 against 469 in ONNX
-    Runtime float32 and more in its int8), else ONNX Runtime where it is installed and the
-    graph exports, else torch with a warning."""
-    from anygrain.models.shipped import saved_model_dir, shipped_graph_record
-    from anygrain.utils.precision import native_bf16
+    (None): torch on a CPU with native bfloat16, where its bf16 reading is faster than ONNX
+    Runtime's float32 (docs/benchmarks.md), else ONNX Runtime where it is installed and the
+    graph exports, else torch with a warning (:func:`anygrain.models.runtime.choose_runtime`
+    decides, without importing torch)."""
+    from anygrain.models.graphs import Exported, GraphSource, graph_or_export
+    from anygrain.models.runtime import Role, choose_runtime
+    from anygrain.models.shipped import saved_model_dir
 
     path = saved_model_dir(dir_or_name)
-    auto = parse_runtime(runtime) is Runtime.AUTO
-    if not wants_onnx(runtime, None) or (auto and native_bf16()):
+    choice = choose_runtime(runtime, None, role=Role.READER)
+    if not choice.onnx:
         return _load_torch(path)
     cache = cache or GraphCache.default()
-    files = _signature(path)
-    record = cache.files_record(files) if files is not None else None
-    if record is None and files is not None:  # a shipped reader's graph, made with NumPy
-        record = shipped_graph_record(path, KIND, cache, files)
-    if record is not None:
-        return _loaded_from(OnnxReader(cache.entry(record["key"])), path)
-    reader = _load_torch(path)
+
+    def export(reader: Reader) -> Exported[OnnxReader]:
+        entry = export_reader(reader, cache)
+        return Exported(entry.name, OnnxReader(entry))
+
     try:
-        return _loaded_from(onnx_reader(reader, cache, files=files), path)
-    except (AnygrainError, ImportError, OSError, RuntimeError, ValueError) as e:
-        if parse_runtime(runtime) is Runtime.ONNX:
-            raise AnygrainError(
-                f"{path}: cannot run the reader on ONNX Runtime ({type(e).__name__}: {e}); "
-                "read with --runtime torch"
-            ) from e
-        warnings.warn(
-            f"reader not exported to ONNX ({type(e).__name__}: {e}); reading with torch",
-            stacklevel=2,
-        )
-        return reader
+        files = model_files(path)
+    except (AnygrainError, OSError, ValueError, KeyError):
+        files = None  # loading the reader says what is wrong
+    opened = graph_or_export(
+        GraphSource(files, KIND, shipped=path) if files is not None else None,
+        cache,
+        use=lambda record: OnnxReader(cache.entry(record["key"])),
+        load=lambda: _load_torch(path),
+        export=export,
+        strict=choice.strict,
+        refused=f"{path}: cannot run the reader on ONNX Runtime; read with --runtime torch",
+        warned="reader not exported to ONNX; reading with torch",
+    )
+    if opened.runner is None:
+        assert opened.model is not None
+        return opened.model
+    return _loaded_from(opened.runner, path)
 
 
 def _loaded_from(reader: OnnxReader, path: Path) -> OnnxReader:

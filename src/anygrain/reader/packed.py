@@ -1,10 +1,10 @@
 """Packed readers: a trained reader stored as a small difference from its backbone.
 
-The same scheme as packed phrase models (:mod:`anygrain.phrase.packed`, whose quantiser
-this uses): a reader trained with ``--freeze-embeddings`` differs from its backbone only
-in the transformer layers and its heads, so every changed weight matrix is stored as a
-4-bit (or 8-bit) code of its difference from the backbone, vectors in float32 and the
-heads in float32 (they are tiny and set every span score).
+The same scheme as packed phrase models (:mod:`anygrain.phrase.packed`; the quantiser is
+:mod:`anygrain.models.delta`): a reader trained with ``--freeze-embeddings`` differs from
+its backbone only in the transformer layers and its heads, so every changed weight matrix
+is stored as a 4-bit (or 8-bit) code of its difference from the backbone, vectors in
+float32 and the heads in float32 (they are tiny and set every span score).
 
 A packed reader directory holds::
 
@@ -35,8 +35,8 @@ from anygrain.models.base import (
     read_config,
     register_form,
 )
+from anygrain.models.delta import PackSettings, apply_delta_tensors, delta_tensors
 from anygrain.models.hf import load_hf_dir
-from anygrain.phrase.packed import PackSettings, apply_delta_tensors, delta_tensors
 from anygrain.reader.config import ReaderConfig
 from anygrain.reader.model import READER_CONFIG, Reader
 from anygrain.utils.atomic import atomic_dir

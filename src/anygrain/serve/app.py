@@ -1,12 +1,15 @@
 """The FastAPI application: ``create_app(index)`` -> an ASGI app for uvicorn (or TestClient).
 
-Endpoints: ``GET /`` (the search page), ``GET /search``, ``POST /search`` (a batch),
-``GET /health``, ``GET /info``, and FastAPI's schema at ``/openapi.json`` (and the MCP
-server at ``/mcp``, over the same service, once :func:`anygrain.integrations.mcp.mount_http`
-mounts it: ``anygrain serve --mcp``).  Unit
+Endpoints, each with a named operation id: ``GET /v1/search`` (``search``), ``POST
+/v1/search`` (``search_batch``), ``GET /v1/ask`` (``ask``: unit answer), ``GET
+/v1/passages/{passage_id}`` (``get_passage``), ``GET /v1/health`` (``health``), ``GET
+/v1/info`` (``info``); ``/search``, ``/health`` and ``/info``, the paths before ``/v1``,
+still answer (left out of the schema).  ``GET /`` is the search page, ``/openapi.json``
+the schema and ``/docs`` Swagger UI from bundled files (:mod:`.access`, with the optional
+API key and CORS origins); the MCP server is at ``/mcp``, over the same service, once
+:func:`anygrain.integrations.mcp.mount_http` mounts it (``anygrain serve --mcp``).  Unit
 ``answer`` (any kind of index) has a reader read the top passages; a server without a
-reader refuses it with a 400 naming ``--reader``.  FastAPI's
-``/docs`` and ``/redoc`` pages are off: they load their scripts from a CDN.
+reader refuses it with a 400 naming ``--reader``.
 Every refused request gets a 4xx with ``{"error": "..."}``; nothing a client sends can
 stop the server.  When the index's files change on disk and it no longer opens (see
 :mod:`.service`), searches get a 503 with the same ``{"error": ...}`` naming the file and
@@ -18,6 +21,7 @@ blocks the event loop.
 import logging
 import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -29,8 +33,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from anygrain import __version__
 from anygrain.errors import AnygrainError
+from anygrain.hits.hit import Unit
 from anygrain.index.base import Index
 from anygrain.serve import page
+from anygrain.serve.access import add_docs, check_api_key, check_cors_origins, guard
 from anygrain.serve.options import query_options
 from anygrain.serve.schemas import (
     SEARCH_OPTIONS,
@@ -39,6 +45,7 @@ from anygrain.serve.schemas import (
     ErrorResponse,
     HealthResponse,
     InfoResponse,
+    PassageOut,
     QuestionResult,
     SearchResponse,
     hits_out,
@@ -61,6 +68,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         "model": ErrorResponse,
         "description": "Malformed request body, or unit answer on a server without a reader",
     },
+    401: {"model": ErrorResponse, "description": "No API key, or a wrong one (--api-key)"},
     422: {"model": ErrorResponse, "description": "Invalid question, unit, k, filter or batch"},
     503: {"model": ErrorResponse, "description": "The index changed on disk and does not open"},
 }
@@ -110,8 +118,7 @@ def query_filter(text: str | None) -> str | list[str] | None:
 
 
 #: intra-op threads per stage by default: the encode, search and read stages already run in
-#: parallel, and more threads each oversubscribe the cores (2-core machine, 4 clients, the SQuAD
-#: dev phrase index: p50 41.8 ms phrase, 152.7 ms answers with 2; 29.4 and 141.1 ms with 1)
+#: parallel, and more threads each oversubscribe the cores (docs/benchmarks.md, "Serving")
 STAGE_THREADS = 1
 
 
@@ -125,6 +132,9 @@ def create_app(
     question_bf16: bool | None = None,
     reader: str | Path | None = None,
     read: int | None = None,
+    max_k: int = MAX_K,
+    api_key: str | None = None,
+    cors_origins: Sequence[str] = (),
     **load_options: Any,
 ) -> FastAPI:
     """The application over one index (a directory, an open :class:`Index`, or a
@@ -136,12 +146,16 @@ def create_app(
     bfloat16 question encoding (default: where the CPU has native bf16); ``reader``: the
     reader of unit ``answer`` (a directory or shipped name; default: the shipped reader for
     the corpus language, where one ships) and ``read`` the passages it reads per question;
-    ``load_options``: ``Index.load``'s (``device``, ``model``), refused by name where the
-    kind takes none."""
+    ``max_k``: the most hits a request may ask for; ``api_key``: the key every request but
+    the page's, the docs' and health's must carry; ``cors_origins``: the browser origins
+    allowed to call the API (:mod:`.access`); ``load_options``: ``Index.load``'s
+    (``device``, ``model``), refused by name where the kind takes none."""
+    api_key = check_api_key(api_key)
+    origins = check_cors_origins(cors_origins)
     set_threads(STAGE_THREADS if threads is None else threads)
     if isinstance(index, SearchService):
-        if reader is not None or read is not None:
-            raise AnygrainError("reader and read are the SearchService's: pass them to it")
+        if reader is not None or read is not None or max_k != MAX_K:
+            raise AnygrainError("reader, read and max_k are the SearchService's: pass them to it")
         service = index
     else:
         service = SearchService.load(
@@ -150,6 +164,7 @@ def create_app(
             question_bf16=question_bf16,
             reader=reader,
             read=read,
+            max_k=max_k,
             **load_options,
         )
     if warm_up:
@@ -157,7 +172,7 @@ def create_app(
     info = service.info()
     app = FastAPI(
         title=title or f"anygrain: {info['index']}",
-        docs_url=None,  # Swagger UI and ReDoc load scripts from a CDN: nothing external here
+        docs_url=None,  # FastAPI's pages load scripts from a CDN: add_docs serves bundled ones
         redoc_url=None,
         version=__version__,
         description=(
@@ -168,7 +183,9 @@ def create_app(
     app.state.service = service
     add_error_handlers(app)
     add_search_routes(app, service, info)
-    add_index_routes(app, service, Description(app, service, info))
+    add_index_routes(app, service, Description(app, service, info, keyed=api_key is not None))
+    add_docs(app)
+    guard(app, api_key=api_key, cors_origins=origins)
     return app
 
 
@@ -176,15 +193,18 @@ class Description:
     """What describes the served index (``/info`` and the page, kept in ``app.state.info``
     too): rendered once per index, again only when the service reloads a replaced index."""
 
-    def __init__(self, app: FastAPI, service: SearchService, info: dict[str, Any]) -> None:
+    def __init__(
+        self, app: FastAPI, service: SearchService, info: dict[str, Any], *, keyed: bool = False
+    ) -> None:
         self.app = app
         self.service = service
+        self.keyed = keyed  # the API wants a key: the page asks for it
         self._use(service.generation, info)
 
     def _use(self, generation: int, info: dict[str, Any]) -> None:
         self.generation = generation
         self.info = info
-        self.html = page.render(info)
+        self.html = page.render(info, keyed=self.keyed)
         self.app.state.info = info
 
     def current(self) -> "Description":
@@ -241,11 +261,46 @@ def option_parameters() -> list[dict[str, Any]]:
     ]
 
 
-def add_search_routes(app: FastAPI, service: SearchService, info: dict[str, Any]) -> None:
-    """``GET /search`` (one question) and ``POST /search`` (a batch)."""
+#: The paths before ``/v1``: still served, left out of the schema.
+LEGACY = {"/v1/search": "/search", "/v1/health": "/health", "/v1/info": "/info"}
 
-    @app.get(
-        "/search",
+FILTER_DOC = (
+    "Keep the top k hits whose metadata match: a JSON object, "
+    '{"field": value}, {"field": [a, b]}, $ne, $in, $nin, $gt, $gte, $lt, $lte, '
+    "$exists, $and, $or, $not; or FIELD=VALUE items separated by spaces "
+    "(FIELD=A,B: any of) (docs/serve.md)"
+)
+FLOOR_DOC = (
+    "Unit answer: below this calibrated confidence (0 to 1) the question is not answered "
+    "and its hits are the passages read (unit passage, each with the best answer's "
+    "confidence)"
+)
+
+
+def route(app: FastAPI, method: str, path: str, **kw: Any) -> Any:
+    """A decorator registering a handler at ``path`` (with its operation id, in the schema)
+    and at its path before ``/v1`` (out of the schema)."""
+
+    def register(fn: Any) -> Any:
+        app.add_api_route(path, fn, methods=[method], **kw)
+        if path in LEGACY:
+            extra = {k: v for k, v in kw.items() if k in ("response_model", "response_class")}
+            app.add_api_route(LEGACY[path], fn, methods=[method], include_in_schema=False, **extra)
+        return fn
+
+    return register
+
+
+def add_search_routes(app: FastAPI, service: SearchService, info: dict[str, Any]) -> None:
+    """``GET /v1/search`` (one question), ``POST /v1/search`` (a batch) and ``GET /v1/ask``
+    (one question's answers)."""
+    k_doc = f"Hits to return, 1 to {service.max_k} (the server's --max-k)"
+
+    @route(
+        app,
+        "GET",
+        "/v1/search",
+        operation_id="search",
         response_model=SearchResponse,
         responses=ERRORS,
         openapi_extra={"parameters": option_parameters()},
@@ -262,41 +317,45 @@ def add_search_routes(app: FastAPI, service: SearchService, info: dict[str, Any]
                 f"the top passages); allowed: {info['units']}"
             ),
         ] = None,
-        k: Annotated[int, Query(description=f"Hits to return, 1 to {MAX_K}")] = DEFAULT_K,
-        filter: Annotated[
-            str | None,
-            Query(
-                description="Keep the top k hits whose metadata match: a JSON object, "
-                '{"field": value}, {"field": [a, b]}, $ne, $in, $nin, $gt, $gte, $lt, $lte, '
-                "$exists, $and, $or, $not; or FIELD=VALUE items separated by spaces "
-                "(FIELD=A,B: any of) (docs/serve.md)"
-            ),
-        ] = None,
-        min_confidence: Annotated[
-            float | None,
-            Query(
-                description="Unit answer: below this calibrated confidence (0 to 1) the "
-                "question is not answered and its hits are the passages read (unit passage, "
-                "each with the best answer's confidence)"
-            ),
-        ] = None,
+        k: Annotated[int, Query(description=k_doc)] = DEFAULT_K,
+        filter: Annotated[str | None, Query(description=FILTER_DOC)] = None,
+        min_confidence: Annotated[float | None, Query(description=FLOOR_DOC)] = None,
     ) -> Response:
         """Top-``k`` hits for one question; any other query parameter is a search option."""
-        r = await service.search_async(
-            [q],
-            unit=unit,
-            k=k,
-            filter=query_filter(filter),
-            options=query_options(request.query_params),
-            min_confidence=min_confidence,
-        )
-        return _json(
-            SearchResponse(
-                question=q, unit=r.unit, k=r.k, hits=hits_out(r.hits[0]), latency_ms=r.latency_ms
-            )
-        )
+        return await _search_one(service, request, q, unit, k, filter, min_confidence)
 
-    @app.post("/search", response_model=BatchResponse, responses=ERRORS)
+    @route(
+        app,
+        "GET",
+        "/v1/ask",
+        operation_id="ask",
+        response_model=SearchResponse,
+        responses=ERRORS,
+        openapi_extra={"parameters": option_parameters()},
+    )
+    async def ask(
+        request: Request,
+        q: Annotated[
+            str, Query(description=f"The question (1 to {MAX_QUESTION_CHARS} characters)")
+        ],
+        k: Annotated[int, Query(description="Answers to return, 1 to the server's --max-k")] = 1,
+        filter: Annotated[str | None, Query(description=FILTER_DOC)] = None,
+        min_confidence: Annotated[float | None, Query(description=FLOOR_DOC)] = None,
+    ) -> Response:
+        """The answers a reader reads out of the top passages (unit answer): what ``GET
+        /v1/search?unit=answer`` returns, the best answer first."""
+        if "unit" in request.query_params:  # not silently ignored
+            raise RequestError("/v1/ask reads answers: it takes no unit (see /v1/search)")
+        return await _search_one(service, request, q, Unit.ANSWER.value, k, filter, min_confidence)
+
+    @route(
+        app,
+        "POST",
+        "/v1/search",
+        operation_id="search_batch",
+        response_model=BatchResponse,
+        responses=ERRORS,
+    )
     async def search_post(body: BatchRequest) -> Response:
         """Top-``k`` hits for each of a batch of questions (searched together)."""
         r = await service.search_async(
@@ -314,6 +373,30 @@ def add_search_routes(app: FastAPI, service: SearchService, info: dict[str, Any]
         return _json(BatchResponse(unit=r.unit, k=r.k, results=results, latency_ms=r.latency_ms))
 
 
+async def _search_one(
+    service: SearchService,
+    request: Request,
+    q: str,
+    unit: str | None,
+    k: int,
+    filter: str | None,
+    min_confidence: float | None,
+) -> Response:
+    r = await service.search_async(
+        [q],
+        unit=unit,
+        k=k,
+        filter=query_filter(filter),
+        options=query_options(request.query_params),
+        min_confidence=min_confidence,
+    )
+    return _json(
+        SearchResponse(
+            question=q, unit=r.unit, k=r.k, hits=hits_out(r.hits[0]), latency_ms=r.latency_ms
+        )
+    )
+
+
 def _json(model: BaseModel) -> Response:
     """``model`` as the JSON response, serialised once: returned as a model, FastAPI would
     validate it again against the declared ``response_model`` (the schema /docs shows)."""
@@ -321,15 +404,19 @@ def _json(model: BaseModel) -> Response:
 
 
 def add_index_routes(app: FastAPI, service: SearchService, described: Description) -> None:
-    """``GET /`` (the search page), ``GET /health`` and ``GET /info``."""
+    """``GET /`` (the search page), ``GET /v1/health``, ``GET /v1/info`` and ``GET
+    /v1/passages/{passage_id}``."""
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def home() -> HTMLResponse:
         html = described.current().html
         return HTMLResponse(html, headers={"Content-Security-Policy": PAGE_CSP})
 
-    @app.get(
-        "/health",
+    @route(
+        app,
+        "GET",
+        "/v1/health",
+        operation_id="health",
         response_model=HealthResponse,
         responses={503: {"model": HealthResponse, "description": "The index cannot be searched"}},
     )
@@ -354,8 +441,25 @@ def add_index_routes(app: FastAPI, service: SearchService, described: Descriptio
             return body
         return JSONResponse(body.model_dump(), status_code=503)
 
-    @app.get("/info", response_model=InfoResponse)
+    @route(app, "GET", "/v1/info", operation_id="info", response_model=InfoResponse)
     def index_info() -> InfoResponse:
         """The index: kind, format version, model, corpus, counts, allowed units (answer
         when a reader is available: ``reader``, reading ``read`` passages), limits."""
         return InfoResponse(**described.current().info)
+
+    @route(
+        app,
+        "GET",
+        "/v1/passages/{passage_id}",
+        operation_id="get_passage",
+        response_model=PassageOut,
+        responses={**ERRORS, 404: {"model": ErrorResponse, "description": "No such passage"}},
+    )
+    def get_passage(passage_id: str) -> Response:
+        """One passage by id (a hit's ``passage_id``), whole: its text, title, document,
+        sentence spans and metadata."""
+        try:
+            found = service.passage(passage_id)
+        except RequestError as e:
+            return _error(404, str(e))
+        return _json(PassageOut(**found))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -75,10 +76,6 @@ class HitOut(BaseModel):
         "else its title",
     )
 
-    @classmethod
-    def of(cls, hit: Hit, rank: int) -> HitOut:
-        return cls(**hit.to_json(rank))
-
 
 def hits_out(hits: list[Hit]) -> list[HitOut]:
     return [HitOut(**h) for h in hits_json(hits)]
@@ -105,7 +102,16 @@ class SearchResponse(BaseModel):
     question: str
     unit: Unit
     k: int
-    hits: list[HitOut]
+    hits: list[HitOut] = Field(
+        default_factory=list,
+        description="The full form: each hit whole, its passage text with it (absent in the "
+        "compact form: see passages)",
+    )
+    passages: list[PassageHits] | None = Field(
+        default=None,
+        description="The compact form (the MCP search tool's default): each passage once, in "
+        "the order of its best hit, with its hits under it (absent in the full form)",
+    )
     latency_ms: float = Field(description="Server-side time for this request, queueing included")
 
 
@@ -122,7 +128,11 @@ class BatchRequest(BaseModel):
         description="Grain of the hits (default: the index's first unit); answer: a reader "
         "reads the top passages",
     )
-    k: int = Field(default=DEFAULT_K, ge=1, le=MAX_K, description="Hits per question")
+    k: int = Field(
+        default=DEFAULT_K,
+        ge=1,
+        description=f"Hits per question: 1 to the server's max_k (default {MAX_K}; /info's limits)",
+    )
     min_confidence: float | None = Field(
         default=None,
         description="Unit answer: below this calibrated confidence (0 to 1) a question is "
@@ -221,9 +231,144 @@ class InfoResponse(BaseModel):
         "(re-encoding makes search the costly stage), else 1",
     )
     limits: dict[str, int]
+    filter_fields: list[FilterField] | None = Field(
+        default=None,
+        description="The metadata fields a filter may name, each with a few values, as seen "
+        "in a sample of the corpus's passages (the MCP info tool; null where not listed)",
+    )
 
 
 class ErrorResponse(BaseModel):
     error: str = Field(
         description="What was wrong with the request (4xx), or with the index on disk (503)"
     )
+
+
+# --- the compact search response, documents, filter fields (the MCP tools') ---------------
+
+
+#: Significant digits of a compact hit's score and confidence (the full form has them whole).
+SCORE_DIGITS = 5
+CONFIDENCE_DIGITS = 3
+
+
+class SpanOut(BaseModel):
+    """A hit of the compact form, under its passage (:class:`PassageHits`): where it is in
+    the passage's text, and its score; a field without a value is left out."""
+
+    rank: int = Field(description="1 for the best hit of the response")
+    score: float = Field(description=f"The hit's score, to {SCORE_DIGITS} significant digits")
+    span: tuple[int, int] | None = Field(
+        default=None,
+        description="Character span of the hit inside its passage's text (phrase, sentence "
+        "and answer hits; none for passage and document hits)",
+    )
+    answer: str | None = Field(default=None, description="The text at span")
+    confidence: float | None = Field(
+        default=None,
+        description="Answer hits: the calibrated probability (0 to 1) that the answer is "
+        "correct, to 3 significant digits; on passage hits, the best answer's of a question "
+        "left unanswered",
+    )
+
+
+class PassageHits(BaseModel):
+    """A passage of the compact form, its text once, with the hits found in it."""
+
+    passage_id: str
+    doc_id: str
+    title: str
+    text: str = Field(description="The passage text (a hit's span is inside it)")
+    citation: str | None = Field(
+        default=None,
+        description="Where the passage is: 'file › heading · page N' for a passage from a "
+        "file (none where that is the title)",
+    )
+    meta: dict[str, Any] = Field(
+        default_factory=dict, description="The passage's metadata, as a full hit's meta"
+    )
+    hits: list[SpanOut]
+
+
+def passages_out(hits: list[Hit]) -> list[PassageHits]:
+    """``hits`` (ranked best first) grouped by passage: each passage once, in the order of
+    its best hit, its hits under it in rank order."""
+    groups: dict[tuple[str, str], PassageHits] = {}
+    for rank, h in enumerate(hits, 1):
+        group = groups.get((h.passage_id, h.text))
+        if group is None:
+            group = groups[(h.passage_id, h.text)] = PassageHits(
+                passage_id=h.passage_id,
+                doc_id=h.doc_id,
+                title=h.title,
+                text=h.text,
+                citation=h.citation if h.citation != h.title else None,
+                meta=dict(h.meta),
+                hits=[],
+            )
+        conf = h.confidence
+        group.hits.append(
+            SpanOut(
+                rank=rank,
+                score=_digits(float(h.score), SCORE_DIGITS),
+                span=h.span,
+                answer=h.answer_text if h.span is not None else None,
+                confidence=(
+                    _digits(conf, CONFIDENCE_DIGITS)
+                    if conf is not None and math.isfinite(conf)
+                    else None
+                ),
+            )
+        )
+    return list(groups.values())
+
+
+def _digits(x: float, digits: int) -> float:
+    """``x`` to ``digits`` significant digits (as it is where it is not finite)."""
+    return float(f"{x:.{digits}g}") if math.isfinite(x) else x
+
+
+class DocumentPassage(BaseModel):
+    passage_id: str
+    text: str
+    start: int | None = Field(
+        default=None, description="Where the passage starts in its document's text"
+    )
+    end: int | None = Field(
+        default=None, description="Where the passage ends in its document's text"
+    )
+    meta: dict[str, Any] | None = Field(
+        default=None,
+        description="The passage's metadata where it differs from the document's (a page, "
+        "headings)",
+    )
+
+
+class DocumentOut(BaseModel):
+    """A document's passages by document id, whole passages up to a size."""
+
+    doc_id: str
+    title: str
+    meta: dict[str, Any] = Field(
+        default_factory=dict, description="The document's metadata (its first passage's)"
+    )
+    n_passages: int = Field(description="The document's passages in all")
+    offset: int = Field(description="The first passage returned (0 for the first)")
+    passages: list[DocumentPassage] = Field(description="Passages in document order")
+    next_offset: int | None = Field(
+        default=None,
+        description="The offset to ask for the rest, where passages were left out to keep "
+        "within max_chars (none: the document's end)",
+    )
+
+
+class FilterField(BaseModel):
+    """A metadata field a search filter may name."""
+
+    field: str = Field(description="Its name (a dotted name reaches into an object)")
+    types: list[str] = Field(description="The JSON types of its values")
+    examples: list[Any] = Field(description="A few of its values (a list field's items)")
+
+
+SearchResponse.model_rebuild()
+InfoResponse.model_rebuild()

@@ -1,7 +1,6 @@
-"""The index a server answers from: loaded once, searched in two stages, inputs checked.
-
-No web code here: :mod:`anygrain.serve.app` turns :class:`RequestError` into a 4xx
-response and everything else into the JSON it returns.
+"""The index a server answers from: loaded once, searched in two stages, inputs checked
+(:mod:`.requests`).  No web code here: :mod:`anygrain.serve.app` turns
+:class:`RequestError` into a 4xx response and everything else into the JSON it returns.
 
 Two worker threads, one per stage of a search (:mod:`anygrain.index.encoded`): the
 *encoder* thread runs the index's query encoder (:meth:`Index.encode`: tokenizer and
@@ -9,23 +8,21 @@ transformer), the *search* thread the rest (:meth:`Index.search_encoded`: FAISS,
 scoring, BM25, hits).  An index whose search costs far more than encoding (a phrase index
 re-scoring passages: :meth:`Index.search_threads`) gets two search threads, the second
 taking the next batch while the first searches; the phrase model's tokenizer and BM25's
-query analysis take locks for it.  While one batch is searched the next is encoded, so the two stages
-use two cores; on a 2-core machine this is what brings the 4-client latency down (issue 26).
+query analysis take locks for it.  While one batch is searched the next is encoded, so the
+two stages use two cores.
 Each stage stays in one thread because its state is not shared safely: a Hugging Face fast
 tokenizer raises "Already borrowed" when two threads encode at once, and BM25's stemmer
 objects are not documented as thread-safe.  Phrase search sets torch to one thread around
 span scoring; serve with ``threads=1`` so each stage keeps to its core.
 
 On a CPU with native bfloat16 (AVX-512 BF16, AMX) the question encoder's linear layers run
-in bfloat16 by default (``question_bf16``; :meth:`PhraseEncoder.bf16_questions`): 1.3-1.6x
-faster at a server's batch sizes, question vectors within a cosine of 0.99999 of float32.
+in bfloat16 by default (``question_bf16``; :meth:`PhraseEncoder.bf16_questions`).
 
 Request threads hand their questions to the encoder thread and wait.  While it encodes,
 new requests queue; it then takes everything queued (up to ``MAX_BATCH_QUESTIONS``
 questions) and encodes it as one batch; the search thread searches it as one batch per
 (unit, k): one encoder pass and one FAISS call for several clients, which is where
-concurrent load gains over a plain lock.  Each question gets the hits it would get alone
-(questions are searched independently; only the padding of the encoder's batch differs).
+concurrent load gains over a plain lock.  Each question gets the hits it would get alone.
 The latency a response reports includes the wait.
 
 Files changed under a running server: the index memory-maps its arrays (``.npy``, FAISS,
@@ -45,9 +42,8 @@ the first answer request).  Without one, an answer request is refused with
 :class:`ReaderUnavailable` (a 400 saying to pass ``--reader``).  The search thread
 retrieves the top ``read`` passages of every answer question of a batch and hands them to
 a third stage, the *reader* thread, which reads everything handed to it meanwhile in one
-:func:`~anygrain.reader.answering.answer_hits` call.  Reading is the costliest stage
-(~25 ms a passage against ~6 ms for a search); in the search thread it held back every
-other search, and its own batches stayed at ~1.3 questions (issue 33).
+:func:`~anygrain.reader.answering.answer_hits` call: reading is the costliest stage, and
+in the search thread it would hold back every other search.
 """
 
 from __future__ import annotations
@@ -65,17 +61,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from anygrain.corpus.pydocs import surrogate_at
 from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit, Unit
 from anygrain.index.base import Index
 from anygrain.index.encoded import EncodedQueries
-from anygrain.index.filters import filter_key, parse_filter
+from anygrain.index.filters import filter_key
 from anygrain.index.manifest import MANIFEST
-from anygrain.serve.options import SearchOptions, client_options
+from anygrain.serve import requests
+from anygrain.serve.options import SearchOptions
 from anygrain.serve.reading import (
     abstain,
-    check_min_confidence,
     index_options,
     load_reader,
     read_settings,
@@ -83,27 +78,24 @@ from anygrain.serve.reading import (
     sentences_of,
     shipped_reader_for,
 )
+from anygrain.serve.requests import (  # the limits and RequestError, re-exported
+    DEFAULT_K,
+    MAX_BATCH,
+    MAX_K,
+    MAX_QUESTION_CHARS,
+    RequestError,
+    check_max_k,
+)
 from anygrain.serve.watch import Stamp, describe_change, mapped_files, stamp
 from anygrain.utils.precision import native_bf16
 
 if TYPE_CHECKING:  # the reader imports torch: only when unit answer is asked
     from anygrain.reader.runtime import ReadingModel
 
-#: A question longer than this many characters is refused (encoders truncate far earlier).
-MAX_QUESTION_CHARS = 1000
-#: The most hits one question may ask for.
-MAX_K = 100
-#: The most questions one batch request may carry.
-MAX_BATCH = 64
-DEFAULT_K = 10
 #: The most questions the worker searches in one call (several requests' worth).
 MAX_BATCH_QUESTIONS = 64
 
 log = logging.getLogger("anygrain.serve")
-
-
-class RequestError(ValueError):
-    """A request the index cannot answer as asked (the client's fault: a 4xx)."""
 
 
 class ReaderUnavailable(RequestError):
@@ -167,7 +159,8 @@ class SearchService:
     ``reader`` (a reader directory or shipped name, loaded here) reads answers for unit
     ``answer``; without it the shipped reader for the corpus language does, when one
     ships (loaded on the first answer request).  ``read``: passages read per question
-    (default :data:`~anygrain.reader.answering.DEFAULT_PASSAGES`)."""
+    (default :data:`~anygrain.reader.answering.DEFAULT_PASSAGES`).  ``max_k``: the most
+    hits a request may ask for (default :data:`~anygrain.serve.requests.MAX_K`)."""
 
     def __init__(
         self,
@@ -178,8 +171,10 @@ class SearchService:
         question_bf16: bool | None = None,
         reader: str | Path | None = None,
         read: int | None = None,
+        max_k: int = MAX_K,
     ) -> None:
         self.batching = batching
+        self.max_k = check_max_k(max_k)
         self.read_settings = read_settings(read)
         self.read = self.read_settings.passages  # passages read per answer question
         # questions encoded with bfloat16 linear layers; None: where this CPU has native bf16
@@ -244,9 +239,11 @@ class SearchService:
         question_bf16: bool | None = None,
         reader: str | Path | None = None,
         read: int | None = None,
+        max_k: int = MAX_K,
         **load_options: Any,
     ) -> SearchService:
         read_settings(read)  # a bad --read is refused before the index loads
+        check_max_k(max_k)  # and a bad --max-k
         idx = (
             index
             if isinstance(index, Index)
@@ -259,6 +256,7 @@ class SearchService:
             question_bf16=question_bf16,
             reader=reader,
             read=read,
+            max_k=max_k,
         )
 
     # --- the files under the index ------------------------------------------------------
@@ -349,107 +347,27 @@ class SearchService:
                 "or a shipped reader's name; create_app(..., reader=...) in Python)"
             )
 
-    # --- checks -------------------------------------------------------------------------
+    # --- checks (anygrain.serve.requests) --------------------------------------------
     def check_unit(self, unit: Unit | str | None) -> Unit:
-        if unit is None:
-            return self.default_unit
-        try:
-            u = Unit(unit)
-        except ValueError:
-            raise RequestError(
-                f"unknown unit {unit!r}; choose one of: {', '.join(x.value for x in Unit)}"
-            ) from None
-        if u is Unit.ANSWER:  # any kind: the reader reads the index's top passages
-            self.reader()  # loaded now (first answer request), or a 400 naming --reader
-            return u
-        if u not in self.units:
-            raise RequestError(
-                f"unit {u.value} needs a phrase index; this {self.index.kind.value} index "
-                f"returns passages (allowed units: {', '.join(x.value for x in self.units)})"
-            )
-        return u
+        """The unit asked (unit answer loads the reader now, or is a 400 naming --reader)."""
+        return requests.check_unit(self.index, unit, self.reader)
 
     def check_options(self, options: Mapping[str, Any] | None) -> SearchOptions:
-        """A request's search options, checked by the index (:mod:`.options`); a
-        :class:`RequestError` naming an option it does not take or a value it refuses."""
-        try:
-            return client_options(self.index, options)
-        except AnygrainError as e:
-            raise RequestError(str(e)) from None
+        return requests.check_options(self.index, options)
 
-    @staticmethod
-    def check_filter(spec: Any) -> dict[str, Any] | None:
-        """A request's metadata filter checked (None or empty: none); :class:`RequestError`
-        naming what is wrong with it."""
-        if spec is None or spec == "" or spec == {}:
-            return None
-        try:
-            return parse_filter(spec)
-        except AnygrainError as e:
-            raise RequestError(str(e)) from None
+    check_filter = staticmethod(requests.check_filter)
+    check_questions = staticmethod(requests.check_questions)
 
-    @staticmethod
-    def check_k(k: int) -> int:
-        if not 1 <= k <= MAX_K:
-            raise RequestError(f"k must be between 1 and {MAX_K}, got {k}")
-        return k
+    def check_k(self, k: int) -> int:
+        """``k`` between 1 and this server's ``max_k``."""
+        return requests.check_k(k, self.max_k)
 
-    @staticmethod
-    def check_questions(questions: Sequence[str]) -> list[str]:
-        if not questions:
-            raise RequestError("no questions given")
-        if len(questions) > MAX_BATCH:
-            raise RequestError(
-                f"too many questions in one request: {len(questions)} (at most {MAX_BATCH})"
-            )
-        out = []
-        many = len(questions) > 1
-        for i, q in enumerate(questions):
-            where = f"question {i + 1}" if many else "the question"
-            if not isinstance(q, str):
-                raise RequestError(f"{where} is not a string")
-            if not q.strip():
-                raise RequestError(f"{where} is empty")
-            bad = surrogate_at(q)
-            if bad is not None:
-                raise RequestError(f"{where} holds a lone surrogate ({bad}): not valid Unicode")
-            if len(q) > MAX_QUESTION_CHARS:
-                raise RequestError(
-                    f"{where} is too long: {len(q)} characters (at most {MAX_QUESTION_CHARS})"
-                )
-            out.append(q.strip())
-        return out
-
-    # --- passages -----------------------------------------------------------------------
     def passage(self, passage_id: str) -> dict[str, Any]:
-        """One passage by id, as :class:`~anygrain.serve.schemas.PassageOut` shapes it: its
-        row, document, title, text, sentence spans and :meth:`~anygrain.corpus.store.
-        CorpusStore.hit_meta` metadata.  :class:`RequestError` for an id the index does not
-        hold (or holds deleted).  Read from the index searched now (a reload swaps it whole)."""
-        if not isinstance(passage_id, str) or not passage_id.strip():
-            raise RequestError("no passage id given")
-        if len(passage_id) > MAX_QUESTION_CHARS:
-            raise RequestError(f"passage id too long: {len(passage_id)} characters")
+        """One passage by id (:func:`~anygrain.serve.requests.passage_of`), read from the
+        index searched now (a reload swaps it whole)."""
         with self._lock:
             index = self.index
-        store = index.corpus
-        try:
-            row = store.row_of(passage_id)
-        except KeyError:
-            row = -1
-        tomb = getattr(index, "tombstones", None)
-        if row < 0 or (tomb is not None and row in tomb.rows):
-            raise RequestError(f"no passage {passage_id!r} in this index")
-        p = store.passage(row)
-        return {
-            "passage_id": p.id,
-            "passage_row": row,
-            "doc_id": p.doc_id,
-            "title": p.title,
-            "text": p.text,
-            "sentences": [list(s) for s in p.sentences],
-            "meta": store.hit_meta([row])[0],
-        }
+        return requests.passage_of(index, passage_id)
 
     # --- search -------------------------------------------------------------------------
     def search(
@@ -483,7 +401,7 @@ class SearchService:
         min_confidence: float | None = None,
     ) -> SearchOutcome:
         """:meth:`search` for an event loop: the request waits for the workers without
-        holding a thread (an HTTP server's thread pool hand-off cost ~1 ms a request)."""
+        holding a thread (an HTTP server's thread pool hand-off costs each request time)."""
         t0 = time.perf_counter()
         job = self._submit(questions, unit, k, filter, options, min_confidence)
         hits = await asyncio.wrap_future(job.future)
@@ -502,21 +420,10 @@ class SearchService:
         qs = self.check_questions(questions)
         u = self.check_unit(unit)
         k = self.check_k(k)
-        try:
-            floor = check_min_confidence(min_confidence, u, self.reader)
-        except RequestError:
-            raise
-        except AnygrainError as e:
-            raise RequestError(str(e)) from e
-        job = _Job(
-            qs,
-            u,
-            k,
-            Future(),
-            self.check_options(options),
-            filter=self.check_filter(filter),
-            min_confidence=floor,
-        )
+        floor = requests.check_floor(min_confidence, u, self.reader)
+        options_ = self.check_options(options)
+        job = _Job(qs, u, k, Future(), options_, filter=self.check_filter(filter))
+        job.min_confidence = floor
         self._queue.put(job)
         return job
 
@@ -595,8 +502,7 @@ class SearchService:
     def _search_work(self) -> None:
         while True:
             # What the encoder finished meanwhile joins this round: the encoder runs one
-            # batch ahead, so under steady load each batch would otherwise hold one request
-            # (measured: 1.03 questions per answer search at 4 clients).
+            # batch ahead, so under steady load each batch would otherwise hold one request.
             batches = self._waiting(self._encoded)
             for index in dict.fromkeys(b.index for b in batches):
                 groups: dict[tuple[Unit, int, SearchOptions, str], list[_Job]] = {}
@@ -726,7 +632,7 @@ class SearchService:
             "question_precision": "bfloat16" if self.encode_options(self.index) else "float32",
             "search_threads": self.search_threads,
             "limits": {
-                "max_k": MAX_K,
+                "max_k": self.max_k,
                 "max_question_chars": MAX_QUESTION_CHARS,
                 "max_batch": MAX_BATCH,
             },

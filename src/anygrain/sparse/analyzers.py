@@ -212,9 +212,9 @@ class ChineseAnalyzer(Analyzer):
 
 
 def release_segmenter() -> None:
-    """Free jieba's dictionary (65 MB resident) when it is loaded; it loads again on its
+    """Free jieba's dictionary (large, resident) when it is loaded; it loads again on its
     next use.  A phrase build frees it once its BM25 part is written, so its memory goes
-    to the dump instead (issue 34: the budget holds for Chinese)."""
+    to the dump instead (the budget holds for Chinese)."""
     import gc
     import sys
 

@@ -1,29 +1,11 @@
 """One writer at a time per index: a lock held for the whole of an update.
 
-Every command that changes or replaces an index directory (``add``, ``delete``,
-``compact``, ``attach-sparse``, ``refilter --overwrite``, ``index --overwrite`` and
-every other build into an ``--out``) takes :func:`writer_lock` on its target first, and
-holds it until the new index is in place.  Each of those reads the index, works on a
-staged copy and swaps it in; without the lock two of them at once both succeed and
-the second swap silently drops the first one's work (two ``add`` runs: one set of
-documents lost, and ``verify`` still says ok, since the surviving index is whole).
-
-The lock is ``flock`` on a file *beside* the index, ``.NAME.lock`` in its parent
-directory: the index directory itself is replaced whole by a swap, so a lock file
-inside it would be a different file before and after.  Updates already need the
-parent writable (they stage a sibling), so this asks for nothing new.  The lock file
-holds the pid and the operation of the holder, for the message; it is removed when
-the lock is released (a waiting opener re-checks that the file it locked is still
-the one at the path, so removal never lets two writers in).  The kernel releases a
-``flock`` when its process dies, so a killed writer never leaves the index locked.
-
-Why fail fast rather than wait: an update may run for hours (a dense or phrase
-``add`` encodes every new passage), so a second writer that waited would look hung,
-with nothing telling the user why; and a user who started two updates by mistake
-(or a script racing itself) is better told at once, with the pid to wait for or to
-look at, than have the second run later on an index the first has changed.  A
-script that means to queue updates retries on exit status 2.  Readers (search,
-eval, serve) take no lock: a swap is atomic, and an open index keeps its memory maps.
+Every command that changes or replaces an index directory takes :func:`writer_lock` on its
+target first: each works on a staged copy and swaps it in, so two at once would both
+succeed and the second swap would silently drop the first one's work.  The lock is
+``flock`` on ``.NAME.lock`` beside the index (the directory itself is replaced whole),
+released by the kernel when its holder dies.  A second writer fails at once, naming the
+holder's pid, rather than waiting on an update that may run for hours; readers take none.
 """
 
 from __future__ import annotations

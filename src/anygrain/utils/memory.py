@@ -60,8 +60,8 @@ def release_mapped(
     file; returns the bytes advised.
 
     Hugging Face loads safetensors weights by mapping the file, and hashing them once to
-    check a fingerprint makes every page resident: for me5-small's token-embedding table
-    that is 384 MB, of which a Chinese corpus touches a few percent.  After the check the
+    check a fingerprint makes every page resident: for a multilingual token-embedding table
+    that is most of the model, of which a Chinese corpus touches a few percent.  After the check the
     pages can go; those a model uses come back from the file (the page cache) on demand."""
     libc = _libc()
     madvise = getattr(libc, "madvise", None) if libc is not None else None

@@ -1,8 +1,8 @@
 """bfloat16 autocast on the CPU, and whether this CPU makes it worth having.
 
-bf16 autocast speeds CPUs with native bfloat16 (AVX-512 BF16, AMX) by about 1.3x, but
-on CPUs without it (AVX2-only parts, many AMD EPYC and older Intel) every matmul is
-emulated: a MiniLM forward+backward measured 15x *slower* here.  So every bf16
+bf16 autocast speeds CPUs with native bfloat16 (AVX-512 BF16, AMX), but on CPUs without
+it (AVX2-only parts, many AMD EPYC and older Intel) every matmul is emulated, many times
+*slower*.  So every bf16
 switch in anygrain goes through :func:`cpu_autocast`, which warns once when bf16 is
 asked for on such a CPU.  It does not quietly switch to float32: the saved configs say
 what ran, and resuming compares them.
@@ -18,8 +18,10 @@ import copy
 import functools
 import importlib.util
 import os
+import platform
 import warnings
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 # torch is imported where used: the server and the reader ask native_bf16() whether to read
@@ -32,12 +34,59 @@ class SlowBf16Warning(UserWarning):
     """bf16 autocast requested on a CPU without native bfloat16."""
 
 
+# oneDNN's cap on the instruction sets it uses (the second name is its former one); a cap
+# below AVX-512 leaves it no bfloat16 kernels, and torch then answers no as well
+_ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+# the x86 flags torch asks of the CPU before it says oneDNN has bfloat16 kernels
+_X86_BF16_FLAGS = frozenset({"avx512bw", "avx512vl", "avx512dq"})
+_CPUINFO = Path("/proc/cpuinfo")
+
+
+def _isa_capped_below_avx512() -> bool:
+    # oneDNN reads this variable itself; reading it here answers what oneDNN will do
+    for name in _ISA_VARIABLES:
+        value = os.environ.get(name, "").strip().upper()
+        if value:
+            return value.startswith(("SSE", "AVX")) and not value.startswith(("AVX512", "AVX10"))
+    return False
+
+
+def _cpu_flags() -> set[str] | None:
+    """The CPU's feature flags (x86 ``flags``, Arm ``Features``) from /proc/cpuinfo; None
+    where there is no such file (not Linux) or it cannot be read."""
+    try:
+        text = _CPUINFO.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return None
+
+
 @functools.lru_cache(maxsize=1)
 def native_bf16() -> bool:
-    """True when oneDNN has native bfloat16 kernels on this CPU (False without torch)."""
+    """Whether torch's oneDNN has native bfloat16 kernels on this CPU (False without torch),
+    answered as torch answers it (AVX-512 BW/VL/DQ on x86 within oneDNN's instruction-set
+    cap, BF16 on Arm) but from the CPU's flags, without importing torch; where the flags
+    cannot be read, torch is asked."""
     try:
         if importlib.util.find_spec("torch") is None:
             return False
+    except (ImportError, ValueError):  # a finder that refuses torch: not installed
+        return False
+    flags = _cpu_flags()
+    machine = platform.machine().lower()
+    if flags is not None and machine in ("x86_64", "amd64", "i686", "i386"):
+        return flags >= _X86_BF16_FLAGS and not _isa_capped_below_avx512()
+    if flags is not None and machine in ("aarch64", "arm64"):
+        return "bf16" in flags
+    return _torch_native_bf16()
+
+
+def _torch_native_bf16() -> bool:
+    try:
         import torch
     except ImportError:
         return False
@@ -58,8 +107,8 @@ def cap_onednn_cache(capacity: int = DUMP_ONEDNN_CACHE) -> None:
 
     bf16 autocast runs each matmul as a oneDNN primitive made for its shape, and a dump's
     batches come in ever new shapes (windows sorted by length), so the cache only grows:
-    at oneDNN's default of 1,024 the SQuAD dev phrase build peaked at 1.46 GB against 1.09 GB
-    capped at 8, and encoding was as fast capped (1.01x; bench/onednn_cache.py).  oneDNN
+    at oneDNN's default capacity a phrase build peaks far higher than capped, and encoding
+    is as fast capped (bench/onednn_cache.py, docs/onednn_cache.json).  oneDNN
     reads the variable when its cache is first used (not at import), so this runs before a
     dump's first encode; not when anygrain is imported: a process that repeats a few shapes
     (a server's bf16 reader) makes its primitives again, capped."""

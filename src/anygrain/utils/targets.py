@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from anygrain.errors import AnygrainError
+from anygrain.models.forms import MODEL_CONFIG_FILES as _MODEL_CONFIG_FILES
 from anygrain.utils.atomic import is_temporary_name
 
 #: the manifest that marks an index directory, and its format
@@ -43,16 +44,8 @@ INDEX_FORMAT = "anygrain.index"
 #: the file that marks a corpus store, and its format
 CORPUS_MANIFEST = "corpus.json"
 CORPUS_FORMAT = "anygrain.corpus"
-#: the config files that mark a saved model: the ``config_file`` names of
-#: :data:`anygrain.models.base.MODEL_FORMS` (kept here so this check imports no torch;
-#: tests/test_reliability.py checks the two agree)
-MODEL_CONFIG_FILES = (
-    "anygrain_packed.json",
-    "anygrain_phrase.json",
-    "anygrain_model.json",
-    "anygrain_reader.json",
-    "anygrain_packed_reader.json",
-)
+#: the config files that mark a saved model (:data:`anygrain.models.forms.MODEL_FORMS`)
+MODEL_CONFIG_FILES = _MODEL_CONFIG_FILES
 #: files an operating system leaves in directories it shows, never a user's data
 _OS_LITTER = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
 

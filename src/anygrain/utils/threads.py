@@ -53,7 +53,7 @@ def single_thread() -> Iterator[None]:
 
     Span scoring is many small operations (a few thousand vectors each); with two
     or more intra-op threads each one pays for waking the pool -- on a loaded CPU
-    ~8 ms per operation instead of ~0.2 ms.
+    many times the operation itself.
     """
     torch = sys.modules.get("torch")
     if torch is None:  # nothing runs on torch (queries encoded by ONNX Runtime)

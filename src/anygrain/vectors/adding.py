@@ -82,7 +82,7 @@ def _add_reserved(
     final size.
 
     Appending one batch at a time grows each list's arrays by doubling, so the codes took up
-    to twice their size (measured: 560 MB over the baseline to add a 250 MB block).  The
+    to twice their size.  The
     vectors are assigned to their lists first (8 bytes each), each list reserved at its
     count, then encoded with those assignments: the coarse quantizer runs once, as before.
     """

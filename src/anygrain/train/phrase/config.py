@@ -63,7 +63,7 @@ class PhraseTrainConfig(SavedConfig):
     batch_size: int = option(32, help="Questions per step")
     lr: float = option(
         1e-4, help="Peak learning rate (linear warm-up and decay)"
-    )  # minilm: 1.5e-4 beat 5e-5 by 3 EM in a 7-minute run
+    )  # minilm: higher peaks than 5e-5 trained better in short runs
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
@@ -117,7 +117,7 @@ class PhraseTrainConfig(SavedConfig):
     )  # with max_minutes: fit the LR/pre-batch schedule into it
     max_steps: int | None = None  # stop (and checkpoint) after this many steps in total
     # torch intra-op threads (None: torch's default).  On a CPU shared with other jobs use 1:
-    # every multi-threaded op then waits for a descheduled partner (measured 5x slower).
+    # every multi-threaded op then waits for a descheduled partner (several times slower).
     threads: int | None = option(None, help=THREADS_HELP)
     log_every: int = 10
     checkpoint_every: int = option(200, help=CHECKPOINT_EVERY_HELP)  # steps; 0 = each epoch only

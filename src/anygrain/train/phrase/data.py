@@ -8,7 +8,7 @@ has most context.  Answers that cannot be aligned are counted by reason (see
 is left out -- reported, never silently mislabelled.
 
 Batches group questions by window, so a window is encoded once for all of its
-questions in the batch (about 5 SQuAD questions per paragraph: ~4x throughput).
+questions in the batch (SQuAD has several questions per paragraph).
 """
 
 from __future__ import annotations
@@ -225,8 +225,8 @@ def sample_by_passage(owner: list[int], n: int, seed: int) -> np.ndarray:
     """Indices of ``n`` questions taken passage by passage, passages in seeded random order.
 
     Whole passages rather than random questions: training encodes a passage once for
-    all its questions, so a random question subset (about 1.4 questions per passage
-    instead of ~5 on SQuAD-style data) made a step three times dearer per question and
+    all its questions, so a random question subset (few questions per passage instead of
+    the several of SQuAD-style data) made a step dearer per question and
     a subset no longer looked like the full data.  Only the last passage is cut to make
     exactly ``n``.
     """
@@ -248,7 +248,7 @@ def plan_epoch(
     """Batches of example indices for one epoch.
 
     Windows come in a seeded random order; within chunks of ``bucket`` batches' worth
-    of windows they are sorted by length, so a batch pads little (padding was ~45% of
+    of windows they are sorted by length, so a batch pads little (padding was much of
     the compute on SQuAD-style paragraphs); the batches are then shuffled.  A
     window's questions stay together (split only when more than a batch).
     """

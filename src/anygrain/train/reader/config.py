@@ -51,8 +51,8 @@ class ReaderTrainConfig(SavedConfig):
     negatives: int = option(
         7, help="Negative passages per question (DPR m-1 = 23)"
     )  # passages per question = negatives + 1 (DPR's m = 24)
-    # Small encoders at 4 questions a step learn the randomly initialised heads slowly: on
-    # 400 SQuAD-Shifts questions 2e-4 reached F1 11.1 on 300 SQuAD dev questions, 5e-5 only 7.8.
+    # Small encoders at 4 questions a step learn the randomly initialised heads slowly: a
+    # higher peak than 5e-5 reached a clearly better F1 in a short run.
     lr: float = option(1e-4, help="Peak learning rate (linear warm-up, then linear decay)")
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
@@ -65,8 +65,8 @@ class ReaderTrainConfig(SavedConfig):
         help="Weight of a per-passage sigmoid loss (answer here or not) on the selection "
         "head: makes its scores absolute, for confidence and abstention (0: softmax only)",
     )
-    # Windows per forward pass, sorted by length.  On one core with bf16 (AMX) 4 trained
-    # MiniLM at 8.98 questions/s, 8 at 8.31, 16 at 5.05, 2 at 7.95 (attention's memory).
+    # Windows per forward pass, sorted by length: on one core with bf16, 4 trained MiniLM
+    # fastest (attention's memory; docs/benchmarks.md).
     micro_batch: int = option(4, help="Windows per forward pass (sorted by length)")
     max_question_length: int = 64
     max_answer_length: int = 30

@@ -1,6 +1,6 @@
 """Regenerate the stripped ONNX graphs the shipped models carry (a developer command; torch).
 
-    python -m anygrain.models.ship_graphs [NAME ...]
+    python -m anygrain.tools.ship_graphs [NAME ...]
 
 For each shipped model (all by default) this loads it with torch, exports each graph its
 runtime uses (the phrase model's question side, the reader) as a search would, and writes
