@@ -30,6 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import log  # noqa: E402
+from cold_start import cpu_name  # noqa: E402
 
 from anygrain import Index, load_questions  # noqa: E402
 from anygrain.eval.squad import exact_match, f1  # noqa: E402
@@ -40,17 +41,6 @@ from anygrain.reader.answering import (  # noqa: E402
     load_reader_for,
     span_candidates,
 )
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def read_rows(
