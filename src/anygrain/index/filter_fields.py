@@ -31,18 +31,18 @@ COMPARE = ("$gt", "$gte", "$lt", "$lte")
 #: Fields a refusal lists at most (an index's metadata may have many).
 MAX_LISTED = 40
 
-_MISSING = object()
+MISSING = object()
 
 
 def get_field(rec: Mapping[str, Any], key: str) -> Any:
     """``rec``'s value of ``key`` (a dotted name reaches into objects), as the filter reads
-    it; ``_MISSING`` when it has none."""
+    it; ``MISSING`` when it has none."""
     if key in rec:
         return rec[key]
     v: Any = rec
     for part in key.split("."):
         if not isinstance(v, Mapping) or part not in v:
-            return _MISSING
+            return MISSING
         v = v[part]
     return v
 
@@ -144,7 +144,7 @@ class FieldSurvey:
         self.keys.update(rec)
         for name, held in self.held.items():
             v = get_field(rec, name)
-            if v is _MISSING:
+            if v is MISSING:
                 head, dot, _ = name.rpartition(".")
                 if dot:
                     parent = get_field(rec, head)

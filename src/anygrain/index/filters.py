@@ -44,7 +44,8 @@ from typing import TYPE_CHECKING, Any
 
 from anygrain.errors import UsageError
 from anygrain.index.encoded import EncodedQueries
-from anygrain.index.filter_fields import FieldSurvey
+from anygrain.index.filter_fields import MISSING, FieldSurvey
+from anygrain.index.filter_fields import get_field as _get
 
 if TYPE_CHECKING:
     import numpy as np
@@ -216,20 +217,6 @@ def _logical(op: str, value: Any) -> Test:
     return lambda rec: any(p(rec) for p in parts)
 
 
-_MISSING = object()
-
-
-def _get(rec: Mapping[str, Any], key: str) -> Any:
-    if key in rec:
-        return rec[key]
-    v: Any = rec
-    for part in key.split("."):
-        if not isinstance(v, Mapping) or part not in v:
-            return _MISSING
-        v = v[part]
-    return v
-
-
 def _scalar(field: str, op: str, v: Any) -> Scalar:
     if v is not None and not isinstance(v, str | int | float | bool):
         raise UsageError(
@@ -267,7 +254,7 @@ def _operator(field: str, op: Any, arg: Any) -> Test:
     if op == "$exists":
         if not isinstance(arg, bool):
             raise UsageError(f"filter: field {field!r} $exists takes true or false")
-        return lambda rec: (_get(rec, field) is not _MISSING) == arg
+        return lambda rec: (_get(rec, field) is not MISSING) == arg
     raise UsageError(
         f"filter: unknown operator {op!r} on field {field!r} (use one of {', '.join(OPERATORS)})"
     )
