@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from startup import _env, _pin, anygrain_command, run_once  # noqa: E402
+from startup import _env, _pin, anygrain_command, imported_modules, run_once  # noqa: E402
 
 QUESTION = "Who created Python?"
 TARGETS_S = {"help": 0.3, "search_phrase": 1.5, "search_answer": 1.5}
@@ -82,20 +82,7 @@ def build_index(directory: Path, core: int) -> Path:
 
 def imported(cmd: Sequence[str], core: int, extra: dict[str, str]) -> dict[str, bool]:
     """Which of :data:`HEAVY` one run of ``cmd`` imported (Python's import profile)."""
-    r = subprocess.run(
-        list(cmd),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=_env({**extra, "PYTHONPROFILEIMPORTTIME": "1"}),
-        preexec_fn=_pin(core),
-        check=False,
-        text=True,
-    )
-    names = {
-        line.split("|")[-1].strip()
-        for line in r.stderr.splitlines()
-        if line.startswith("import time:") and "|" in line
-    }
+    names = imported_modules(cmd, core, extra)
     return {h: h in names for h in HEAVY}
 
 

@@ -88,22 +88,30 @@ def run_once(cmd: Sequence[str], core: int) -> tuple[float, float]:
     return wall, cpu
 
 
-def imported_heavy(cmd: Sequence[str], core: int) -> dict[str, bool]:
-    """Whether one run of ``cmd`` imported torch / transformers (Python's import profile)."""
+def imported_modules(
+    cmd: Sequence[str], core: int, extra: dict[str, str] | None = None
+) -> set[str]:
+    """The modules one run of ``cmd`` imported (Python's import profile), with ``extra``
+    in its environment."""
     r = subprocess.run(
         list(cmd),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        env=_env({"PYTHONPROFILEIMPORTTIME": "1"}),
+        env=_env({**(extra or {}), "PYTHONPROFILEIMPORTTIME": "1"}),
         preexec_fn=_pin(core),
         check=False,
         text=True,
     )
-    names = {
+    return {
         line.split("|")[-1].strip()
         for line in r.stderr.splitlines()
         if line.startswith("import time:") and "|" in line
     }
+
+
+def imported_heavy(cmd: Sequence[str], core: int) -> dict[str, bool]:
+    """Whether one run of ``cmd`` imported torch / transformers."""
+    names = imported_modules(cmd, core)
     return {f"imports_{h}": h in names for h in HEAVY}
 
 
