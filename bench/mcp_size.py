@@ -67,7 +67,10 @@ def unique_chars(body: dict[str, Any]) -> tuple[int, int]:
     """Characters of the distinct passage and answer texts, and of the passage texts."""
     passages = {p["text"] for p in body.get("passages") or []}
     passages |= {h["text"] for h in body.get("hits") or []}
-    answers = {s.get("answer") or "" for p in body.get("passages") or [] for s in p["hits"]}
+    fields = body.get("hit_fields") or []  # the compact form's hits are rows of these
+    at = fields.index("answer") if "answer" in fields else None
+    rows = [row for p in body.get("passages") or [] for row in p["hits"]]
+    answers = {row[at] or "" for row in rows} if at is not None else {""}
     answers |= {h["answer"] for h in body.get("hits") or []}
     text = sum(len(t) for t in passages)
     return text + sum(len(a) for a in answers), text

@@ -140,3 +140,38 @@ def test_every_trainer_takes_threads_from_its_config(command: str, tmp_path: Pat
         args.insert(2, str(tmp_path / "index"))
     r = CliRunner().invoke(app, [*args, "--threads", "0", "-q"])
     assert r.exit_code == 2 and "threads must be >= 1" in r.output
+
+
+def test_trainer_command_adds_the_run_options_and_runs_the_trainer(tmp_path: Path) -> None:
+    calls: list[dict[str, Any]] = []
+    used: list[Path] = []
+
+    @cli_common.trainer_command("trained x", then=used.append)
+    def cmd(lr: float = 0.1) -> cli_common.Trainer:
+        if lr <= 0:  # a refusal in the command's own checks: one line, exit 2
+            raise AnygrainError("lr must be > 0")
+
+        def trainer(**run: Any) -> Path:
+            calls.append({"lr": lr, **run})
+            return tmp_path
+
+        return trainer
+
+    app = typer.Typer()
+    app.command("x")(cmd)
+    app.command("other")(lambda: None)
+    r = CliRunner().invoke(app, ["x", "--lr", "0.5", "--no-resume", "--on-error", "skip", "-q"])
+    assert r.exit_code == 0, r.output
+    assert calls[0]["lr"] == 0.5 and calls[0]["resume"] is False
+    assert calls[0]["progress"] is False and calls[0]["errors"].policy is ErrorPolicy.SKIP
+    assert used == [tmp_path] and "trained x" in r.output
+    r = CliRunner().invoke(app, ["x"])
+    assert r.exit_code == 0 and calls[1]["resume"] is True and calls[1]["progress"] is True
+    r = CliRunner().invoke(app, ["x", "--lr", "0"])
+    assert r.exit_code == 2 and "lr must be > 0" in r.output and "Traceback" not in r.output
+
+
+def test_take_options_takes_a_group_out_of_the_settings() -> None:
+    settings = {"steps": 3, "rate": 1.5, "other": "x"}
+    taken = cli_common.take_options(_Config, settings)  # the fields given, no others
+    assert taken == {"steps": 3, "rate": 1.5} and settings == {"other": "x"}

@@ -99,3 +99,15 @@ def test_help_and_default_overrides_and_lead() -> None:
     order = [help_.index(f) for f in ("--first", "--workers", "--bm25-k1", "--last")]
     assert order == sorted(order)
     assert "How many" in help_ and "1.2" in help_
+
+
+def test_the_groups_of_any_kind_are_what_the_api_takes() -> None:
+    from anygrain.api import READ_OPTIONS
+    from anygrain.cli.kind_options import AnswerOptions, RecordFieldOptions
+    from anygrain.corpus.fields import FIELD_OPTIONS
+
+    assert _names(AnswerOptions) == set(READ_OPTIONS)
+    assert _names(RecordFieldOptions) == set(FIELD_OPTIONS)
+    groups = (EncodingOptions, PhraseOptions, AnswerOptions, RecordFieldOptions)
+    flags = Counter(common.option_name(g, n) for g in groups for n in _names(g))
+    assert [f for f, n in flags.items() if n > 1] == []

@@ -19,6 +19,7 @@ from anygrain.cli.main import app
 from anygrain.corpus.splitters import SPLIT_FORMS, SplitKind
 from anygrain.dense import build as dense_build
 from anygrain.dense import opening as dense_opening
+from anygrain.errors import AnygrainError
 from anygrain.models.biencoder import BiEncoder
 
 runner = CliRunner()
@@ -107,6 +108,31 @@ def test_search_question_from_file_or_stdin(squad_file: Path, tmp_path: Path) ->
     many.write_text("Who created Python?\n\nHow long is the Great Wall?\n", encoding="utf-8")
     r = runner.invoke(app, ["search", str(idx), "--question-file", str(many)])
     assert r.exit_code == 2 and f"use --questions {many}" in " ".join(r.output.split())
+
+
+def test_a_question_file_and_a_file_of_questions_are_read_alike(
+    squad_file: Path, tmp_path: Path
+) -> None:
+    from anygrain.api import read_question_lines, read_text_file
+
+    latin1 = tmp_path / "q.txt"
+    latin1.write_bytes("Qui a créé Python ?\n".encode("latin-1"))
+    for holding in ("a file holding the question", "a file of questions"):
+        with pytest.raises(AnygrainError, match=f"is a directory; give {holding}$"):
+            read_text_file(tmp_path, holding)
+        with pytest.raises(AnygrainError, match=r"q.txt: not UTF-8 text \(byte 8\)"):
+            read_text_file(latin1, holding)
+    with pytest.raises(AnygrainError, match="is a directory; give a file of questions"):
+        read_question_lines(tmp_path)
+    good = tmp_path / "good.txt"
+    good.write_text("Who?\n", encoding="utf-8")
+    assert read_text_file(good, "x") == ("Who?\n", str(good))
+    idx = tmp_path / "i"
+    assert runner.invoke(app, ["index", str(squad_file), "--out", str(idx), "-q"]).exit_code == 0
+    r = runner.invoke(app, ["search", str(idx), "--question-file", str(tmp_path)])
+    assert r.exit_code == 2 and "is a directory; give a file holding the question" in r.output
+    r = runner.invoke(app, ["search", str(idx), "--question-file", str(latin1)])
+    assert r.exit_code == 2 and "not UTF-8 text (byte 8)" in r.output
 
 
 def test_batch_search_one_json_line_per_question(squad_file: Path, tmp_path: Path) -> None:

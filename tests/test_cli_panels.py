@@ -73,3 +73,21 @@ def test_a_panel_naming_no_parameter_is_refused() -> None:
 
     with pytest.raises(TypeError, match="has no parameter"):
         with_panels({"Input": ("y",)})(cmd)
+
+
+def test_with_helps_gives_one_command_its_own_help_of_a_shared_option() -> None:
+    from anygrain.cli.panels import with_helps
+
+    @with_helps({"threads": "Threads per stage"})
+    def cmd(threads: ThreadsOpt = None) -> None: ...
+
+    app = typer.Typer()
+    app.command("x")(cmd)
+    app.command("other")(lambda: None)
+    (param,) = [p for p in command("serve").params if p.name == "threads"]
+    assert param.help.startswith("CPU threads per stage")
+    (param,) = [p for p in typer.main.get_command(app).commands["x"].params]  # type: ignore[attr-defined]
+    assert param.help == "Threads per stage" and param.opts == ["--threads"]
+    assert ThreadsOpt.__metadata__[0].help.startswith("CPU threads for torch and FAISS")
+    with pytest.raises(TypeError, match="has no parameter"):
+        with_helps({"y": "?"})(cmd)

@@ -311,7 +311,7 @@ def test_an_unexportable_model_falls_back_to_torch_under_auto(
     def broken(*a: object, **k: object) -> None:
         raise RuntimeError("exporter failed")
 
-    monkeypatch.setattr("anygrain.dense.onnx.export_graph", broken)
+    monkeypatch.setattr("anygrain.encode.onnx_runtime.export_graph", broken)
     with pytest.warns(UserWarning, match="exporter failed"):
         idx = _load(index_dir, "auto")
     assert idx.runtime is Runtime.TORCH

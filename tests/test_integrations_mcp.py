@@ -21,15 +21,21 @@ import pytest
 mcp = pytest.importorskip("mcp", reason="the MCP server needs the mcp SDK (the mcp extra)")
 
 from anygrain import Index  # noqa: E402
+from anygrain.hits.hit import Hit, Unit  # noqa: E402
 from anygrain.integrations.mcp import MCP_MAJOR, create_server  # noqa: E402
+from anygrain.serve.mcp_compact import (  # noqa: E402
+    CONFIDENCE_DIGITS,
+    SCORE_DIGITS,
+    PassageHits,
+    compact_hits,
+    compact_passages,
+)
 from anygrain.serve.schemas import (  # noqa: E402
     DocumentOut,
     HitOut,
     InfoResponse,
-    PassageHits,
     PassageOut,
     SearchResponse,
-    SpanOut,
 )
 from anygrain.serve.service import MAX_K  # noqa: E402
 
@@ -165,7 +171,9 @@ def test_the_tools_and_their_schemas(server: Any) -> None:
     assert set(out["properties"]) == set(SearchResponse.model_fields)
     assert set(out["$defs"]["HitOut"]["properties"]) == set(HitOut.model_fields)
     assert set(out["$defs"]["PassageHits"]["properties"]) == set(PassageHits.model_fields)
-    assert set(out["$defs"]["SpanOut"]["properties"]) == set(SpanOut.model_fields)
+    # the compact form's hits are rows, the names of their values given once per response
+    assert out["$defs"]["PassageHits"]["properties"]["hits"]["items"]["type"] == "array"
+    assert "hit_fields" in out["properties"] and "SpanOut" not in out["$defs"]
     assert set(_schema(tools["get_passage"], "output")["properties"]) == set(
         PassageOut.model_fields
     )
@@ -225,6 +233,7 @@ def test_search_returns_the_rest_schema_with_spans_and_metadata(server: Any, ind
     # the text content carries the same JSON (clients without structured output read it)
     assert json.loads(r.content[0].text) == _structured(r)
     assert body.passages is None and "passages" not in _structured(r)
+    assert "hit_fields" not in _structured(r)
 
 
 def test_compact_search_returns_each_passage_once_with_its_hits(phrase_server: Any) -> None:
@@ -243,19 +252,24 @@ def test_compact_search_returns_each_passage_once_with_its_hits(phrase_server: A
     assert not _is_error(compact) and not _is_error(full)
     body = SearchResponse(**_structured(compact))
     assert body.hits == [] and body.passages and "hits" not in _structured(compact)
+    assert body.hit_fields == ["rank", "score", "span", "answer"]
     ids = [p.passage_id for p in body.passages]
     assert len(ids) == len(set(ids))  # each passage once
-    spans = sorted(((h, p) for p in body.passages for h in p.hits), key=lambda x: x[0].rank)
-    assert [h.rank for h, _ in spans] == list(range(1, len(spans) + 1))
+    spans = compact_hits(body.hit_fields, body.passages)
+    assert [h["rank"] for _, h in spans] == list(range(1, len(spans) + 1))
     hits = SearchResponse(**_structured(full)).hits
     assert len(hits) == len(spans) == 10 and len(ids) < len(hits)  # some passage has two
-    for (h, p), whole in zip(spans, hits, strict=True):
+    for (p, h), whole in zip(spans, hits, strict=True):
         assert p.passage_id == whole.passage_id and p.text == whole.text
-        assert h.span == whole.span and h.answer == p.text[h.span[0] : h.span[1]]
-        assert h.answer == whole.answer and h.score == pytest.approx(whole.score, rel=1e-4)
-        assert p.meta == whole.meta and p.title == whole.title and p.doc_id == whole.doc_id
+        assert h["span"] == whole.span and h["answer"] == p.text[slice(*whole.span)]
+        assert h["answer"] == whole.answer
+        assert h["score"] == pytest.approx(whole.score, rel=10.0 ** (1 - SCORE_DIGITS))
+        assert p.meta == whole.meta and p.doc_id == whole.doc_id
+    # a title once per document, none where it is the doc_id (SQuAD's titles are)
+    assert all(p.title is None for p in body.passages)
+    assert all(h.title == h.doc_id for h in hits)
     # passages come in the order of their best hit
-    assert [p.hits[0].rank for p in body.passages] == sorted(p.hits[0].rank for p in body.passages)
+    assert [p.hits[0][0] for p in body.passages] == sorted(p.hits[0][0] for p in body.passages)
     # no nulls, no repeats: the text a model reads is the structured content, compactly
     text = compact.content[0].text
     assert json.loads(text) == _structured(compact) and not _nulls(_structured(compact))
@@ -273,26 +287,77 @@ def test_the_full_form_on_request_is_the_rest_response(server: Any, index: Index
     assert all(h.before + h.answer + h.after == h.text for h in body.hits)
     # the compact form of the same search: the same passages, ranks and scores
     compact = SearchResponse(**_structured(call(server, "search", {"query": QUESTIONS[1], "k": 3})))
-    assert compact.passages is not None
-    got = sorted((s.rank, p.passage_id, s.score) for p in compact.passages for s in p.hits)
+    assert compact.passages is not None and compact.hit_fields == ["rank", "score"]
+    got = [
+        (s["rank"], p.passage_id, s["score"])
+        for p, s in compact_hits(compact.hit_fields, compact.passages)
+    ]
     assert [g[:2] for g in got] == [(h.rank, h.passage_id) for h in body.hits]
-    assert [g[2] for g in got] == pytest.approx([h.score for h in body.hits], rel=1e-4)
+    assert [g[2] for g in got] == pytest.approx(
+        [h.score for h in body.hits], rel=10.0 ** (1 - SCORE_DIGITS)
+    )
 
 
 def test_compact_answers_keep_their_confidence(server: Any) -> None:
     """Unit answer (the shipped reader over the BM25 index): each answer's span and
-    calibrated confidence (to 3 significant digits) under its passage."""
+    calibrated confidence (to CONFIDENCE_DIGITS significant digits) under its passage."""
     args = {"query": QUESTIONS[0], "k": 3, "unit": "answer"}
     r = call(server, "search", args)
     assert not _is_error(r), r.content[0].text
     body = SearchResponse(**_structured(r))
     assert body.unit == "answer" and body.passages
     whole = SearchResponse(**_structured(call(server, "search", {**args, "format": "full"})))
-    spans = sorted(((h, p) for p in body.passages for h in p.hits), key=lambda x: x[0].rank)
+    assert body.hit_fields == ["rank", "score", "span", "answer", "confidence"]
+    spans = compact_hits(body.hit_fields, body.passages)
     assert len(spans) == len(whole.hits)
-    for (h, p), w in zip(spans, whole.hits, strict=True):
-        assert h.span is not None and h.answer == p.text[h.span[0] : h.span[1]] == w.answer
-        assert w.confidence is not None and h.confidence == float(f"{w.confidence:.3g}")
+    for (p, h), w in zip(spans, whole.hits, strict=True):
+        assert w.span is not None and h["span"] == w.span
+        assert h["answer"] == p.text[slice(*w.span)] == w.answer
+        assert w.confidence is not None and h["confidence"] == float(
+            f"{w.confidence:.{CONFIDENCE_DIGITS}g}"
+        )
+
+
+def _hit(passage: str, doc: str, title: str, score: float, **more: Any) -> Hit:
+    text = f"The text of {passage}."
+    return Hit(Unit.PASSAGE, score, 0, passage, doc, title, text, **more)
+
+
+def test_compact_rows_name_their_fields_once_and_titles_are_not_repeated() -> None:
+    """Passage hits: rows of rank and score alone; a confidence column where some hit has
+    one (null in the others); a title left out where it is the doc_id or was given by an
+    earlier passage of its document."""
+    hits = [
+        _hit("a_0", "a", "A", 3.0, confidence=0.25),
+        _hit("a_1", "a", "A", 2.0),
+        _hit("same_0", "same", "same", 1.5),
+        _hit("b_0", "b", "A", 1.0),  # another document of the same title
+    ]
+    fields, passages = compact_passages(hits)
+    assert fields == ["rank", "score", "confidence"]
+    assert [p.hits for p in passages] == [
+        [[1, 3.0, 0.25]],
+        [[2, 2.0, None]],
+        [[3, 1.5, None]],
+        [[4, 1.0, None]],
+    ]
+    assert [p.title for p in passages] == ["A", None, None, "A"]
+    assert [p.doc_id for p in passages] == ["a", "a", "same", "b"]
+    back = compact_hits(fields, passages)
+    assert [(p.passage_id, h) for p, h in back][:2] == [
+        ("a_0", {"rank": 1, "score": 3.0, "confidence": 0.25}),
+        ("a_1", {"rank": 2, "score": 2.0, "confidence": None}),
+    ]
+    # spans: the answer at each, and JSON's lists read back as tuples
+    spans = [
+        _hit("a_0", "a", "A", 2.0, span=(4, 8)),
+        _hit("a_0", "a", "A", 1.0, span=(0, 3)),
+    ]
+    fields, passages = compact_passages(spans)
+    assert fields == ["rank", "score", "span", "answer"] and len(passages) == 1
+    assert passages[0].hits == [[1, 2.0, (4, 8), "text"], [2, 1.0, (0, 3), "The"]]
+    as_json = [PassageHits(**p.model_dump(mode="json")) for p in passages]
+    assert [h["span"] for _, h in compact_hits(fields, as_json)] == [(4, 8), (0, 3)]
 
 
 def test_get_passage_and_info(server: Any, index: Index) -> None:
@@ -467,7 +532,7 @@ def test_stdio_round_trip(index: Index) -> None:
     assert not _is_error(r)
     top = _structured(r)["passages"][0]
     assert top["doc_id"] == "everest" and top["meta"]["start"] == 0
-    assert top["hits"][0]["rank"] == 1
+    assert _structured(r)["hit_fields"][0] == "rank" and top["hits"][0][0] == 1
 
 
 def test_the_cli_refuses_a_missing_index(tmp_path: Path) -> None:

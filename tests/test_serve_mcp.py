@@ -23,6 +23,7 @@ import httpx  # noqa: E402
 from anygrain import Index  # noqa: E402
 from anygrain.errors import AnygrainError  # noqa: E402
 from anygrain.serve import create_app  # noqa: E402
+from anygrain.serve.mcp_compact import compact_hits  # noqa: E402
 from anygrain.serve.schemas import SearchResponse  # noqa: E402
 
 DOCS = [
@@ -151,9 +152,8 @@ def test_mcp_mounted_beside_the_rest_api(served: str, index: Index) -> None:
     assert all(h.meta["lang"] in ("fr", "de") for h in body.hits)
     # the compact form (the default) of the same search: the same model, each passage once
     short = SearchResponse(**_structured(compact))
-    assert short.passages is not None and not short.hits
-    ranked = sorted((s.rank, p.passage_id) for p in short.passages for s in p.hits)
-    assert [pid for _, pid in ranked] == want
+    assert short.passages is not None and short.hit_fields is not None and not short.hits
+    assert [p.passage_id for p, _ in compact_hits(short.hit_fields, short.passages)] == want
     assert _structured(doc)["passages"][0]["text"] == DOCS[1]["text"]
     assert _is_error(bad) and "k" in bad.content[0].text and "\n" not in bad.content[0].text
     assert _is_error(bad_filter) and "filter" in bad_filter.content[0].text

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from anygrain.composite.fusion import FusionMethod
 from anygrain.corpus.formats import Format
 from anygrain.corpus.questions import Questions, read_questions
 from anygrain.corpus.questions import batch_questions as batch_questions  # FORMAT:PATH or lines
 from anygrain.corpus.questions import read_question_lines as read_question_lines
+from anygrain.corpus.questions import read_text_file as read_text_file  # or stdin
 from anygrain.corpus.script import ConversionReport, Script
 from anygrain.corpus.splitters import split_help as split_help  # help text of split options
 from anygrain.demo import DemoAnswer as DemoAnswer  # what run_demo returns
@@ -21,7 +21,7 @@ from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.encode.onnx_runtime import require_torch
 from anygrain.errors import AnygrainError, ErrorLog, UsageError, parse_enum
 from anygrain.eval.domains import DOMAIN_SLOT as DOMAIN_SLOT  # one index per domain
-from anygrain.eval.domains import MULTICPR_METRICS, DomainTable
+from anygrain.eval.domains import DomainTable
 from anygrain.eval.evaluate import EvalReport, check_eval_unit
 from anygrain.eval.provenance import annotate_report
 from anygrain.eval.runs import check_run_tag as check_run_tag  # a TREC run's tag, checked
@@ -163,18 +163,7 @@ def evaluate_index(
     )  # fmt: skip
 
 
-def evaluate_domains(
-    root: str | Path,
-    index: str | Path,
-    *,
-    split: str = "dev",
-    domains: Sequence[str] | None = None,
-    metrics: Sequence[str] = MULTICPR_METRICS,
-    drop_empty: bool = False,
-    run_out: str | Path | None = None,
-    limit: int | None = None,
-    progress: bool = False,
-) -> DomainTable:
+def evaluate_domains(root: str | Path, index: str | Path, **options: Any) -> DomainTable:
     """Multi-CPR's table: each domain of ``root`` (a subdirectory holding
     ``SPLIT.query.txt`` and its qrels; default every one with the split) scored on its own.
 
@@ -182,21 +171,12 @@ def evaluate_domains(
     paper's setting); without, one merged index whose ids are prefixed ``DOMAIN-`` (built
     from ``multicpr:ROOT``).  ``run_out``: a TREC run file (per-domain indexes:
     ``FILE.DOMAIN`` each), never over a query or qrels file.  ``limit``: the first N
-    questions of each domain."""
+    questions of each domain.  ``options``: :func:`~anygrain.eval.domains.evaluate_domain_dirs`'s
+    (``split``, default dev; ``domains``; ``metrics``, default Multi-CPR's; ``drop_empty``;
+    ``run_out``; ``limit``; ``progress``)."""
     from anygrain.eval.domains import evaluate_domain_dirs
 
-    return evaluate_domain_dirs(
-        root,
-        index,
-        Index.load,
-        split=split,
-        domains=domains,
-        metrics=metrics,
-        drop_empty=drop_empty,
-        run_out=run_out,
-        limit=limit,
-        progress=progress,
-    )
+    return evaluate_domain_dirs(root, index, Index.load, **options)
 
 
 def evaluate_reader(
@@ -319,21 +299,17 @@ def combine_hybrid(
     second: str | Path,
     out: str | Path,
     *,
-    fusion: FusionMethod | str = FusionMethod.ZSCORE,
-    weight: float | None = None,
-    depth: int = 100,
-    overwrite: bool = False,
     threads: int | None = None,
+    **options: Any,
 ) -> Index:
     """A hybrid index reusing an existing BM25 index and dense index over the same corpus,
-    given in either order; see :meth:`HybridIndex.combine`.  ``threads`` sets torch's and
-    FAISS's thread count."""
+    given in either order; ``options``: :meth:`HybridIndex.combine
+    <anygrain.composite.hybrid.HybridIndex.combine>`'s (``fusion``, ``weight``, ``depth``,
+    ``overwrite``).  ``threads`` sets torch's and FAISS's thread count."""
     from anygrain.composite.hybrid import HybridIndex
 
     set_threads(threads)
-    return HybridIndex.combine(
-        first, second, out, fusion=fusion, weight=weight, depth=depth, overwrite=overwrite
-    )
+    return HybridIndex.combine(first, second, out, **options)
 
 
 def ray_executor(
@@ -392,39 +368,19 @@ def refilter_index(
     out: str | Path,
     threshold: float | None = None,
     *,
-    keep: float | None = None,
-    factory: str | None = None,
     compress: Compress | str | None = None,
-    pq_m: int | None = None,
-    keep_dump: bool | None = None,
-    rescore: int | None = None,
-    rescore_margin: float | None = None,
-    rescore_tokens: str | None = None,
-    rescore_context: int | None = None,
-    progress: bool = True,
-    overwrite: bool = False,
+    **options: Any,
 ) -> Index:
     """A smaller phrase index at a higher filter ``threshold`` (or keeping about the
     fraction ``keep`` of the vectors), from the stored vectors of the phrase index at
-    ``index`` (no re-encoding); see :func:`anygrain.phrase.refilter.refilter`."""
+    ``index`` (no re-encoding; ``compress`` None: none); ``options``:
+    :func:`anygrain.phrase.refilter.refilter`'s (``keep``, ``factory``, ``pq_m``,
+    ``keep_dump``, the ``rescore`` settings, ``progress``, ``overwrite``)."""
     from anygrain.phrase.compress import Compress
     from anygrain.phrase.refilter import refilter
 
     return refilter(
-        index,
-        out,
-        threshold,
-        keep=keep,
-        factory=factory,
-        progress=progress,
-        overwrite=overwrite,
-        compress=Compress.NONE if compress is None else compress,
-        pq_m=pq_m,
-        keep_dump=keep_dump,
-        rescore=rescore,
-        rescore_margin=rescore_margin,
-        rescore_tokens=rescore_tokens,
-        rescore_context=rescore_context,
+        index, out, threshold, compress=Compress.NONE if compress is None else compress, **options
     )
 
 
@@ -482,20 +438,14 @@ def pack_phrase_model(
     return PackedInfo.read(path)
 
 
-def attach_sparse(
-    index: str | Path,
-    *,
-    bm25_from: str | Path | None = None,
-    weight: float | None = None,
-    lang: str | None = None,
-    progress: bool = True,
-) -> dict[str, Any]:
+def attach_sparse(index: str | Path, **options: Any) -> dict[str, Any]:
     """Fuse BM25 into the phrase index at ``index`` (its phrase vectors stay as they are),
     built anew or copied from the BM25 index ``bm25_from`` over the same corpus; the
-    fusion saved."""
+    fusion saved.  ``options``: :func:`anygrain.phrase.lexical.attach_sparse`'s
+    (``bm25_from``, ``weight``, ``lang``, ``progress``)."""
     from anygrain.phrase.lexical import attach_sparse as attach
 
-    return attach(index, bm25_from=bm25_from, weight=weight, lang=lang, progress=progress)
+    return attach(index, **options)
 
 
 def training_recipes() -> list[tuple[str, Recipe]]:

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from anygrain.corpus.splitters import split_help
+from anygrain.encode.runtime import Runtime
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.train.saved_config import BF16_HELP
 from anygrain.utils.checksums import Verify
@@ -65,49 +66,27 @@ VerifyOpt = Annotated[
     ),
 ]
 SPLIT_HELP = split_help()
-TextFieldOpt = Annotated[
-    Optional[str],  # noqa: UP045
+# what encodes: the questions (and the answer grain's reader) of a search, or a corpus
+RuntimeOpt = Annotated[
+    Optional[Runtime],  # noqa: UP045  (typer reads the annotation at run time)
     typer.Option(
-        "--text-field",
-        help="CSV, TSV, JSONL (also in a folder): the field holding the text "
-        "(default: text, contents, body or content)",
+        "--runtime",
+        help="What encodes the questions and runs the reader of the answer grain: auto (ONNX "
+        "Runtime on a CPU where onnxruntime is installed, the graph exported once and "
+        "cached; else torch; the reader on torch where the CPU has native bfloat16), onnx or "
+        "torch",
     ),
 ]
-IdFieldOpt = Annotated[
-    Optional[str],  # noqa: UP045
+BuildRuntimeOpt = Annotated[
+    Optional[Runtime],  # noqa: UP045
     typer.Option(
-        "--id-field",
-        help="CSV, TSV, JSONL: the field holding the document id (default: id or _id, "
-        "else FILE:LINE)",
+        "--runtime",
+        help="What encodes the passages (phrase, dense, hybrid): auto (dense: ONNX Runtime on a "
+        "CPU where onnxruntime is installed, the graph exported once and cached, else torch; "
+        "phrase: torch, faster than ONNX Runtime for its passages), onnx or torch. Not "
+        "recorded: both write the same vectors",
     ),
 ]
-TitleFieldOpt = Annotated[
-    Optional[str],  # noqa: UP045
-    typer.Option(
-        "--title-field", help="CSV, TSV, JSONL: the field holding the title (default: title)"
-    ),
-]
-MetaFieldsOpt = Annotated[
-    Optional[str],  # noqa: UP045
-    typer.Option(
-        "--meta-fields",
-        help="CSV, TSV, JSONL: the fields kept as metadata, comma-separated (default: every "
-        "other field)",
-    ),
-]
-
-
-def field_options(
-    text_field: str | None, id_field: str | None, title_field: str | None, meta_fields: str | None
-) -> dict[str, str]:
-    """The record-field options given, as the keywords the API takes."""
-    given = {
-        "text_field": text_field,
-        "id_field": id_field,
-        "title_field": title_field,
-        "meta_fields": meta_fields,
-    }
-    return {k: v for k, v in given.items() if v is not None}
 
 
 def fail(e: Exception) -> NoReturn:
@@ -153,6 +132,51 @@ def run_trainer(train: Callable[[ErrorLog], Path], on_error: ErrorPolicy, what: 
         console.print(f"[yellow]{escape(errors.summary())}[/]")
     console.print(f"{what} → {escape(str(path))}")
     return path
+
+
+#: a trainer as a ``train`` command hands it to :func:`trainer_command`, its config bound
+Trainer = Callable[..., Path]
+
+
+def trainer_command(
+    what: str, then: Callable[[Path], None] | None = None
+) -> Callable[[Callable[..., Trainer]], Callable[..., None]]:
+    """A ``train`` command from ``command``, which takes the command's own options and
+    returns its trainer, called as ``trainer(progress=, resume=, errors=)``: every trainer
+    takes ``--resume``, ``--on-error`` and ``--quiet`` (after the command's own options)
+    and runs as :func:`run_trainer` runs it, ``then(path)`` after."""
+    run_options = {
+        "resume": (ResumeOpt, True),
+        "on_error": (OnErrorOpt, ErrorPolicy.STOP),
+        "quiet": (QuietOpt, False),
+    }
+
+    def decorate(command: Callable[..., Trainer]) -> Callable[..., None]:
+        own = inspect.signature(command, eval_str=True).parameters.values()
+        keyword = inspect.Parameter.KEYWORD_ONLY
+        params = [p.replace(kind=keyword) for p in own if p.kind is not p.VAR_KEYWORD]
+        params += [
+            inspect.Parameter(n, keyword, default=d, annotation=a)
+            for n, (a, d) in run_options.items()
+        ]
+
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> None:
+            resume, on_error, quiet = (kwargs.pop(n) for n in run_options)
+
+            def train(errors: ErrorLog) -> Path:
+                # the command's own checks inside: a refusal is one line, as the trainer's
+                return command(**kwargs)(progress=not quiet, resume=resume, errors=errors)
+
+            path = run_trainer(train, on_error, what)
+            if then is not None:
+                then(path)
+
+        wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        return wrapper
+
+    return decorate
 
 
 def config_options(
@@ -254,6 +278,13 @@ def given_options(config_cls: type, settings: Mapping[str, Any]) -> dict[str, An
         for f in dataclasses.fields(config_cls)
         if f.name in settings and settings[f.name] != f.default
     }
+
+
+def take_options(config_cls: type, settings: dict[str, Any]) -> dict[str, Any]:
+    """The options of ``config_cls`` in ``settings`` (given or not) taken out of it, where a
+    command's ``**settings`` gathers several groups :func:`config_options` made."""
+    names = [f.name for f in dataclasses.fields(config_cls) if f.name in settings]
+    return {n: settings.pop(n) for n in names}
 
 
 def _declarations(name: str, meta: Mapping[str, Any], tp: Any) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
@@ -15,28 +15,41 @@ from anygrain.cli import panels
 from anygrain.cli.common import (
     BatchSizeOpt,
     DeviceOpt,
+    OnErrorOpt,
     QuietOpt,
+    RuntimeOpt,
     ThreadsOpt,
     VerifyOpt,
     at_least_one,
+    config_options,
     console,
     fail,
     out,
 )
+from anygrain.cli.kind_options import AnswerOptions
 from anygrain.cli.panels import with_panels
-from anygrain.cli.search import (
-    ReadSureOpt,
-    ReadWindowOpt,
-    RetrieverWeightOpt,
-    RuntimeOpt,
-    search_options,
-    with_search_options,
-)
+from anygrain.cli.search import QueryModelOpt, search_options, with_search_options
 from anygrain.encode.runtime import Runtime
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 from anygrain.hits.hit import Unit
 from anygrain.index.scope import Scope
 from anygrain.utils.checksums import Verify
+
+# the options eval, eval-reader and eval-domains share
+QuestionSetOpt = Annotated[
+    str, typer.Option("--questions", help="Question set: FORMAT:PATH or PATH")
+]
+LimitOpt = Annotated[
+    Optional[int],  # noqa: UP045  (typer reads the annotation at run time)
+    typer.Option(help="Evaluate only the first N questions"),
+]
+JsonReportOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout")]
+DropEmptyOpt = Annotated[
+    bool,
+    typer.Option(
+        "--drop-empty", help="Drop queries with no results from means (original Multi-CPR script)"
+    ),
+]
 
 
 @with_panels(
@@ -52,9 +65,7 @@ from anygrain.utils.checksums import Verify
 @with_search_options(lead=13)
 def eval_cmd(
     index_dir: Annotated[Path, typer.Argument(help="Index directory")],
-    questions: Annotated[
-        str, typer.Option("--questions", help="Question set: FORMAT:PATH or PATH")
-    ],
+    questions: QuestionSetOpt,
     metrics: Annotated[
         str | None,
         typer.Option(
@@ -67,27 +78,16 @@ def eval_cmd(
         typer.Option("-k", help="Hits retrieved per question (default: largest cutoff)"),
     ] = None,
     run_out: Annotated[Path | None, typer.Option("--run-out", help="Write a TREC run file")] = None,
-    drop_empty: Annotated[
-        bool,
-        typer.Option(
-            "--drop-empty",
-            help="Drop queries with no results from means (original Multi-CPR script)",
-        ),
-    ] = False,
-    limit: Annotated[int | None, typer.Option(help="Evaluate only the first N questions")] = None,
-    on_error: Annotated[ErrorPolicy, typer.Option("--on-error")] = ErrorPolicy.STOP,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object on stdout")
-    ] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    drop_empty: DropEmptyOpt = False,
+    limit: LimitOpt = None,
+    on_error: OnErrorOpt = ErrorPolicy.STOP,
+    as_json: JsonReportOpt = False,
+    quiet: QuietOpt = False,
     unit: Annotated[
         Unit | None,
         typer.Option(help="Grain, for phrase indexes (default phrase); answer is eval-reader's"),
     ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option(help="Question-side model to search with (query-side fine-tuned)"),
-    ] = None,
+    model: QueryModelOpt = None,
     scope: Annotated[
         Scope,
         typer.Option(
@@ -186,13 +186,7 @@ def eval_domains_cmd(
         typer.Option(help="Comma-separated domains (default: every subdirectory with the split)"),
     ] = None,
     metrics: Annotated[str, typer.Option(help="Comma-separated metrics")] = "mrr@10,recall@1000",
-    drop_empty: Annotated[
-        bool,
-        typer.Option(
-            "--drop-empty",
-            help="Drop queries with no results from means (original Multi-CPR script)",
-        ),
-    ] = False,
+    drop_empty: DropEmptyOpt = False,
     run_out: Annotated[
         Path | None,
         typer.Option("--run-out", help="TREC run file (per-domain indexes: FILE.DOMAIN each)"),
@@ -200,8 +194,8 @@ def eval_domains_cmd(
     limit: Annotated[
         int | None, typer.Option(help="Evaluate only the first N questions of each domain")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    as_json: JsonReportOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Evaluate every Multi-CPR domain and print one row per domain, as in the paper."""
     from anygrain.api import evaluate_domains
@@ -240,10 +234,9 @@ READ_K = 5
         panels.PERFORMANCE: ("threads", "runtime", "bf16"),
     }
 )
+@config_options(AnswerOptions, ("retriever_weight", "read_window", "read_sure"), lead=9)
 def eval_reader_cmd(
-    questions: Annotated[
-        str, typer.Option("--questions", help="Question set: FORMAT:PATH or PATH")
-    ],
+    questions: QuestionSetOpt,
     reader_dir: Annotated[
         str | None,
         typer.Option(
@@ -274,7 +267,7 @@ def eval_reader_cmd(
             "passages, in place of the index's",
         ),
     ] = None,
-    limit: Annotated[int | None, typer.Option(help="Evaluate only the first N questions")] = None,
+    limit: LimitOpt = None,
     bf16: Annotated[
         bool | None,
         typer.Option(
@@ -290,25 +283,21 @@ def eval_reader_cmd(
             "auto (torch where the CPU has native bfloat16, else ONNX Runtime), onnx or torch",
         ),
     ] = None,
-    retriever_weight: RetrieverWeightOpt = None,
-    read_window: ReadWindowOpt = None,
-    read_sure: ReadSureOpt = None,
     at: Annotated[
         str | None,
         typer.Option("--at", help="Also EM/F1 reading only the first K of the -k passages: 1,3"),
     ] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object on stdout")
-    ] = False,
+    as_json: JsonReportOpt = False,
     threads: ThreadsOpt = None,
     quiet: QuietOpt = False,
+    **reading: Any,
 ) -> None:
     """SQuAD EM/F1 of a reader at the answer grain: end to end over an index (the reader
     reads its top -k passages), or with the gold passage."""
     from anygrain.api import evaluate_reader
 
     try:
-        cutoffs = reader_cutoffs(k, at, gold_passage, retriever_weight)
+        cutoffs = reader_cutoffs(k, at, gold_passage, reading["retriever_weight"])
         at_least_one("--limit", limit)
         if corpus is not None and not gold_passage:
             raise AnygrainError(
@@ -327,11 +316,9 @@ def eval_reader_cmd(
             bf16=bf16,
             threads=threads,
             progress=not quiet,
-            retriever_weight=retriever_weight,
             at=cutoffs,
             runtime=None if runtime is None else runtime.value,
-            read_window=read_window,
-            read_sure=read_sure,
+            **reading,
         )
     except (AnygrainError, ValueError, OSError) as e:
         fail(e)

@@ -7,26 +7,22 @@ import json
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 
 from anygrain.cli import panels
 from anygrain.cli.common import (
+    BuildRuntimeOpt,
     DeviceOpt,
-    IdFieldOpt,
-    MetaFieldsOpt,
     OnErrorOpt,
     OverwriteOpt,
     QuietOpt,
-    TextFieldOpt,
     ThreadsOpt,
-    TitleFieldOpt,
     config_options,
     console,
     fail,
-    field_options,
     given_options,
     option_name,
     out,
@@ -37,6 +33,7 @@ from anygrain.cli.kind_options import (
     FusionOptions,
     PhraseOptions,
     RayOptions,
+    RecordFieldOptions,
 )
 from anygrain.cli.panels import with_panels
 from anygrain.corpus.script import Script
@@ -44,18 +41,6 @@ from anygrain.encode.runtime import Runtime
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy, FileNote
 from anygrain.index.registry import IndexKind
 from anygrain.phrase.options import Compress
-
-#: ``--runtime`` of the commands that encode a corpus (``index``, ``add``)
-BuildRuntimeOpt = Annotated[
-    Optional[Runtime],  # noqa: UP045  (typer reads the annotation at run time)
-    typer.Option(
-        "--runtime",
-        help="What encodes the passages (phrase, dense, hybrid): auto (dense: ONNX Runtime on a "
-        "CPU where onnxruntime is installed, the graph exported once and cached, else torch; "
-        "phrase: torch, faster than ONNX Runtime for its passages), onnx or torch. Not "
-        "recorded: both write the same vectors",
-    ),
-]
 
 
 def _index_summary(idx: Any, out_dir: Path, errors: ErrorLog) -> dict[str, Any]:
@@ -145,6 +130,7 @@ def with_build_options(command: Callable[..., None]) -> Callable[..., None]:
     }
 )  # fmt: skip
 @with_build_options
+@config_options(RecordFieldOptions, lead=4)
 def index_cmd(
     out_dir: Annotated[Path, typer.Option("--out", help="Index directory to write")],
     source: Annotated[
@@ -180,10 +166,6 @@ def index_cmd(
     on_error: OnErrorOpt = ErrorPolicy.STOP,
     quiet: QuietOpt = False,
     overwrite: OverwriteOpt = False,
-    text_field: TextFieldOpt = None,
-    id_field: IdFieldOpt = None,
-    title_field: TitleFieldOpt = None,
-    meta_fields: MetaFieldsOpt = None,
     **settings: Any,
 ) -> None:
     """Build an index from a corpus (or a hybrid index from a BM25 and a dense index).
@@ -193,7 +175,7 @@ def index_cmd(
     from anygrain import api
 
     errors = ErrorLog(on_error)
-    fields = field_options(text_field, id_field, title_field, meta_fields)
+    fields = given_options(RecordFieldOptions, settings)
     try:
         if from_dirs:
             if fields:

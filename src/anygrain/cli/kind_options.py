@@ -1,6 +1,7 @@
 """The options of the index kinds, one typed group per part of a build: how a corpus is
 encoded, a hybrid index's fusion, BM25's parameters, a phrase index's filter, compression and
-lexical part, and a Ray encode.
+lexical part, and a Ray encode; and the groups of any kind: a record file's fields, the
+answer grain's reading.
 
 Each group is a dataclass whose fields are named as the build settings they set
 (``Bm25Settings.k1``, ``PhraseSettings.keep``, ...; tests/test_cli_kind_options.py checks
@@ -154,6 +155,57 @@ class RayOptions:
         "failing (default 30)",
         "--ray-timeout",
         metavar="SECONDS",
+    )
+
+
+@dataclass(frozen=True)
+class RecordFieldOptions:
+    """Which fields of a record file hold the text, id, title and metadata (the API's
+    ``FIELD_OPTIONS``): ``index`` and ``add`` read a corpus with them."""
+
+    text_field: str | None = option(
+        "CSV, TSV, JSONL (also in a folder): the field holding the text "
+        "(default: text, contents, body or content)"
+    )
+    id_field: str | None = option(
+        "CSV, TSV, JSONL: the field holding the document id (default: id or _id, else FILE:LINE)"
+    )
+    title_field: str | None = option(
+        "CSV, TSV, JSONL: the field holding the title (default: title)"
+    )
+    meta_fields: str | None = option(
+        "CSV, TSV, JSONL: the fields kept as metadata, comma-separated (default: every other field)"
+    )
+
+
+@dataclass(frozen=True)
+class AnswerOptions:
+    """The answer grain's reading, over any index kind (the API's ``READ_OPTIONS``):
+    ``search`` takes every one, ``eval-reader`` those that shape what is read."""
+
+    read: int | None = option(
+        "Answer grain: read the top K passages with a reader (1 to 100, default 3); "
+        "implies --unit answer"
+    )
+    reader: str | None = option(
+        "Answer grain: reader directory or shipped name (default: the shipped reader for the "
+        "corpus language)"
+    )
+    retriever_weight: float | None = option(
+        "Answer grain: weight of the passage's retrieval score beside the reader's (default 1.5)"
+    )
+    min_confidence: float | None = option(
+        'Answer grain: below this calibrated confidence (0..1) say "not found" and show the '
+        "passages read as evidence (needs a reader with a confidence calibration)"
+    )
+    read_window: int | None = option(
+        "Answer grain over a phrase index: read this many tokens around the phrase that "
+        "found each passage, not the whole passage (32 to 512; 0: whole passages; default 128)"
+    )
+    read_sure: float | None = option(
+        "Answer grain over a phrase index: read the other passages only when the first "
+        "one's best span has a probability below this (0..1; 1: read every passage; default "
+        "0.33)"
     )
 
 

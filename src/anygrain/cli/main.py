@@ -26,10 +26,8 @@ EXIT_INTERRUPTED = 130
 _app: typer.Typer | None = None
 
 
-def _build_app(only: str | None = None) -> typer.Typer:
+def _build_app(only: str | None = None, listing: bool = False) -> typer.Typer:
     import typer
-
-    from anygrain.cli.common import out
 
     app = typer.Typer(
         add_completion=False,
@@ -40,6 +38,7 @@ def _build_app(only: str | None = None) -> typer.Typer:
     def _version(value: bool) -> None:
         if value:
             from anygrain import __version__
+            from anygrain.cli.common import out
 
             out.print(f"anygrain {__version__}", highlight=False)
             raise typer.Exit()
@@ -54,48 +53,93 @@ def _build_app(only: str | None = None) -> typer.Typer:
     ) -> None:
         """Dense retrieval at any grain: phrases, sentences, passages, documents."""
 
-    _register_commands(app, only)
+    _register_commands(app, only, listing)
     return app
 
 
-#: every command, in the order ``--help`` lists them: (module under anygrain.cli, function)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "index": ("index", "index_cmd"),
-    "search": ("search", "search_cmd"),
-    "eval": ("eval", "eval_cmd"),
-    "verify": ("index", "verify_cmd"),
-    "add": ("maintain", "add_cmd"),
-    "delete": ("maintain", "delete_cmd"),
-    "compact": ("maintain", "compact_cmd"),
-    "formats": ("index", "formats_cmd"),
-    "convert-script": ("index", "convert_script_cmd"),
-    "demo": ("demo", "demo_cmd"),
-    "refilter": ("index", "refilter_cmd"),
-    "pack": ("phrase", "pack_cmd"),
-    "attach-sparse": ("phrase", "attach_sparse_cmd"),
-    "ask": ("reader", "ask_cmd"),
-    "eval-reader": ("eval", "eval_reader_cmd"),
-    "eval-domains": ("eval", "eval_domains_cmd"),
-    "serve": ("serve", "serve_cmd"),
-    "mcp": ("mcp", "mcp_cmd"),
+#: every command, in the order ``--help`` lists them: (module under anygrain.cli, function,
+#: the one line the app's ``--help`` shows for it; the command's own ``--help`` has the rest)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "index": ("index", "index_cmd", "Build an index from a corpus: phrase, BM25, dense or hybrid."),
+    "search": (
+        "search",
+        "search_cmd",
+        "Search an index: answer phrases, sentences, passages, documents or read answers.",
+    ),
+    "eval": ("eval", "eval_cmd", "Evaluate an index on a question set."),
+    "verify": (
+        "index",
+        "verify_cmd",
+        "Check an index's files against their checksums, then open it.",
+    ),
+    "add": ("maintain", "add_cmd", "Add documents to an index: only new passages are encoded."),
+    "delete": ("maintain", "delete_cmd", "Mark documents deleted: searches skip them at once."),
+    "compact": ("maintain", "compact_cmd", "Rebuild an index without its deleted documents."),
+    "formats": ("index", "formats_cmd", "List the source formats anygrain reads."),
+    "convert-script": (
+        "index",
+        "convert_script_cmd",
+        "Convert a Chinese SQuAD-format file to Simplified or Traditional characters.",
+    ),
+    "demo": (
+        "demo",
+        "demo_cmd",
+        "Index CPython's reference topics (offline) and answer ten questions.",
+    ),
+    "refilter": ("index", "refilter_cmd", "A smaller phrase index at a higher filter threshold."),
+    "pack": (
+        "phrase",
+        "pack_cmd",
+        "Store a phrase model or a reader as differences from its backbone.",
+    ),
+    "attach-sparse": ("phrase", "attach_sparse_cmd", "Fuse BM25 into a phrase index's scores."),
+    "ask": (
+        "reader",
+        "ask_cmd",
+        "Retrieve passages, read them, and print the answer with its evidence.",
+    ),
+    "eval-reader": (
+        "eval",
+        "eval_reader_cmd",
+        "SQuAD EM/F1 of a reader, over an index or gold passages.",
+    ),
+    "eval-domains": ("eval", "eval_domains_cmd", "Evaluate every Multi-CPR domain, one row each."),
+    "serve": (
+        "serve",
+        "serve_cmd",
+        "Serve an index over HTTP: a JSON API, a search page, MCP with --mcp.",
+    ),
+    "mcp": ("mcp", "mcp_cmd", "Serve an index to agents over MCP (stdio or streamable HTTP)."),
 }
 TRAIN = "train"
+TRAIN_HELP = "Train models: DPR bi-encoders, phrase models (full or query-side) and readers."
 
 
-def _register_commands(app: typer.Typer, only: str | None = None) -> None:
+def _register_commands(app: typer.Typer, only: str | None = None, listing: bool = False) -> None:
     # One module per command group, each thin; registered here in the order `--help` lists
     # them.  ``only``: the one command a run invokes, whose module alone is imported (the
-    # others cost a command's start-up their imports for nothing)
+    # others cost a command's start-up their imports for nothing).  ``listing``: the app's
+    # own help, --version or a mistyped command, which need each command's name and line
+    # only, so none of the modules is imported (click's lazily loaded subcommands, by table)
     import importlib
 
-    for name, (module, function) in COMMANDS.items():
-        if only is None or only == name:
+    for name, (module, function, line) in COMMANDS.items():
+        if listing:
+            app.command(name, short_help=line)(_listed)
+        elif only is None or only == name:
             command = getattr(importlib.import_module(f"anygrain.cli.{module}"), function)
-            app.command(name)(command)
-    if only is None or only == TRAIN:
+            app.command(name, short_help=line)(command)
+    if listing:
+        app.command(TRAIN, short_help=TRAIN_HELP)(_listed)
+    elif only is None or only == TRAIN:
         from anygrain.cli.train import train_app
 
-        app.add_typer(train_app, name=TRAIN)
+        app.add_typer(train_app, name=TRAIN, short_help=TRAIN_HELP)
+
+
+def _listed() -> None:
+    # never runs: a command named on the command line is built for real (``only``)
+    raise AssertionError("a listed command is built before it runs")
 
 
 def invoked_command(argv: list[str]) -> str | None:
@@ -163,7 +207,7 @@ def main() -> None:
         _log_warnings()
         # the invoked command's module alone: its start-up pays for no other command's imports
         only = invoked_command(sys.argv[1:])
-        app = get_app() if only is None else _build_app(only)
+        app = _build_app(listing=True) if only is None else _build_app(only)
         app()  # typer turns a Ctrl-C inside a command into exit 130 itself
     except KeyboardInterrupt:
         # Ctrl-C (or SIGTERM) during start-up: no traceback, the conventional status

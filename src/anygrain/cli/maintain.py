@@ -5,28 +5,28 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from anygrain.cli.common import (
     SPLIT_HELP,
+    BuildRuntimeOpt,
     DeviceOpt,
-    IdFieldOpt,
-    MetaFieldsOpt,
     OnErrorOpt,
     QuietOpt,
-    TextFieldOpt,
     ThreadsOpt,
-    TitleFieldOpt,
+    config_options,
     fail,
-    field_options,
+    given_options,
     out,
 )
-from anygrain.cli.index import BuildRuntimeOpt, report_files
+from anygrain.cli.index import report_files
+from anygrain.cli.kind_options import RecordFieldOptions
 from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
 
 
+@config_options(RecordFieldOptions, lead=8)  # after the command's own options
 def add_cmd(
     index_dir: Annotated[Path, typer.Argument(help="Index directory to add to")],
     source: Annotated[str, typer.Argument(help="Documents to add: FORMAT:PATH or PATH")],
@@ -39,10 +39,7 @@ def add_cmd(
     device: DeviceOpt = None,
     runtime: BuildRuntimeOpt = None,
     quiet: QuietOpt = False,
-    text_field: TextFieldOpt = None,
-    id_field: IdFieldOpt = None,
-    title_field: TitleFieldOpt = None,
-    meta_fields: MetaFieldsOpt = None,
+    **fields: Any,
 ) -> None:
     """Add documents to an index: only new passages are encoded; old rows and ids stay.
 
@@ -62,7 +59,7 @@ def add_cmd(
             threads=threads,
             device=device,
             runtime=runtime.value if runtime is not None else None,
-            **field_options(text_field, id_field, title_field, meta_fields),
+            **given_options(RecordFieldOptions, fields),
         )
     except AnygrainError as e:
         report_files(errors, quiet=True)

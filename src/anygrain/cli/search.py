@@ -20,6 +20,7 @@ from anygrain.cli.common import (
     BatchSizeOpt,
     DeviceOpt,
     QuietOpt,
+    RuntimeOpt,
     ThreadsOpt,
     VerifyOpt,
     at_least_one,
@@ -27,8 +28,15 @@ from anygrain.cli.common import (
     console,
     fail,
     out,
+    take_options,
 )
-from anygrain.cli.kind_options import SEARCH_HELP, FusionOptions, PhraseOptions, option
+from anygrain.cli.kind_options import (
+    SEARCH_HELP,
+    AnswerOptions,
+    FusionOptions,
+    PhraseOptions,
+    option,
+)
 from anygrain.cli.panels import with_panels
 from anygrain.encode.runtime import Runtime
 from anygrain.errors import AnygrainError
@@ -41,75 +49,18 @@ if TYPE_CHECKING:
 #: the most passages the answer grain reads per question (ReadSettings' limit)
 MAX_READ = 100
 
-# The answer grain's options (any index kind); shared with eval and serve.
-ReadOpt = Annotated[
-    Optional[int],  # noqa: UP045  (typer reads the annotation at run time)
-    typer.Option(
-        "--read",
-        help="Answer grain: read the top K passages with a reader (1 to 100, default 3); "
-        "implies --unit answer",
-    ),
-]
-ReaderOpt = Annotated[
-    Optional[str],  # noqa: UP045
-    typer.Option(
-        "--reader",
-        help="Answer grain: reader directory or shipped name (default: the shipped reader "
-        "for the corpus language)",
-    ),
-]
 FilterOpt = Annotated[
-    Optional[list[str]],  # noqa: UP045
+    Optional[list[str]],  # noqa: UP045  (typer reads the annotation at run time)
     typer.Option(
         "--filter",
         help="Keep hits whose metadata match: FIELD=VALUE (repeatable; FIELD=A,B or the "
         "field again: any of them; or a JSON filter object); the top K that match",
     ),
 ]
-RetrieverWeightOpt = Annotated[
-    Optional[float],  # noqa: UP045
-    typer.Option(
-        "--retriever-weight",
-        help="Answer grain: weight of the passage's retrieval score beside the reader's "
-        "(default 1.5)",
-    ),
-]
-MinConfidenceOpt = Annotated[
-    Optional[float],  # noqa: UP045
-    typer.Option(
-        "--min-confidence",
-        help='Answer grain: below this calibrated confidence (0..1) say "not found" and '
-        "show the passages read as evidence (needs a reader with a confidence calibration)",
-    ),
-]
-
-ReadWindowOpt = Annotated[
-    Optional[int],  # noqa: UP045
-    typer.Option(
-        "--read-window",
-        help="Answer grain over a phrase index: read this many tokens around the phrase that "
-        "found each passage, not the whole passage (32 to 512; 0: whole passages; default 128)",
-    ),
-]
-ReadSureOpt = Annotated[
-    Optional[float],  # noqa: UP045
-    typer.Option(
-        "--read-sure",
-        help="Answer grain over a phrase index: read the other passages only when the first "
-        "one's best span has a probability below this (0..1; 1: read every passage; default "
-        "0.33)",
-    ),
-]
-
-RuntimeOpt = Annotated[
-    Optional[Runtime],  # noqa: UP045  (typer reads the annotation at run time)
-    typer.Option(
-        "--runtime",
-        help="What encodes the questions and runs the reader of the answer grain: auto (ONNX "
-        "Runtime on a CPU where onnxruntime is installed, the graph exported once and "
-        "cached; else torch; the reader on torch where the CPU has native bfloat16), onnx or "
-        "torch",
-    ),
+#: the question encoder a search runs, ``search``'s and ``eval``'s
+QueryModelOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(help="Question-side model to search with (query-side fine-tuned)"),
 ]
 
 
@@ -125,20 +76,10 @@ def _read_question(query: str | None, question_file: str | None) -> str:
     if query is not None:
         return query
     assert question_file is not None
-    if question_file == "-":
-        text = sys.stdin.read()
-    else:
-        p = Path(question_file)
-        try:
-            text = p.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise AnygrainError(f"{p}: no such file") from None
-        except IsADirectoryError:
-            raise AnygrainError(f"{p}: is a directory; give a file holding the question") from None
-        except UnicodeDecodeError as e:
-            raise AnygrainError(f"{p}: not UTF-8 text (byte {e.start})") from None
+    from anygrain.api import read_text_file
+
+    text, where = read_text_file(question_file, "a file holding the question")
     text = text.strip()
-    where = "stdin" if question_file == "-" else question_file
     if not text:
         raise AnygrainError(f"{where}: the question is empty")
     lines = [line for line in text.splitlines() if line.strip()]
@@ -224,19 +165,28 @@ def check_read(read: int | None) -> None:
 def load_searched(
     index_dir: Path,
     unit: Unit | None,
+    k: int,
+    given: tuple[Mapping[str, Any], int | None, list[str] | None],
     reading: Mapping[str, Any],
     runtime: Runtime | None,
     **options: Any,
-) -> Index:
-    """The index a search opens (``options``: :func:`anygrain.api.load_index`'s), with
-    ``--runtime`` for its question encoder; on a kind without one (BM25) an answer search's
-    ``--runtime`` runs the reader only, and any other search refuses it."""
+) -> tuple[Index, dict[str, Any]]:
+    """The index a search opens (``options``: :func:`anygrain.api.load_index`'s) and the
+    options it is searched with: the kinds' given on the command line, ``--batch-size`` and
+    ``--filter`` (``given``), and the answer grain's ``reading``, -k and the counts checked
+    by name first.  ``--runtime`` is its question encoder's; on a kind without one (BM25)
+    an answer search's ``--runtime`` runs the reader only, and any other search refuses it."""
     from anygrain.api import answer_unit, load_index, takes_load_option
 
+    search, batch_size, filter_ = given
+    opts = search_options(search, batch_size, filter=filter_ or None)
+    at_least_one("-k", k)
+    check_read(reading["read"])
+    opts.update(reading)
     reads = answer_unit(unit, reading) is Unit.ANSWER
     if runtime is not None and reads and not takes_load_option(index_dir, "runtime"):
         runtime = None  # the reader's alone (search_index hands it on)
-    return load_index(index_dir, runtime=runtime, **options)
+    return load_index(index_dir, runtime=runtime, **options), opts
 
 
 def with_search_options(lead: int) -> Callable[[Callable[..., None]], Callable[..., None]]:
@@ -268,22 +218,22 @@ def search_options(
 #: what ``search --questions --format`` writes: the hits of each question as one JSON line,
 #: or TREC run lines (``qid Q0 docid rank score tag``, :mod:`anygrain.eval.runs`)
 FORMATS = ("jsonl", "trec")
-FormatOpt = Annotated[
-    Optional[str],  # noqa: UP045
-    typer.Option(
-        "--format",
-        metavar="jsonl|trec",
-        help="With --questions: what stdout gets, one JSON line of hits per question "
+
+
+@dataclass(frozen=True)
+class RunFormatOptions:
+    """What ``search --questions`` writes on stdout, checked together (:func:`_trec_format`)."""
+
+    format_: str | None = option(
+        "With --questions: what stdout gets, one JSON line of hits per question "
         "(jsonl, the default) or a TREC run, qid Q0 docid rank score tag (trec; docid: the "
         "passage id, or the document id at --unit document)",
-    ),
-]
-RunTagOpt = Annotated[
-    Optional[str],  # noqa: UP045
-    typer.Option(
-        "--run-tag", help="With --format trec: the run's tag, its last column (default anygrain)"
-    ),
-]
+        "--format",
+        metavar="jsonl|trec",
+    )
+    run_tag: str | None = option(
+        "With --format trec: the run's tag, its last column (default anygrain)"
+    )
 
 
 @with_panels(
@@ -304,6 +254,8 @@ RunTagOpt = Annotated[
     }
 )
 @with_search_options(lead=8)
+@config_options(AnswerOptions, lead=8)
+@config_options(RunFormatOptions, lead=16)
 def search_cmd(
     index_dir: Annotated[Path, typer.Argument(help="Index directory")],
     query: Annotated[
@@ -332,10 +284,7 @@ def search_cmd(
     as_json: Annotated[
         bool, typer.Option("--json", help="One JSON object per hit on stdout")
     ] = False,
-    model: Annotated[
-        str | None,
-        typer.Option(help="Question-side model to search with (query-side fine-tuned)"),
-    ] = None,
+    model: QueryModelOpt = None,
     threads: ThreadsOpt = None,
     device: DeviceOpt = None,
     runtime: RuntimeOpt = None,
@@ -346,15 +295,7 @@ def search_cmd(
     ] = False,
     quiet: QuietOpt = False,
     batch_size: BatchSizeOpt = None,
-    read: ReadOpt = None,
-    reader: ReaderOpt = None,
-    retriever_weight: RetrieverWeightOpt = None,
-    min_confidence: MinConfidenceOpt = None,
-    read_window: ReadWindowOpt = None,
-    read_sure: ReadSureOpt = None,
     filter_: FilterOpt = None,
-    format_: FormatOpt = None,
-    run_tag: RunTagOpt = None,
     **search: Any,
 ) -> None:
     """Search an index with one question (phrase indexes: answer phrases in their context),
@@ -364,11 +305,12 @@ def search_cmd(
     from anygrain.api import one_question_runtime, search_index
 
     try:
-        trec = _trec_format(format_, run_tag, questions, as_json)
+        trec = _trec_format(
+            **take_options(RunFormatOptions, search), questions=questions, as_json=as_json
+        )
     except AnygrainError as e:
         fail(e)
-    reading = dict(read=read, reader=reader, retriever_weight=retriever_weight)  # noqa: C408
-    reading.update(min_confidence=min_confidence, read_window=read_window, read_sure=read_sure)
+    reading = take_options(AnswerOptions, search)
     if questions is not None:
         _search_batch(
             index_dir, questions, query, question_file, k, unit, model, stats, quiet,
@@ -382,13 +324,10 @@ def search_cmd(
     collected: list[Any] = []
     try:
         question = _read_question(query, question_file)
-        opts = search_options(search, batch_size, filter=filter_ or None)
-        at_least_one("-k", k)
-        check_read(read)
-        opts.update(reading)
-        idx = load_searched(
-            index_dir, unit, opts, runtime, verify=verify, model=model, device=device
-        )
+        idx, opts = load_searched(
+            index_dir, unit, k, (search, batch_size, filter_), reading, runtime,
+            verify=verify, model=model, device=device,
+        )  # fmt: skip
         opts["stats"] = collected if stats else None
         one = one_question_runtime(runtime)  # the reader's, for one question
         hits = search_index(idx, [question], k, unit=unit, threads=threads, runtime=one, **opts)[0]
@@ -457,13 +396,8 @@ def _search_batch(
             )
         if stats:
             raise AnygrainError("--stats takes one question, not --questions")
-        search, batch_size, filter_ = given
-        opts = search_options(search, batch_size, filter=filter_ or None)
-        at_least_one("-k", k)
-        check_read(reading["read"])
-        opts.update(reading)
-        idx = load_searched(
-            index_dir, unit, reading, runtime, verify=verify, model=model, device=device
+        idx, opts = load_searched(
+            index_dir, unit, k, given, reading, runtime, verify=verify, model=model, device=device
         )
         for result in search_questions(
             idx,

@@ -9,9 +9,9 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from anygrain.cli.common import DeviceOpt, console, fail
+from anygrain.cli.common import DeviceOpt, RuntimeOpt, ThreadsOpt, console, fail
 from anygrain.cli.index import check_files
-from anygrain.cli.search import RuntimeOpt
+from anygrain.cli.panels import with_helps
 from anygrain.errors import AnygrainError
 
 #: uvicorn's log levels (it raises a KeyError for any other)
@@ -95,14 +95,11 @@ def mcp_missing() -> str | None:
     return None
 
 
-ServeThreadsOpt = Annotated[
-    Optional[int],  # noqa: UP045  (typer reads the annotation at run time)
-    typer.Option(
-        "--threads",
-        help="CPU threads per stage for torch, FAISS and ONNX Runtime (default 1: the "
-        "encode, search and read stages run in parallel)",
-    ),
-]
+#: ``serve``'s --threads: each stage's pool, not one
+SERVE_THREADS_HELP = (
+    "CPU threads per stage for torch, FAISS and ONNX Runtime (default 1: the encode, search "
+    "and read stages run in parallel)"
+)
 QuestionBf16Opt = Annotated[
     bool | None,
     typer.Option(
@@ -148,11 +145,12 @@ LogLevelOpt = Annotated[
 ]
 
 
+@with_helps({"threads": SERVE_THREADS_HELP})
 def serve_cmd(
     index_dir: IndexArg,
     host: HostOpt = "127.0.0.1",
     port: PortOpt = 8000,
-    threads: ServeThreadsOpt = None,
+    threads: ThreadsOpt = None,
     device: DeviceOpt = None,
     runtime: RuntimeOpt = None,
     question_bf16: QuestionBf16Opt = None,

@@ -4,6 +4,7 @@ config dataclass (:func:`~anygrain.cli.common.config_options`)."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,45 +12,32 @@ import typer
 from rich.markup import escape
 
 from anygrain.cli import panels
-from anygrain.cli.common import (
-    OnErrorOpt,
-    QuietOpt,
-    ResumeOpt,
-    config_options,
-    console,
-    run_trainer,
-)
+from anygrain.cli.common import Trainer, config_options, console, trainer_command
 from anygrain.cli.panels import with_panels
-from anygrain.errors import AnygrainError, ErrorLog, ErrorPolicy
+from anygrain.errors import AnygrainError
 from anygrain.train.dpr.config import DprTrainConfig
 from anygrain.train.phrase.config import PhraseQuerySideConfig, PhraseTrainConfig
 from anygrain.train.reader.config import ReaderTrainConfig
 
 train_app = typer.Typer(
     no_args_is_help=True,
-    help="Fine-tune retrievers: DPR bi-encoders, fully or query-side only (the passage index stays valid).",
+    help="Train models: DPR bi-encoders, phrase models (full or query-side: the passage index stays valid) and readers.",
 )
 
 
+#: the options every trainer takes: its data, its output, the fit and where it runs
+TRAINER_OPTIONS = ("train", "out", "epochs", "batch_size", "lr", "max_examples", "bf16", "threads")
+#: and those of every trainer that fits a whole model (not the query side alone)
+MODEL_TRAINER_OPTIONS = (*TRAINER_OPTIONS, "model", "device", "seed", "checkpoint_every")
+
 DPR_OPTIONS = (
-    "train",
-    "out",
+    *MODEL_TRAINER_OPTIONS,
     "corpus",
     "id_prefix",
-    "model",
     "mode",
-    "epochs",
-    "batch_size",
-    "lr",
     "hard_negatives",
-    "bf16",
-    "device",
     "grad_cache",
-    "max_examples",
-    "seed",
     "temperature",
-    "threads",
-    "checkpoint_every",
 )
 
 
@@ -64,6 +52,7 @@ DPR_OPTIONS = (
     }
 )
 @config_options(DprTrainConfig, DPR_OPTIONS, optional=("train", "out"))  # a recipe may give them
+@trainer_command("trained model")
 def dpr_cmd(
     ctx: typer.Context,
     recipe: Annotated[
@@ -77,30 +66,24 @@ def dpr_cmd(
         list[str] | None,
         typer.Option("--var", help="NAME=VALUE for a recipe's ${NAME} slots; repeatable"),
     ] = None,
-    resume: ResumeOpt = True,
-    on_error: OnErrorOpt = ErrorPolicy.STOP,
-    quiet: QuietOpt = False,
     **settings: Any,
-) -> None:
+) -> Trainer:
     """Train a DPR bi-encoder (in-batch + BM25 hard negatives) and save it to --out."""
     from anygrain.api import recipe_config, train_dpr
 
-    def run(errors: ErrorLog) -> Path:
-        if recipe is not None:
-            # Typer may vendor click: compare the source by name, not by class.
-            given = {
-                k: v
-                for k, v in settings.items()
-                if getattr(ctx.get_parameter_source(k), "name", None) == "COMMANDLINE"
-            }
-            config = recipe_config(recipe, var or [], overrides=given)
-        else:
-            if not settings["train"] or settings["out"] is None:
-                raise AnygrainError("give --train and --out, or a --recipe")
-            config = DprTrainConfig(**settings)
-        return train_dpr(config, progress=not quiet, resume=resume, errors=errors)
-
-    run_trainer(run, on_error, "trained model")
+    if recipe is not None:
+        # Typer may vendor click: compare the source by name, not by class.
+        given = {
+            k: v
+            for k, v in settings.items()
+            if getattr(ctx.get_parameter_source(k), "name", None) == "COMMANDLINE"
+        }
+        config = recipe_config(recipe, var or [], overrides=given)
+    else:
+        if not settings["train"] or settings["out"] is None:
+            raise AnygrainError("give --train and --out, or a --recipe")
+        config = DprTrainConfig(**settings)
+    return partial(train_dpr, config)
 
 
 @train_app.command("recipes")
@@ -115,12 +98,7 @@ def recipes_cmd() -> None:
 
 
 PHRASE_OPTIONS = (
-    "train",
-    "out",
-    "model",
-    "epochs",
-    "batch_size",
-    "lr",
+    *MODEL_TRAINER_OPTIONS,
     "max_minutes",
     "fit_budget",
     "question_encoder",
@@ -130,14 +108,8 @@ PHRASE_OPTIONS = (
     "hard_negatives",
     "grad_clip",
     "freeze_embeddings",
-    "bf16",
-    "device",
     "max_passage_length",
     "doc_stride",
-    "max_examples",
-    "seed",
-    "threads",
-    "checkpoint_every",
 )
 
 
@@ -155,45 +127,28 @@ PHRASE_OPTIONS = (
     }
 )  # fmt: skip
 @config_options(PhraseTrainConfig, PHRASE_OPTIONS)
+@trainer_command("trained phrase model")
 def train_phrase_cmd(
     prebatch: Annotated[
         bool, typer.Option("--prebatch/--no-prebatch", help="Pre-batch negatives (last 2 batches)")
     ] = True,
-    resume: ResumeOpt = True,
-    on_error: OnErrorOpt = ErrorPolicy.STOP,
-    quiet: QuietOpt = False,
     **settings: Any,
-) -> None:
+) -> Trainer:
     """Train a DensePhrases model (single-passage, in-batch and pre-batch losses, filter)."""
     from anygrain.api import train_phrase
 
-    def run(errors: ErrorLog) -> Path:
-        cfg = PhraseTrainConfig(**settings, pre_batch=2 if prebatch else 0)
-        return train_phrase(cfg, progress=not quiet, resume=resume, errors=errors)
-
-    run_trainer(run, on_error, "trained phrase model")
+    return partial(train_phrase, PhraseTrainConfig(**settings, pre_batch=2 if prebatch else 0))
 
 
 READER_OPTIONS = (
-    "train",
-    "out",
-    "model",
-    "epochs",
-    "batch_size",
-    "lr",
+    *MODEL_TRAINER_OPTIONS,
     "negatives",
     "max_length",
     "selection_bce",
     "micro_batch",
-    "max_examples",
     "max_minutes",
     "fit_budget",
     "freeze_embeddings",
-    "bf16",
-    "device",
-    "seed",
-    "threads",
-    "checkpoint_every",
 )
 
 
@@ -211,6 +166,7 @@ READER_OPTIONS = (
     }
 )  # fmt: skip
 @config_options(ReaderTrainConfig, READER_OPTIONS)
+@trainer_command("trained reader")
 def train_reader_cmd(
     retriever: Annotated[
         Path | None,
@@ -219,36 +175,20 @@ def train_reader_cmd(
             help="Index to draw negatives from (DPR); default: other paragraphs of the same file",
         ),
     ] = None,
-    resume: ResumeOpt = True,
-    on_error: OnErrorOpt = ErrorPolicy.STOP,
-    quiet: QuietOpt = False,
     **settings: Any,
-) -> None:
+) -> Trainer:
     """Train an extractive reader (span + passage selection, DPR section 6) and save it to --out."""
     from anygrain.api import train_reader
 
-    def run(errors: ErrorLog) -> Path:
-        config = ReaderTrainConfig(**settings)
-        return train_reader(
-            config, retriever=retriever, progress=not quiet, resume=resume, errors=errors
-        )
-
-    run_trainer(run, on_error, "trained reader")
+    return partial(train_reader, ReaderTrainConfig(**settings), retriever=retriever)
 
 
-QUERY_SIDE_OPTIONS = (
-    "index",
-    "train",
-    "out",
-    "loss",
-    "epochs",
-    "batch_size",
-    "lr",
-    "top_k",
-    "max_examples",
-    "bf16",
-    "threads",
-)
+QUERY_SIDE_OPTIONS = (*TRAINER_OPTIONS, "index", "loss", "top_k")
+
+
+def _how_to_use(model: Path) -> None:
+    """What the query-side trainer's output is for, said after it trained."""
+    console.print(f"use it with `anygrain eval INDEX --model {escape(str(model))}`")
 
 
 @train_app.command("phrase-query-side")
@@ -261,18 +201,9 @@ QUERY_SIDE_OPTIONS = (
     }
 )
 @config_options(PhraseQuerySideConfig, QUERY_SIDE_OPTIONS)
-def train_query_side_cmd(
-    resume: ResumeOpt = True,
-    on_error: OnErrorOpt = ErrorPolicy.STOP,
-    quiet: QuietOpt = False,
-    **settings: Any,
-) -> None:
+@trainer_command("phrase model (query side fine-tuned)", then=_how_to_use)
+def train_query_side_cmd(**settings: Any) -> Trainer:
     """Fine-tune a phrase model's question encoder against a built phrase index."""
     from anygrain.api import train_phrase_query_side
 
-    def run(errors: ErrorLog) -> Path:
-        cfg = PhraseQuerySideConfig(**settings)
-        return train_phrase_query_side(cfg, progress=not quiet, resume=resume, errors=errors)
-
-    path = run_trainer(run, on_error, "phrase model (query side fine-tuned)")
-    console.print(f"use it with `anygrain eval INDEX --model {escape(str(path))}`")
+    return partial(train_phrase_query_side, PhraseQuerySideConfig(**settings))

@@ -32,7 +32,6 @@ from anygrain.composite.fusion import (
     union_candidates,
 )
 from anygrain.corpus.source import corpus_ref, open_corpus_of, path_ref
-from anygrain.corpus.store import CorpusStore
 from anygrain.dense.index import DenseSettings, build_model, find_model, write_dense_index
 from anygrain.errors import AnygrainError, IndexMismatchError, UsageError, parse_enum
 from anygrain.hits.hit import Hit
@@ -41,7 +40,8 @@ from anygrain.index.base import Index, UpdateOp
 from anygrain.index.encoded import EncodedQueries
 from anygrain.index.manifest import check_build_target, read_manifest, write_manifest
 from anygrain.index.registry import IndexKind, register_index
-from anygrain.index.settings import BuildOptions, IndexSettings
+from anygrain.index.rows import RowsIndex
+from anygrain.index.settings import BuildJob, BuildOptions, IndexSettings
 from anygrain.sparse.bm25 import BM25Index, Bm25Settings, write_bm25_index
 from anygrain.utils.atomic import atomic_dir
 from anygrain.utils.lock import writer_lock
@@ -138,7 +138,7 @@ class HybridSettings(IndexSettings):
 
 
 @register_index(IndexKind.HYBRID)
-class HybridIndex(Index):
+class HybridIndex(RowsIndex):
     settings_type = HybridSettings
     load_options = frozenset({"model", "device", "runtime"})  # handed to its dense part
     #: a search's fusion overrides: what a server's client may set
@@ -194,18 +194,11 @@ class HybridIndex(Index):
         find_model(settings.dense.model)  # a wrong name fails before the corpus is read
 
     @classmethod
-    def write(
-        cls,
-        out: Path,
-        corpus: CorpusStore,
-        settings: IndexSettings,
-        options: BuildOptions,
-        work: Path,
-    ) -> None:
-        """Its BM25 part in ``sparse/`` and its dense part in ``dense/``, both over ``corpus``
-        (the store inside the index), and ``index.json`` with the fusion."""
-        assert isinstance(settings, HybridSettings)
-        s = settings
+    def write(cls, job: BuildJob) -> None:
+        """Its BM25 part in ``sparse/`` and its dense part in ``dense/``, both over the
+        corpus (the store inside the index), and ``index.json`` with the fusion."""
+        s, out, corpus, options = job.settings, job.out, job.corpus, job.options
+        assert isinstance(s, HybridSettings)
         write_bm25_index(out / "sparse", corpus, s.bm25, progress=options.progress)
         model, name = build_model(s.dense, corpus)  # without one: the language's
         write_dense_index(
@@ -360,21 +353,6 @@ class HybridIndex(Index):
         """The dense part's question encoder (BM25 needs nothing encoded)."""
         return self.dense.encode(queries)
 
-    def search_encoded(
-        self,
-        encoded: EncodedQueries,
-        k: int = 10,
-        *,
-        fusion: str | None = None,
-        weight: float | None = None,
-        depth: int | None = None,
-        **options: Any,
-    ) -> list[list[Hit]]:
-        rows, scores = self.search_rows_encoded(
-            encoded, k, fusion=fusion, weight=weight, depth=depth
-        )
-        return hits_from_rows(self.corpus, rows, scores)
-
     def search_rows_encoded(
         self,
         encoded: EncodedQueries,
@@ -385,12 +363,8 @@ class HybridIndex(Index):
         depth: int | None = None,
         **options: Any,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`search_encoded`'s ``(rows, scores)`` before hits are made of them (what a
-        filtered search reads: :mod:`anygrain.index.filters`)."""
         (qvecs,) = encoded.vectors
-        return self.search_rows(
-            encoded.texts, k, fusion=fusion, weight=weight, depth=depth, qvecs=qvecs
-        )
+        return self.fused_rows(encoded.texts, qvecs, k, self.search_fusion(fusion, weight, depth))
 
     def search_rows(
         self,
@@ -401,23 +375,34 @@ class HybridIndex(Index):
         weight: float | None = None,
         depth: int | None = None,
         batch_size: int | None = None,
-        qvecs: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``batch_size``: questions the dense part encodes at once (default: its own);
-        ``qvecs``: the questions' dense vectors when already encoded."""
-        cfg = FusionConfig(
+        """``batch_size``: questions the dense part encodes at once (default: its own)."""
+        texts = list(queries)
+        qvecs = (
+            self.dense.encode_queries(texts)
+            if batch_size is None
+            else self.dense.encode_queries(texts, batch_size=batch_size)
+        )
+        return self.fused_rows(queries, qvecs, k, self.search_fusion(fusion, weight, depth))
+
+    def search_fusion(
+        self, fusion: str | None, weight: float | None, depth: int | None
+    ) -> FusionConfig:
+        """The index's fusion with a search's overrides (a method given without a weight
+        takes that method's default weight, not the index's)."""
+        return FusionConfig(
             FusionMethod(fusion) if fusion else self.fusion.method,
             weight if weight is not None else (self.fusion.weight if fusion is None else None),
             depth or self.fusion.depth,
         )
+
+    def fused_rows(
+        self, queries: Sequence[str], qvecs: np.ndarray, k: int, cfg: FusionConfig
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The top ``k`` ``(rows, scores)`` of ``queries`` (their dense vectors ``qvecs``)
+        fused by ``cfg`` from both parts' top ``cfg.depth``."""
         n_depth = max(cfg.depth, k)
         s_rows, _ = self.sparse.search_rows(queries, n_depth)
-        if qvecs is None:
-            qvecs = (
-                self.dense.encode_queries(list(queries))
-                if batch_size is None
-                else self.dense.encode_queries(list(queries), batch_size=batch_size)
-            )
         d_rows, _ = self.dense.search_vectors(qvecs, n_depth)
         if cfg.method is FusionMethod.RRF:
             return rrf(s_rows, d_rows, k, cfg.dense_weight)

@@ -32,15 +32,13 @@ from typing import Any
 
 from anygrain.corpus.lang import Lang, detect_lang, plan_languages
 from anygrain.corpus.source import corpus_ref, open_corpus_of
-from anygrain.corpus.store import CorpusStore
 from anygrain.dense.sharded import ShardedDense
-from anygrain.encode.executor import Executor, ExecutorKind
-from anygrain.errors import AnygrainError, ErrorLog, IndexMismatchError, UsageError, parse_enum
+from anygrain.errors import AnygrainError, IndexMismatchError, UsageError, parse_enum
 from anygrain.hits.hit import Hit
 from anygrain.index.base import Index, UpdateOp
 from anygrain.index.manifest import read_manifest, write_manifest
 from anygrain.index.registry import IndexKind, index_class, register_index
-from anygrain.index.settings import BuildOptions, IndexSettings
+from anygrain.index.settings import BuildJob, IndexSettings
 from anygrain.phrase.build import PhraseSettings
 from anygrain.phrase.lexical import copy_sparse, write_sparse
 from anygrain.phrase.sharded import ShardedPhrase
@@ -52,7 +50,6 @@ from anygrain.sparse.bm25 import (
 )
 from anygrain.sparse.sharded import ShardedBM25
 from anygrain.utils.checksums import Verify
-from anygrain.utils.device import resolve_device
 
 
 @dataclass(frozen=True)
@@ -113,24 +110,14 @@ class ShardedIndex(Index):
         )
 
     @classmethod
-    def build_from(
+    def settings_from(
         cls,
-        source: Any,
-        out: Path,
         *,
         of: IndexKind | str | None = None,
         shards: int = 2,
         lang: str | None = None,
-        split: str | None = None,
-        errors: ErrorLog | None = None,
-        progress: bool = True,
-        corpus_dir: Path | None = None,
-        overwrite: bool = False,
-        executor: Executor | ExecutorKind | str | None = None,
-        device: str | None = None,
-        runtime: str | None = None,
         **options: Any,
-    ) -> Index:
+    ) -> ShardedSettings:
         """``shards`` indexes of kind ``of`` over contiguous row ranges of one corpus;
         ``options`` are the shards' kind's settings (model, factory, threshold, ...), checked
         against that kind's ``settings_type`` before anything is read or written."""
@@ -146,25 +133,14 @@ class ShardedIndex(Index):
             raise AnygrainError(f"shards must be at least 1, not {shards}")
         settings = ShardedSettings(of=kind, shards=shards, lang=lang, shard=dict(options))
         index_class(kind).settings_type.from_options(kind.value, {**options, "lang": lang})
-        resolve_device(device)  # a missing GPU is refused before anything is read
-        common = BuildOptions(
-            split, errors, progress, corpus_dir, overwrite, executor, device, runtime
-        )
-        return cls.build_with(source, Path(out), settings, common)
+        return settings
 
     @classmethod
-    def write(
-        cls,
-        out: Path,
-        corpus: CorpusStore,
-        settings: IndexSettings,
-        options: BuildOptions,
-        work: Path,
-    ) -> None:
+    def write(cls, job: BuildJob) -> None:
         """The shards under ``out/shards/``, each an index of the shards' kind over its rows
-        of ``corpus`` (written beside it), and ``index.json`` naming them."""
-        assert isinstance(settings, ShardedSettings)
-        s = settings
+        of the corpus (written beside it), and ``index.json`` naming them."""
+        s, out, corpus, options = job.settings, job.out, job.corpus, job.options
+        assert isinstance(s, ShardedSettings)
         kind = IndexKind(s.of)
         bounds = shard_bounds(len(corpus), s.shards)
         collection = None

@@ -12,12 +12,10 @@ appends has the checksum of a store built at once from the same passages.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -31,51 +29,45 @@ from anygrain.corpus.store import (
     PASSAGE_SCHEMA,
     CorpusStore,
     build_id_table,
+    content_checksum,
     hash_ids,
 )
 from anygrain.errors import AnygrainError, InputError
 from anygrain.utils.atomic import atomic_write_text
 
 
-def content_checksum(tables: Iterable[pa.Table]) -> str:
-    """The store checksum (SHA-256 over id, title and text of every passage, in row order),
-    as :meth:`CorpusStore.build` computes it while writing."""
-    sha = hashlib.sha256()
-    for table in tables:
-        for batch in table.to_batches(max_chunksize=8192):
-            for pid, title, text in zip(
-                batch.column("id").to_pylist(),
-                batch.column("title").to_pylist(),
-                batch.column("text").to_pylist(),
-                strict=True,
-            ):
-                sha.update(f"{pid}\x00{title}\x00{text}\x01".encode())
-    return sha.hexdigest()
-
-
 def check_new_ids(store: CorpusStore, segment: CorpusStore) -> None:
     """Refuse passage ids or document ids of ``segment`` that ``store`` already holds,
     naming them (ids must stay unique: searches, qrels and deletes go by id)."""
     new_pids = segment.column("id")
-    dup = [pid for pid in new_pids if pid in store]
-    if dup:
-        more = f" and {len(dup) - 5} more" if len(dup) > 5 else ""
-        raise InputError(
-            f"{len(dup)} passage id(s) already in the corpus: "
-            f"{', '.join(repr(d) for d in dup[:5])}{more}; nothing was added",
-            path=str(segment.manifest.get("source", "")),
-            field="id",
-        )
+    _refuse_known(
+        segment,
+        [pid for pid in new_pids if pid in store],
+        "passage id(s) already in the corpus",
+        "nothing was added",
+        field="id",
+    )
     old_docs = store.documents_table().column("doc_id")
     new_docs = segment.documents_table().column("doc_id")
-    same = pc.filter(new_docs, pc.is_in(new_docs, value_set=old_docs)).to_pylist()
-    if same:
-        more = f" and {len(same) - 5} more" if len(same) > 5 else ""
+    _refuse_known(
+        segment,
+        pc.filter(new_docs, pc.is_in(new_docs, value_set=old_docs)).to_pylist(),
+        "document id(s) already in the corpus",
+        "to replace them, delete them and compact the index first",
+        field="doc_id",
+    )
+
+
+def _refuse_known(
+    segment: CorpusStore, known: list[str], what: str, advice: str, *, field: str
+) -> None:
+    """Refuse ``segment`` when it repeats ids the store holds, naming the first five."""
+    if known:
+        more = f" and {len(known) - 5} more" if len(known) > 5 else ""
         raise InputError(
-            f"{len(same)} document id(s) already in the corpus: "
-            f"{', '.join(repr(d) for d in same[:5])}{more}; to replace them, delete them and compact the index first",
+            f"{len(known)} {what}: {', '.join(repr(d) for d in known[:5])}{more}; {advice}",
             path=str(segment.manifest.get("source", "")),
-            field="doc_id",
+            field=field,
         )
 
 

@@ -85,24 +85,29 @@ def read_questions(
     return parse_source(str(spec), want="questions").questions(errors).first(limit)
 
 
-def read_question_lines(path: str | Path) -> Questions:
-    """Questions one per line of a UTF-8 text file (``-``: stdin); blank lines are skipped,
-    and each question's id is its line number."""
+def read_text_file(path: str | Path, holding: str) -> tuple[str, str]:
+    """The text of the UTF-8 file ``path`` (``-``: stdin) and where it came from (the path,
+    or ``stdin``); a missing file, a directory (``holding``: what to give instead, as in
+    "a file of questions") or bytes that are not UTF-8 refused in one line."""
     import sys
 
     if str(path) == "-":
-        text, where = sys.stdin.read(), "stdin"
-    else:
-        p = Path(path)
-        where = str(p)
-        try:
-            text = p.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise AnygrainError(f"{p}: no such file") from None
-        except IsADirectoryError:
-            raise AnygrainError(f"{p}: is a directory; give a file of questions") from None
-        except UnicodeDecodeError as e:
-            raise AnygrainError(f"{p}: not UTF-8 text (byte {e.start})") from None
+        return sys.stdin.read(), "stdin"
+    p = Path(path)
+    try:
+        return p.read_text(encoding="utf-8"), str(p)
+    except FileNotFoundError:
+        raise AnygrainError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise AnygrainError(f"{p}: is a directory; give {holding}") from None
+    except UnicodeDecodeError as e:
+        raise AnygrainError(f"{p}: not UTF-8 text (byte {e.start})") from None
+
+
+def read_question_lines(path: str | Path) -> Questions:
+    """Questions one per line of a UTF-8 text file (``-``: stdin); blank lines are skipped,
+    and each question's id is its line number."""
+    text, where = read_text_file(path, "a file of questions")
     items = [
         Question(id=str(n), text=line.strip())
         for n, line in enumerate(text.splitlines(), 1)

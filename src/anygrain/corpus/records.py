@@ -50,3 +50,33 @@ class Passage:
     end: int
     sentences: list[tuple[int, int]] = field(default_factory=list)  # offsets within ``text``
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class JoinedText:
+    """A document's text built block by block, joined by ``sep``, with the spans of the
+    blocks that are passages (a reader's own units: TSV rows, paragraphs)."""
+
+    sep: str
+    blocks: list[str] = field(default_factory=list)
+    spans: list[Span] = field(default_factory=list)
+    pos: int = 0
+
+    def add(
+        self,
+        text: str,
+        *,
+        passage: bool = True,
+        id: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> None:
+        if self.blocks:
+            self.pos += len(self.sep)
+        if passage:
+            self.spans.append(Span(self.pos, self.pos + len(text), id=id, meta=meta or {}))
+        self.blocks.append(text)
+        self.pos += len(text)
+
+    @property
+    def text(self) -> str:
+        return self.sep.join(self.blocks)

@@ -94,6 +94,27 @@ def build_id_table(hashes: np.ndarray) -> np.ndarray:
     return table
 
 
+def checksum_record(pid: str, title: str, text: str) -> bytes:
+    """One passage's part of the store checksum (SHA-256 over these, in row order)."""
+    return f"{pid}\x00{title}\x00{text}\x01".encode()
+
+
+def content_checksum(tables: Iterable[pa.Table], batch_size: int = 8192) -> str:
+    """The store checksum of the passages of ``tables`` in row order, as :meth:`CorpusStore.build`
+    computes it while writing."""
+    sha = hashlib.sha256()
+    for table in tables:
+        for batch in table.to_batches(max_chunksize=batch_size):
+            for pid, title, text in zip(
+                batch.column("id").to_pylist(),
+                batch.column("title").to_pylist(),
+                batch.column("text").to_pylist(),
+                strict=True,
+            ):
+                sha.update(checksum_record(pid, title, text))
+    return sha.hexdigest()
+
+
 def _read_segments(path: Path, names: list[str]) -> pa.Table:
     """The memory-mapped segments as one table (zero-copy: one chunk list per column)."""
     tables = [pa.ipc.open_file(pa.memory_map(str(path / n), "r")).read_all() for n in names]
@@ -129,7 +150,7 @@ class _Writer:
         )
         self.n_docs += 1
         for p in passages:
-            self.sha.update(f"{p.id}\x00{p.title}\x00{p.text}\x01".encode())
+            self.sha.update(checksum_record(p.id, p.title, p.text))
             self.n_passages += 1
             self.p_rows.append(
                 {
@@ -468,17 +489,8 @@ class CorpusStore:
         if not 0 <= start < stop <= len(self):
             raise AnygrainError(f"row range [{start}, {stop}) outside the corpus (0..{len(self)})")
         out = Path(out)
-        sha = hashlib.sha256()
         part = self._passages.slice(start, stop - start)
-        for s in range(0, part.num_rows, batch_size):
-            b = part.slice(s, batch_size)
-            for pid, title, text in zip(
-                b.column("id").to_pylist(),
-                b.column("title").to_pylist(),
-                b.column("text").to_pylist(),
-                strict=True,
-            ):
-                sha.update(f"{pid}\x00{title}\x00{text}\x01".encode())
+        checksum = content_checksum([part], batch_size)
         docs = self.documents_table()
         wanted = pa.array(sorted(set(part.column("doc_id").to_pylist())))
         doc_part = docs.filter(pc.is_in(docs.column("doc_id"), value_set=wanted))
@@ -501,7 +513,7 @@ class CorpusStore:
                 "split": self.manifest.get("split"),
                 "n_passages": stop - start,
                 "n_documents": doc_part.num_rows,
-                "checksum": sha.hexdigest(),
+                "checksum": checksum,
                 "rows_of": {"checksum": self.checksum, "start": start, "stop": stop},
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
             }

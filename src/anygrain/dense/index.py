@@ -56,10 +56,11 @@ from anygrain.encode.runtime import Runtime
 from anygrain.errors import AnygrainError, IndexMismatchError
 from anygrain.hits.hit import Hit
 from anygrain.hits.results import hits_from_rows
-from anygrain.index.base import Index
 from anygrain.index.encoded import EncodedQueries
+from anygrain.index.lazy_model import LazyModel
 from anygrain.index.registry import IndexKind, register_index
-from anygrain.index.settings import BuildOptions, IndexSettings
+from anygrain.index.rows import RowsIndex
+from anygrain.index.settings import BuildJob, BuildOptions, IndexSettings
 from anygrain.vectors.faiss_index import FaissIndex
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ QUESTION_BATCH = 32
 
 
 @register_index(IndexKind.DENSE)
-class DenseIndex(Index):
+class DenseIndex(RowsIndex, LazyModel["BiEncoder"]):
     """Dense passage retrieval; ``search`` returns passage hits scored by inner product."""
 
     takes_query_model = True
@@ -97,38 +98,12 @@ class DenseIndex(Index):
         questions (default: the model)."""
         super().__init__(path, manifest)
         self.store = store
-        self._model: BiEncoder | None = None
-        self._load_model: Callable[[], BiEncoder] | None = None
-        if is_biencoder(model):  # a module is callable too: asked first
-            self._model = model  # type: ignore[assignment]
-        else:
-            self._load_model = model  # type: ignore[assignment]
+        self.hold_model(model, loaded=is_biencoder(model))  # a module is callable too
         self.questions: BiEncoder | OnnxBiEncoder = questions or self.model
         self.faiss = faiss_index
         self.settings = settings
         self.subdir = subdir
         self._vectors: ShardSet | None = None
-
-    @property
-    def model(self) -> BiEncoder:
-        """The bi-encoder (torch), loaded on first use when questions run on ONNX Runtime."""
-        if self._model is None:
-            assert self._load_model is not None
-            self._model = self._load_model()
-        return self._model
-
-    @model.setter
-    def model(self, value: BiEncoder) -> None:
-        self._model = value
-        self.questions = value
-
-    def model_or_loader(self) -> BiEncoder | Callable[[], BiEncoder]:
-        """The bi-encoder if loaded, else what loads it, loading nothing (a sharded index
-        takes its first shard's: questions on ONNX Runtime load no torch)."""
-        if self._model is not None:
-            return self._model
-        assert self._load_model is not None
-        return self._load_model
 
     @property
     def runtime(self) -> Runtime:
@@ -175,30 +150,25 @@ class DenseIndex(Index):
         find_model(settings.model)  # a wrong name fails before the corpus is read
 
     @classmethod
-    def write(
-        cls,
-        out: Path,
-        corpus: CorpusStore,
-        settings: IndexSettings,
-        options: BuildOptions,
-        work: Path,
-    ) -> None:
-        """Encode ``corpus`` (resumably: shards wait in ``work``) and write the dense index.
+    def write(cls, job: BuildJob) -> None:
+        """Encode ``job.corpus`` (resumably: shards wait in ``job.work``) and write the dense
+        index.
 
         Without ``model`` the encoder is the default for the corpus language (``lang``, or
         detected): ``minilm`` for English, the multilingual ``me5-small`` for Chinese.
         """
-        assert isinstance(settings, DenseSettings)
-        model, name = build_model(settings, corpus)
+        s = job.settings
+        assert isinstance(s, DenseSettings)
+        model, name = build_model(s, job.corpus)
         write_dense_index(
-            out,
-            corpus,
+            job.out,
+            job.corpus,
             model,
-            settings,
-            options,
+            s,
+            job.options,
             model_name=name,
-            vectors_dir=work,
-            build=settings,
+            vectors_dir=job.work,
+            build=s,
         )
 
     # --- opening -------------------------------------------------------------------------
@@ -265,18 +235,6 @@ class DenseIndex(Index):
         )
         return hits_from_rows(self.store, rows, scores)
 
-    def search_encoded(
-        self,
-        encoded: EncodedQueries,
-        k: int = 10,
-        *,
-        nprobe: int | None = None,
-        ef_search: int | None = None,
-        **options: Any,
-    ) -> list[list[Hit]]:
-        rows, scores = self.search_rows_encoded(encoded, k, nprobe=nprobe, ef_search=ef_search)
-        return hits_from_rows(self.store, rows, scores)
-
     def search_rows_encoded(
         self,
         encoded: EncodedQueries,
@@ -286,8 +244,6 @@ class DenseIndex(Index):
         ef_search: int | None = None,
         **options: Any,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`search_encoded`'s ``(rows, scores)`` before hits are made of them (what a
-        filtered search reads: :mod:`anygrain.index.filters`)."""
         (qvecs,) = encoded.vectors
         return self.search_vectors(qvecs, k, nprobe=nprobe, ef_search=ef_search)
 

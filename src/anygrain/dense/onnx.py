@@ -40,26 +40,19 @@ import numpy as np
 
 from anygrain.encode.onnx_runtime import (
     EXPORT_VERSION,
-    GRAPH_FILE,
-    TOKEN_EMBEDS,
-    TOKEN_TABLE_FILE,
     TOKENIZER_FILE,
     GraphCache,
     OnnxGraph,
     attention,
     digest,
-    export_graph,
-    graph_module,
+    export_encoder,
+    finish_export,
     pad_batch,
-    save_token_table,
-    save_tokenizer,
-    write_meta,
 )
 from anygrain.encode.runtime import Runtime
 from anygrain.models.encoder_config import EncoderConfig, Pooling
 from anygrain.models.forms import BIENCODER_CONFIG as BIENCODER_CONFIG
-from anygrain.utils.finite import check_finite
-from anygrain.utils.progress import progress_bar
+from anygrain.models.text_encoding import BiEncoding, TextEncoding, TokenRows
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
@@ -115,52 +108,33 @@ def export_side(
         from anygrain.models.encoder import pool
         from anygrain.models.hf import encoder_inputs
 
-        was_training = enc.training
-        enc.eval()
-        try:
-            titles, texts = (list(x) for x in zip(*EXAMPLE, strict=True))
-            ex = enc.tokenize(texts, titles, padding=True)
-            table = enc.model.cpu().get_input_embeddings().weight  # type: ignore[operator]
-            # the table stays outside the graph (looked up with NumPy from a memory map): a
-            # multilingual model's is most of its weights, all but a few rows unused
-            save_token_table(table, d / TOKEN_TABLE_FILE)
-            inputs: dict[str, Any] = {
-                TOKEN_EMBEDS: table[ex["input_ids"]].detach(),
-                "attention_mask": ex["attention_mask"],
-            }
-            if "token_type_ids" in ex:
-                inputs["token_type_ids"] = ex["token_type_ids"]
-            c = enc.config
+        titles, texts = (list(x) for x in zip(*EXAMPLE, strict=True))
+        ex = enc.tokenize(texts, titles, padding=True)
+        table = enc.model.cpu().get_input_embeddings().weight  # type: ignore[operator]
+        # the forward's positional order: input_ids, attention_mask, token_type_ids
+        inputs = {n: ex[n] for n in ("input_ids", "attention_mask", "token_type_ids") if n in ex}
+        c = enc.config
 
-            def forward(embeds: Any, mask: Any, types: Any = None) -> Any:
-                import torch
+        def forward(ids: Any, mask: Any, types: Any = None, *, token_embeds: Any = None) -> Any:
+            import torch
 
-                out = enc.model(**encoder_inputs(None, mask, types, embeds))
-                v = pool(out.last_hidden_state, mask, c.pooling)
-                return torch.nn.functional.normalize(v, dim=-1) if c.normalize else v
+            out = enc.model(**encoder_inputs(ids, mask, types, token_embeds))
+            v = pool(out.last_hidden_state, mask, c.pooling)
+            return torch.nn.functional.normalize(v, dim=-1) if c.normalize else v
 
-            with attention(enc.model):  # the plain attention: ONNX Runtime fuses it
-                export_graph(graph_module(enc, forward), inputs, OUTPUTS, d / GRAPH_FILE)
-        finally:
-            enc.train(was_training)
-        tok = save_tokenizer(enc.tokenizer, d / TOKENIZER_FILE)
-        write_meta(
-            d,
-            {
-                "kind": KIND,
-                "key": key,
-                "name": enc.name or model.config.base_model,
-                "dim": model.dim,
-                "pooling": enc.config.pooling.value,
-                "normalize": enc.config.normalize,
-                # what OnnxGraph.tokenize would cut to; the runner cuts to its side's length
-                "max_length": enc.config.max_length,
-                "inputs": list(inputs),
-                "token_table": TOKEN_TABLE_FILE,
-                "outputs": list(OUTPUTS),
-                "tokenizer": tok,
-            },
-        )
+        with attention(enc.model):  # the plain attention: ONNX Runtime fuses it
+            names = export_encoder(enc, d, forward, inputs, table, OUTPUTS)
+        meta = {
+            "kind": KIND,
+            "key": key,
+            "name": enc.name or model.config.base_model,
+            "dim": model.dim,
+            "pooling": enc.config.pooling.value,
+            "normalize": enc.config.normalize,
+            # what OnnxGraph.tokenize would cut to; the runner cuts to its side's length
+            "max_length": enc.config.max_length,
+        }
+        finish_export(d, enc.tokenizer, meta, names, OUTPUTS)
 
     return cache.write(key, fill)
 
@@ -183,7 +157,7 @@ def export_biencoder(
 
 
 # --- running --------------------------------------------------------------------------------
-class OnnxTextEncoder:
+class OnnxTextEncoder(TextEncoding):
     """One side of a bi-encoder on its exported graph: ``encode`` as
     :meth:`~anygrain.models.encoder.TextEncoder.encode` (the prefix, ``title [SEP] text``
     with only the text truncated, batches of similar length), the same float32 vectors.
@@ -208,7 +182,11 @@ class OnnxTextEncoder:
         self.config = config
         self.side = side
         self.name = str(meta.get("name", ""))
-        self.dim = int(meta["dim"])
+        self._dim = int(meta["dim"])
+
+    @property
+    def dim(self) -> int:
+        return self._dim
 
     def _tokenizer(self, pairs: bool) -> Any:
         # a tokenizer per mode: truncation is a setting of the tokenizer object
@@ -235,43 +213,28 @@ class OnnxTextEncoder:
         )
         return tok
 
-    def encode(
-        self,
-        texts: Sequence[str],
-        titles: Sequence[str] | None = None,
-        *,
-        batch_size: int = 64,
-        progress: bool = False,
-        desc: str = "encoding",
-        bf16: bool = False,
-    ) -> np.ndarray:
-        """Vectors for ``texts`` (float32, input order)."""
-        n = len(texts)
-        out = np.zeros((n, self.dim), dtype=np.float32)
-        if n == 0:
-            return out
+    def token_rows(
+        self, texts: Sequence[str], titles: Sequence[str] | None
+    ) -> tuple[TokenRows, TokenRows | None]:
         texts = [self.config.prefix + t for t in texts]
         items: list[Any] = list(zip(titles, texts, strict=True)) if titles is not None else texts
         enc = self._tokenizer(titles is not None).encode_batch(items, add_special_tokens=True)
-        order = np.argsort([-len(e.ids) for e in enc], kind="stable")
-        pad_id = int(self.graph.meta["tokenizer"]["pad_id"])
         types = "token_type_ids" in self.graph.input_names
-        batches = [order[i : i + batch_size] for i in range(0, n, batch_size)]
-        for b in progress_bar(batches, desc=desc, unit="batch", disable=not progress):
-            # a batch runs in parts of at most RUN_TOKENS tokens (longest first, so each
-            # part's first row is its widest): the same vectors, less time and memory
-            i = 0
-            while i < len(b):
-                rows = max(1, RUN_TOKENS // len(enc[b[i]].ids))
-                part = b[i : i + rows]
-                batch = [enc[j] for j in part]
-                feeds = pad_batch(
-                    [e.ids for e in batch], pad_id, [e.type_ids for e in batch] if types else None
-                )
-                (vecs,) = self.graph.run(feeds)
-                out[part] = vecs
-                i += rows
-        return check_finite(out, self.name, self.side)
+        return [e.ids for e in enc], [e.type_ids for e in enc] if types else None
+
+    def run_rows(self, ids: TokenRows, types: TokenRows | None, bf16: bool) -> np.ndarray:
+        # a batch runs in parts of at most RUN_TOKENS tokens (longest first, so each part's
+        # first row is its widest): the same vectors, less time and memory
+        pad_id = int(self.graph.meta["tokenizer"]["pad_id"])
+        parts: list[np.ndarray] = []
+        i = 0
+        while i < len(ids):
+            rows = max(1, RUN_TOKENS // len(ids[i]))
+            part_types = types[i : i + rows] if types is not None else None
+            (vecs,) = self.graph.run(pad_batch(ids[i : i + rows], pad_id, part_types))
+            parts.append(vecs)
+            i += rows
+        return np.concatenate(parts)
 
 
 @dataclass
@@ -286,7 +249,7 @@ class RunnerConfig:
     passage_fingerprint: str
 
 
-class OnnxBiEncoder:
+class OnnxBiEncoder(BiEncoding):
     """``encode_questions`` / ``encode_passages`` as :class:`~anygrain.models.biencoder.BiEncoder`'s,
     on the exported graphs of its two sides (one ONNX Runtime session when they share one)."""
 
@@ -316,14 +279,6 @@ class OnnxBiEncoder:
 
     def passage_fingerprint(self) -> str:
         return self.config.passage_fingerprint
-
-    def encode_questions(self, texts: Sequence[str], **kw: Any) -> np.ndarray:
-        return self.question.encode(texts, desc="encoding questions", **kw)
-
-    def encode_passages(
-        self, texts: Sequence[str], titles: Sequence[str] | None = None, **kw: Any
-    ) -> np.ndarray:
-        return self.passage.encode(texts, titles, desc="encoding passages", **kw)
 
 
 def runner_config(model: BiEncoder, passage_fingerprint: str) -> RunnerConfig:

@@ -17,6 +17,7 @@ from anygrain.dense.build import MODEL_CONFIG, SETTINGS_FILE, as_biencoder
 from anygrain.dense.onnx import is_biencoder
 from anygrain.encode.runtime import Runtime
 from anygrain.errors import AnygrainError, IndexMismatchError, ModelNotFoundError
+from anygrain.index.model_ref import check_named_model
 from anygrain.models.resolve import ALIASES, resolve_model
 from anygrain.models.shipped import SHIPPED, shipped_model_dir
 from anygrain.utils.device import place
@@ -183,14 +184,7 @@ def open_model(
         # a name resolves to whatever is installed or downloaded now: hashed every time
         enc = referenced_model(path, record)
         got = enc.passage_fingerprint()
-        if got != want:
-            raise IndexMismatchError(
-                f"{path}: the model {record['ref']!r} now has a passage encoder with "
-                f"fingerprint {got}, not the {want} this index was built with (base "
-                f"{record['base_model']!r}); another model behind the same name is never "
-                "used in its place. Pass the model the index was built with (--model DIR, "
-                "or Index.load(path, model=DIR)), or rebuild the index."
-            )
+        check_named_model(path, record, got, noun="model", has="a passage encoder with fingerprint")
     if got != want:
         raise IndexMismatchError(
             f"{path}: the model's passage encoder (fingerprint {got}) is not the one this index "

@@ -29,7 +29,8 @@ the model's settings) and the checksums of them all, written last and checked at
 (:mod:`anygrain.encode.cache_checks`): a damaged entry is made again, never used.
 
 This module is the engine's part and knows no model: each encoder exports its own
-graph through :func:`export_graph` and reads it back with :class:`OnnxGraph`.
+graph through :func:`export_encoder` (on :func:`export_graph`) and :func:`finish_export`,
+and reads it back with :class:`OnnxGraph` (:func:`open_graph`).
 """
 
 from __future__ import annotations
@@ -234,6 +235,42 @@ def export_graph(
     module.eval()  # the exporter restores the mode it found; keep inference mode
 
 
+def export_encoder(
+    model: Any,
+    d: Path,
+    forward: Callable[..., Any],
+    inputs: Mapping[str, Any],
+    table: Any,
+    outputs: Sequence[str],
+    *,
+    sequence_outputs: Sequence[str] = (),
+) -> list[str]:
+    """Export ``forward(input_ids, attention_mask[, token_type_ids], token_embeds=...)`` of
+    ``model`` (a torch module, in eval mode, its mode restored after) called with ``inputs``
+    into ``d``; returns the graph's input names.  With a token-embedding ``table``, the
+    table is saved beside the graph (looked up with NumPy from a memory map: a multilingual
+    model's is most of its weights, all but a few rows unused by any corpus) and the graph
+    takes its rows (:data:`TOKEN_EMBEDS`) in place of ``input_ids``."""
+    was_training = model.training
+    model.eval()
+    try:
+        feeds = dict(inputs)
+        if table is None:
+            module = graph_module(model, forward)
+        else:
+            save_token_table(table, d / TOKEN_TABLE_FILE)
+            feeds = {TOKEN_EMBEDS: table[feeds.pop("input_ids")].detach(), **feeds}
+
+            def by_rows(embeds: Any, *rest: Any) -> Any:
+                return forward(None, *rest, token_embeds=embeds)
+
+            module = graph_module(model, by_rows)
+        export_graph(module, feeds, outputs, d / GRAPH_FILE, sequence_outputs=sequence_outputs)
+    finally:
+        model.train(was_training)
+    return list(feeds)
+
+
 #: the attention a Hugging Face encoder is traced with: the plain one, whose pattern ONNX
 #: Runtime's optimiser recognises (faster than the SDPA trace on passages; questions the
 #: same: docs/benchmarks.md).  Not in a graph's key: both
@@ -336,6 +373,30 @@ def write_meta(directory: Path, meta: Mapping[str, Any]) -> None:
     (directory / META_FILE).write_text(
         json.dumps({"export_version": EXPORT_VERSION, "opset": OPSET, **meta}, indent=2)
     )
+
+
+def finish_export(
+    d: Path, tokenizer: Any, meta: Mapping[str, Any], inputs: Sequence[str], outputs: Sequence[str]
+) -> None:
+    """Complete the graph directory ``d`` after its export: ``tokenizer`` saved
+    (:func:`save_tokenizer`) and ``meta.json`` written: ``meta``, then the graph's
+    ``inputs``, its token table when it takes the rows in place of ids, its ``outputs`` and
+    the tokenizer's settings."""
+    tok = save_tokenizer(tokenizer, d / TOKENIZER_FILE)
+    table = {"token_table": TOKEN_TABLE_FILE} if TOKEN_EMBEDS in inputs else {}
+    write_meta(
+        d, {**meta, "inputs": list(inputs), **table, "outputs": list(outputs), "tokenizer": tok}
+    )
+
+
+def open_graph(directory: Path, kind: str, what: str, *, threads: int | None = None) -> OnnxGraph:
+    """The graph in ``directory``, its tokenizer read at first use (a caller that cuts its
+    own inputs never reads it); a ValueError when it is not a ``kind`` graph (``what``
+    names that kind)."""
+    graph = OnnxGraph(directory, threads=threads, tokenize=False)
+    if graph.meta.get("kind") != kind:
+        raise ValueError(f"{directory}: not a {what} graph")
+    return graph
 
 
 class OnnxGraph:

@@ -19,10 +19,10 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, TypeVar
 
 from anygrain.errors import AnygrainError, InputError
 from anygrain.hits.hit import Hit, Unit
@@ -38,6 +38,7 @@ __all__ = [
 ]
 
 _RUN_FIELDS = ("qid", "Q0", "docid", "rank", "score", "tag")
+_N = TypeVar("_N", int, float)
 
 
 def dedupe_hits(hits: Iterable[Hit]) -> list[Hit]:
@@ -166,6 +167,18 @@ def _lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, list[str]]]:
                 yield lineno, parts
 
 
+def _number(
+    kind: Callable[[str], _N], text: str, what: str, *, path: str, line: int, field: str
+) -> _N:
+    """``kind(text)``, or an error naming the file, line and field."""
+    try:
+        return kind(text)
+    except ValueError:
+        raise InputError(
+            f"{field} {text!r} is not {what}", path=path, line=line, field=field
+        ) from None
+
+
 def read_run(path: str | os.PathLike[str], *, unit: Unit = Unit.PASSAGE) -> dict[str, list[Hit]]:
     """Read a TREC run into query id -> hits ordered by rank.
 
@@ -183,18 +196,8 @@ def read_run(path: str | os.PathLike[str], *, unit: Unit = Unit.PASSAGE) -> dict
                 line=lineno,
             )
         qid, _, docid, rank_s, score_s, _tag = parts
-        try:
-            rank = int(rank_s)
-        except ValueError:
-            raise InputError(
-                f"rank {rank_s!r} is not an integer", path=p, line=lineno, field="rank"
-            ) from None
-        try:
-            score = float(score_s)
-        except ValueError:
-            raise InputError(
-                f"score {score_s!r} is not a number", path=p, line=lineno, field="score"
-            ) from None
+        rank = _number(int, rank_s, "an integer", path=p, line=lineno, field="rank")
+        score = _number(float, score_s, "a number", path=p, line=lineno, field="score")
         if math.isnan(score):
             raise InputError("score is NaN", path=p, line=lineno, field="score")
         ids = seen.setdefault(qid, set())

@@ -30,14 +30,13 @@ from anygrain.index.filters import accepts_filter
 from anygrain.index.manifest import MANIFEST, check_build_target, check_on_open, read_manifest
 from anygrain.index.registry import IndexKind, registered_class
 from anygrain.index.scope import Scope, gold_rows
-from anygrain.index.settings import BuildOptions, IndexSettings
+from anygrain.index.settings import BuildJob, BuildOptions, IndexSettings
 from anygrain.utils.atomic import atomic_dir
 from anygrain.utils.checksums import SMALL_LIMIT, Verify
 from anygrain.utils.lock import writer_lock
 
 if TYPE_CHECKING:
     from anygrain.corpus.questions import Questions
-    from anygrain.corpus.store import CorpusStore
     from anygrain.eval.evaluate import EvalReport
     from anygrain.index.updater import StagedUpdate
 
@@ -57,7 +56,7 @@ class UpdateOp(str, enum.Enum):
 
 
 @functools.cache
-def _keyword_only(method: Callable[..., Any]) -> frozenset[str]:
+def keyword_only(method: Callable[..., Any]) -> frozenset[str]:
     """The keyword-only parameters of ``method`` (the options a kind's ``search`` takes)."""
     return frozenset(
         p.name
@@ -234,15 +233,21 @@ class Index(ABC):
         **options: Any,
     ) -> Index:
         """Build this kind from ``source`` into ``out``: ``options`` are the kind's settings
-        (``settings_type``), checked and typed before anything is read or written."""
+        (:meth:`settings_from`), checked and typed before anything is read or written."""
         from anygrain.utils.device import check_device
 
-        settings = cls.settings_type.from_options(cls.kind.value, options)
+        settings = cls.settings_from(**options)
         check_device(device)  # a missing GPU is refused before anything is read
         common = BuildOptions(
             split, errors, progress, corpus_dir, overwrite, executor, device, runtime
         )
         return cls.build_with(source, Path(out), settings, common)
+
+    @classmethod
+    def settings_from(cls, **options: Any) -> IndexSettings:
+        """The kind's settings (``settings_type``) from :meth:`build_from`'s options; an
+        error for one it does not take."""
+        return cls.settings_type.from_options(cls.kind.value, options)
 
     #: names the scratch directory beside the output a build keeps across an interruption
     #: (``.OUT.NAME.partial``: what a resumed build picks up); removed once the build is done
@@ -274,7 +279,7 @@ class Index(ABC):
                     errors=options.errors,
                     progress=options.progress,
                 )
-                reopen = cls.write(tmp, store, settings, options, work)
+                reopen = cls.write(BuildJob(tmp, store, settings, options, work))
             shutil.rmtree(work, ignore_errors=True)
         return Index.load(out, **(reopen or {}))
 
@@ -286,20 +291,13 @@ class Index(ABC):
 
     @classmethod
     @abstractmethod
-    def write(
-        cls,
-        out: Path,
-        corpus: CorpusStore,
-        settings: IndexSettings,
-        options: BuildOptions,
-        work: Path,
-    ) -> Mapping[str, Any] | None:
-        """The kind's part of :meth:`build_with`: write its files for ``corpus`` under
-        ``out`` (a temporary directory), ``index.json`` last with ``write_manifest`` and
-        ``settings`` under ``settings.build``.  ``work`` is a scratch directory outside
-        ``out`` that survives a failed build (where a resumable encode keeps its shards);
-        the template removes it after success.  May return load options the built index is
-        opened with (the model already in memory, so it is not loaded twice)."""
+    def write(cls, job: BuildJob) -> Mapping[str, Any] | None:
+        """The kind's part of :meth:`build_with`: write its files for ``job.corpus`` under
+        ``job.out`` (a temporary directory), ``index.json`` last with ``write_manifest`` and
+        ``job.settings`` under ``settings.build``.  ``job.work`` is a scratch directory
+        outside ``job.out`` that survives a failed build (where a resumable encode keeps its
+        shards); the template removes it after success.  May return load options the built
+        index is opened with (the model already in memory, so it is not loaded twice)."""
 
     @staticmethod
     def load(
@@ -451,13 +449,13 @@ class Index(ABC):
     @classmethod
     def encode_options(cls) -> frozenset[str]:
         """The options the kind's :meth:`encode` takes (its keyword-only parameters)."""
-        return _keyword_only(cls.encode)
+        return keyword_only(cls.encode)
 
     @classmethod
     def search_options(cls) -> frozenset[str]:
         """The options the kind's :meth:`search` takes: its keyword-only parameters and
         those of :meth:`search_encoded`, which it forwards them to."""
-        return _keyword_only(cls.search) | _keyword_only(cls.search_encoded) | {"filter"}
+        return keyword_only(cls.search) | keyword_only(cls.search_encoded) | {"filter"}
 
     def check_search_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
         """``options`` for :meth:`search` without those set to None, each value checked by

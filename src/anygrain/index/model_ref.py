@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from anygrain.errors import UsageError
+from anygrain.errors import IndexMismatchError, UsageError
 
 
 def model_reference(
@@ -54,3 +54,20 @@ def model_location(fingerprint: str, base_model: str, *, ref: str, copy: str) ->
         "base_model": base_model,
         **({"ref": ref} if ref else {"path": copy}),
     }
+
+
+def check_named_model(
+    path: Path, record: dict[str, Any], got: str | None, *, noun: str, has: str
+) -> None:
+    """Refuse the model an index at ``path`` refers to by name (``record``: its ``model``)
+    when that name now loads weights of another fingerprint (``got``; ``has`` says which
+    weights) than the index was built with: another model behind the same name is never
+    used in its place.  ``noun`` is what the kind calls its model."""
+    want = record.get("fingerprint")
+    if got != want:
+        raise IndexMismatchError(
+            f"{path}: the {noun} {record['ref']!r} now has {has} {got}, not the {want} this "
+            f"index was built with (base {record.get('base_model')!r}); another model behind "
+            "the same name is never used in its place. Pass the model the index was built "
+            "with (--model DIR, or Index.load(path, model=DIR)), or rebuild the index."
+        )

@@ -15,10 +15,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from anygrain.encode.executor import Executor, ExecutorKind
 from anygrain.errors import ErrorLog, UsageError
+
+if TYPE_CHECKING:
+    from anygrain.corpus.store import CorpusStore
 
 S = TypeVar("S", bound="IndexSettings")
 
@@ -47,6 +50,18 @@ class BuildOptions:
             from anygrain.encode.onnx_runtime import parse_runtime
 
             parse_runtime(self.runtime)  # refused before anything is read: torch missing
+
+
+@dataclass(frozen=True)
+class BuildJob:
+    """What ``Index.build_with`` hands a kind's ``write``: one build, in one value."""
+
+    out: Path  # the temporary directory the index is written in (renamed when complete)
+    corpus: CorpusStore  # the passage store the index is built over
+    settings: IndexSettings  # the kind's own settings (its ``settings_type``)
+    options: BuildOptions
+    # scratch outside ``out`` that survives a failed build (a resumable encode's shards)
+    work: Path
 
 
 #: the options every kind takes (``threads`` is taken by ``api.build_index`` before the build)

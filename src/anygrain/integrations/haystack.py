@@ -63,10 +63,18 @@ from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.dataclasses import ExtractedAnswer
 
 from anygrain.errors import AnygrainError
-from anygrain.hits.hit import Hit, Unit, above_threshold, check_threshold
+from anygrain.hits.hit import Hit, Unit, check_threshold
 from anygrain.index.base import Index
 from anygrain.index.filters import check_bounds
-from anygrain.integrations.service import check_depth, document_ids, shared_service
+from anygrain.integrations.service import (
+    TEXT_FIELDS,
+    Settings,
+    check_depth,
+    convert_hits,
+    hit_metadata,
+    search_hits,
+    shared_service,
+)
 from anygrain.serve.service import SearchService
 
 #: The module Haystack knows the component by (a namespace package, as Haystack's own
@@ -77,7 +85,7 @@ OLD_TYPE = f"{__name__}.AnygrainRetriever"
 
 #: Hit JSON fields left out of a Document's meta: its content and score hold them, and
 #: ``meta`` is ``passage_meta`` there.
-LEFT_OUT = ("text", "before", "after", "score", "meta")
+LEFT_OUT = (*TEXT_FIELDS, "score", "meta")
 #: A Document's own fields: Haystack flattens ``meta`` beside them (``Document.to_dict``), so
 #: a passage's metadata field of one of these names is in ``passage_meta`` only.
 RESERVED = frozenset(
@@ -151,14 +159,11 @@ def anygrain_filter(spec: dict[str, Any] | None) -> dict[str, Any] | None:
 def hit_document(hit: Hit, rank: int = 1, id: str | None = None) -> Document:
     """One hit as a Haystack :class:`Document` (see the module docstring); ``id`` its
     document's (default: the hit's document id)."""
-    payload = hit.to_json(rank)
-    for key in LEFT_OUT:
-        payload.pop(key)
     flat = {k: v for k, v in hit.meta.items() if k not in RESERVED}
     return Document(
         id=hit.doc_id if id is None else id,
         content=hit.text,
-        meta={**flat, **payload, "relevance": hit.relevance, "passage_meta": dict(hit.meta)},
+        meta={**hit_metadata(hit, rank, LEFT_OUT, flat), "passage_meta": dict(hit.meta)},
         score=float(hit.score),
     )
 
@@ -284,20 +289,13 @@ class AnygrainRetriever:
     ) -> list[Hit]:
         """The hits behind :meth:`run`'s documents (``top_k``, ``unit``, ``filters`` and
         ``score_threshold`` as there)."""
-        r = self.service.search(
-            [query],
-            unit=unit or self.unit,
-            k=check_depth(top_k or self.top_k),
-            filter=anygrain_filter(filters if filters is not None else self.filters),
-        )
-        threshold = self.score_threshold if score_threshold is None else score_threshold
-        return above_threshold(r.hits[0], threshold)
+        # the filter given for this call replaces the component's (an empty one: none)
+        spec = anygrain_filter(filters if filters is not None else self.filters)
+        own = Settings(self.top_k, self.unit, spec, self.score_threshold)
+        return search_hits(self.service, query, own, Settings(top_k, unit, None, score_threshold))
 
     def _output(self, query: str, hits: list[Hit]) -> dict[str, Any]:
-        ids = document_ids(hits)
-        documents = [
-            hit_document(h, i, d) for i, (h, d) in enumerate(zip(hits, ids, strict=True), 1)
-        ]
+        documents = convert_hits(hits, hit_document)
         answers = [hit_answer(h, query, d) for h, d in zip(hits, documents, strict=True)]
         return {"documents": documents, "answers": [a for a in answers if a is not None]}
 

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from langchain_core.callbacks import (
@@ -51,24 +50,25 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from anygrain.hits.hit import Hit, above_threshold, check_threshold
+from anygrain.hits.hit import Hit, check_threshold
 from anygrain.index.base import Index
-from anygrain.integrations.service import MAX_DEPTH, check_depth, document_ids, shared_service
+from anygrain.integrations.service import (
+    MAX_DEPTH,
+    SettingsSearch,
+    check_depth,
+    convert_hits,
+    hit_metadata,
+    shared_service,
+)
 from anygrain.serve.service import SearchService
-
-#: Hit JSON fields left out of a Document's metadata (the page content holds them).
-LEFT_OUT = ("text", "before", "after")
 
 
 def hit_document(hit: Hit, rank: int = 1, id: str | None = None) -> Document:
     """One hit as a LangChain :class:`Document` (see the module docstring); ``id`` its
     document's (default: the hit's document id)."""
-    payload = hit.to_json(rank)
-    for key in LEFT_OUT:
-        payload.pop(key)
     return Document(
         page_content=hit.text,
-        metadata={**hit.meta, **payload, "relevance": hit.relevance},
+        metadata=hit_metadata(hit, rank),
         id=hit.doc_id if id is None else id,
     )
 
@@ -76,15 +76,14 @@ def hit_document(hit: Hit, rank: int = 1, id: str | None = None) -> Document:
 def hit_documents(hits: list[Hit]) -> list[Document]:
     """One result's hits as Documents, ranked from 1, with their ids
     (:func:`~anygrain.integrations.service.document_ids`)."""
-    ids = document_ids(hits)
-    return [hit_document(h, i, d) for i, (h, d) in enumerate(zip(hits, ids, strict=True), 1)]
+    return convert_hits(hits, hit_document)
 
 
 #: Retriever fields ``search_kwargs`` may set, as LangChain's vector-store retrievers do.
 SEARCH_KWARGS = ("k", "unit", "filter", "score_threshold")
 
 
-class AnygrainRetriever(BaseRetriever):
+class AnygrainRetriever(SettingsSearch, BaseRetriever):
     """Retrieve passages, sentences, phrases or read answers from an anygrain index.
 
     ``index``: an index directory, an open :class:`~anygrain.index.base.Index`, or a
@@ -127,11 +126,6 @@ class AnygrainRetriever(BaseRetriever):
 
     def model_post_init(self, context: Any, /) -> None:
         super().model_post_init(context)
-        if not isinstance(self.index, str | Path | Index | SearchService):
-            raise TypeError(
-                "index: an index directory, an Index or a SearchService, not "
-                f"{type(self.index).__name__}"
-            )
         self._service = shared_service(self.index, reader=self.reader, read=self.read)
         unknown = set(self.search_kwargs) - set(SEARCH_KWARGS)
         if unknown:
@@ -186,55 +180,21 @@ class AnygrainRetriever(BaseRetriever):
         """The search service this retriever searches through."""
         return self._service
 
-    def search(
-        self,
-        query: str,
-        *,
-        k: int | None = None,
-        unit: str | None = None,
-        filter: dict[str, Any] | None = None,
-        score_threshold: float | None = None,
-    ) -> list[Hit]:
-        """The hits behind :meth:`invoke`'s documents (``k``, ``unit``, ``filter`` and
-        ``score_threshold`` as there: given for one call, they replace the retriever's)."""
-        r = self._service.search(
-            [query],
-            unit=unit or self.unit,
-            k=check_depth(k or self.k),
-            filter=filter if filter is not None else self.filter,
-            min_confidence=self.min_confidence,
-        )
-        threshold = self.score_threshold if score_threshold is None else score_threshold
-        return above_threshold(r.hits[0], threshold)
+    def search_options(self) -> dict[str, Any]:
+        """Unit answer's confidence floor, for each search."""
+        return {"min_confidence": self.min_confidence}
 
+    # ``settings``: one call's k, unit, filter and score_threshold (:meth:`search`'s)
     def _get_relevant_documents(
-        self,
-        query: str,
-        *,
-        run_manager: CallbackManagerForRetrieverRun,
-        k: int | None = None,
-        unit: str | None = None,
-        filter: dict[str, Any] | None = None,
-        score_threshold: float | None = None,
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **settings: Any
     ) -> list[Document]:
-        hits = self.search(query, k=k, unit=unit, filter=filter, score_threshold=score_threshold)
-        return hit_documents(hits)
+        return hit_documents(self.search(query, **settings))
 
     async def _aget_relevant_documents(
-        self,
-        query: str,
-        *,
-        run_manager: AsyncCallbackManagerForRetrieverRun,
-        k: int | None = None,
-        unit: str | None = None,
-        filter: dict[str, Any] | None = None,
-        score_threshold: float | None = None,
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **settings: Any
     ) -> list[Document]:
         # the service's workers batch concurrent queries; this coroutine waits in a thread
-        hits = await asyncio.to_thread(
-            self.search, query, k=k, unit=unit, filter=filter, score_threshold=score_threshold
-        )
-        return hit_documents(hits)
+        return hit_documents(await asyncio.to_thread(self.search, query, **settings))
 
 
 __all__ = ["AnygrainRetriever", "hit_document", "hit_documents"]

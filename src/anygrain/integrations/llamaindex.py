@@ -71,10 +71,16 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
-from anygrain.hits.hit import Hit, above_threshold, check_threshold
+from anygrain.hits.hit import Hit, check_threshold
 from anygrain.index.base import Index
 from anygrain.index.filters import MAX_DEPTH
-from anygrain.integrations.service import check_depth, document_ids, shared_service
+from anygrain.integrations.service import (
+    SettingsSearch,
+    check_depth,
+    convert_hits,
+    hit_metadata,
+    shared_service,
+)
 from anygrain.serve.service import SearchService
 
 #: What :meth:`AnygrainRetriever.persist` writes beside the index's copy.
@@ -82,8 +88,6 @@ SETTINGS_FILE = "anygrain_retriever.json"
 #: The index's copy in a persist directory.
 INDEX_DIR = "index"
 
-#: Hit JSON fields left out of a node's metadata (the node's text holds them).
-LEFT_OUT = ("text", "before", "after")
 #: Metadata keys the LLM and the embedding model are not shown (``get_content``): the
 #: search's bookkeeping, not the passage's content.
 HIDDEN = (
@@ -172,13 +176,10 @@ class HitNode(TextNode):
 def hit_node(hit: Hit, rank: int = 1, id: str | None = None) -> NodeWithScore:
     """One hit as a LlamaIndex :class:`NodeWithScore` (see the module docstring); ``id``
     its node id (default: the hit's document id)."""
-    payload = hit.to_json(rank)
-    for key in LEFT_OUT:
-        payload.pop(key)
     fields: dict[str, Any] = dict(  # a dict: TextNode's fields are aliased for type checkers
         id_=hit.doc_id if id is None else id,
         text=hit.text,
-        metadata={**hit.meta, **payload, "relevance": hit.relevance},
+        metadata=hit_metadata(hit, rank),
         start_char_idx=hit.meta.get("start"),
         end_char_idx=hit.meta.get("end"),
         excluded_llm_metadata_keys=list(HIDDEN),
@@ -192,11 +193,10 @@ def hit_node(hit: Hit, rank: int = 1, id: str | None = None) -> NodeWithScore:
 def hit_nodes(hits: list[Hit]) -> list[NodeWithScore]:
     """One result's hits as nodes, ranked from 1, with their ids
     (:func:`~anygrain.integrations.service.document_ids`)."""
-    ids = document_ids(hits)
-    return [hit_node(h, i, d) for i, (h, d) in enumerate(zip(hits, ids, strict=True), 1)]
+    return convert_hits(hits, hit_node)
 
 
-class AnygrainRetriever(BaseRetriever):
+class AnygrainRetriever(SettingsSearch, BaseRetriever):
     """Retrieve passages, sentences, phrases or read answers from an anygrain index.
 
     ``index``: an index directory, an open :class:`~anygrain.index.base.Index`, or a
@@ -226,11 +226,6 @@ class AnygrainRetriever(BaseRetriever):
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
-        if not isinstance(index, str | Path | Index | SearchService):
-            raise TypeError(
-                "index: an index directory, an Index or a SearchService, not "
-                f"{type(index).__name__}"
-            )
         if k is not None and similarity_top_k is not None and k != similarity_top_k:
             raise ValueError(f"k ({k}) and similarity_top_k ({similarity_top_k}) differ")
         depth = k if k is not None else similarity_top_k
@@ -299,26 +294,6 @@ class AnygrainRetriever(BaseRetriever):
         if "similarity_top_k" in overrides:
             settings.pop("k", None)
         return cls(str(where / INDEX_DIR), **{**settings, **overrides})
-
-    def search(
-        self,
-        query: str,
-        *,
-        k: int | None = None,
-        unit: str | None = None,
-        filter: dict[str, Any] | None = None,
-        score_threshold: float | None = None,
-    ) -> list[Hit]:
-        """The hits behind :meth:`retrieve`'s nodes (``k``, ``unit``, ``filter`` and
-        ``score_threshold``: given for this call, they replace the retriever's)."""
-        r = self._service.search(
-            [query],
-            unit=unit or self.unit,
-            k=check_depth(k or self.k),
-            filter=filter if filter is not None else self.filter,
-        )
-        threshold = self.score_threshold if score_threshold is None else score_threshold
-        return above_threshold(r.hits[0], threshold)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return hit_nodes(self.search(query_bundle.query_str))

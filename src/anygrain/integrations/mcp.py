@@ -6,9 +6,10 @@ one definition for both, so a tool's output schema is the REST response's):
 
 * ``search(query, k, unit, filter, min_confidence, format)`` -- :class:`SearchResponse`:
   the top ``k`` hits (those whose metadata match ``filter``, when given).  ``format``
-  compact (the default): ``passages``, each passage's text once with its hits under it
-  (rank, score, the ``span`` inside the passage, its text, confidence); full: ``hits``,
-  each hit whole, as ``GET /search`` returns them.  ``unit`` is one of the index's units;
+  compact (the default, :mod:`anygrain.serve.mcp_compact`): ``passages``, each passage's
+  text once with its hits under it as rows of the values ``hit_fields`` names (rank,
+  score, the ``span`` inside the passage, its text, confidence); full: ``hits``, each hit
+  whole, as ``GET /search`` returns them.  ``unit`` is one of the index's units;
 * ``get_passage(id)`` -- :class:`PassageOut`: one passage by the ``passage_id`` of a hit;
 * ``get_document(id, offset, max_chars)`` -- :class:`DocumentOut`: a document's passages
   in order, whole passages up to ``max_chars`` of text, with the offset to ask for the rest;
@@ -49,6 +50,7 @@ from anygrain.errors import AnygrainError
 from anygrain.index.base import Index
 from anygrain.index.filters import COLUMNS
 from anygrain.integrations.service import shared_service
+from anygrain.serve.mcp_compact import compact_passages
 from anygrain.serve.schemas import (
     DocumentOut,
     DocumentPassage,
@@ -57,7 +59,6 @@ from anygrain.serve.schemas import (
     PassageOut,
     SearchResponse,
     hits_out,
-    passages_out,
 )
 from anygrain.serve.service import (
     DEFAULT_K,
@@ -97,15 +98,17 @@ EXAMPLE_CHARS = 80
 
 INSTRUCTIONS = (
     "Search a document collection and cite exactly. `search` returns hits ranked best "
-    "first, by default compactly: `passages`, each passage's `text` once with its `title`, "
-    "`passage_id`, `doc_id` and `meta` (its document's fields; `start`/`end`: the passage's "
-    "offsets in its document), and its `hits` under it, each with its `rank`, `score`, and "
-    "the exact `answer` at `span` inside the passage text (format full: `hits`, each hit "
-    "whole). Unit phrase returns short answers, sentence the sentence holding it, passage "
-    "and document whole units; answer (when available) has a reader read the top passages "
-    "(with a calibrated `confidence`). `filter` keeps hits whose metadata match; `info` "
-    "lists the fields it may name. `get_passage` returns a passage by `passage_id`, "
-    "`get_document` a document's passages by `doc_id`."
+    "first, by default compactly: `passages`, each passage's `text` once with its "
+    "`passage_id`, `doc_id`, `title` (left out where it is the doc_id or an earlier passage "
+    "of the document gave it) and `meta` (its document's fields; `start`/`end`: the "
+    "passage's offsets in its document), and its `hits` under it, each a row of the values "
+    "`hit_fields` names, in order: `rank`, `score`, and the exact `answer` at `span` inside "
+    "the passage text (format full: `hits`, each hit whole). Unit phrase returns short "
+    "answers, sentence the sentence holding it, passage and document whole units; answer "
+    "(when available) has a reader read the top passages (with a calibrated `confidence`, "
+    "a row's last value). `filter` keeps hits whose metadata match; `info` lists the fields "
+    "it may name. `get_passage` returns a passage by `passage_id`, `get_document` a "
+    "document's passages by `doc_id`."
 )
 
 #: Every tool only reads the index: clients may call them without asking, and again.
@@ -330,8 +333,9 @@ def _search_tool(service: SearchService, described: dict[str, Any]) -> Callable[
         format: Annotated[
             Literal["compact", "full"],
             Field(
-                description="compact: each passage's text once, its hits under it "
-                "(passages); full: each hit whole, with its passage (hits)"
+                description="compact: each passage's text once, its hits under it as rows "
+                "(passages; hit_fields names a row's values); full: each hit whole, with its "
+                "passage (hits)"
             ),
         ] = "compact",
     ) -> _returns(SearchResponse):  # type: ignore[valid-type]
@@ -351,9 +355,10 @@ def _search_tool(service: SearchService, described: dict[str, Any]) -> Callable[
         common: dict[str, Any] = {"question": query, "unit": r.unit, "k": r.k}
         if format == "full":
             full = SearchResponse(**common, hits=hits_out(r.hits[0]), latency_ms=r.latency_ms)
-            return _result(full, exclude={"passages"})
+            return _result(full, exclude={"hit_fields", "passages"})
+        fields, passages = compact_passages(r.hits[0])
         compact = SearchResponse(
-            **common, passages=passages_out(r.hits[0]), latency_ms=round(r.latency_ms, 1)
+            **common, hit_fields=fields, passages=passages, latency_ms=round(r.latency_ms, 1)
         )
         return _result(compact, exclude={"hits"}, exclude_none=True)
 

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -25,6 +24,7 @@ from anygrain.models.base import Model, ModelType, config_file, register_model
 from anygrain.models.encoder import EncoderConfig, Pooling, TextEncoder
 from anygrain.models.hf import load_hf_dir
 from anygrain.models.resolve import resolve_model
+from anygrain.models.text_encoding import BiEncoding
 from anygrain.utils.device import module_device
 
 MODEL_CONFIG = config_file(ModelType.BIENCODER)
@@ -65,7 +65,7 @@ class BiEncoderConfig:
 
 
 @register_model(ModelType.BIENCODER)
-class BiEncoder(Model):
+class BiEncoder(Model, BiEncoding):
     format = FORMAT
     format_version = FORMAT_VERSION
     noun = "an anygrain bi-encoder"
@@ -75,6 +75,8 @@ class BiEncoder(Model):
     # one module, names unnumbered: what indexes have recorded since format 1
     numbered_fingerprint = False
     config: BiEncoderConfig
+    question: TextEncoder  # encode_questions / encode_passages: BiEncoding's
+    passage: TextEncoder
 
     def __init__(
         self, question: TextEncoder, passage: TextEncoder, config: BiEncoderConfig
@@ -167,12 +169,3 @@ class BiEncoder(Model):
     def passage_fingerprint(self) -> str:
         """The fingerprint a dense index records (the passage side's weights)."""
         return self.fingerprint()
-
-    # --- encoding -------------------------------------------------------------------
-    def encode_questions(self, texts: list[str], **kw: Any) -> np.ndarray:
-        return self.question.encode(texts, desc="encoding questions", **kw)
-
-    def encode_passages(
-        self, texts: list[str], titles: list[str] | None = None, **kw: Any
-    ) -> np.ndarray:
-        return self.passage.encode(texts, titles, desc="encoding passages", **kw)

@@ -10,12 +10,23 @@ error small: fine-tuning moves a weight by a few percent.  Packed phrase models
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
 
 import torch
 
 from anygrain.errors import AnygrainError
+from anygrain.models.base import ModelType, config_file, read_config
+from anygrain.models.forms import PACKED_FILE
+from anygrain.utils.atomic import atomic_dir
+
+CARD_FILE = "MODEL_CARD.md"  # a packed model's card, when its packer wrote one
+
+_Info = TypeVar("_Info", bound="PackedInfo")
+_Model = TypeVar("_Model")
 
 
 @dataclass(frozen=True)
@@ -115,3 +126,78 @@ def apply_delta_tensors(
             )
         with torch.no_grad():
             target.copy_(new)
+
+
+@dataclass
+class PackedInfo:
+    """A packed model's own config file (``config_file(model_type)``): what it needs
+    besides its tensors.  Each packed form subclasses it, naming its format and model type."""
+
+    format: ClassVar[str]
+    format_version: ClassVar[int]
+    model_type: ClassVar[ModelType]
+    noun: ClassVar[str]  # what errors call a model of this form
+
+    base_model: str
+    base_fingerprint: str  # the backbone's weights, so another backbone version is refused
+    full_fingerprint: str  # every weight of the rebuilt model
+    bits: int
+    group: int
+    size_bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": self.format, "format_version": self.format_version, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls: type[_Info], d: dict[str, Any], where: str = "") -> _Info:
+        """From the saved config (format and version checked by the model base)."""
+        try:
+            return cls(**{k: v for k, v in d.items() if k not in ("format", "format_version")})
+        except TypeError as e:
+            raise AnygrainError(f"{where}: invalid {cls.noun} config ({e})") from None
+
+    @classmethod
+    def read(cls: type[_Info], path: Path) -> _Info:
+        return cls.from_dict(read_config(path, cls.model_type), str(path / cls.file_name()))
+
+    @classmethod
+    def file_name(cls) -> str:
+        return config_file(cls.model_type)
+
+
+def write_packed(
+    out: Path,
+    tensors: dict[str, torch.Tensor],
+    config: tuple[str, Mapping[str, Any]],
+    info: PackedInfo,
+    card: str | None,
+) -> None:
+    """Write a packed model into ``out``, replacing it whole: its ``tensors``, its model
+    config (``(file name, config)``), ``card`` (a model card, when given) and, last,
+    ``info`` with the tensors' size."""
+    from safetensors.torch import save_file
+
+    with atomic_dir(out) as staging:
+        save_file(tensors, str(staging / PACKED_FILE))
+        name, cfg = config
+        (staging / name).write_text(json.dumps(cfg, indent=2, ensure_ascii=False))
+        info.size_bytes = (staging / PACKED_FILE).stat().st_size
+        if card is not None:
+            (staging / CARD_FILE).write_text(card, encoding="utf-8")
+        (staging / info.file_name()).write_text(json.dumps(info.to_dict(), indent=2))
+
+
+def rebuild_packed(path: Path, rebuild: Callable[[dict[str, torch.Tensor]], _Model]) -> _Model:
+    """What ``rebuild`` makes of the packed tensors saved in ``path``; unreadable tensors,
+    or tensors that do not fit the backbone, are a one-line error naming the file."""
+    from safetensors.torch import load_file
+
+    f = path / PACKED_FILE
+    try:
+        tensors = load_file(str(f))
+    except Exception as e:  # safetensors raises its own error types for damaged headers
+        raise AnygrainError(f"{f}: unreadable packed tensors ({e})") from None
+    try:
+        return rebuild(tensors)
+    except (RuntimeError, KeyError) as e:
+        raise AnygrainError(f"{f}: tensors do not fit the backbone ({e})") from None

@@ -12,12 +12,14 @@ import numpy as np
 import torch
 from torch import nn
 
+from anygrain.encode.onnx_runtime import pad_batch
+
 # the settings stand apart, without torch (anygrain.dense.onnx opens questions without it)
 from anygrain.models.encoder_config import EncoderConfig as EncoderConfig
 from anygrain.models.encoder_config import Pooling as Pooling
+from anygrain.models.text_encoding import TextEncoding, TokenRows
 from anygrain.utils.device import autocast, module_device
 from anygrain.utils.finite import check_finite as check_finite
-from anygrain.utils.progress import progress_bar
 
 
 def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Tensor:
@@ -27,7 +29,7 @@ def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Te
     return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
 
 
-class TextEncoder(nn.Module):
+class TextEncoder(nn.Module, TextEncoding):
     """Transformer + pooling; ``forward`` is differentiable, ``encode`` is batched inference."""
 
     def __init__(
@@ -87,41 +89,23 @@ class TextEncoder(nn.Module):
 
     @torch.inference_mode()
     def encode(
-        self,
-        texts: Sequence[str],
-        titles: Sequence[str] | None = None,
-        *,
-        batch_size: int = 64,
-        progress: bool = False,
-        desc: str = "encoding",
-        bf16: bool = False,
+        self, texts: Sequence[str], titles: Sequence[str] | None = None, **kw: Any
     ) -> np.ndarray:
-        """Vectors for ``texts`` (float32, input order); batches hold texts of similar length
-        so little compute goes to padding."""
-        n = len(texts)
-        out = np.zeros((n, self.dim), dtype=np.float32)
-        if n == 0:
-            return out
+        """:meth:`TextEncoding.encode <anygrain.models.text_encoding.TextEncoding.encode>`,
+        in eval mode, where the weights are."""
         self.model.eval()
+        return super().encode(texts, titles, **kw)
+
+    def token_rows(
+        self, texts: Sequence[str], titles: Sequence[str] | None
+    ) -> tuple[TokenRows, TokenRows | None]:
         enc = self.tokenize(texts, titles, padding=False)
-        ids: list[list[int]] = enc["input_ids"]
-        order = np.argsort([-len(x) for x in ids], kind="stable")
-        pad_id = self.tokenizer.pad_token_id or 0
-        batches = [order[i : i + batch_size] for i in range(0, n, batch_size)]
-        tt = enc.get("token_type_ids")
+        return enc["input_ids"], enc.get("token_type_ids")
+
+    def run_rows(self, ids: TokenRows, types: TokenRows | None, bf16: bool) -> np.ndarray:
         dev = self.device
-        for b in progress_bar(batches, desc=desc, unit="batch", disable=not progress):
-            width = max(len(ids[i]) for i in b)
-            input_ids = torch.full((len(b), width), pad_id, dtype=torch.long)
-            mask = torch.zeros((len(b), width), dtype=torch.long)
-            types = torch.zeros((len(b), width), dtype=torch.long)
-            for r, i in enumerate(b):
-                input_ids[r, : len(ids[i])] = torch.tensor(ids[i])
-                mask[r, : len(ids[i])] = 1
-                if tt is not None:
-                    types[r, : len(ids[i])] = torch.tensor(tt[i])
-            extra = {"token_type_ids": types.to(dev)} if tt is not None else {}
-            with autocast(dev, bf16):
-                emb = self.forward(input_ids.to(dev), mask.to(dev), **extra)
-            out[b] = emb.float().cpu().numpy()
-        return check_finite(out, self.name, self.side)
+        pad_id = self.tokenizer.pad_token_id or 0
+        batch = {k: torch.from_numpy(v).to(dev) for k, v in pad_batch(ids, pad_id, types).items()}
+        with autocast(dev, bf16):
+            emb = self.forward(**batch)
+        return emb.float().cpu().numpy()

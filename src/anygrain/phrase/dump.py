@@ -75,6 +75,28 @@ def keep_flags(p: EncodedPassage, threshold: float | None) -> np.ndarray:
     return s_ok.astype(np.int32) * START_OK + e_ok.astype(np.int32) * END_OK
 
 
+def kept_tokens(
+    p: EncodedPassage, row: int, threshold: float | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(keep, start, end, tokens)`` of passage ``row``'s tokens that pass
+    (:func:`keep_flags`): which tokens, and as a dump stores them (module docstring):
+    their start and end vectors (float16) and ``tokens`` rows (int32)."""
+    flags = keep_flags(p, threshold)
+    keep = flags > 0
+    tokens = np.stack(
+        [
+            np.full(int(keep.sum()), row, dtype=np.int64),
+            p.cs[keep],
+            p.ce[keep],
+            flags[keep],
+            p.wfirst[keep],
+            p.wlast[keep],
+        ],
+        axis=1,
+    ).astype(np.int32)
+    return keep, p.start[keep].astype(np.float16), p.end[keep].astype(np.float16), tokens
+
+
 def _shard_file(i: int, name: str) -> str:
     return f"shard-{i:05d}.{name}.npy"
 
@@ -103,25 +125,13 @@ def encode_shard(
     starts, ends, toks, filts, counts = [], [], [], [], []
     seen = 0
     for r, p in zip(idx, enc, strict=True):
-        flags = keep_flags(p, threshold)
-        keep = flags > 0
+        keep, start, end, tokens = kept_tokens(p, int(r), threshold)
         seen += len(p)
-        counts.append(int(keep.sum()))
-        starts.append(p.start[keep].astype(np.float16))
-        ends.append(p.end[keep].astype(np.float16))
+        counts.append(len(tokens))
+        starts.append(start)
+        ends.append(end)
         filts.append(p.filter_logits[keep].astype(np.float16))
-        t = np.stack(
-            [
-                np.full(int(keep.sum()), r, dtype=np.int32),
-                p.cs[keep],
-                p.ce[keep],
-                flags[keep],
-                p.wfirst[keep],
-                p.wlast[keep],
-            ],
-            axis=1,
-        ).astype(np.int32)
-        toks.append(t)
+        toks.append(tokens)
     return {
         "start": np.concatenate(starts) if starts else np.zeros((0, d), np.float16),
         "end": np.concatenate(ends) if ends else np.zeros((0, d), np.float16),

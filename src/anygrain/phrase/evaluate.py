@@ -99,29 +99,6 @@ def evaluate_phrase(
         raise AnygrainError(f"k must be at least 1, got {k}")
     refuse_one_candidate_metrics(index.path, unit, scope, metrics)
     coverage = check_qrels_coverage(questions, index.unit_ids(unit), where=where)
-    report = _evaluated(
-        index, questions, k, unit, scope, metrics, batch_size, run_out, drop_empty, progress,
-        search_options,
-    )  # fmt: skip
-    report.n_qrels_ids = coverage.n_ids
-    report.n_qrels_ids_missing = coverage.n_missing
-    return report
-
-
-def _evaluated(
-    index: Index,
-    questions: Questions,
-    k: int | None,
-    unit: Unit,
-    scope: Scope,
-    metrics: Sequence[str],
-    batch_size: int,
-    run_out: str | Path | None,
-    drop_empty: bool,
-    progress: bool,
-    search_options: dict[str, Any] | None,
-) -> EvalReport:
-    """The report of :func:`evaluate_phrase`, before its qrels coverage."""
     qs = list(questions)
     ms = list(metrics)
     collected: list[UnitSearchStats] = []
@@ -133,10 +110,14 @@ def _evaluated(
         report = evaluate(index, qs, ms, k=k, search_options=opts, **common)
         if unit is not Unit.PHRASE:
             report.extra["unit_search"] = UnitSearchStats.summary(collected)
-        return report
-    parsed = parse_metrics(ms)
-    # the same questions, in the same order, as ``evaluate`` will search
-    searched = [q for q in qs if run_out is not None or any(m.applies(q) for m in parsed)]
-    rows = [gold_rows(index.corpus, q, source=questions.source)[:1] for q in searched]
-    scoped = _Scoped(index, searched, rows)
-    return evaluate(scoped, qs, ms, k=k, search_options=opts, **common)
+    else:
+        parsed = parse_metrics(ms)
+        # the same questions, in the same order, as ``evaluate`` will search
+        searched = [q for q in qs if run_out is not None or any(m.applies(q) for m in parsed)]
+        rows = [gold_rows(index.corpus, q, source=questions.source)[:1] for q in searched]
+        report = evaluate(
+            _Scoped(index, searched, rows), qs, ms, k=k, search_options=opts, **common
+        )
+    report.n_qrels_ids = coverage.n_ids
+    report.n_qrels_ids_missing = coverage.n_missing
+    return report

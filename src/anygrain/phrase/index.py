@@ -32,9 +32,10 @@ from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit, Unit, UnitSearchStats
 from anygrain.index.base import PASSAGE_METRICS, Index
 from anygrain.index.encoded import EncodedQueries
+from anygrain.index.lazy_model import LazyModel
 from anygrain.index.registry import IndexKind, register_index
 from anygrain.index.scope import Scope
-from anygrain.index.settings import BuildOptions, IndexSettings
+from anygrain.index.settings import BuildJob, BuildOptions, IndexSettings
 from anygrain.phrase.build import (
     FORMAT_VERSION,
     PhraseSettings,
@@ -74,7 +75,7 @@ if TYPE_CHECKING:
 
 
 @register_index(IndexKind.PHRASE)
-class PhraseIndex(Index):
+class PhraseIndex(Index, LazyModel["PhraseEncoder"]):
     """Phrase retrieval; ``search`` returns phrase hits (or sentences, passages, documents)."""
 
     units = (Unit.PHRASE, Unit.SENTENCE, Unit.PASSAGE, Unit.DOCUMENT)
@@ -166,12 +167,7 @@ class PhraseIndex(Index):
         self.store = store
         # the torch model, or what loads it on first use (a search on ONNX Runtime never
         # does; adding documents, re-scoring and training do)
-        self._model: PhraseEncoder | None = None
-        self._load_model: Callable[[], PhraseEncoder] | None = None
-        if callable(model) and not is_phrase_encoder(model):
-            self._load_model = model
-        else:
-            self._model = model
+        self.hold_model(model, loaded=not callable(model) or is_phrase_encoder(model))
         # what encodes questions: the model itself, or its graph on ONNX Runtime
         self.questions: Any = questions if questions is not None else self._model
         self.table = table
@@ -190,19 +186,6 @@ class PhraseIndex(Index):
         # first use; ``runtime`` as asked at open (``onnx``: never torch for passages either)
         self._graph_passages: Any = None
         self.requested_runtime = Runtime.AUTO
-
-    @property
-    def model(self) -> PhraseEncoder:
-        """The phrase model (torch), loaded on first use when questions run on ONNX Runtime."""
-        if self._model is None:
-            assert self._load_model is not None
-            self._model = self._load_model()
-        return self._model
-
-    @model.setter
-    def model(self, value: PhraseEncoder) -> None:
-        self._model = value
-        self.questions = value
 
     def prepare_serving(self) -> None:
         """Re-scoring's torch model loaded now where torch is installed: a server's small
@@ -288,35 +271,29 @@ class PhraseIndex(Index):
             phrase_model_dir(settings.model)
 
     @classmethod
-    def write(
-        cls,
-        out: Path,
-        corpus: CorpusStore,
-        settings: IndexSettings,
-        options: BuildOptions,
-        work: Path,
-    ) -> Mapping[str, Any]:
-        """Encode ``corpus`` with a trained phrase model and write the phrase index.
+    def write(cls, job: BuildJob) -> Mapping[str, Any]:
+        """Encode ``job.corpus`` with a trained phrase model and write the phrase index.
 
         The model is the named one, or the shipped default for the corpus language;
         ``threshold`` is the filter's tau (a logit; default: the model's recorded one).
         The dump is resumable: an interrupted build picks up at its last finished shard
-        (kept in ``work``).  ``compress`` quantizes the FAISS indexes (``pq_m``: PQ bytes
+        (kept in ``job.work``).  ``compress`` quantizes the FAISS indexes (``pq_m``: PQ bytes
         per vector); ``keep_dump`` keeps the float16 vectors beside them (default: only
         when uncompressed).  See :class:`PhraseSettings` and
         :func:`anygrain.phrase.build.write_index`.
         """
-        assert isinstance(settings, PhraseSettings)
-        model, name = build_model(settings, corpus)
+        s = job.settings
+        assert isinstance(s, PhraseSettings)
+        model, name = build_model(s, job.corpus)
         write_index(
-            out,
-            corpus,
+            job.out,
+            job.corpus,
             model,
-            settings,
-            options,
-            work=work,
+            s,
+            job.options,
+            work=job.work,
             model_name=name,
-            build=settings,
+            build=s,
         )
         # reopened with the model in memory: a second copy would be the build's peak (an
         # ONNX Runtime session holds its own copy of the question side's weights; the next

@@ -50,7 +50,7 @@ from anygrain.models.resolve import resolve_model
 from anygrain.phrase.config import PhraseConfig as PhraseConfig
 from anygrain.phrase.options import QuestionEncoderKind
 from anygrain.phrase.passages import EncodedPassage as EncodedPassage
-from anygrain.phrase.passages import encode_windows
+from anygrain.phrase.passages import PassageEncoding, WindowForward
 from anygrain.phrase.tokens import Window, tokenize_windows
 from anygrain.utils.device import autocast, module_device
 from anygrain.utils.precision import bf16_linears, weights_version
@@ -88,7 +88,7 @@ def _saved_phrase_dir(name: str | Path) -> Path | None:
 
 
 @register_model(ModelType.PHRASE)
-class PhraseEncoder(Model):
+class PhraseEncoder(Model, PassageEncoding):
     """Phrase encoder + filter + question encoder(s); see the module docstring."""
 
     format = FORMAT
@@ -469,23 +469,14 @@ class PhraseEncoder(Model):
             self._bf16_passages = (version, copies)
         return self._bf16_passages[1]
 
-    @torch.inference_mode()
-    def encode_passages(
-        self,
-        texts: Sequence[str],
-        titles: Sequence[str] | None = None,
-        *,
-        batch_size: int = 32,
-        bf16: bool = False,
-        progress: bool = False,
-        desc: str = "encoding phrases",
-        cast_once: bool = False,
-    ) -> list[EncodedPassage]:
-        """Every passage token's start/end vectors and filter logits, in text order
-        (:func:`anygrain.phrase.passages.encode_windows`: windows batched by length; a token
-        seen by several windows takes its vectors from the one giving it most context).
-        ``progress`` shows a bar (``desc``) counting passages, with an ETA.  ``cast_once``
-        with ``bf16`` on a CPU runs a copy of the encoder cast to bfloat16 once
+    @property
+    def model_name(self) -> str:
+        return self.config.base_model
+
+    def window_forward(self, *, bf16: bool, cast_once: bool) -> WindowForward:
+        """What encodes a batch of windows for :meth:`encode_passages`
+        (:class:`~anygrain.phrase.passages.PassageEncoding`'s), on the model's device.
+        ``cast_once`` with ``bf16`` on a CPU runs a copy of the encoder cast to bfloat16 once
         (:meth:`bf16_passages`) instead of autocast, which casts the weights on every call
         and keeps attention in float32: what re-scoring's few passages run (a build's dump
         keeps autocast, which its recorded ``bf16`` means)."""
@@ -495,6 +486,7 @@ class PhraseEncoder(Model):
         cast = cast_once and bf16 and dev.type == "cpu"
         modules = self.bf16_passages() if cast else self.passage_modules
 
+        @torch.inference_mode()
         def forward(windows: Sequence[Window]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             batch = {k: v.to(dev) for k, v in self.collate(windows).items()}
             with autocast(dev, bf16 and not cast):
@@ -506,13 +498,4 @@ class PhraseEncoder(Model):
                 )
             return ts.float().cpu().numpy(), te.float().cpu().numpy(), tf.float().cpu().numpy()
 
-        return encode_windows(
-            self.windows(texts, titles),
-            len(texts),
-            forward,
-            dim=self.dim,
-            name=self.config.base_model,
-            batch_size=batch_size,
-            progress=progress,
-            desc=desc,
-        )
+        return forward

@@ -17,14 +17,15 @@ The passage side -- the phrase encoder, the start/end heads and the filter, what
 needs of each window -- is a second graph (:func:`export_passages`, kind ``phrase-passage``),
 keyed by the passage-side weights, the settings that cut windows and the tokenizer;
 :class:`OnnxPassageEncoder` runs it, cutting windows with the ``tokenizers`` library.  Both
-graphs keep the token-embedding table outside (:func:`_export_encoder`).
+graphs keep the token-embedding table outside
+(:func:`~anygrain.encode.onnx_runtime.export_encoder`).
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,24 +34,18 @@ import numpy as np
 from anygrain.encode.npy import drop_pages
 from anygrain.encode.onnx_runtime import (
     EXPORT_VERSION,
-    GRAPH_FILE,
-    TOKEN_EMBEDS,
-    TOKEN_TABLE_FILE,
     TOKENIZER_FILE,
     GraphCache,
-    OnnxGraph,
     WindowTokenizer,
     attention,
     digest,
-    export_graph,
+    export_encoder,
     files_signature,
-    graph_module,
-    save_token_table,
-    save_tokenizer,
-    write_meta,
+    finish_export,
+    open_graph,
 )
 from anygrain.models.forms import PACKED_PHRASE_CONFIG
-from anygrain.phrase.passages import EncodedPassage, collate_windows, encode_windows
+from anygrain.phrase.passages import PassageEncoding, WindowForward, collate_windows
 from anygrain.phrase.tokens import Window, tokenize_windows
 from anygrain.utils.finite import check_finite
 
@@ -94,41 +89,6 @@ def question_key(model: PhraseEncoder) -> str:
     return f"{KIND}-{digest(EXPORT_VERSION, weights, settings)}"
 
 
-def _export_encoder(
-    model: PhraseEncoder,
-    d: Path,
-    forward: Callable[..., Any],
-    inputs: Mapping[str, Any],
-    table: Any,
-    outputs: Sequence[str],
-    *,
-    sequence_outputs: Sequence[str] = (),
-) -> list[str]:
-    """Export ``forward(input_ids, attention_mask[, token_type_ids], token_embeds=...)`` of
-    ``model`` (in eval mode, restored after) called with ``inputs`` into ``d``; returns the
-    graph's input names.  With a token-embedding ``table``, the table is saved beside the
-    graph (looked up with NumPy from a memory map: a multilingual model's is most of its
-    weights, all but a few rows unused by any corpus) and the graph takes its rows in place of ``input_ids``."""
-    was_training = model.training
-    model.eval()
-    try:
-        feeds = dict(inputs)
-        if table is None:
-            module = graph_module(model, forward)
-        else:
-            save_token_table(table, d / TOKEN_TABLE_FILE)
-            feeds = {TOKEN_EMBEDS: table[feeds.pop("input_ids")].detach(), **feeds}
-
-            def by_rows(embeds: Any, *rest: Any) -> Any:
-                return forward(None, *rest, token_embeds=embeds)
-
-            module = graph_module(model, by_rows)
-        export_graph(module, feeds, outputs, d / GRAPH_FILE, sequence_outputs=sequence_outputs)
-    finally:
-        model.train(was_training)
-    return list(feeds)
-
-
 def export_questions(model: PhraseEncoder, cache: GraphCache) -> Path:
     """The graph directory of ``model``'s question side, exported unless already cached."""
     key = question_key(model)
@@ -147,23 +107,16 @@ def export_questions(model: PhraseEncoder, cache: GraphCache) -> Path:
                 model.questions, ids, *rest, token_embeds=token_embeds
             )
 
-        names = _export_encoder(model, d, forward, inputs, table, OUTPUTS)
-        tok = save_tokenizer(model.tokenizer, d / TOKENIZER_FILE)
-        write_meta(
-            d,
-            {
-                "kind": KIND,
-                "key": key,
-                "name": c.base_model,
-                "dim": c.hidden_size,
-                "max_length": c.max_query_length,
-                "query_prefix": c.query_prefix,
-                "inputs": names,
-                **({"token_table": TOKEN_TABLE_FILE} if TOKEN_EMBEDS in names else {}),
-                "outputs": list(OUTPUTS),
-                "tokenizer": tok,
-            },
-        )
+        names = export_encoder(model, d, forward, inputs, table, OUTPUTS)
+        meta = {
+            "kind": KIND,
+            "key": key,
+            "name": c.base_model,
+            "dim": c.hidden_size,
+            "max_length": c.max_query_length,
+            "query_prefix": c.query_prefix,
+        }
+        finish_export(d, model.tokenizer, meta, names, OUTPUTS)
 
     return cache.write(key, fill)
 
@@ -222,33 +175,26 @@ def export_passages(model: PhraseEncoder, cache: GraphCache) -> Path:
             return model.start_head(h), model.end_head(h), model.filter(h)
 
         with attention(model.phrase, PASSAGE_ATTENTION):
-            names = _export_encoder(
+            names = export_encoder(
                 model, d, forward, batch, table, PASSAGE_OUTPUTS, sequence_outputs=PASSAGE_OUTPUTS
             )
-        tok = save_tokenizer(model.tokenizer, d / TOKENIZER_FILE)
-        write_meta(
-            d,
-            {
-                "kind": PASSAGE_KIND,
-                "key": key,
-                "name": c.base_model,
-                "dim": c.hidden_size,
-                "max_length": c.max_passage_length,
-                "doc_stride": c.doc_stride,
-                "include_title": c.include_title,
-                "passage_prefix": c.passage_prefix,
-                "token_types": _token_types(model),
-                "inputs": names,
-                "token_table": TOKEN_TABLE_FILE,
-                "outputs": list(PASSAGE_OUTPUTS),
-                "tokenizer": tok,
-            },
-        )
+        meta = {
+            "kind": PASSAGE_KIND,
+            "key": key,
+            "name": c.base_model,
+            "dim": c.hidden_size,
+            "max_length": c.max_passage_length,
+            "doc_stride": c.doc_stride,
+            "include_title": c.include_title,
+            "passage_prefix": c.passage_prefix,
+            "token_types": _token_types(model),
+        }
+        finish_export(d, model.tokenizer, meta, names, PASSAGE_OUTPUTS)
 
     return cache.write(key, fill)
 
 
-class OnnxPassageEncoder:
+class OnnxPassageEncoder(PassageEncoding):
     """``encode_passages`` as :class:`~anygrain.phrase.model.PhraseEncoder`'s, on an
     exported passage graph (float32), with the ``tokenizers`` library cutting the windows:
     a dump on it imports neither torch nor transformers.  Pickled as its directory (a Ray
@@ -258,13 +204,19 @@ class OnnxPassageEncoder:
 
     def __init__(self, directory: Path, *, threads: int | None = None) -> None:
         self.directory = Path(directory)
-        self.graph = OnnxGraph(self.directory, threads=threads, tokenize=False)
+        self.graph = open_graph(self.directory, PASSAGE_KIND, "phrase passage", threads=threads)
         meta = self.graph.meta
-        if meta.get("kind") != PASSAGE_KIND:
-            raise ValueError(f"{directory}: not a phrase passage graph")
-        self.dim = int(meta["dim"])
         self.name = str(meta.get("name", ""))
         self.pad_id = int(meta["tokenizer"]["pad_id"])
+        self._dim = int(meta["dim"])
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def model_name(self) -> str:
+        return self.name
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.directory,), {"threads": self.graph.threads})
@@ -301,31 +253,13 @@ class OnnxPassageEncoder:
         s, e, f = self.graph.run(collate_windows(windows, self.pad_id))
         return s, e, f
 
-    def encode_passages(
-        self,
-        texts: Sequence[str],
-        titles: Sequence[str] | None = None,
-        *,
-        batch_size: int = 32,
-        bf16: bool = False,
-        progress: bool = False,
-        desc: str = "encoding phrases",
-    ) -> list[EncodedPassage]:
-        """Every passage token's start/end vectors and filter logits, in text order
-        (:func:`~anygrain.phrase.passages.encode_windows`).  ``bf16`` is refused: an index
-        records it, and this graph computes in float32."""
+    def window_forward(self, *, bf16: bool, cast_once: bool) -> WindowForward:
+        """:meth:`window_vectors`, for :meth:`encode_passages`
+        (:class:`~anygrain.phrase.passages.PassageEncoding`'s).  ``bf16`` is refused: an
+        index records it, and this graph computes in float32."""
         if bf16:
             raise ValueError("the ONNX passage graph encodes in float32; bf16 needs torch")
-        return encode_windows(
-            self.windows(texts, titles),
-            len(texts),
-            self.window_vectors,
-            dim=self.dim,
-            name=self.name,
-            batch_size=batch_size,
-            progress=progress,
-            desc=desc,
-        )
+        return self.window_vectors
 
     def release(self) -> None:
         """Give back the pages of the token table the passages read (the kernel maps 64 KB
@@ -367,10 +301,8 @@ class OnnxQuestionEncoder:
     def __init__(self, directory: Path, *, threads: int | None = None) -> None:
         # the tokenizer loads at the first question: when a model was just exported, after it
         # is freed (a large vocabulary's tokenizer alone holds much memory)
-        self.graph = OnnxGraph(directory, threads=threads, tokenize=False)
+        self.graph = open_graph(directory, KIND, "phrase question", threads=threads)
         meta = self.graph.meta
-        if meta.get("kind") != KIND:
-            raise ValueError(f"{directory}: not a phrase question graph")
         self.dim = int(meta["dim"])
         self.name = str(meta.get("name", ""))
         self.prefix = str(meta.get("query_prefix", ""))

@@ -27,6 +27,7 @@ from anygrain.corpus.store import CorpusStore
 from anygrain.encode.onnx_runtime import GraphCache, files_bytes
 from anygrain.encode.runtime import Runtime
 from anygrain.errors import AnygrainError, IndexMismatchError, ModelNotFoundError
+from anygrain.index.model_ref import check_named_model
 from anygrain.phrase.build import SUBDIR, as_phrase_model, given_by_name, is_phrase_encoder
 from anygrain.phrase.compress import DecodedVectors
 from anygrain.phrase.record import DUMP_FILES, PhraseIndexRecord
@@ -119,24 +120,14 @@ def open_model(
         # fingerprint saved beside them on load, and that one must be the index's
         enc = referenced_model(path, record)
         got = enc.config.phrase_fingerprint or enc.phrase_fingerprint()
-        if got != want:
-            raise IndexMismatchError(
-                f"{path}: the phrase model {record['ref']!r} now has phrase fingerprint "
-                f"{got}, not the {want} this index was built with (base "
-                f"{record.get('base_model')!r}); another model behind the same name is "
-                "never used in its place. Pass the model the index was built with "
-                "(--model DIR, or Index.load(path, model=DIR)), or rebuild the index."
-            )
+        check_named_model(path, record, got, noun="phrase model", has="phrase fingerprint")
     if got != want:
         raise IndexMismatchError(
             f"{path}: the model's phrase encoder (fingerprint {got}) is not the one this index "
             f"was built with ({want}); its questions would not match the stored phrase vectors. "
             "Use the index's own model or rebuild the index with this one."
         )
-    from anygrain.phrase.reference import check_scoring
-
-    label = str(model) if isinstance(model, str | Path) else record.get("name", "given")
-    check_scoring(path, manifest, enc.config, label)
+    check_model_scoring(path, manifest, model, enc.config)
     place(enc, device)
     return enc
 
@@ -212,7 +203,6 @@ def graph_model_of(
     model is; an error naming ``anygrain[train]`` for any other model."""
     from anygrain.encode.onnx_runtime import TRAIN_EXTRA
     from anygrain.phrase.graph_model import GraphPhraseModel
-    from anygrain.phrase.reference import check_scoring
 
     src = model_dir_of(path, manifest, model)
     if src is None:
@@ -228,8 +218,7 @@ def graph_model_of(
             f"not the {record.get('fingerprint')} this index was built with; rebuild the index "
             "or pass the model it was built with (--model)"
         )
-    label = str(model) if isinstance(model, str | Path) else record.get("name", "given")
-    check_scoring(path, manifest, enc.config, label)
+    check_model_scoring(path, manifest, model, enc.config)
     questions = cached_question_encoder(path, manifest, model) if onnx else enc
     if questions is None:
         raise AnygrainError(
@@ -271,18 +260,28 @@ def checked_questions(
     from types import SimpleNamespace
 
     from anygrain.phrase.onnx import OnnxQuestionEncoder
-    from anygrain.phrase.reference import check_scoring
 
     got = record.get("phrase_fingerprint")
-    index_record = manifest.get("model") or {}
-    if not got or got != index_record.get("fingerprint"):
+    if not got or got != (manifest.get("model") or {}).get("fingerprint"):
         return None
     config = record.get("config")
-    label = str(model) if isinstance(model, str | Path) else index_record.get("name", "given")
-    check_scoring(
-        path, manifest, SimpleNamespace(**(config if isinstance(config, dict) else {})), label
+    check_model_scoring(
+        path, manifest, model, SimpleNamespace(**(config if isinstance(config, dict) else {}))
     )
     return OnnxQuestionEncoder(cache.entry(record["key"]))
+
+
+def check_model_scoring(
+    path: Path, manifest: dict[str, Any], model: str | Path | PhraseEncoder | None, config: Any
+) -> None:
+    """Refuse a phrase model whose scoring settings (``config``) differ from those the
+    index at ``path`` recorded (:func:`~anygrain.phrase.reference.check_scoring`), calling
+    it what it was given as, else by the name the index records."""
+    from anygrain.phrase.reference import check_scoring
+
+    record = manifest.get("model") or {}
+    label = str(model) if isinstance(model, str | Path) else record.get("name", "given")
+    check_scoring(path, manifest, config, label)
 
 
 # A child costs a Python start and torch's import: it pays for a model as large as

@@ -16,11 +16,10 @@ packed model loads exactly or not at all.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,45 +33,36 @@ from anygrain.models.base import (
     read_config,
     register_form,
 )
-from anygrain.models.delta import PackSettings, apply_delta_tensors, delta_tensors
+from anygrain.models.delta import (
+    CARD_FILE,
+    PACKED_FILE,
+    PackSettings,
+    apply_delta_tensors,
+    delta_tensors,
+    rebuild_packed,
+    write_packed,
+)
+from anygrain.models.delta import PackedInfo as PackedConfig
 from anygrain.models.hf import load_hf_dir
 from anygrain.phrase.model import MODEL_CONFIG, PhraseConfig, PhraseEncoder
-from anygrain.utils.atomic import atomic_dir
 
 PACKED_CONFIG = config_file(ModelType.PACKED_PHRASE)
-PACKED_FILE = "packed.safetensors"
 FORMAT = "anygrain.packed-phrase-model"
 FORMAT_VERSION = 2  # 2: float32 scales
-CARD_FILE = "MODEL_CARD.md"
 PACKED_NAMES = (PACKED_CONFIG, PACKED_FILE)  # a full save over a packed model removes these
 
 
 @dataclass
-class PackedInfo:
+class PackedInfo(PackedConfig):
     """``anygrain_packed.json``: what a packed model needs besides its tensors."""
 
-    base_model: str
-    base_fingerprint: str  # the backbone's weights, so another backbone version is refused
-    full_fingerprint: str  # every weight of the unpacked model (phrase and question sides)
-    encoders: list[str]
-    bits: int
-    group: int
-    size_bytes: int = 0
+    format = FORMAT
+    format_version = FORMAT_VERSION
+    model_type = ModelType.PACKED_PHRASE
+    noun = "packed model"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT, "format_version": FORMAT_VERSION, **asdict(self)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str = "") -> PackedInfo:
-        """From the saved config (format and version checked by the model base)."""
-        try:
-            return cls(**{k: v for k, v in d.items() if k not in ("format", "format_version")})
-        except TypeError as e:
-            raise AnygrainError(f"{where}: invalid packed model config ({e})") from None
-
-    @classmethod
-    def read(cls, path: Path) -> PackedInfo:
-        return cls.from_dict(read_config(path, ModelType.PACKED_PHRASE), str(path / PACKED_CONFIG))
+    # the names of the encoders packed: the phrase encoder, then the question encoders
+    encoders: list[str] = field(kw_only=True)
 
 
 def is_packed(path: str | Path) -> bool:
@@ -113,8 +103,6 @@ def pack_phrase_model(
     that lies inside an index or model (:func:`anygrain.utils.targets.check_output_dir`);
     and a model that is already packed (loaded from a packed directory, weights unchanged):
     packing it again would quantise the quantised weights, so it is refused too."""
-    from safetensors.torch import save_file
-
     from anygrain.utils.targets import check_output_dir
 
     s = settings or PackSettings()
@@ -149,22 +137,15 @@ def pack_phrase_model(
         )
     rebuilt = _rebuild(model.config, tensors, s, names, base, tok)
     rebuilt.config.phrase_fingerprint = rebuilt.phrase_fingerprint()
-    with atomic_dir(out) as staging:
-        save_file(tensors, str(staging / PACKED_FILE))
-        cfg = rebuilt.saved_config()
-        (staging / MODEL_CONFIG).write_text(json.dumps(cfg, indent=2, ensure_ascii=False))
-        info = PackedInfo(
-            base_model=model.config.base_model,
-            base_fingerprint=base_fp,
-            full_fingerprint=full_fingerprint(rebuilt),
-            encoders=["phrase", *names],
-            bits=s.bits,
-            group=s.group,
-            size_bytes=(staging / PACKED_FILE).stat().st_size,
-        )
-        if card is not None:
-            (staging / CARD_FILE).write_text(card, encoding="utf-8")
-        (staging / PACKED_CONFIG).write_text(json.dumps(info.to_dict(), indent=2))
+    info = PackedInfo(
+        base_model=model.config.base_model,
+        base_fingerprint=base_fp,
+        full_fingerprint=full_fingerprint(rebuilt),
+        encoders=["phrase", *names],
+        bits=s.bits,
+        group=s.group,
+    )
+    write_packed(out, tensors, (MODEL_CONFIG, rebuilt.saved_config()), info, card)
     return out
 
 
@@ -211,8 +192,6 @@ def load_packed(
     checked by the model base); refuses a different backbone or damaged tensors.
     ``verify`` (``None``: yes) checks the rebuilt weights against the recorded
     fingerprints."""
-    from safetensors.torch import load_file
-
     info = PackedInfo.from_dict(config, str(path / PACKED_CONFIG))
     s = PackSettings(info.bits, info.group)
     f = path / MODEL_CONFIG
@@ -220,16 +199,7 @@ def load_packed(
         raise AnygrainError(f"{path}: packed model without {MODEL_CONFIG}")
     cfg = PhraseConfig.from_dict(read_config(path, ModelType.PHRASE), str(f))
     base, tok = _backbone(info.base_model, cache_dir)
-    try:
-        tensors = load_file(str(path / PACKED_FILE))
-    except Exception as e:  # safetensors raises its own error types for damaged headers
-        raise AnygrainError(f"{path / PACKED_FILE}: unreadable packed tensors ({e})") from None
-    try:
-        model = _rebuild(cfg, tensors, s, info.encoders[1:], base, tok)
-    except (RuntimeError, KeyError) as e:
-        raise AnygrainError(
-            f"{path / PACKED_FILE}: tensors do not fit the backbone ({e})"
-        ) from None
+    model = rebuild_packed(path, lambda t: _rebuild(cfg, t, s, info.encoders[1:], base, tok))
     # one hash of every rebuilt weight covers the phrase side too, so the phrase fingerprint
     # in the config can be trusted; the backbone is hashed only to explain a mismatch
     if verify is not False and full_fingerprint(model) != info.full_fingerprint:

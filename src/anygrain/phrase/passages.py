@@ -5,8 +5,9 @@ windows are encoded in batches sorted by length, so a batch holds little padding
 seen by several windows takes its vectors from the one giving it most context; the tokens
 come back per passage in text order (:class:`EncodedPassage`).  :func:`encode_windows` does
 all of that around a ``forward`` that maps a batch of windows to its start vectors, end
-vectors and filter logits: torch's (:meth:`anygrain.phrase.model.PhraseEncoder.encode_passages`)
-or an exported graph's on ONNX Runtime (:class:`anygrain.phrase.onnx.OnnxPassageEncoder`).
+vectors and filter logits: torch's (:meth:`anygrain.phrase.model.PhraseEncoder.window_forward`)
+or an exported graph's on ONNX Runtime (:class:`anygrain.phrase.onnx.OnnxPassageEncoder`),
+both :class:`PassageEncoding`, whose ``encode_passages`` calls it.
 NumPy only: a dump on ONNX Runtime imports no torch.
 """
 
@@ -14,12 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
 from anygrain.encode.onnx_runtime import pad_batch
-from anygrain.phrase.tokens import Window, best_windows
+from anygrain.phrase.tokens import TOKEN_MARKS, TokenMarks, Window, best_windows
 from anygrain.utils.finite import check_finite
 from anygrain.utils.progress import progress_counter
 
@@ -27,16 +27,11 @@ from anygrain.utils.progress import progress_counter
 WindowForward = Callable[[Sequence[Window]], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
-@dataclass
-class EncodedPassage:
-    """One passage's tokens (in text order) with their vectors and filter logits."""
+@dataclass(kw_only=True)
+class EncodedPassage(TokenMarks):
+    """One passage's tokens (in text order): their :class:`~anygrain.phrase.tokens.TokenMarks`
+    with their vectors and filter logits."""
 
-    cs: np.ndarray
-    ce: np.ndarray
-    start_ok: np.ndarray
-    end_ok: np.ndarray
-    wfirst: np.ndarray
-    wlast: np.ndarray
     start: np.ndarray  # (n, d) float32
     end: np.ndarray  # (n, d) float32
     filter_logits: np.ndarray  # (n, 2) float32: start, end
@@ -45,11 +40,27 @@ class EncodedPassage:
         return len(self.cs)
 
 
-class PassageEncoding(Protocol):
-    """What encodes a dump's passages: the phrase model (torch) or its passage graph."""
+class PassageEncoding:
+    """What encodes a dump's passages: the phrase model (torch) or its passage graph (ONNX
+    Runtime).  Each cuts passages into windows (:meth:`windows`) and encodes a batch of
+    windows (:meth:`window_forward`); :meth:`encode_passages` is theirs in common."""
 
     @property
-    def dim(self) -> int: ...
+    def dim(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def model_name(self) -> str:
+        """What a non-finite output's error names (the model's name)."""
+        raise NotImplementedError
+
+    def windows(self, texts: Sequence[str], titles: Sequence[str] | None = None) -> list[Window]:
+        raise NotImplementedError
+
+    def window_forward(self, *, bf16: bool, cast_once: bool) -> WindowForward:
+        """What encodes a batch of windows, in bfloat16 when ``bf16`` (``cast_once``: from a
+        copy of the encoder cast to bfloat16 once), or an error when that cannot be done."""
+        raise NotImplementedError
 
     def encode_passages(
         self,
@@ -60,7 +71,24 @@ class PassageEncoding(Protocol):
         bf16: bool = False,
         progress: bool = False,
         desc: str = "encoding phrases",
-    ) -> list[EncodedPassage]: ...
+        cast_once: bool = False,
+    ) -> list[EncodedPassage]:
+        """Every passage token's start/end vectors and filter logits, in text order
+        (:func:`encode_windows`: windows batched by length; a token seen by several windows
+        takes its vectors from the one giving it most context).  ``progress`` shows a bar
+        (``desc``) counting passages, with an ETA.  ``bf16`` and ``cast_once``: as
+        :meth:`window_forward` takes them."""
+        forward = self.window_forward(bf16=bf16, cast_once=cast_once)
+        return encode_windows(
+            self.windows(texts, titles),
+            len(texts),
+            forward,
+            dim=self.dim,
+            name=self.model_name,
+            batch_size=batch_size,
+            progress=progress,
+            desc=desc,
+        )
 
 
 def collate_windows(windows: Sequence[Window], pad_id: int) -> dict[str, np.ndarray]:
@@ -124,7 +152,7 @@ def encode_windows(
         parts = [(wins[i], owned[i], i) for i in ids]
         cat = {
             key: np.concatenate([getattr(w, key)[pos] for w, pos, _ in parts])
-            for key in ("cs", "ce", "start_ok", "end_ok", "wfirst", "wlast")
+            for key in TOKEN_MARKS
         }
         s_all = np.concatenate([vec_s[i] for _, _, i in parts])
         e_all = np.concatenate([vec_e[i] for _, _, i in parts])

@@ -20,7 +20,7 @@ import numpy as np
 from anygrain.encode.runtime import runs_on_onnx
 from anygrain.errors import AnygrainError, IndexMismatchError
 from anygrain.hits.hit import Hit, Unit, UnitSearchStats
-from anygrain.phrase.dump import END_OK, START_OK, keep_flags
+from anygrain.phrase.dump import END_OK, START_OK, kept_tokens
 from anygrain.phrase.lexical import LexicalQuery, SparseFusion, dense_stats, fuse
 from anygrain.phrase.rescore_settings import RescoreTokens, Rescoring
 from anygrain.phrase.search import (
@@ -185,24 +185,11 @@ def encode_rows(
     starts, ends, toks = [], [], []
     counts = np.zeros(len(rows), np.int64)
     for j, (r, p) in enumerate(zip(rows.tolist(), enc, strict=True)):
-        flags = keep_flags(p, threshold)  # the dump's rule, at this threshold
-        keep = flags > 0
-        counts[j] = int(keep.sum())
-        starts.append(p.start[keep].astype(np.float16))
-        ends.append(p.end[keep].astype(np.float16))
-        toks.append(
-            np.stack(
-                [
-                    np.full(counts[j], r, np.int64),
-                    p.cs[keep],
-                    p.ce[keep],
-                    flags[keep],
-                    p.wfirst[keep],
-                    p.wlast[keep],
-                ],
-                axis=1,
-            ).astype(np.int32)
-        )
+        _, start, end, kept = kept_tokens(p, r, threshold)  # the dump's rule, at this threshold
+        counts[j] = len(kept)
+        starts.append(start)
+        ends.append(end)
+        toks.append(kept)
     local_ptr = np.zeros(len(rows) + 1, np.int64)
     np.cumsum(counts, out=local_ptr[1:])
     empty = np.zeros((0, d), np.float16)

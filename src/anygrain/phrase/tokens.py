@@ -22,7 +22,7 @@ context on both sides (as BERT's SQuAD code does).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -71,24 +71,33 @@ class CharWords:
 
 
 @dataclass
-class Window:
-    """One tokenized window of a passage.
+class TokenMarks:
+    """What tokens carry besides their ids, one array entry a token: ``cs``/``ce``, the
+    character offsets in the passage text (-1 for special, title and prefix tokens), with
+    surrounding spaces trimmed; ``start_ok``/``end_ok``, whether a phrase may start or end
+    there; ``wfirst``/``wlast``, the indices of the words holding a token's first and last
+    characters (phrase length is counted in words)."""
 
-    Token arrays are aligned with ``input_ids``; ``cs``/``ce`` are character
-    offsets in the passage text (-1 for special, title and prefix tokens), with
-    surrounding spaces trimmed.  ``wfirst``/``wlast`` are the indices of the words
-    holding a token's first and last characters (phrase length is counted in words).
-    """
-
-    passage: int
-    input_ids: np.ndarray
-    token_type_ids: np.ndarray | None
     cs: np.ndarray
     ce: np.ndarray
     start_ok: np.ndarray
     end_ok: np.ndarray
     wfirst: np.ndarray
     wlast: np.ndarray
+
+
+#: the names of :class:`TokenMarks`' arrays
+TOKEN_MARKS = tuple(f.name for f in fields(TokenMarks))
+
+
+@dataclass(kw_only=True)
+class Window(TokenMarks):
+    """One tokenized window of a passage, its :class:`TokenMarks` aligned with
+    ``input_ids``."""
+
+    passage: int
+    input_ids: np.ndarray
+    token_type_ids: np.ndarray | None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:

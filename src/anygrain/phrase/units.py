@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -240,6 +240,15 @@ class FirstStage:
     lexical: Sequence[LexicalQuery] | None
     stats: list[UnitSearchStats] | None  # filled with each question's search statistics
 
+    def round_options(self) -> dict[str, Any]:
+        """What each round takes, at the phrase grain and the others alike."""
+        return {
+            "max_words": self.max_words,
+            "nprobe": self.nprobe,
+            "lexical": self.lexical,
+            "fusion": self.fusion,
+        }
+
 
 @dataclass
 class Found:
@@ -317,10 +326,7 @@ def first_stage(
             q_end,
             top_k=s.depth,
             scope_rows=s.scope_rows,
-            max_words=s.max_words,
-            nprobe=s.nprobe,
-            lexical=s.lexical,
-            fusion=s.fusion,
+            **s.round_options(),
         )
         return Found(phrases, [], mips)
     found, stats = search_units(
@@ -332,10 +338,7 @@ def first_stage(
         depth=s.depth,
         max_depth=s.max_depth,
         exact=s.exact,
-        max_words=s.max_words,
-        nprobe=s.nprobe,
-        lexical=s.lexical,
-        fusion=s.fusion,
+        **s.round_options(),
     )
     if s.stats is not None:
         s.stats.extend(stats)

@@ -131,11 +131,11 @@ class ReadSettings:
             raise AnygrainError("; ".join(problems))
 
     def use_bf16(self) -> bool:
-        if self.bf16 is not None:
-            return self.bf16
-        from anygrain.utils.precision import native_bf16
+        """Whether a reader on torch reads in bfloat16
+        (:func:`~anygrain.models.runtime.reader_bf16`)."""
+        from anygrain.models.runtime import reader_bf16
 
-        return native_bf16()
+        return reader_bf16(self.bf16)
 
 
 def how_much_to_read(window: int | None, sure: float | None) -> dict[str, Any]:

@@ -25,20 +25,15 @@ import numpy as np
 
 from anygrain.encode.onnx_runtime import (
     EXPORT_VERSION,
-    GRAPH_FILE,
     TOKEN_EMBEDS,
-    TOKEN_TABLE_FILE,
     TOKENIZER_FILE,
     GraphCache,
-    OnnxGraph,
     WindowTokenizer,
     digest,
-    export_graph,
-    graph_module,
+    export_encoder,
+    finish_export,
+    open_graph,
     require_torch,
-    save_token_table,
-    save_tokenizer,
-    write_meta,
 )
 from anygrain.encode.runtime import Runtime
 from anygrain.errors import AnygrainError
@@ -71,8 +66,8 @@ def reader_key(reader: Reader) -> str:
 
 
 def _logits(reader: Reader) -> Any:
-    def forward(embeds: Any, *rest: Any) -> Any:
-        o = reader(None, *rest, token_embeds=embeds)
+    def forward(ids: Any, *rest: Any, token_embeds: Any = None) -> Any:
+        o = reader(ids, *rest, token_embeds=token_embeds)
         return o.start_logits, o.end_logits, o.selection_logits
 
     return forward
@@ -96,38 +91,19 @@ def export_reader(reader: Reader, cache: GraphCache) -> Path:
             for n, t in batch.model_inputs().items()
             if n != "token_type_ids" or reader.uses_token_types
         }
-        # the token table stays outside the graph (looked up with NumPy from a memory map):
-        # a multilingual model's is most of its weights, all but a few rows unused by any corpus
         table = reader.encoder.get_input_embeddings().weight  # type: ignore[operator]
-        save_token_table(table, d / TOKEN_TABLE_FILE)
-        inputs = {TOKEN_EMBEDS: table[inputs.pop("input_ids")].detach(), **inputs}
-        was_training = reader.training
-        try:
-            export_graph(
-                graph_module(reader, _logits(reader)),
-                inputs,
-                OUTPUTS,
-                d / GRAPH_FILE,
-                sequence_outputs=OUTPUTS[:2],
-            )
-        finally:
-            reader.train(was_training)
-        reader.tokenizer.save_pretrained(str(d))  # the windows are cut by the HF tokenizer
-        tok = save_tokenizer(reader.tokenizer, d / TOKENIZER_FILE)
-        write_meta(
-            d,
-            {
-                "kind": KIND,
-                "key": key,
-                "name": reader.config.base_model,
-                "max_length": reader.config.max_length,
-                "config": reader.config.reading_dict(),
-                "inputs": list(inputs),
-                "token_table": TOKEN_TABLE_FILE,
-                "outputs": list(OUTPUTS),
-                "tokenizer": tok,
-            },
+        names = export_encoder(
+            reader, d, _logits(reader), inputs, table, OUTPUTS, sequence_outputs=OUTPUTS[:2]
         )
+        reader.tokenizer.save_pretrained(str(d))  # the windows are cut by the HF tokenizer
+        meta = {
+            "kind": KIND,
+            "key": key,
+            "name": reader.config.base_model,
+            "max_length": reader.config.max_length,
+            "config": reader.config.reading_dict(),
+        }
+        finish_export(d, reader.tokenizer, meta, names, OUTPUTS)
 
     return cache.write(key, fill)
 
@@ -142,10 +118,8 @@ class OnnxReader:
     loaded_from = ""
 
     def __init__(self, directory: Path, *, threads: int | None = None) -> None:
-        self.graph = OnnxGraph(directory, threads=threads, tokenize=False)
+        self.graph = open_graph(directory, KIND, "reader", threads=threads)
         meta = self.graph.meta
-        if meta.get("kind") != KIND:
-            raise ValueError(f"{directory}: not a reader graph")
         self.config = ReaderConfig.from_dict(meta["config"], str(directory))
         self.inputs = [str(n) for n in meta["inputs"]]
         self.name = str(meta.get("name", ""))

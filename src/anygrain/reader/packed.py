@@ -20,8 +20,7 @@ weights against the recorded fingerprint.
 from __future__ import annotations
 
 import copy
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,47 +34,34 @@ from anygrain.models.base import (
     read_config,
     register_form,
 )
-from anygrain.models.delta import PackSettings, apply_delta_tensors, delta_tensors
+from anygrain.models.delta import PACKED_FILE as PACKED_FILE  # re-exported: read here too
+from anygrain.models.delta import (
+    PackedInfo,
+    PackSettings,
+    apply_delta_tensors,
+    delta_tensors,
+    rebuild_packed,
+    write_packed,
+)
 from anygrain.models.hf import load_hf_dir
 from anygrain.reader.config import ReaderConfig
 from anygrain.reader.model import READER_CONFIG, Reader
-from anygrain.utils.atomic import atomic_dir
 
 __all__ = ["PACKED_READER_CONFIG", "PackedReaderInfo", "is_packed_reader", "pack_reader"]
 
 PACKED_READER_CONFIG = config_file(ModelType.PACKED_READER)
-PACKED_FILE = "packed.safetensors"
 FORMAT = "anygrain.packed-reader"
 FORMAT_VERSION = 1
-CARD_FILE = "MODEL_CARD.md"
 
 
 @dataclass
-class PackedReaderInfo:
+class PackedReaderInfo(PackedInfo):
     """``anygrain_packed_reader.json``: what a packed reader needs besides its tensors."""
 
-    base_model: str
-    base_fingerprint: str
-    full_fingerprint: str  # every weight of the rebuilt reader
-    bits: int
-    group: int
-    size_bytes: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT, "format_version": FORMAT_VERSION, **asdict(self)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str = "") -> PackedReaderInfo:
-        try:
-            return cls(**{k: v for k, v in d.items() if k not in ("format", "format_version")})
-        except TypeError as e:
-            raise AnygrainError(f"{where}: invalid packed reader config ({e})") from None
-
-    @classmethod
-    def read(cls, path: Path) -> PackedReaderInfo:
-        return cls.from_dict(
-            read_config(path, ModelType.PACKED_READER), str(path / PACKED_READER_CONFIG)
-        )
+    format = FORMAT
+    format_version = FORMAT_VERSION
+    model_type = ModelType.PACKED_READER
+    noun = "packed reader"
 
 
 def is_packed_reader(path: str | Path) -> bool:
@@ -109,8 +95,6 @@ def pack_reader(
 ) -> Path:
     """Write ``reader`` packed into ``out`` (refused inside an index or model, or over its
     own source; a directory that is not a packed reader is never replaced)."""
-    from safetensors.torch import save_file
-
     from anygrain.utils.targets import check_output_dir
 
     s = settings or PackSettings()
@@ -130,22 +114,14 @@ def pack_reader(
     for k, t in _heads(reader).items():
         tensors[f"heads/{k}"] = t.detach().to(torch.float32).contiguous()
     rebuilt = _rebuild(reader.config, tensors, s, base, tok)
-    with atomic_dir(out) as staging:
-        save_file(tensors, str(staging / PACKED_FILE))
-        (staging / READER_CONFIG).write_text(
-            json.dumps(rebuilt.saved_config(), indent=2, ensure_ascii=False)
-        )
-        info = PackedReaderInfo(
-            base_model=reader.config.base_model,
-            base_fingerprint=fingerprint_modules([base]),
-            full_fingerprint=rebuilt.fingerprint(),
-            bits=s.bits,
-            group=s.group,
-            size_bytes=(staging / PACKED_FILE).stat().st_size,
-        )
-        if card is not None:
-            (staging / CARD_FILE).write_text(card, encoding="utf-8")
-        (staging / PACKED_READER_CONFIG).write_text(json.dumps(info.to_dict(), indent=2))
+    info = PackedReaderInfo(
+        base_model=reader.config.base_model,
+        base_fingerprint=fingerprint_modules([base]),
+        full_fingerprint=rebuilt.fingerprint(),
+        bits=s.bits,
+        group=s.group,
+    )
+    write_packed(out, tensors, (READER_CONFIG, rebuilt.saved_config()), info, card)
     return out
 
 
@@ -166,24 +142,13 @@ def _rebuild(
 
 def load_packed_reader(path: Path, config: dict[str, Any], verify: bool | None) -> Reader:
     """Rebuild a packed reader; refuses another backbone or damaged tensors."""
-    from safetensors.torch import load_file
-
     info = PackedReaderInfo.from_dict(config, str(path / PACKED_READER_CONFIG))
     s = PackSettings(info.bits, info.group)
     if not (path / READER_CONFIG).exists():
         raise AnygrainError(f"{path}: packed reader without {READER_CONFIG}")
     cfg = ReaderConfig.from_dict(read_config(path, ModelType.READER), str(path / READER_CONFIG))
     base, tok = _backbone(info.base_model)
-    try:
-        tensors = load_file(str(path / PACKED_FILE))
-    except Exception as e:  # safetensors raises its own error types for damaged headers
-        raise AnygrainError(f"{path / PACKED_FILE}: unreadable packed tensors ({e})") from None
-    try:
-        reader = _rebuild(cfg, tensors, s, base, tok)
-    except (RuntimeError, KeyError) as e:
-        raise AnygrainError(
-            f"{path / PACKED_FILE}: tensors do not fit the backbone ({e})"
-        ) from None
+    reader = rebuild_packed(path, lambda t: _rebuild(cfg, t, s, base, tok))
     if verify is not False and reader.fingerprint() != info.full_fingerprint:
         if fingerprint_modules([base]) != info.base_fingerprint:
             raise IndexMismatchError(

@@ -291,25 +291,37 @@ def route(app: FastAPI, method: str, path: str, **kw: Any) -> Any:
     return register
 
 
+#: The query parameters a GET search and a GET ask share.
+QuestionQuery = Annotated[
+    str, Query(description=f"The question (1 to {MAX_QUESTION_CHARS} characters)")
+]
+FilterQuery = Annotated[str | None, Query(description=FILTER_DOC)]
+FloorQuery = Annotated[float | None, Query(description=FLOOR_DOC)]
+
+
+def get_search_route(app: FastAPI, path: str, operation_id: str) -> Any:
+    """:func:`route` for a GET of one question's hits, whose other query parameters are
+    search options (listed in the schema)."""
+    return route(
+        app,
+        "GET",
+        path,
+        operation_id=operation_id,
+        response_model=SearchResponse,
+        responses=ERRORS,
+        openapi_extra={"parameters": option_parameters()},
+    )
+
+
 def add_search_routes(app: FastAPI, service: SearchService, info: dict[str, Any]) -> None:
     """``GET /v1/search`` (one question), ``POST /v1/search`` (a batch) and ``GET /v1/ask``
     (one question's answers)."""
     k_doc = f"Hits to return, 1 to {service.max_k} (the server's --max-k)"
 
-    @route(
-        app,
-        "GET",
-        "/v1/search",
-        operation_id="search",
-        response_model=SearchResponse,
-        responses=ERRORS,
-        openapi_extra={"parameters": option_parameters()},
-    )
+    @get_search_route(app, "/v1/search", "search")
     async def search_get(
         request: Request,
-        q: Annotated[
-            str, Query(description=f"The question (1 to {MAX_QUESTION_CHARS} characters)")
-        ],
+        q: QuestionQuery,
         unit: Annotated[
             str | None,
             Query(
@@ -318,29 +330,19 @@ def add_search_routes(app: FastAPI, service: SearchService, info: dict[str, Any]
             ),
         ] = None,
         k: Annotated[int, Query(description=k_doc)] = DEFAULT_K,
-        filter: Annotated[str | None, Query(description=FILTER_DOC)] = None,
-        min_confidence: Annotated[float | None, Query(description=FLOOR_DOC)] = None,
+        filter: FilterQuery = None,
+        min_confidence: FloorQuery = None,
     ) -> Response:
         """Top-``k`` hits for one question; any other query parameter is a search option."""
         return await _search_one(service, request, q, unit, k, filter, min_confidence)
 
-    @route(
-        app,
-        "GET",
-        "/v1/ask",
-        operation_id="ask",
-        response_model=SearchResponse,
-        responses=ERRORS,
-        openapi_extra={"parameters": option_parameters()},
-    )
+    @get_search_route(app, "/v1/ask", "ask")
     async def ask(
         request: Request,
-        q: Annotated[
-            str, Query(description=f"The question (1 to {MAX_QUESTION_CHARS} characters)")
-        ],
+        q: QuestionQuery,
         k: Annotated[int, Query(description="Answers to return, 1 to the server's --max-k")] = 1,
-        filter: Annotated[str | None, Query(description=FILTER_DOC)] = None,
-        min_confidence: Annotated[float | None, Query(description=FLOOR_DOC)] = None,
+        filter: FilterQuery = None,
+        min_confidence: FloorQuery = None,
     ) -> Response:
         """The answers a reader reads out of the top passages (unit answer): what ``GET
         /v1/search?unit=answer`` returns, the best answer first."""

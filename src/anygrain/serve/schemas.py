@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from anygrain.hits.hit import Hit, Unit, hits_json
+from anygrain.serve.mcp_compact import PassageHits
 from anygrain.serve.service import DEFAULT_K, MAX_BATCH, MAX_K, MAX_QUESTION_CHARS, RequestError
 
 #: The search options a request may set, documented (the server takes whichever its index
@@ -107,10 +107,16 @@ class SearchResponse(BaseModel):
         description="The full form: each hit whole, its passage text with it (absent in the "
         "compact form: see passages)",
     )
+    hit_fields: list[str] | None = Field(
+        default=None,
+        description="The compact form: the names of a hit row's values, in order (rank, "
+        "score, then span, answer and confidence where some hit has them; absent in the full "
+        "form)",
+    )
     passages: list[PassageHits] | None = Field(
         default=None,
         description="The compact form (the MCP search tool's default): each passage once, in "
-        "the order of its best hit, with its hits under it (absent in the full form)",
+        "the order of its best hit, with its hits under it as rows (absent in the full form)",
     )
     latency_ms: float = Field(description="Server-side time for this request, queueing included")
 
@@ -244,88 +250,7 @@ class ErrorResponse(BaseModel):
     )
 
 
-# --- the compact search response, documents, filter fields (the MCP tools') ---------------
-
-
-#: Significant digits of a compact hit's score and confidence (the full form has them whole).
-SCORE_DIGITS = 5
-CONFIDENCE_DIGITS = 3
-
-
-class SpanOut(BaseModel):
-    """A hit of the compact form, under its passage (:class:`PassageHits`): where it is in
-    the passage's text, and its score; a field without a value is left out."""
-
-    rank: int = Field(description="1 for the best hit of the response")
-    score: float = Field(description=f"The hit's score, to {SCORE_DIGITS} significant digits")
-    span: tuple[int, int] | None = Field(
-        default=None,
-        description="Character span of the hit inside its passage's text (phrase, sentence "
-        "and answer hits; none for passage and document hits)",
-    )
-    answer: str | None = Field(default=None, description="The text at span")
-    confidence: float | None = Field(
-        default=None,
-        description="Answer hits: the calibrated probability (0 to 1) that the answer is "
-        "correct, to 3 significant digits; on passage hits, the best answer's of a question "
-        "left unanswered",
-    )
-
-
-class PassageHits(BaseModel):
-    """A passage of the compact form, its text once, with the hits found in it."""
-
-    passage_id: str
-    doc_id: str
-    title: str
-    text: str = Field(description="The passage text (a hit's span is inside it)")
-    citation: str | None = Field(
-        default=None,
-        description="Where the passage is: 'file › heading · page N' for a passage from a "
-        "file (none where that is the title)",
-    )
-    meta: dict[str, Any] = Field(
-        default_factory=dict, description="The passage's metadata, as a full hit's meta"
-    )
-    hits: list[SpanOut]
-
-
-def passages_out(hits: list[Hit]) -> list[PassageHits]:
-    """``hits`` (ranked best first) grouped by passage: each passage once, in the order of
-    its best hit, its hits under it in rank order."""
-    groups: dict[tuple[str, str], PassageHits] = {}
-    for rank, h in enumerate(hits, 1):
-        group = groups.get((h.passage_id, h.text))
-        if group is None:
-            group = groups[(h.passage_id, h.text)] = PassageHits(
-                passage_id=h.passage_id,
-                doc_id=h.doc_id,
-                title=h.title,
-                text=h.text,
-                citation=h.citation if h.citation != h.title else None,
-                meta=dict(h.meta),
-                hits=[],
-            )
-        conf = h.confidence
-        group.hits.append(
-            SpanOut(
-                rank=rank,
-                score=_digits(float(h.score), SCORE_DIGITS),
-                span=h.span,
-                answer=h.answer_text if h.span is not None else None,
-                confidence=(
-                    _digits(conf, CONFIDENCE_DIGITS)
-                    if conf is not None and math.isfinite(conf)
-                    else None
-                ),
-            )
-        )
-    return list(groups.values())
-
-
-def _digits(x: float, digits: int) -> float:
-    """``x`` to ``digits`` significant digits (as it is where it is not finite)."""
-    return float(f"{x:.{digits}g}") if math.isfinite(x) else x
+# --- documents, filter fields (the MCP tools'; the compact search form: mcp_compact) -------
 
 
 class DocumentPassage(BaseModel):

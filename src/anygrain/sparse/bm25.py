@@ -24,11 +24,11 @@ from anygrain.corpus.store import CorpusStore
 from anygrain.errors import AnygrainError
 from anygrain.hits.hit import Hit
 from anygrain.hits.results import hits_from_rows
-from anygrain.index.base import Index
 from anygrain.index.encoded import EncodedQueries
 from anygrain.index.manifest import write_manifest
 from anygrain.index.registry import IndexKind, register_index
-from anygrain.index.settings import BuildOptions, IndexSettings
+from anygrain.index.rows import RowsIndex
+from anygrain.index.settings import BuildJob, IndexSettings
 from anygrain.sparse.analyzers import (
     Analyzer,
     MultiAnalyzer,
@@ -426,7 +426,7 @@ def write_bm25_index(
 
 
 @register_index(IndexKind.BM25)
-class BM25Index(Index):
+class BM25Index(RowsIndex):
     """Lexical index; ``search`` returns passage hits."""
 
     settings_type = Bm25Settings
@@ -453,16 +453,10 @@ class BM25Index(Index):
         return self.store
 
     @classmethod
-    def write(
-        cls,
-        out: Path,
-        corpus: CorpusStore,
-        settings: IndexSettings,
-        options: BuildOptions,
-        work: Path,
-    ) -> None:
-        assert isinstance(settings, Bm25Settings)
-        write_bm25_index(out, corpus, settings, progress=options.progress, build=settings)
+    def write(cls, job: BuildJob) -> None:
+        s = job.settings
+        assert isinstance(s, Bm25Settings)
+        write_bm25_index(job.out, job.corpus, s, progress=job.options.progress, build=s)
 
     @classmethod
     def open(
@@ -523,8 +517,7 @@ class BM25Index(Index):
     def search_rows_encoded(
         self, encoded: EncodedQueries, k: int = 10, **options: Any
     ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`search_rows` of queries :meth:`encode` passed through (what a filtered
-        search reads: :mod:`anygrain.index.filters`)."""
+        """:meth:`search_rows` of queries :meth:`encode` passed through."""
         return self.search_rows(encoded.texts, k)
 
     def search_rows(self, queries: Sequence[str], k: int = 10) -> tuple[np.ndarray, np.ndarray]:

@@ -92,6 +92,14 @@ def load_checkpoint(path: Path, *, fmt: str = FORMAT) -> dict[str, Any]:
     return state
 
 
+def run_identity(trajectory: dict[str, Any], data_fingerprint: str) -> dict[str, Any]:
+    """What a checkpoint records of its run, for :func:`check_compatible` to compare."""
+    return {
+        "trajectory": json.dumps(trajectory, sort_keys=True),
+        "data_fingerprint": data_fingerprint,
+    }
+
+
 def check_compatible(
     state: dict[str, Any], trajectory: dict[str, Any], data_fingerprint: str, path: Path
 ) -> None:

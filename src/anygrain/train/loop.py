@@ -20,7 +20,8 @@ from typing import Any, Protocol
 import torch
 from tqdm.auto import tqdm
 
-from anygrain.train.runlog import TrainLog
+from anygrain.train.optim import apply_update
+from anygrain.train.runlog import TrainLog, defer_sigint
 
 StepCallback = Callable[[int], None]
 
@@ -58,6 +59,35 @@ class EpochPosition:
             self.epoch, self.step_in_epoch = self.epoch + 1, 0
             return True
         return False
+
+
+class EpochTrainer(EpochPosition):
+    """An :class:`EpochPosition` whose every update is one optimizer step over ``params``,
+    clipped to ``cfg.max_grad_norm``, in epochs of ``steps_per_epoch`` (DPR, reader)."""
+
+    cfg: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    params: list[torch.nn.Parameter]
+    steps_per_epoch: int
+
+    def update(self) -> bool:
+        """Apply the gradients and count the update, with Ctrl-C held off until the
+        position matches the weights; True when it ended the epoch."""
+        with defer_sigint():
+            apply_update(
+                self.optimizer,
+                self.scheduler,
+                clip=self.params,
+                max_grad_norm=self.cfg.max_grad_norm,
+            )
+            return self.count_update(self.steps_per_epoch)
+
+    def log_fields(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch_fraction(self.steps_per_epoch),
+            "lr": self.scheduler.get_last_lr()[0],
+        }
 
 
 class LoopTrainer(Protocol):

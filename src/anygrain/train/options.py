@@ -8,6 +8,9 @@ and :mod:`anygrain.train.phrase.trainer`, act on them).
 from __future__ import annotations
 
 import enum
+from typing import Any
+
+from anygrain.train.saved_config import option
 
 
 class GradClip(str, enum.Enum):
@@ -24,3 +27,14 @@ class InBatchNegatives(str, enum.Enum):
     # every token that may start (end) a phrase in them: the question's gold must beat all of
     # them, which is what ranking phrases across passages asks of it
     TOKENS = "tokens"
+
+
+def freeze_embeddings_option(what: str) -> Any:
+    """The ``--freeze-embeddings`` field of a trainer whose result is ``what`` (a model)."""
+    # Frozen token embeddings keep the result a small delta over its backbone (packing stores
+    # only the transformer layers) and skip the largest AdamW update.
+    return option(
+        False,
+        help=f"Keep the backbone's embedding layers fixed (the {what} can then be packed small)",
+        flags="--freeze-embeddings",
+    )

@@ -128,6 +128,7 @@ class RunDir:
         self.out = check_run_target(out, config)
         self.out.mkdir(parents=True, exist_ok=True)
         self.config = config
+        self.progress = progress
         self.log = TrainLog(self.out / LOG_FILE, echo=progress)
 
     def already_trained(self, model_file: str, data_fingerprint: str, *, resume: bool) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -76,6 +76,15 @@ class SavedConfig:
         if unknown:
             raise AnygrainError(f"unknown {cls.WHAT} field(s): {', '.join(unknown)}")
         return cls(**d)
+
+    @staticmethod
+    def str_list(value: str | Iterable[Any]) -> list[str]:
+        """A repeatable option's values as strings; one value given alone becomes a list."""
+        return [str(v) for v in ([value] if isinstance(value, str) else value)]
+
+    def below_one(self, *names: str) -> list[str]:
+        """The problems of the settings among ``names`` that must be at least 1."""
+        return [f"{name} must be >= 1" for name in names if getattr(self, name) < 1]
 
     def trajectory(self) -> dict[str, Any]:
         """The settings that determine the weights; resuming requires them unchanged."""

@@ -20,6 +20,7 @@ from anygrain.corpus.questions import Question, Questions
 from anygrain.errors import AnygrainError, ErrorLog, InputError
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 # Sniffers parse at most this much of a JSONL file's first line.
 _SNIFF_LINE_LIMIT = 8 << 20
@@ -330,6 +331,35 @@ class UniqueNames:
                 return candidate
 
 
+def first_tsv_row(path: Path, ncols: int) -> list[str] | None:
+    """The first line's fields when ``path`` is a file whose first line has ``ncols``
+    tab-separated columns, else None (for sniffing)."""
+    if not path.is_file():
+        return None
+    fields = split_tsv(first_line(path), ncols)
+    return fields if len(fields) == ncols else None
+
+
+def iter_rows(
+    path: Path,
+    errors: ErrorLog,
+    split: Callable[[str], list[str]],
+    header: Callable[[list[str]], bool],
+) -> Iterator[tuple[int, list[str]]]:
+    """``(line, fields)`` of every non-blank line of a delimited file, split by ``split``;
+    the first such line is left out when ``header(fields)`` says it is a header."""
+    first = True
+    for lineno, line in iter_text_lines(path, errors):
+        if not line.strip():
+            continue
+        fields = split(line)
+        if first:
+            first = False
+            if header(fields):
+                continue
+        yield lineno, fields
+
+
 def no_records(path: Path, what: str) -> InputError:
     """The error for an input that yielded nothing usable; always raised, whatever the policy."""
     return InputError(f"no {what} found", path=str(path))
@@ -396,6 +426,34 @@ def add_unique(
     out.append(q)
 
 
+def converted(
+    records: Iterable[tuple[int, R]], convert: Callable[[R, int], T], errors: ErrorLog
+) -> Iterator[tuple[int, R, T]]:
+    """``(line, record, convert(record, line))`` of each record that converts; a record that
+    does not (:class:`InputError`) goes to ``errors`` (stop, or skip and count)."""
+    for line, record in records:
+        try:
+            item = convert(record, line)
+        except InputError as e:
+            errors.handle(e)
+            continue
+        yield line, record, item
+
+
+def dict_elements(
+    items: list[Any], where: str, *, path: Path, line: int
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(field, element)`` of a list field whose elements must be JSON objects; ``field``
+    names the element (``where[i]``), and an element of another type is an error."""
+    for i, item in enumerate(items):
+        field = f"{where}[{i}]"
+        if not isinstance(item, dict):
+            raise InputError(
+                f"expected dict, got {type(item).__name__}", path=str(path), line=line, field=field
+            )
+        yield field, item
+
+
 def collect_questions(
     records: Iterable[tuple[int, R]],
     convert: Callable[[R, int], Question],
@@ -410,13 +468,29 @@ def collect_questions(
     """
     out: list[Question] = []
     seen: set[str] = set()
-    for line, record in records:
-        try:
-            q = convert(record, line)
-        except InputError as e:
-            errors.handle(e)
-            continue
+    for line, _, q in converted(records, convert, errors):
         add_unique(out, seen, q, path=path, line=line, errors=errors)
     if not out:
         raise no_records(path, "questions")
     return Questions(out, source=str(path), format=format)
+
+
+def question_reader(
+    records: Callable[[Path, ErrorLog], Iterable[tuple[int, Any]]],
+    convert: Callable[..., Question],
+    *,
+    format: str,
+) -> Callable[[Path, ErrorLog], Questions]:
+    """A format's ``read_questions``: every record of ``records(path, errors)`` through
+    ``convert(record, path=path, line=line)``, ids unique (:func:`collect_questions`)."""
+
+    def read_questions(path: Path, errors: ErrorLog) -> Questions:
+        return collect_questions(
+            records(path, errors),
+            lambda obj, line: convert(obj, path=path, line=line),
+            path=path,
+            errors=errors,
+            format=format,
+        )
+
+    return read_questions

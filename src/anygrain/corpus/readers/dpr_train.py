@@ -21,7 +21,9 @@ from typing import Any
 from anygrain.corpus.formats import Format, register
 from anygrain.corpus.questions import Question, Questions
 from anygrain.corpus.readers._io import (
+    converted,
     dedupe,
+    dict_elements,
     first_json_object,
     head,
     iter_json_array,
@@ -73,12 +75,7 @@ def _contexts(obj: dict[str, Any], key: str, *, path: Path, line: int) -> list[C
         return []
     items = require(obj, key, list, path=path, line=line)
     out: list[Context] = []
-    for i, ctx in enumerate(items):
-        where = f"{key}[{i}]"
-        if not isinstance(ctx, dict):
-            raise InputError(
-                f"expected dict, got {type(ctx).__name__}", path=str(path), line=line, field=where
-            )
+    for where, ctx in dict_elements(items, key, path=path, line=line):
         text = require(ctx, "text", str, path=path, line=line, where=where)
         title = require(ctx, "title", str, path=path, line=line, where=where)
         id_key = next((k for k in ID_KEYS if ctx.get(k) not in (None, "")), None)
@@ -110,12 +107,9 @@ def iter_dpr_training(path: Path, errors: ErrorLog) -> Iterator[DprExample]:
         iter_json_array(path) if _is_json_list(path) else iter_jsonl(path, errors)
     )
     n = 0
-    for line, obj in records:
-        try:
-            ex = example_from_record(obj, path=path, line=line)
-        except InputError as e:
-            errors.handle(e)
-            continue
+    for _, _, ex in converted(
+        records, lambda obj, line: example_from_record(obj, path=path, line=line), errors
+    ):
         n += 1
         yield ex
     if not n:

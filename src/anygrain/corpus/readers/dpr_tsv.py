@@ -24,12 +24,12 @@ from anygrain.corpus.formats import Format, register
 from anygrain.corpus.readers._io import (
     IdSet,
     UniqueNames,
-    first_line,
-    iter_text_lines,
+    first_tsv_row,
+    iter_rows,
     no_records,
     split_tsv,
 )
-from anygrain.corpus.records import SourceDocument, Span
+from anygrain.corpus.records import JoinedText, SourceDocument, Span
 from anygrain.errors import ErrorLog, InputError
 
 COLUMNS = ("id", "text", "title")
@@ -46,10 +46,8 @@ def _header(fields: list[str]) -> tuple[int, int, int] | None:
 
 def sniff(path: Path) -> bool:
     """A header ``id text title``, or three columns: an id without spaces, text, a title."""
-    if not path.is_file():
-        return False
-    fields = split_tsv(first_line(path), 3)
-    if len(fields) != 3:
+    fields = first_tsv_row(path, 3)
+    if fields is None:
         return False
     if _header(fields) is not None:
         return True
@@ -61,16 +59,7 @@ def sniff(path: Path) -> bool:
 class _Doc:
     title: str
     line: int
-    parts: list[str] = field(default_factory=list)
-    spans: list[Span] = field(default_factory=list)
-    pos: int = 0
-
-    def add(self, pid: str, text: str) -> None:
-        if self.parts:
-            self.pos += len(JOIN)
-        self.spans.append(Span(self.pos, self.pos + len(text), id=pid))
-        self.parts.append(text)
-        self.pos += len(text)
+    body: JoinedText = field(default_factory=lambda: JoinedText(JOIN))
 
 
 def read_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
@@ -80,27 +69,23 @@ def read_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
     names = UniqueNames()
     cur: _Doc | None = None
     n_docs = 0
-    first = True
+
+    def header(fields: list[str]) -> bool:
+        nonlocal cols
+        found = _header(fields)
+        cols = found or cols
+        return found is not None
 
     def finish(doc: _Doc) -> SourceDocument:
         return SourceDocument(
             doc_id=names.claim(doc.title),
             title=doc.title,
-            text=JOIN.join(doc.parts),
-            passages=doc.spans,
+            text=doc.body.text,
+            passages=doc.body.spans,
             origin=f"{path}:{doc.line}",
         )
 
-    for lineno, line in iter_text_lines(path, errors):
-        if not line.strip():
-            continue
-        fields = split_tsv(line, 3)
-        if first:
-            first = False
-            header = _header(fields)
-            if header is not None:
-                cols = header
-                continue
+    for lineno, fields in iter_rows(path, errors, lambda line: split_tsv(line, 3), header):
         try:
             pid, text, title = _row(fields, cols, path, lineno)
         except InputError as e:
@@ -116,7 +101,7 @@ def read_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
                 n_docs += 1
                 yield finish(cur)
             cur = _Doc(title, lineno)
-        cur.add(pid, text)
+        cur.body.add(text, id=pid)
     if cur is not None:
         n_docs += 1
         yield finish(cur)
@@ -151,14 +136,16 @@ def _row(
 _PAIR_HEADERS = {("pid", "passage"), ("id", "text"), ("docid", "text"), ("id", "passage")}
 
 
+def _is_pair_header(fields: list[str]) -> bool:
+    return tuple(f.strip().lower() for f in fields) in _PAIR_HEADERS
+
+
 def sniff_pairs(path: Path) -> bool:
     """Two columns: a decimal id and a passage that is not a Python list (not DPR qas)."""
-    if not path.is_file():
+    fields = first_tsv_row(path, 2)
+    if fields is None:
         return False
-    fields = split_tsv(first_line(path), 2)
-    if len(fields) != 2:
-        return False
-    if tuple(f.strip().lower() for f in fields) in _PAIR_HEADERS:
+    if _is_pair_header(fields):
         return True
     pid, text = fields
     return pid.strip().isdigit() and bool(text.strip()) and not text.lstrip().startswith("[")
@@ -173,15 +160,7 @@ def read_pair_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument
         )
     seen = IdSet()
     n_docs = 0
-    first = True
-    for lineno, line in iter_text_lines(path, errors):
-        if not line.strip():
-            continue
-        fields = split_tsv(line, 2)
-        if first:
-            first = False
-            if tuple(f.strip().lower() for f in fields) in _PAIR_HEADERS:
-                continue
+    for lineno, fields in iter_rows(path, errors, lambda line: split_tsv(line, 2), _is_pair_header):
         if len(fields) != 2:
             errors.handle(
                 InputError(

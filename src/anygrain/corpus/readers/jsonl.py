@@ -34,6 +34,7 @@ from anygrain.corpus.files import (
 from anygrain.corpus.formats import Format, register
 from anygrain.corpus.readers._io import (
     IdSet,
+    converted,
     first_json_object,
     iter_jsonl,
     no_records,
@@ -97,12 +98,11 @@ def iter_documents(path: Path, errors: ErrorLog, *, passages: bool) -> Iterator[
     seen = IdSet()
     n_docs = 0
     for f in files:
-        for line, obj in iter_jsonl(f, errors):
-            try:
-                doc = document_from_record(obj, path=f, line=line, passages=passages)
-            except InputError as e:
-                errors.handle(e)
-                continue
+
+        def to_document(obj: Any, line: int, f: Path = f) -> SourceDocument:
+            return document_from_record(obj, path=f, line=line, passages=passages)
+
+        for line, obj, doc in converted(iter_jsonl(f, errors), to_document, errors):
             if not seen.add(doc.doc_id):
                 errors.handle(
                     InputError(

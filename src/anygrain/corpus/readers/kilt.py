@@ -12,17 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from anygrain.corpus.formats import Format, register
-from anygrain.corpus.questions import Question, Questions
+from anygrain.corpus.questions import Question
 from anygrain.corpus.readers._io import (
-    collect_questions,
     dedupe,
+    dict_elements,
     first_json_object,
     iter_jsonl,
+    question_reader,
     require,
     require_id,
     require_text,
 )
-from anygrain.errors import ErrorLog, InputError
 
 
 def sniff(path: Path) -> bool:
@@ -46,12 +46,7 @@ def question_from_kilt(obj: dict[str, Any], *, path: Path, line: int) -> Questio
     titles: list[str] = []
     # KILT's R-precision is the max over provenance sets, one set per output.
     gold_sets: list[list[str]] = []
-    for i, out in enumerate(outputs):
-        where = f"output[{i}]"
-        if not isinstance(out, dict):
-            raise InputError(
-                f"expected dict, got {type(out).__name__}", path=str(path), line=line, field=where
-            )
+    for where, out in dict_elements(outputs, "output", path=path, line=line):
         if "answer" in out:
             answers.append(require(out, "answer", str, path=path, line=line, where=where))
         provenance = (
@@ -60,15 +55,7 @@ def question_from_kilt(obj: dict[str, Any], *, path: Path, line: int) -> Questio
             else []
         )
         out_ids: list[str] = []
-        for j, prov in enumerate(provenance):
-            p_where = f"{where}.provenance[{j}]"
-            if not isinstance(prov, dict):
-                raise InputError(
-                    f"expected dict, got {type(prov).__name__}",
-                    path=str(path),
-                    line=line,
-                    field=p_where,
-                )
+        for p_where, prov in dict_elements(provenance, f"{where}.provenance", path=path, line=line):
             pid = require_id(prov, "wikipedia_id", path=path, line=line, where=p_where)
             gold.append(pid)
             out_ids.append(pid)
@@ -88,15 +75,8 @@ def question_from_kilt(obj: dict[str, Any], *, path: Path, line: int) -> Questio
     )
 
 
-def read_questions(path: Path, errors: ErrorLog) -> Questions:
-    """All records of a KILT file, ids unique."""
-    return collect_questions(
-        iter_jsonl(path, errors),
-        lambda obj, line: question_from_kilt(obj, path=path, line=line),
-        path=path,
-        errors=errors,
-        format="kilt",
-    )
+# All records of a KILT file, ids unique.
+read_questions = question_reader(iter_jsonl, question_from_kilt, format="kilt")
 
 
 register(

@@ -12,17 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from anygrain.corpus.formats import Format, register
-from anygrain.corpus.questions import Question, Questions
+from anygrain.corpus.questions import Question
 from anygrain.corpus.readers._io import (
-    collect_questions,
     dedupe,
     first_json_object,
     iter_jsonl,
+    question_reader,
     require_id,
     require_text,
     string_list,
 )
-from anygrain.errors import ErrorLog, InputError
+from anygrain.errors import InputError
 
 ANSWER_KEYS = ("answer", "answers")
 
@@ -56,15 +56,8 @@ def question_from_json(
     return Question(id=qid, text=text.strip(), answers=answers, answers_are_regex=regex, meta=meta)
 
 
-def read_questions(path: Path, errors: ErrorLog) -> Questions:
-    """All records, ids unique."""
-    return collect_questions(
-        iter_jsonl(path, errors),
-        lambda obj, line: question_from_json(obj, path=path, line=line),
-        path=path,
-        errors=errors,
-        format="nq-open",
-    )
+# All records, ids unique.
+read_questions = question_reader(iter_jsonl, question_from_json, format="nq-open")
 
 
 register(

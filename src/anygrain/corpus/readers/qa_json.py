@@ -8,16 +8,17 @@ SQuAD files share the ``data`` key but nest ``paragraphs``; those are ``squad``.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from anygrain.corpus.formats import Format, register
-from anygrain.corpus.questions import Question, Questions
+from anygrain.corpus.questions import Question
 from anygrain.corpus.readers._io import (
-    collect_questions,
     dedupe,
     head,
     iter_json_array,
+    question_reader,
     require_id,
     require_text,
     string_list,
@@ -58,15 +59,13 @@ def question_from_record(obj: Any, *, path: Path, line: int) -> Question:
     return Question(id=qid, text=text.strip(), answers=dedupe(answers), meta=meta)
 
 
-def read_questions(path: Path, errors: ErrorLog) -> Questions:
-    """All elements of ``data``, ids unique."""
-    return collect_questions(
-        iter_json_array(path, "data"),
-        lambda obj, line: question_from_record(obj, path=path, line=line),
-        path=path,
-        errors=errors,
-        format="qa-json",
-    )
+def _data_records(path: Path, errors: ErrorLog) -> Iterator[tuple[int, Any]]:
+    """The elements of ``data`` (the file is one JSON document: nothing to skip by line)."""
+    return iter_json_array(path, "data")
+
+
+# All elements of ``data``, ids unique.
+read_questions = question_reader(_data_records, question_from_record, format="qa-json")
 
 
 register(

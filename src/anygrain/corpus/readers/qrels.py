@@ -14,7 +14,7 @@ from collections.abc import Container
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from anygrain.corpus.readers._io import iter_text_lines, split_qrels
+from anygrain.corpus.readers._io import iter_rows, split_qrels
 from anygrain.errors import ErrorLog, InputError
 
 __all__ = ["Judged", "QrelsLayout", "read_judgements"]
@@ -70,16 +70,11 @@ def read_judgements(
     errors = errors if errors is not None else ErrorLog()
     q_name, u_name, g_name = shape.names[0], shape.names[-2], shape.names[-1]
     out: dict[str, Judged] = {}
-    first = True
-    for line, text in iter_text_lines(path, errors):
-        if not text.strip():
-            continue
-        fields = split_qrels(text)
-        if first:
-            first = False
-            if shape.header and fields and fields[0].lower() in _HEADER_IDS:
-                continue
 
+    def header(fields: list[str]) -> bool:
+        return shape.header and bool(fields) and fields[0].lower() in _HEADER_IDS
+
+    for line, fields in iter_rows(path, errors, split_qrels, header):
         if len(fields) not in shape.columns:
             names = ", ".join(shape.names)
             message = f"expected {len(shape.names)} columns ({names}), got {len(fields)}"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from anygrain.corpus.formats import Format, register
 from anygrain.corpus.readers._io import UniqueNames, first_line, iter_text_lines, no_records
-from anygrain.corpus.records import SourceDocument, Span
+from anygrain.corpus.records import JoinedText, SourceDocument
 from anygrain.errors import ErrorLog, InputError
 
 BLOCK_SEP = "\n\n"
@@ -44,19 +44,12 @@ def sniff(path: Path) -> bool:
 class _Article:
     title: str
     line: int
-    blocks: list[str] = field(default_factory=list)
-    spans: list[Span] = field(default_factory=list)
+    body: JoinedText = field(default_factory=lambda: JoinedText(BLOCK_SEP))
     sections: list[str] = field(default_factory=list)
-    pos: int = 0
 
     def add(self, text: str, *, passage: bool) -> None:
-        if self.blocks:
-            self.pos += len(BLOCK_SEP)
-        if passage:
-            meta = {"section": " / ".join(self.sections)} if self.sections else {}
-            self.spans.append(Span(self.pos, self.pos + len(text), meta=meta))
-        self.blocks.append(text)
-        self.pos += len(text)
+        meta = {"section": " / ".join(self.sections)} if passage and self.sections else {}
+        self.body.add(text, passage=passage, meta=meta)
 
 
 def read_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
@@ -66,7 +59,7 @@ def read_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
     n_docs = 0
 
     def finish(a: _Article) -> SourceDocument | None:
-        if not a.spans:
+        if not a.body.spans:
             errors.handle(
                 InputError(
                     f"article {a.title!r} has no paragraphs (empty text)",
@@ -77,13 +70,13 @@ def read_documents(path: Path, errors: ErrorLog) -> Iterator[SourceDocument]:
             )
             return None
         doc_id = names.claim(a.title)
-        for i, sp in enumerate(a.spans):
+        for i, sp in enumerate(a.body.spans):
             sp.id = f"{doc_id}_{i}"
         return SourceDocument(
             doc_id=doc_id,
             title=a.title,
-            text=BLOCK_SEP.join(a.blocks),
-            passages=a.spans,
+            text=a.body.text,
+            passages=a.body.spans,
             origin=f"{path}:{a.line}",
         )
 

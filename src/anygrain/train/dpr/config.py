@@ -110,12 +110,8 @@ class DprTrainConfig(SavedConfig):
             raise AnygrainError(
                 f"unknown training mode {self.mode!r}: use {' or '.join(m.value for m in TrainMode)}"
             ) from None
-        if isinstance(self.train, str):
-            self.train = [self.train]
-        self.train = [str(t) for t in self.train]
-        for name in ("corpus", "id_prefix"):
-            value = getattr(self, name)
-            setattr(self, name, [str(v) for v in ([value] if isinstance(value, str) else value)])
+        self.train = self.str_list(self.train)
+        self.corpus, self.id_prefix = self.str_list(self.corpus), self.str_list(self.id_prefix)
         self.out = str(self.out)
 
     def validate(self) -> None:
@@ -127,7 +123,7 @@ class DprTrainConfig(SavedConfig):
             n = len(getattr(self, name))
             if n and n != len(self.train):
                 problems.append(f"{n} {name} value(s) for {len(self.train)} --train source(s)")
-        for name in (
+        problems += self.below_one(
             "epochs",
             "batch_size",
             "max_query_length",
@@ -135,9 +131,7 @@ class DprTrainConfig(SavedConfig):
             "grad_cache_chunk",
             "encode_batch_size",
             "bm25_depth",
-        ):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be >= 1")
+        )
         if self.hard_negatives < 0:
             problems.append("hard_negatives must be >= 0")
         if self.lr <= 0:

@@ -38,6 +38,7 @@ from anygrain.models.encoder import TextEncoder
 from anygrain.train.checkpoint import (
     check_compatible,
     load_checkpoint,
+    run_identity,
     save_checkpoint,
 )
 from anygrain.train.dpr.batching import tokenize
@@ -53,10 +54,10 @@ from anygrain.train.dpr.data import (
 from anygrain.train.dpr.grad_cache import Side, backward_grad_cache, backward_plain
 from anygrain.train.dpr.losses import dpr_nll, false_negative_mask, full_softmax_nll
 from anygrain.train.dpr.passage_cache import cache_key, cached_passage_vectors
-from anygrain.train.loop import EpochPosition, LoopSettings, StepCallback, StepResult, run_loop
-from anygrain.train.optim import apply_update, param_groups
+from anygrain.train.loop import EpochTrainer, LoopSettings, StepCallback, StepResult, run_loop
+from anygrain.train.optim import param_groups
 from anygrain.train.run_dir import RunDir
-from anygrain.train.runlog import TrainLog, defer_sigint
+from anygrain.train.runlog import defer_sigint
 from anygrain.utils.device import resolve_device
 from anygrain.utils.threads import set_threads
 
@@ -103,22 +104,19 @@ def _cuda_rng(device: torch.device) -> torch.Tensor | None:
 
 
 # --- the trainer -------------------------------------------------------------------------------
-class _Trainer(EpochPosition):
+class _Trainer(EpochTrainer):
     def __init__(
         self,
         config: DprTrainConfig,
         model: BiEncoder,
         data: TrainingData,
-        out: Path,
-        log: TrainLog,
-        progress: bool,
+        run: RunDir,
     ) -> None:
         self.cfg = config
         self.model = model
         self.data = data
-        self.out = out
-        self.log = log
-        self.progress = progress
+        self.out, self.log = run.out, run.log
+        self.progress = run.progress
         self.device = resolve_device(config.device)
         model.to(self.device)
         self.scale = 1.0 / _temperature(config, model)
@@ -225,8 +223,7 @@ class _Trainer(EpochPosition):
         if self.cfg.mode is TrainMode.FULL and not self.model.config.shared:
             weights["passage"] = self.model.passage.state_dict()
         return {
-            "trajectory": json.dumps(self.cfg.trajectory(), sort_keys=True),
-            "data_fingerprint": self.data_fingerprint,
+            **run_identity(self.cfg.trajectory(), self.data_fingerprint),
             "epoch": self.epoch,
             "step_in_epoch": self.step_in_epoch,
             "weights": weights,
@@ -315,26 +312,13 @@ class _Trainer(EpochPosition):
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.step_loss(epoch, step)
         n_ex = len(self.batch_rows(epoch, step))
-        with defer_sigint():
-            apply_update(
-                self.optimizer,
-                self.scheduler,
-                clip=self.params,
-                max_grad_norm=self.cfg.max_grad_norm,
-            )
-            end_of_epoch = self.count_update(self.steps_per_epoch)
+        end_of_epoch = self.update()
         return StepResult({"loss": loss}, n_ex, end_of_epoch)
 
     def count_update(self, steps_this_epoch: int) -> bool:
         end_of_epoch = super().count_update(steps_this_epoch)
         self.cuda_rng_state = _cuda_rng(self.device)
         return end_of_epoch
-
-    def log_fields(self) -> dict[str, Any]:
-        return {
-            "epoch": self.epoch_fraction(self.steps_per_epoch),
-            "lr": self.scheduler.get_last_lr()[0],
-        }
 
     # -- the loop --------------------------------------------------------------------------------------
     def run(self, on_step: StepCallback | None = None) -> dict[str, Any]:
@@ -389,7 +373,7 @@ def train_dpr(
     model = load_model(config)
     if config.mode is TrainMode.QUERY_SIDE:
         base_fingerprint = model.passage_fingerprint()
-    trainer = _Trainer(config, model, data, out, log, progress)
+    trainer = _Trainer(config, model, data, run)
     ckpt = run.open(resume=resume)
     if ckpt is None:
         run.start(

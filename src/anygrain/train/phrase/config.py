@@ -9,7 +9,7 @@ from typing import Any
 
 from anygrain.errors import AnygrainError
 from anygrain.phrase.options import QuestionEncoderKind
-from anygrain.train.options import GradClip, InBatchNegatives
+from anygrain.train.options import GradClip, InBatchNegatives, freeze_embeddings_option
 from anygrain.train.saved_config import (
     BF16_HELP,
     CHECKPOINT_EVERY_HELP,
@@ -19,7 +19,6 @@ from anygrain.train.saved_config import (
 )
 from anygrain.utils.device import DEVICE_HELP
 
-CONFIG_FILE = "train_config.json"
 # Settings that never change the weights: a resumed run may differ in them.
 _BOOKKEEPING = frozenset(
     {
@@ -40,7 +39,7 @@ _BOOKKEEPING = frozenset(
 class PhraseTrainConfig(SavedConfig):
     """A phrase training run (saved as ``train_config.json`` beside the model)."""
 
-    FILE = CONFIG_FILE
+    # FILE: SavedConfig's train_config.json, as the DPR trainer's
     WHAT = "phrase training config"
     BOOKKEEPING = _BOOKKEEPING
     ADDED = {
@@ -96,13 +95,7 @@ class PhraseTrainConfig(SavedConfig):
     pre_batch: int = 2  # C preceding batches as negatives; 0 = off
     pre_batch_from: float = 0.5  # fraction of all steps before pre-batch negatives start
     teacher: str | None = option(None, help="Cross-attention reader directory to distil from")
-    # Frozen token embeddings keep the model a small delta over its backbone (the shipped
-    # default model stores only the transformer layers: anygrain.phrase.packed).
-    freeze_embeddings: bool = option(
-        False,
-        help="Keep the backbone's embedding layers fixed (the model can then be packed small)",
-        flags="--freeze-embeddings",
-    )
+    freeze_embeddings: bool = freeze_embeddings_option("model")
     bf16: bool = option(False, help=BF16_HELP)
     device: str = option("auto", help=DEVICE_HELP)
     seed: int = option(12345, help="Seed for data order, heads and dropout")
@@ -125,9 +118,7 @@ class PhraseTrainConfig(SavedConfig):
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if isinstance(self.train, str):
-            self.train = [self.train]
-        self.train = [str(t) for t in self.train]
+        self.train = self.str_list(self.train)
         self.out = str(self.out)
         self.model = str(self.model)
 
@@ -154,15 +145,9 @@ class PhraseTrainConfig(SavedConfig):
             problems.append(f"grad_clip must be global or per-side, not {self.grad_clip!r}")
         if self.question_pooling is not None and self.question_pooling not in ("mean", "cls"):
             problems.append("question_pooling must be mean or cls")
-        for name in (
-            "epochs",
-            "batch_size",
-            "max_passage_length",
-            "max_query_length",
-            "max_phrase_words",
-        ):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be >= 1")
+        problems += self.below_one(
+            "epochs", "batch_size", "max_passage_length", "max_query_length", "max_phrase_words"
+        )
         if not 0 <= self.doc_stride < self.max_passage_length // 2:
             problems.append("doc_stride must be in [0, max_passage_length / 2)")
         if self.lr <= 0:
@@ -238,9 +223,7 @@ class PhraseQuerySideConfig(SavedConfig):
     checkpoint_every: int = 200  # steps; 0 = each epoch only
 
     def __post_init__(self) -> None:
-        if isinstance(self.train, str):
-            self.train = [self.train]
-        self.train = [str(t) for t in self.train]
+        self.train = self.str_list(self.train)
         self.index, self.out = str(self.index), str(self.out)
 
     def validate(self) -> None:
@@ -252,9 +235,7 @@ class PhraseQuerySideConfig(SavedConfig):
         except ValueError:
             known = ", ".join(v.value for v in QuerySideLoss)
             problems.append(f"loss must be one of {known}, not {self.loss!r}")
-        for name in ("epochs", "batch_size", "top_k", "max_candidates"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be >= 1")
+        problems += self.below_one("epochs", "batch_size", "top_k", "max_candidates")
         if self.lr <= 0:
             problems.append("lr must be > 0")
         if not 0 <= self.warmup_ratio < 1:

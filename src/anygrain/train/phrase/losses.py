@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -136,23 +136,16 @@ class PrebatchQueue:
 # --- distillation teachers ---------------------------------------------------------------
 
 
-class Teacher(Protocol):
-    """A reader that scores answer starts and ends over the student's tokens.
-
-    Called with a batch of questions and their passages, plus the character spans
-    ``(T, 2)`` of the student's tokens in each passage window (-1 rows for tokens
-    outside the passage text); returns for each question ``(start_probs, end_probs)``,
-    arrays of length ``T`` (they need not sum to 1: they are renormalised over the
-    positions the student can use).
-    """
-
-    def __call__(
-        self,
-        questions: Sequence[str],
-        titles: Sequence[str],
-        passages: Sequence[str],
-        offsets: Sequence[np.ndarray],
-    ) -> Sequence[tuple[np.ndarray, np.ndarray]]: ...
+# A teacher: a reader that scores answer starts and ends over the student's tokens.  Called
+# with a batch of questions, their passages' titles and texts, and the character spans
+# ``(T, 2)`` of the student's tokens in each passage window (-1 rows for tokens outside the
+# passage text), it returns for each question ``(start_probs, end_probs)``, arrays of length
+# ``T`` (they need not sum to 1: they are renormalised over the positions the student can
+# use).  :class:`ReaderTeacher` is the one anygrain ships.
+Teacher = Callable[
+    [Sequence[str], Sequence[str], Sequence[str], Sequence[np.ndarray]],
+    Sequence[tuple[np.ndarray, np.ndarray]],
+]
 
 
 def project_char_distribution(
@@ -183,7 +176,7 @@ def project_char_distribution(
 
 
 class ReaderTeacher:
-    """:class:`anygrain.reader.Reader` as a :class:`Teacher`.
+    """:class:`anygrain.reader.Reader` as a :data:`Teacher`.
 
     ``distributions(questions, passages, titles)`` gives one object per pair with
     ``project(offsets) -> (start, end)`` (the reader's ``SpanDistributions``): the

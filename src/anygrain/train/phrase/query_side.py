@@ -50,15 +50,11 @@ from anygrain.index.scope import gold_rows
 from anygrain.phrase.index import PhraseIndex
 from anygrain.phrase.model import MODEL_CONFIG, PhraseEncoder
 from anygrain.phrase.search import Phrases
-from anygrain.train.checkpoint import (
-    check_compatible,
-    checkpoint_format,
-    load_checkpoint,
-    save_checkpoint,
-)
+from anygrain.train.checkpoint import checkpoint_format
 from anygrain.train.loop import LoopSettings, StepCallback, StepResult, run_loop
 from anygrain.train.optim import apply_update, param_groups
 from anygrain.train.phrase.config import PhraseQuerySideConfig, QuerySideLoss
+from anygrain.train.resumable import Resumable
 from anygrain.train.run_dir import RunDir
 from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.utils.precision import cpu_autocast
@@ -170,8 +166,10 @@ def candidate_loss(
     return torch.logsumexp(scores, 0) - torch.logsumexp(scores[positive], 0)
 
 
-class QuerySideTrainer:
+class QuerySideTrainer(Resumable):
     """Holds model, index, data, optimizer and position; ``step`` runs one update."""
+
+    CKPT_FORMAT = CKPT_FORMAT
 
     def __init__(
         self,
@@ -279,36 +277,16 @@ class QuerySideTrainer:
         values, n = self.step()
         return StepResult(values, n, end_of_epoch=self.global_step % self.steps_per_epoch == 0)
 
-    def save_checkpoint(self) -> Path:
-        return save_checkpoint(
-            Path(self.cfg.out),
-            self.state(self.fingerprint),
-            global_step=self.global_step,
-            keep=1,
-            fmt=CKPT_FORMAT,
-        )
-
     def log_fields(self) -> dict[str, Any]:
         return {"lr": self.scheduler.get_last_lr()[0]}
 
+    # -- state (:class:`anygrain.train.resumable.Resumable`) --------------------------------------
     def state(self, data_fingerprint: str) -> dict[str, Any]:
-        return {
-            "trainable": self.trainable.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "rng": self.rng_state,
-            "global_step": self.global_step,
-            "trajectory": json.dumps(self.cfg.trajectory(), sort_keys=True),
-            "data_fingerprint": data_fingerprint,
-        }
+        return {**super().state(data_fingerprint), "trainable": self.trainable.state_dict()}
 
     def restore(self, state: dict[str, Any], data_fingerprint: str, path: Path) -> None:
-        check_compatible(state, self.cfg.trajectory(), data_fingerprint, path)
+        super().restore(state, data_fingerprint, path)
         self.trainable.load_state_dict(state["trainable"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.rng_state = state["rng"]
-        self.global_step = int(state["global_step"])
 
 
 def train_phrase_query_side(
@@ -343,11 +321,7 @@ def train_phrase_query_side(
         return out
     torch.manual_seed(config.seed)
     trainer = QuerySideTrainer(config, model, index, data, fingerprint=data_fp)
-    ckpt = run.open(resume=resume)
-    if ckpt is not None:
-        trainer.restore(load_checkpoint(ckpt, fmt=CKPT_FORMAT), data_fp, ckpt)
-        run.resumed(ckpt, trainer.global_step)
-    else:
+    if not trainer.resume(run, resume=resume):
         run.start(
             questions=len(data.questions),
             skipped=data.skipped,

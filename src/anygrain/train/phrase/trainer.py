@@ -31,12 +31,7 @@ from anygrain.errors import AnygrainError, ErrorLog
 from anygrain.models.encoder import Pooling
 from anygrain.phrase.model import MODEL_CONFIG, PhraseEncoder
 from anygrain.train.budget import TimeBudget, fitted_total, linear_schedule
-from anygrain.train.checkpoint import (
-    check_compatible,
-    checkpoint_format,
-    load_checkpoint,
-    save_checkpoint,
-)
+from anygrain.train.checkpoint import checkpoint_format
 from anygrain.train.loop import EpochPosition, LoopSettings, StepCallback, StepResult, run_loop
 from anygrain.train.optim import apply_update, clip_gradients, param_groups
 from anygrain.train.options import GradClip, InBatchNegatives
@@ -50,6 +45,7 @@ from anygrain.train.phrase.losses import (
     negatives_ce,
     span_ce,
 )
+from anygrain.train.resumable import Resumable
 from anygrain.train.run_dir import RunDir
 from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.utils.atomic import atomic_write_text
@@ -87,8 +83,10 @@ def load_teacher(path: str | Path, *, bf16: bool = False) -> Teacher:
 
 
 # --- the trainer ------------------------------------------------------------------------------
-class PhraseTrainer(EpochPosition):
+class PhraseTrainer(EpochPosition, Resumable):
     """Holds model, data, optimizer and position; ``step`` runs one update."""
+
+    CKPT_FORMAT = CKPT_FORMAT
 
     def __init__(
         self,
@@ -300,35 +298,26 @@ class PhraseTrainer(EpochPosition):
                     out.append(w)
         return out
 
-    # -- state ----------------------------------------------------------------------------------
+    # -- state (:class:`anygrain.train.resumable.Resumable`) --------------------------------------
     def state(self, data_fingerprint: str) -> dict[str, Any]:
         return {
+            **super().state(data_fingerprint),
             "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "rng": self.rng_state,
             "queue": self.queue.state_dict(),
             "epoch": self.epoch,
             "step_in_epoch": self.step_in_epoch,
-            "global_step": self.global_step,
             "total_steps": self.total_steps,
             "fitted": self.fitted,
-            "trajectory": json.dumps(self.cfg.trajectory(), sort_keys=True),
-            "data_fingerprint": data_fingerprint,
         }
 
     def restore(self, state: dict[str, Any], data_fingerprint: str, path: Path) -> None:
-        check_compatible(state, self.cfg.trajectory(), data_fingerprint, path)
+        super().restore(state, data_fingerprint, path)
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
         self.queue.load_state_dict(state["queue"])
         self.queue.to(self.device)
-        self.rng_state = state["rng"]
         torch.set_rng_state(self.rng_state)
         self.epoch = int(state["epoch"])
         self.step_in_epoch = int(state["step_in_epoch"])
-        self.global_step = int(state["global_step"])
         self.set_total_steps(int(state["total_steps"]))
         self.fitted = bool(state["fitted"])
 
@@ -356,15 +345,6 @@ class PhraseTrainer(EpochPosition):
         epoch_before = self.epoch
         values, n = self.step()
         return StepResult(values, n, end_of_epoch=self.epoch != epoch_before)
-
-    def save_checkpoint(self) -> Path:
-        return save_checkpoint(
-            Path(self.cfg.out),
-            self.state(self.fingerprint),
-            global_step=self.global_step,
-            keep=1,
-            fmt=CKPT_FORMAT,
-        )
 
     def log_fields(self) -> dict[str, Any]:
         return {
@@ -451,11 +431,7 @@ def train_phrase(
     if teacher is None and config.teacher:
         teacher = load_teacher(config.teacher, bf16=config.bf16)
     trainer = PhraseTrainer(config, model, data, teacher=teacher, fingerprint=fingerprint)
-    ckpt = run.open(resume=resume)
-    if ckpt is not None:
-        trainer.restore(load_checkpoint(ckpt, fmt=CKPT_FORMAT), fingerprint, ckpt)
-        run.resumed(ckpt, trainer.global_step)
-    else:
+    if not trainer.resume(run, resume=resume):
         run.start(
             data=data.report(),
             steps_per_epoch=[len(p) for p in trainer.plans],

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from anygrain.errors import AnygrainError
+from anygrain.train.options import freeze_embeddings_option
 from anygrain.train.saved_config import (
     BF16_HELP,
     CHECKPOINT_EVERY_HELP,
@@ -74,13 +75,7 @@ class ReaderTrainConfig(SavedConfig):
     include_title: bool = True
     retriever_depth: int = 30  # retrieved passages per question to sample negatives from
     seed: int = option(12345, help="Seed for data order, negatives and dropout")
-    # Frozen token embeddings keep the reader a small delta over its backbone (`anygrain
-    # pack` stores only the transformer layers) and skip the largest AdamW update.
-    freeze_embeddings: bool = option(
-        False,
-        help="Keep the backbone's embedding layers fixed (the reader can then be packed small)",
-        flags="--freeze-embeddings",
-    )
+    freeze_embeddings: bool = freeze_embeddings_option("reader")
     bf16: bool = option(False, help=BF16_HELP)
     device: str = option("auto", help=DEVICE_HELP)
     max_examples: int | None = option(
@@ -103,9 +98,7 @@ class ReaderTrainConfig(SavedConfig):
     keep_checkpoints: bool = False
 
     def __post_init__(self) -> None:
-        if isinstance(self.train, str):
-            self.train = [self.train]
-        self.train = [str(t) for t in self.train]
+        self.train = self.str_list(self.train)
         self.out = str(self.out)
 
     def validate(self) -> None:
@@ -113,16 +106,14 @@ class ReaderTrainConfig(SavedConfig):
         problems = []
         if not self.train:
             problems.append("no training data (--train)")
-        for name in (
+        problems += self.below_one(
             "epochs",
             "batch_size",
             "micro_batch",
             "max_length",
             "max_answer_length",
             "retriever_depth",
-        ):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be >= 1")
+        )
         if self.negatives < 0:
             problems.append("negatives must be >= 0")
         if self.lr <= 0:

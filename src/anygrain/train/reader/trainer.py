@@ -54,8 +54,8 @@ from anygrain.train.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from anygrain.train.loop import EpochPosition, LoopSettings, StepCallback, StepResult, run_loop
-from anygrain.train.optim import apply_update, param_groups
+from anygrain.train.loop import EpochTrainer, LoopSettings, StepCallback, StepResult, run_loop
+from anygrain.train.optim import param_groups
 from anygrain.train.reader.config import ReaderTrainConfig
 from anygrain.train.reader.data import ReaderData, ReaderExample, load_reader_data
 from anygrain.train.reader.retrieval import attach_retrieved
@@ -87,7 +87,7 @@ class StepBatch:
 
 
 # --- the trainer ---------------------------------------------------------------------------------
-class ReaderTrainer(EpochPosition):
+class ReaderTrainer(EpochTrainer):
     """Holds the run's state; :meth:`run` trains, :meth:`step_batch` / :meth:`loss`
     expose one step (tests compare losses on a fixed batch)."""
 
@@ -338,14 +338,7 @@ class ReaderTrainer(EpochPosition):
         self.optimizer.zero_grad(set_to_none=True)
         loss, stats = self.loss(sb)
         loss.backward()
-        with defer_sigint():
-            apply_update(
-                self.optimizer,
-                self.scheduler,
-                clip=self.params,
-                max_grad_norm=self.cfg.max_grad_norm,
-            )
-            end_of_epoch = self.count_update(self.steps_per_epoch)
+        end_of_epoch = self.update()
         self.no_gold_windows += int(stats["no_gold"])
         values = {
             "loss": float(loss.detach()),
@@ -354,12 +347,6 @@ class ReaderTrainer(EpochPosition):
             "selection_bce": stats["selection_bce"],
         }
         return StepResult(values, sb.n_questions, end_of_epoch)
-
-    def log_fields(self) -> dict[str, Any]:
-        return {
-            "epoch": self.epoch_fraction(self.steps_per_epoch),
-            "lr": self.scheduler.get_last_lr()[0],
-        }
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(
