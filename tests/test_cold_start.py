@@ -75,6 +75,30 @@ def test_a_reader_runs_where_it_reads_fastest(
     assert choose_runtime(runtime, None, role=Role.READER) == want
 
 
+@pytest.mark.parametrize(
+    ("native", "runtime", "bf16", "want"),
+    [
+        (True, None, None, "torch"),  # the reader reads on torch: so do the questions
+        (True, "auto", False, "auto"),  # --fp32: the reader on ONNX Runtime, questions too
+        (False, None, None, None),
+        (True, "onnx", None, "onnx"),
+        (False, "torch", None, "torch"),
+    ],
+)
+def test_an_evaluation_encodes_questions_where_the_reader_reads(
+    monkeypatch: pytest.MonkeyPatch,
+    native: bool,
+    runtime: str | None,
+    bf16: bool | None,
+    want: str | None,
+) -> None:
+    pytest.importorskip("onnxruntime")
+    from anygrain.api import _reading_runtime
+
+    monkeypatch.setattr("anygrain.utils.precision.native_bf16", lambda: native)
+    assert _reading_runtime(runtime, bf16) == want
+
+
 def test_questions_and_passages_decide_once(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("onnxruntime")
     monkeypatch.setattr("anygrain.utils.precision.native_bf16", lambda: True)

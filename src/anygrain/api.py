@@ -211,7 +211,11 @@ def evaluate_reader(
     set_threads(threads)
     qs = questions if isinstance(questions, Questions) else read_questions(questions)
     qs = qs.first(limit)
-    idx = index if isinstance(index, Index) or index is None else _load_for_reading(index, runtime)
+    idx = (
+        index
+        if isinstance(index, Index) or index is None
+        else _load_for_reading(index, runtime, bf16)
+    )
     return evaluate_reader_at(
         idx,
         reader,
@@ -238,10 +242,24 @@ def check_reader_counts(k: int, at: Sequence[int], gold_passage: bool = False) -
     check_counts(k, at, gold_passage)
 
 
-def _load_for_reading(path: str | Path, runtime: str | None) -> Index:
+def _load_for_reading(path: str | Path, runtime: str | None, bf16: bool | None = None) -> Index:
     """The index at ``path``, its question encoder on ``runtime`` where its kind has one;
-    elsewhere ``runtime`` runs the reader only."""
-    return Index.load(path, runtime=runtime if takes_load_option(path, "runtime") else None)
+    elsewhere ``runtime`` runs the reader only.  Under ``auto`` the question encoder runs
+    where the reader will (torch on a CPU with native bfloat16): a process that has paid
+    for torch does not load ONNX Runtime beside it for the questions."""
+    if takes_load_option(path, "runtime"):
+        return Index.load(path, runtime=_reading_runtime(runtime, bf16))
+    return Index.load(path)
+
+
+def _reading_runtime(runtime: str | None, bf16: bool | None) -> str | None:
+    from anygrain.encode.runtime import Runtime, parse_runtime
+    from anygrain.models.runtime import Role, choose_runtime
+
+    if parse_runtime(runtime) is not Runtime.AUTO:
+        return runtime
+    reader = choose_runtime(runtime, None, role=Role.READER, bf16=bf16)
+    return Runtime.TORCH.value if reader.runtime is Runtime.TORCH else runtime
 
 
 def ask(
