@@ -253,11 +253,11 @@ def _load_for_reading(path: str | Path, runtime: str | None, bf16: bool | None =
 
 
 def _reading_runtime(runtime: str | None, bf16: bool | None) -> str | None:
-    from anygrain.encode.runtime import Runtime, parse_runtime
+    from anygrain.encode.runtime import Runtime, parse_runtime, torch_installed
     from anygrain.models.runtime import Role, choose_runtime
 
-    if parse_runtime(runtime) is not Runtime.AUTO:
-        return runtime
+    if parse_runtime(runtime) is not Runtime.AUTO or not torch_installed():
+        return runtime  # without torch, the reader's own check names what needs it
     reader = choose_runtime(runtime, None, role=Role.READER, bf16=bf16)
     return Runtime.TORCH.value if reader.runtime is Runtime.TORCH else runtime
 

@@ -57,62 +57,50 @@ def _build_app(only: str | None = None, listing: bool = False) -> typer.Typer:
     return app
 
 
-#: every command, in the order ``--help`` lists them: (module under anygrain.cli, function,
-#: the one line the app's ``--help`` shows for it; the command's own ``--help`` has the rest)
-COMMANDS: dict[str, tuple[str, str, str]] = {
-    "index": ("index", "index_cmd", "Build an index from a corpus: phrase, BM25, dense or hybrid."),
-    "search": (
-        "search",
-        "search_cmd",
-        "Search an index: answer phrases, sentences, passages, documents or read answers.",
-    ),
-    "eval": ("eval", "eval_cmd", "Evaluate an index on a question set."),
-    "verify": (
-        "index",
-        "verify_cmd",
-        "Check an index's files against their checksums, then open it.",
-    ),
-    "add": ("maintain", "add_cmd", "Add documents to an index: only new passages are encoded."),
-    "delete": ("maintain", "delete_cmd", "Mark documents deleted: searches skip them at once."),
-    "compact": ("maintain", "compact_cmd", "Rebuild an index without its deleted documents."),
-    "formats": ("index", "formats_cmd", "List the source formats anygrain reads."),
-    "convert-script": (
-        "index",
-        "convert_script_cmd",
-        "Convert a Chinese SQuAD-format file to Simplified or Traditional characters.",
-    ),
-    "demo": (
-        "demo",
-        "demo_cmd",
-        "Index CPython's reference topics (offline) and answer ten questions.",
-    ),
-    "refilter": ("index", "refilter_cmd", "A smaller phrase index at a higher filter threshold."),
-    "pack": (
-        "phrase",
-        "pack_cmd",
-        "Store a phrase model or a reader as differences from its backbone.",
-    ),
-    "attach-sparse": ("phrase", "attach_sparse_cmd", "Fuse BM25 into a phrase index's scores."),
-    "ask": (
-        "reader",
-        "ask_cmd",
-        "Retrieve passages, read them, and print the answer with its evidence.",
-    ),
-    "eval-reader": (
-        "eval",
-        "eval_reader_cmd",
-        "SQuAD EM/F1 of a reader, over an index or gold passages.",
-    ),
-    "eval-domains": ("eval", "eval_domains_cmd", "Evaluate every Multi-CPR domain, one row each."),
-    "serve": (
-        "serve",
-        "serve_cmd",
-        "Serve an index over HTTP: a JSON API, a search page, MCP with --mcp.",
-    ),
-    "mcp": ("mcp", "mcp_cmd", "Serve an index to agents over MCP (stdio or streamable HTTP)."),
+#: every command, in the order ``--help`` lists them: (module under anygrain.cli, function)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "index": ("index", "index_cmd"),
+    "search": ("search", "search_cmd"),
+    "eval": ("eval", "eval_cmd"),
+    "verify": ("index", "verify_cmd"),
+    "add": ("maintain", "add_cmd"),
+    "delete": ("maintain", "delete_cmd"),
+    "compact": ("maintain", "compact_cmd"),
+    "formats": ("index", "formats_cmd"),
+    "convert-script": ("index", "convert_script_cmd"),
+    "demo": ("demo", "demo_cmd"),
+    "refilter": ("index", "refilter_cmd"),
+    "pack": ("phrase", "pack_cmd"),
+    "attach-sparse": ("phrase", "attach_sparse_cmd"),
+    "ask": ("reader", "ask_cmd"),
+    "eval-reader": ("eval", "eval_reader_cmd"),
+    "eval-domains": ("eval", "eval_domains_cmd"),
+    "serve": ("serve", "serve_cmd"),
+    "mcp": ("mcp", "mcp_cmd"),
 }
 TRAIN = "train"
-TRAIN_HELP = "Train models: DPR bi-encoders, phrase models (full or query-side) and readers."
+#: the one line the app's ``--help`` shows for each command (its own ``--help`` has the rest)
+LINES: dict[str, str] = {
+    "index": "Build an index from a corpus: phrase, BM25, dense or hybrid.",
+    "search": "Search an index: answer phrases, sentences, passages, documents or read answers.",
+    "eval": "Evaluate an index on a question set.",
+    "verify": "Check an index's files against their checksums, then open it.",
+    "add": "Add documents to an index: only new passages are encoded.",
+    "delete": "Mark documents deleted: searches skip them at once.",
+    "compact": "Rebuild an index without its deleted documents.",
+    "formats": "List the source formats anygrain reads.",
+    "convert-script": "Convert a Chinese SQuAD-format file to Simplified or Traditional characters.",
+    "demo": "Index CPython's reference topics (offline) and answer ten questions.",
+    "refilter": "A smaller phrase index at a higher filter threshold.",
+    "pack": "Store a phrase model or a reader as differences from its backbone.",
+    "attach-sparse": "Fuse BM25 into a phrase index's scores.",
+    "ask": "Retrieve passages, read them, and print the answer with its evidence.",
+    "eval-reader": "SQuAD EM/F1 of a reader, over an index or gold passages.",
+    "eval-domains": "Evaluate every Multi-CPR domain, one row each.",
+    "serve": "Serve an index over HTTP: a JSON API, a search page, MCP with --mcp.",
+    "mcp": "Serve an index to agents over MCP (stdio or streamable HTTP).",
+    TRAIN: "Train models: DPR bi-encoders, phrase models (full or query-side) and readers.",
+}
 
 
 def _register_commands(app: typer.Typer, only: str | None = None, listing: bool = False) -> None:
@@ -123,18 +111,18 @@ def _register_commands(app: typer.Typer, only: str | None = None, listing: bool 
     # only, so none of the modules is imported (click's lazily loaded subcommands, by table)
     import importlib
 
-    for name, (module, function, line) in COMMANDS.items():
+    for name, (module, function) in COMMANDS.items():
         if listing:
-            app.command(name, short_help=line)(_listed)
+            app.command(name, short_help=LINES[name])(_listed)
         elif only is None or only == name:
             command = getattr(importlib.import_module(f"anygrain.cli.{module}"), function)
-            app.command(name, short_help=line)(command)
+            app.command(name, short_help=LINES[name])(command)
     if listing:
-        app.command(TRAIN, short_help=TRAIN_HELP)(_listed)
+        app.command(TRAIN, short_help=LINES[TRAIN])(_listed)
     elif only is None or only == TRAIN:
         from anygrain.cli.train import train_app
 
-        app.add_typer(train_app, name=TRAIN, short_help=TRAIN_HELP)
+        app.add_typer(train_app, name=TRAIN, short_help=LINES[TRAIN])
 
 
 def _listed() -> None:
