@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import re
 from pathlib import Path
 
@@ -227,6 +228,26 @@ def test_evaluate_reader_gold_passage_and_end_to_end(
         assert row["em"] == exact_match(row["prediction"], q.answers)
     with pytest.raises(AnygrainError):
         evaluate_reader(None, reader, qs, k=2)
+
+
+def test_evaluate_reader_scores_each_chunk_as_read_and_caps_onednn(
+    indexed, squad_file: Path, reader: Reader, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    from anygrain import Index, load_questions
+    from anygrain.reader import evaluate as evaluate_module
+    from anygrain.utils import precision
+
+    _, index_dir, _ = indexed
+    qs = list(load_questions(f"squad:{squad_file}"))
+    index = Index.load(index_dir)
+    monkeypatch.delenv(precision.ONEDNN_CACHE_VARIABLE, raising=False)
+    whole = evaluate_reader(index, reader, qs, k=2, at=[1], per_question=True)
+    # a torch reader reads thousands of passages in ever new shapes: capped like a dump
+    assert os.environ[precision.ONEDNN_CACHE_VARIABLE] == str(precision.DUMP_ONEDNN_CACHE)
+    monkeypatch.setattr(evaluate_module, "READ_PASSAGES", 2)  # one question a chunk
+    chunked = evaluate_reader(index, reader, qs, k=2, at=[1], per_question=True)
+    for key in ("em", "f1", "em@1", "f1@1", "per_question", "n_evaluated"):
+        assert chunked[key] == whole[key], key
 
 
 def test_cli_commands(indexed, squad_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

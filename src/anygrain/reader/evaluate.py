@@ -27,6 +27,7 @@ from anygrain.errors import AnygrainError, UsageError
 from anygrain.eval.squad import exact_match, f1
 from anygrain.hits.hit import Hit, Unit
 from anygrain.reader.runtime import ReadingModel
+from anygrain.utils.precision import cap_onednn_cache
 from anygrain.utils.progress import progress_counter
 
 if TYPE_CHECKING:
@@ -114,6 +115,8 @@ def evaluate_reader(
     from anygrain.reader.answering import DEFAULT_RETRIEVER_WEIGHT, ReadSettings, how_much_to_read
 
     check_counts(k, at, gold_passage)
+    if getattr(reader, "runtime", "torch") == "torch":
+        cap_onednn_cache()  # thousands of passages come in ever new shapes, like a dump's
     if bf16 and getattr(reader, "runtime", "torch") == "onnx":
         raise UsageError("--bf16 reads with torch: ONNX Runtime reads in float32 (use --fp32)")
     qs = [q for q in questions if q.answers]
@@ -129,7 +132,6 @@ def evaluate_reader(
     else:
         lists = _retrieve(index, qs, k, search_options, progress, on_progress)
         retrieve_s = time.perf_counter() - t0
-    t1 = time.perf_counter()
     settings = ReadSettings(
         passages=k,
         retriever_weight=weight,
@@ -137,11 +139,11 @@ def evaluate_reader(
         bf16=bf16,
         **how_much_to_read(read_window, read_sure),
     )
-    cands = _read_spans(reader, qs, lists, settings, k, progress, on_progress)
-    read_s = time.perf_counter() - t1
-    total = time.perf_counter() - t0
     cutoffs = sorted({k, *(c for c in at if 1 <= c <= k)})
-    sums, rows = _score(qs, cands, lists, cutoffs, weight, k if per_question else None)
+    scores = _Scores(cutoffs, weight, k if per_question else None)
+    read_s = _read_spans(reader, qs, lists, settings, k, scores, progress, on_progress)
+    total = time.perf_counter() - t0
+    sums, rows = scores.sums, scores.rows
     report = _report(
         gold_passage, k, weight, len(questions), len(qs), missing, sums, cutoffs,
         total=total, retrieve_s=retrieve_s, read_s=read_s,
@@ -256,54 +258,58 @@ def _read_spans(
     lists: Sequence[Sequence[Hit]],
     settings: ReadSettings,
     k: int,
+    scores: _Scores,
     progress: bool,
     on_progress: Progress | None,
-) -> list[Any]:
-    """The reader's span candidates for each question in its passages, about
-    :data:`READ_PASSAGES` passages a chunk (the bar counts questions)."""
+) -> float:
+    """Read each question's passages, about :data:`READ_PASSAGES` passages a chunk, and
+    score each chunk as it is read, so that memory does not grow with the questions (the
+    bar counts questions); the seconds spent reading."""
     from anygrain.reader.answering import span_candidates
 
-    cands: list[Any] = []
     chunk = max(1, READ_PASSAGES // k)
+    read_s = 0.0
     with progress_counter(desc="reading", unit="q", total=len(qs), disable=not progress) as bar:
         for b in range(0, len(qs), chunk):
-            texts = [q.text for q in qs[b : b + chunk]]
-            cands.extend(span_candidates(reader, texts, lists[b : b + chunk], settings))
-            bar.update(len(texts))
+            part = qs[b : b + chunk]
+            t = time.perf_counter()
+            cands = span_candidates(reader, [q.text for q in part], lists[b : b + chunk], settings)
+            read_s += time.perf_counter() - t
+            scores.add(part, cands, lists[b : b + chunk])
+            bar.update(len(part))
             if on_progress is not None:
-                on_progress("reading", len(cands), len(qs))
-    return cands
+                on_progress("reading", b + len(part), len(qs))
+    return read_s
 
 
-def _score(
-    qs: Sequence[Question],
-    cands: Sequence[Any],
-    lists: Sequence[Sequence[Hit]],
-    cutoffs: Sequence[int],
-    weight: float,
-    per_question_at: int | None,
-) -> tuple[dict[int, list[float]], dict[str, dict[str, Any]]]:
+class _Scores:
     """EM and F1 summed over the questions for reading the first ``cut`` passages, each
     cutoff; and, at ``per_question_at``, each question's prediction and scores."""
-    from anygrain.reader.answering import combine
 
-    sums = {c: [0.0, 0.0] for c in cutoffs}
-    rows: dict[str, dict[str, Any]] = {}
-    for q, c, hs in zip(qs, cands, lists, strict=True):
-        for cut in cutoffs:
-            found = combine(c, hs, 1, passages=cut, retriever_weight=weight)
-            pred = found[0].answer_text if found else ""
-            em, f = exact_match(pred, q.answers), f1(pred, q.answers)
-            sums[cut][0] += em
-            sums[cut][1] += f
-            if cut == per_question_at:
-                rows[q.id] = {
-                    "prediction": pred,
-                    "em": em,
-                    "f1": f,
-                    "passage_id": found[0].passage_id if found else None,
-                }
-    return sums, rows
+    def __init__(self, cutoffs: Sequence[int], weight: float, per_question_at: int | None):
+        self.cutoffs, self.weight, self.per_question_at = cutoffs, weight, per_question_at
+        self.sums = {c: [0.0, 0.0] for c in cutoffs}
+        self.rows: dict[str, dict[str, Any]] = {}
+
+    def add(
+        self, qs: Sequence[Question], cands: Sequence[Any], lists: Sequence[Sequence[Hit]]
+    ) -> None:
+        from anygrain.reader.answering import combine
+
+        for q, c, hs in zip(qs, cands, lists, strict=True):
+            for cut in self.cutoffs:
+                found = combine(c, hs, 1, passages=cut, retriever_weight=self.weight)
+                pred = found[0].answer_text if found else ""
+                em, f = exact_match(pred, q.answers), f1(pred, q.answers)
+                self.sums[cut][0] += em
+                self.sums[cut][1] += f
+                if cut == self.per_question_at:
+                    self.rows[q.id] = {
+                        "prediction": pred,
+                        "em": em,
+                        "f1": f,
+                        "passage_id": found[0].passage_id if found else None,
+                    }
 
 
 def evaluate_reader_at(
