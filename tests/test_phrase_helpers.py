@@ -139,7 +139,7 @@ def fixture_index(squad: Path, model: Path, out: Path, **settings: Any) -> Any:
 def float32_index(squad: Path, model: Path, out: Path, keep: float = 0.5) -> Any:
     """An uncompressed phrase index of the SQuAD fixture with its float16 dump, its passages
     encoded in float32 (what re-encoding is checked against), nothing re-scored."""
-    return fixture_index(squad, model, out, compress="none", keep=keep, bf16=False)
+    return fixture_index(squad, model, out, compress="none", keep=keep, bf16=False, int8=False)
 
 
 def compressed_copy(source: Any, out: Path, compress: str, **settings: Any) -> Any:

@@ -232,6 +232,7 @@ def _build(squad: Path, model_dir: Path, out: Path, runtime: str) -> PhraseIndex
         keep=1.0,
         runtime=runtime,
         bf16=False,  # torch's auto is bf16 on a CPU with it natively; the graph is float32
+        int8=False,  # auto is int8 where the CPU has int8 dot products and bf16 is off
     )
     idx = Index.load(out, runtime="torch")
     assert isinstance(idx, PhraseIndex)
@@ -314,7 +315,7 @@ def test_index_and_add_take_the_runtime_on_the_command_line(
         out = tmp_path / runtime
         args = ["index", f"squad:{first}", "--kind", "phrase", "--out", str(out)]
         args += ["--model", str(model_dir), "--compress", "none", "--keep", "1", "-q"]
-        args += ["--no-bf16"]  # torch's auto is bf16 on a CPU with it natively
+        args += ["--no-bf16", "--no-int8"]  # the float32 graph; auto may be bf16 or int8
         r = run(app, [*args, "--runtime", runtime])
         assert r.exit_code == 0, r.output
         r = run(app, ["add", str(out), f"squad:{more}", "--runtime", runtime, "-q"])

@@ -42,7 +42,8 @@ def built(
     # float32 dumps: re-encoding is checked against a float32 brute force
     full = float32_index(squad, model_dir, root / "full", keep=1.0)
     # built, not refiltered: it holds its corpus, so documents can be deleted from it
-    small = fixture_index(squad, model_dir, root / "sq4", compress="sq4", keep=0.25, bf16=False)
+    small = fixture_index(squad, model_dir, root / "sq4", compress="sq4", keep=0.25, bf16=False,
+                          int8=False)  # fmt: skip
     return {"full": full, "small": small}
 
 

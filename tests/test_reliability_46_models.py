@@ -335,7 +335,7 @@ def test_a_phrase_build_says_how_it_encoded(model_dir: Path, tmp_path: Path) -> 
     from anygrain.cli.main import get_app
 
     idx = Index.from_texts(EN_TEXTS, kind="phrase", model=str(model_dir), bf16=False,
-                           keep_dump=True, out=tmp_path / "p")  # fmt: skip
+                           int8=False, keep_dump=True, out=tmp_path / "p")  # fmt: skip
     want = {"precision": "float32", "runtime": "torch", "device": "cpu"}
     assert idx.summary()["encoding"] == want
     assert json.loads((idx.path / "index.json").read_text())["timings"]["encoding"] == want

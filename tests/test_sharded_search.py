@@ -292,6 +292,7 @@ def phrase_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Index, dict[i
         # float32: bf16 vectors depend on the batch a window is encoded in (2e-5 apart here),
         # and a shard batches its own windows
         "bf16": False,
+        "int8": False,  # int8 quantizes each batch's activations by that batch's range
     }
     flat = Index.build(f"squad:{squad}", kind="phrase", out=root / "flat", **opts)
     sharded = {

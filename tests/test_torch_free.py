@@ -110,8 +110,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     (d / "corpus.txt").write_text(CORPUS, encoding="utf-8")
     cache = d / "cache"
     done = anygrain_without_torch(
-        cache, "index", str(d / "corpus.txt"), "--out", str(d / "idx"), "--kind", "phrase", "-q"
-    )
+        cache, "index", str(d / "corpus.txt"), "--out", str(d / "idx"), "--kind", "phrase", "-q",
+        "--no-int8",  # float32, as the torch build it is compared with
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert "with model phrase-minilm" in done.stdout
     # the passage and question graphs rebuilt with NumPy from their shipped forms
@@ -153,6 +154,7 @@ def test_the_torch_free_build_is_the_torch_build(
         kind="phrase",
         out=tmp_path / "idx",
         runtime="torch",
+        int8=False,  # asked as the torch-free build is (recorded in settings.build)
         progress=False,
     )
     index, _ = built
@@ -232,13 +234,16 @@ def test_add_to_a_bf16_index_without_torch(built: tuple[Path, Path], tmp_path: P
     more.write_text("Rosalind Franklin took the X-ray image of DNA known as Photo 51.\n")
     done = anygrain_without_torch(cache, "add", str(index), str(more), "-q")
     assert done.returncode == 0, done.stderr[-3000:]
-    said = [ln for ln in done.stderr.splitlines() if "float32" in ln]
+    from anygrain.utils.precision import int8_dot
+
+    # an add resolves int8 as a build does: on where the CPU has int8 dot products
+    said = [ln for ln in done.stderr.splitlines() if ("int8" if int8_dot() else "float32") in ln]
     assert len(said) == 1 and "bfloat16" in said[0] and "torch is not installed" in said[0], (
         done.stderr
     )
     settings = json.loads((index / "index.json").read_text())["settings"]
     assert settings["bf16"] is True
-    assert settings["adds"] == [{"passages": 1, "bf16": False}]
+    assert settings["adds"] == [{"passages": 1, "bf16": False, "int8": int8_dot()}]
     # re-scoring re-encodes passages on the graph too (float32), whatever the index's bf16
     q = "Who took Photo 51?"
     done = anygrain_without_torch(cache, "search", str(index), q, "--rescore", "2")

@@ -125,7 +125,7 @@ def with_build_options(command: Callable[..., None]) -> Callable[..., None]:
             "rescore_context",
         ),
         panels.OUTPUT: ("out_dir", "overwrite", "as_json", "quiet"),
-        panels.PERFORMANCE: ("threads", "device", "runtime", "bf16"),
+        panels.PERFORMANCE: ("threads", "device", "runtime", "bf16", "int8"),
         panels.RAY: ("address", "workers", "retries", "timeout"),
     }
 )  # fmt: skip
@@ -242,7 +242,7 @@ def _print_index_summary(
         )
     with_model = f" with model {d['model']}" if "model" in d else ""
     enc = d.get("encoding") or {}
-    if enc:  # a phrase build: bf16 or float32, on which runtime
+    if enc:  # a phrase build: int8, bf16 or float32, on which runtime
         with_model += f", encoded in {enc['precision']} on {enc['runtime']} ({enc['device']})"
     out.print(f"{what} as {d['kind']}{with_model} → {out_dir}", highlight=False, soft_wrap=True)
 

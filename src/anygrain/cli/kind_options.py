@@ -114,6 +114,14 @@ class PhraseOptions:
         "elsewhere; dense and hybrid: float32 by default. Recorded in the index",
         "--bf16/--no-bf16",
     )
+    int8: bool | None = option(
+        "Phrase indexes: encode the passages on ONNX Runtime's int8 passage graph (its "
+        "encoder layers' weight matmuls quantized; CPU only, not with --bf16 or --runtime "
+        "torch). Default: on where the CPU has int8 dot-product instructions (AVX-512 VNNI, "
+        "AVX-VNNI, Arm dot product) and the passages would otherwise be encoded in float32 "
+        "(no native bfloat16). Recorded in the index",
+        "--int8/--no-int8",
+    )
     sparse_weight: float | None = option(
         "Phrase indexes: weight of the BM25 part of phrase scores (0: dense scores alone)"
     )

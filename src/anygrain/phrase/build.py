@@ -30,7 +30,14 @@ from anygrain.index.registry import IndexKind
 from anygrain.index.settings import BuildOptions, IndexSettings
 from anygrain.phrase.budget import BuildBudget, parse_bytes
 from anygrain.phrase.compress import PHRASE_POLICY, Compress, compressed_factory
-from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_encoding, dump_phrases
+from anygrain.phrase.dump import (
+    END_OK,
+    START_OK,
+    DumpStats,
+    dump_encoding,
+    dump_phrases,
+    resolve_int8,
+)
 from anygrain.phrase.filtering import dump_filter, fraction_threshold, refiltered_flags, subset_dump
 from anygrain.phrase.lexical import SparseFusion, copy_sparse, write_sparse
 from anygrain.phrase.record import DUMP_FILES, PhraseCounts, PhraseIndexRecord
@@ -85,6 +92,10 @@ class PhraseSettings(IndexSettings):
     # passages encoded in bfloat16 autocast; None: where torch encodes them on a CPU with
     # native bfloat16 (resolve_bf16; the index records the resolved value)
     bf16: bool | None = None
+    # passages on ONNX Runtime's int8 passage graph; None: where the build runs on a CPU
+    # with int8 dot-product instructions and would otherwise encode in float32
+    # (phrase.dump.resolve_int8; the index records the resolved value)
+    int8: bool | None = None
     shard_size: int | None = None  # passages per dump shard; default: the budget's
     # resident memory the build may use (bytes, or "1.5G"): sets the defaults of the
     # shard and batch sizes, the FAISS training sample and blocks (anygrain.phrase.budget)
@@ -123,6 +134,8 @@ class PhraseSettings(IndexSettings):
                 raise AnygrainError(f"phrase index {name} must be at least 1, got {v}")
         if self.threshold is not None:
             THRESHOLD_RANGE.check(self.threshold)
+        if self.int8 and self.bf16:
+            raise AnygrainError("--int8 and --bf16 are two precisions of the passages: give one")
         # checked as a group; the tokens' name becomes the member's value
         object.__setattr__(self, "rescore_tokens", self.rescoring.to_options()["rescore_tokens"])
         if self.keep is not None:
@@ -182,6 +195,7 @@ def recorded_settings(record: PhraseIndexRecord, *, lang: str | None = None) -> 
         keep=None if r.threshold is not None else 1.0,
         factory=r.factory,
         bf16=bool(r.bf16),
+        int8=bool(r.int8),
         max_phrase_words=r.max_phrase_words,
         compress=parse_enum(Compress, r.compress or Compress.NONE),
         pq_m=r.pq_m,
@@ -329,8 +343,11 @@ def write_index(
     model's name (as ``settings.model``, else as ``model_name``: the default's), only
     referenced: :func:`model_reference`, with ``settings.copy_model`` deciding.
     ``ref`` decides instead when given (an update keeps its index's: "" copies)."""
-    # bf16 auto resolved for this model, runtime and device: the index records what ran
-    s = dataclasses.replace(settings, bf16=resolve_bf16(settings.bf16, model, options))
+    # bf16 and int8 resolved (int8 asked turns bf16's auto off): the index records what ran
+    bf16 = resolve_bf16(
+        False if settings.int8 and settings.bf16 is None else settings.bf16, model, options
+    )
+    s = dataclasses.replace(settings, bf16=bf16, int8=resolve_int8(settings.int8, bf16, options))
     # what the model leaves of the memory budget (refused here when too little is left)
     budget = s.budget.for_model(model, str(model_name or model.config.base_model))
     out = Path(out)
@@ -361,6 +378,7 @@ def write_index(
         shard_size=s.shard_size or budget.shard_size(model.dim),
         batch_size=s.batch_size or budget.batch_size(resolve_device(options.device).type),
         bf16=bool(s.bf16),
+        int8=bool(s.int8),
         progress=options.progress,
         on_shard=on_shard,
         executor=options.executor,
@@ -390,7 +408,7 @@ def write_index(
         progress=options.progress,
         timings={
             "dump_seconds": round(time.time() - t0, 3),
-            "encoding": dump_encoding(model, bool(s.bf16), options),
+            "encoding": dump_encoding(model, bool(s.bf16), options, bool(s.int8)),
         },
         budget=budget,
     )
@@ -418,6 +436,7 @@ def dump_record(
         max_passage_length=cfg.max_passage_length,
         doc_stride=cfg.doc_stride,
         bf16=bool(settings.bf16),
+        int8=bool(settings.int8),
         sparse=lexical.to_dict() if lexical is not None else None,
         build=build.to_dict() if build is not None else None,
     )

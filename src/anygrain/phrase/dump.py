@@ -5,7 +5,7 @@ Encoding a corpus takes hours, so it runs on the resumable shard engine
 and recorded in ``dump.json`` as they finish; a rerun skips finished shards and,
 because a shard is always encoded as one unit, ends with the same arrays as an
 uninterrupted run.  A dump started by another model, corpus, threshold or precision
-(bf16) is never resumed (it is started again): mixing vectors from two encoders would
+(bf16, int8) is never resumed (it is started again): mixing vectors from two encoders would
 silently corrupt the index.
 
 Once all shards exist they are concatenated into the final memory-mappable arrays:
@@ -143,8 +143,14 @@ def encode_shard(
 
 
 def _identity(
-    store: CorpusStore, model: PhraseEncoder, threshold: float | None, shard_size: int, bf16: bool
+    store: CorpusStore,
+    model: PhraseEncoder,
+    threshold: float | None,
+    shard_size: int,
+    bf16: bool,
+    int8: bool = False,
 ) -> dict[str, Any]:
+    # int8 is named only when on, so a float32 dump begun before it existed still resumes
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -156,6 +162,7 @@ def _identity(
         "dim": model.dim,
         # bfloat16 and float32 vectors differ in the third digit: never one dump of both
         "bf16": bf16,
+        **({"int8": True} if int8 else {}),
     }
 
 
@@ -206,16 +213,18 @@ class _PhraseShards:
         return out
 
 
-def dump_encoding(model: PhraseEncoder, bf16: bool, options: BuildOptions) -> dict[str, str]:
+def dump_encoding(
+    model: PhraseEncoder, bf16: bool, options: BuildOptions, int8: bool = False
+) -> dict[str, str]:
     """How a build's passages are encoded (``index.json``'s ``timings.encoding``, which the
-    build's summary line prints): ``precision`` (bf16 or float32, ``bf16`` as the build
-    resolved it), ``runtime`` (onnx or torch, as :func:`passage_encoder` picks it) and
-    ``device`` (cpu, cuda, or ray for Ray actors)."""
+    build's summary line prints): ``precision`` (int8, bf16 or float32, ``int8`` and
+    ``bf16`` as the build resolved them), ``runtime`` (onnx or torch, as
+    :func:`passage_encoder` picks it) and ``device`` (cpu, cuda, or ray for Ray actors)."""
     from anygrain.encode.onnx_runtime import parse_runtime
     from anygrain.encode.runtime import Runtime
 
-    precision = "bf16" if bf16 else "float32"
-    if runs_on_onnx(model) or parse_runtime(options.runtime) is Runtime.ONNX:
+    precision = "int8" if int8 else "bf16" if bf16 else "float32"
+    if int8 or runs_on_onnx(model) or parse_runtime(options.runtime) is Runtime.ONNX:
         return {"precision": precision, "runtime": "onnx", "device": "cpu"}
     executor = options.executor
     on_ray = executor is not None and str(getattr(executor, "value", executor)) != "local"
@@ -231,6 +240,7 @@ def passage_encoder(
     bf16: bool = False,
     executor: Executor | ExecutorKind | str | None = None,
     cache: GraphCache | None = None,
+    int8: bool = False,
 ) -> PassageEncoding:
     """What encodes a dump's passages on ``runtime``: ``onnx``, the model's passage graph on
     ONNX Runtime (exported once per version of the passage-side weights; an error when it
@@ -240,12 +250,14 @@ def passage_encoder(
     docs/benchmarks.md; short questions are the other way round).  The graph computes in float32 on this machine's CPU, so ``onnx``
     refuses a ``bf16`` dump (recorded in the index), a GPU ``device`` and an encode on Ray
     actors.  Both runtimes give the same vectors (to ~1e-5): the runtime is recorded
-    nowhere."""
+    nowhere.  ``int8`` (recorded: :func:`resolve_int8` decides it) runs the graph's int8
+    sibling (:func:`~anygrain.encode.quantize.quantize_entry`) on ONNX Runtime whatever
+    ``runtime`` says; :func:`resolve_int8` has refused what it cannot run on."""
     from anygrain.encode.onnx_runtime import GraphCache, parse_runtime, wants_onnx
     from anygrain.encode.runtime import Runtime
     from anygrain.errors import AnygrainError
 
-    if parse_runtime(runtime) is not Runtime.ONNX:
+    if parse_runtime(runtime) is not Runtime.ONNX and not int8:
         return model
     if bf16:
         raise AnygrainError("--runtime onnx encodes passages in float32; bf16 needs torch")
@@ -254,13 +266,64 @@ def passage_encoder(
     wants_onnx(Runtime.ONNX, device)  # refused on a GPU or without onnxruntime
     from anygrain.phrase.onnx import onnx_passages
 
+    cache = cache or GraphCache.default()
     try:
-        return onnx_passages(model, cache or GraphCache.default())
+        passages = onnx_passages(model, cache)
     except (AnygrainError, ImportError, OSError, RuntimeError, ValueError) as e:
         raise AnygrainError(
             f"{model.config.base_model}: cannot encode passages on ONNX Runtime "
             f"({type(e).__name__}: {e}); build with --runtime torch"
         ) from e
+    if not int8:
+        return passages
+    from anygrain.encode.quantize import quantize_entry
+    from anygrain.phrase.onnx import OnnxPassageEncoder
+
+    try:
+        return OnnxPassageEncoder(quantize_entry(cache, passages.directory))
+    except AnygrainError as e:  # one line naming the graph file, and the way around it
+        raise AnygrainError(f"{e}; build with --no-int8") from None
+
+
+def resolve_int8(int8: bool | None, bf16: bool, options: BuildOptions) -> bool:
+    """Whether a build (or an add) with ``options`` encodes its passages on the passage
+    graph's int8 sibling (:func:`passage_encoder`), ``bf16`` being the precision it
+    resolved: ``int8`` when given -- True refused in one line with bf16, ``--runtime
+    torch``, Ray actors or a GPU device --, else (auto) where the build runs here on the
+    CPU, in float32 otherwise (no bf16, the runtime not torch), with onnxruntime, on a CPU
+    with int8 dot-product instructions (:func:`~anygrain.utils.precision.int8_dot`):
+    there int8 encodes much faster at about the float32 index's quality."""
+    from anygrain.encode.runtime import Runtime, on_cpu, onnxruntime_installed, parse_runtime
+    from anygrain.errors import AnygrainError
+
+    torch_asked = parse_runtime(options.runtime) is Runtime.TORCH
+    executor = options.executor
+    remote = executor is not None and str(getattr(executor, "value", executor)) != "local"
+    if int8:
+        refused = (
+            (bf16, "--int8 and --bf16 are two precisions of the passages: give one"),
+            (torch_asked, "--int8 runs the passages' int8 graph on ONNX Runtime, not torch"),
+            (remote, "--int8 encodes in this process on ONNX Runtime; --ray runs torch actors"),
+            (
+                not on_cpu(options.device),
+                f"--int8 runs on the CPU; --device {options.device} needs --no-int8",
+            ),
+            (
+                not onnxruntime_installed(),
+                "--int8: onnxruntime is not installed (pip install onnxruntime)",
+            ),
+        )
+        for bad, why in refused:
+            if bad:
+                raise AnygrainError(why)
+        return True
+    if int8 is False or bf16 or torch_asked or remote or not onnxruntime_installed():
+        return False
+    if resolve_device(options.device).type != "cpu":
+        return False
+    from anygrain.utils.precision import int8_dot
+
+    return int8_dot()
 
 
 #: passages per dump shard: a shard's vectors are held in memory until written, so this bounds
@@ -283,16 +346,18 @@ def dump_phrases(
     executor: Executor | ExecutorKind | str | None = None,
     device: str | None = None,
     runtime: Runtime | str | None = None,
+    int8: bool = False,
 ) -> DumpStats:
     """Encode ``store`` into shards under ``work`` (resumable), then write the final arrays
     into ``out``.  ``on_shard(i)`` is called after shard ``i`` is saved (tests interrupt here);
     ``executor`` runs the shards (default: in this process); ``device`` is where the model
     encodes (None: auto); ``runtime`` what encodes (:func:`passage_encoder`: ``auto``,
-    ``onnx`` or ``torch``; not recorded, and a resumed dump may take up on another)."""
+    ``onnx`` or ``torch``; not recorded, and a resumed dump may take up on another);
+    ``int8``: on the passage graph's int8 sibling (recorded, as ``bf16``)."""
     work, out = Path(work), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     spec = EncodeSpec(
-        identity=_identity(store, model, threshold, shard_size, bf16),
+        identity=_identity(store, model, threshold, shard_size, bf16, int8),
         shard_size=shard_size,
         layout=DoneMapManifest(DUMP_MANIFEST),
         on_mismatch=OnMismatch.RESTART,  # the work directory is ours: start it again
@@ -307,7 +372,9 @@ def dump_phrases(
     from anygrain.utils.precision import cap_onednn_cache
 
     cap_onednn_cache()  # before the first encode: oneDNN reads it once
-    passages = passage_encoder(model, runtime, device=device, bf16=bf16, executor=executor)
+    passages = passage_encoder(
+        model, runtime, device=device, bf16=bf16, executor=executor, int8=int8
+    )
     encoder = _PhraseShards(store, passages, threshold, batch_size, bf16, device, False)
     result = ShardedEncode(work, len(store), encoder, spec, executor=executor).run(
         None if on_shard is None else lambda i, _n: on_shard(i)

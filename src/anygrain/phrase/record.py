@@ -40,11 +40,13 @@ class PhraseIndexRecord:
     max_passage_length: int | None = None
     doc_stride: int | None = None
     bf16: bool = False
+    int8: bool = False  # passages on ONNX Runtime's int8 passage graph (absent: False)
     sparse: dict[str, Any] | None = None  # the lexical part's fusion (SparseFusion.to_dict)
     build: dict[str, Any] | None = None  # the settings the index was asked for
     refiltered_from: dict[str, Any] | None = None  # {"path", "threshold"} of the source
-    # each ``add`` since the build, in order: {"passages": n, "bf16": the precision that
-    # encoded them} (float32 where ONNX Runtime's passage graph did, whatever ``bf16`` says)
+    # each ``add`` since the build, in order: {"passages": n, "bf16": ..., "int8": ...: the
+    # precision that encoded them} (float32 where ONNX Runtime's float graph did, whatever
+    # ``bf16`` says; each add resolves int8 as a build does)
     adds: list[dict[str, Any]] | None = None
     # the FAISS part
     factory: str | None = None

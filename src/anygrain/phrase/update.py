@@ -5,7 +5,9 @@ indexes; compacting re-encodes nothing (the kept passages' dump, or a new dump w
 was dropped for codes) and builds both FAISS indexes as a fresh build does
 (:func:`~anygrain.phrase.build.finish_index`).  The BM25 part is rebuilt either way.  New
 passages are encoded in the index's recorded precision where torch encodes them; ONNX
-Runtime's graph encodes float32, said in one line and recorded in ``settings.adds``.
+Runtime's graph encodes float32, said in one line and recorded in ``settings.adds``.  int8
+is decided by each add as a build decides it (:func:`~anygrain.phrase.dump.resolve_int8`,
+off where the build was asked ``int8=False``), and recorded there too.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from anygrain.index.manifest import read_manifest, rewrite_manifest
 from anygrain.index.settings import BuildOptions
 from anygrain.index.updater import StagedUpdate, corpus_field, fresh
 from anygrain.phrase.build import SUBDIR, finish_index, recorded_settings, write_index
-from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_phrases
+from anygrain.phrase.dump import END_OK, START_OK, DumpStats, dump_phrases, resolve_int8
 from anygrain.phrase.index import PhraseIndex
 from anygrain.phrase.lexical import SPARSE_SUBDIR
 from anygrain.phrase.record import PhraseCounts, PhraseIndexRecord
@@ -59,11 +61,12 @@ def _phrase_lexical(u: StagedUpdate) -> None:
         rebuild_bm25(u.staged / SPARSE_SUBDIR, idx.lexical.bm25, u.store, u.progress)
 
 
-def update_bf16(u: StagedUpdate, what: str) -> bool:
+def update_bf16(u: StagedUpdate, what: str, *, add: bool = False) -> bool:
     """The precision ``u`` encodes passages in: the index's recorded one where torch encodes
     them, float32 where ONNX Runtime's passage graph does (the model of a base install, or
     ``--runtime onnx``), saying so in one line when that is not the index's (``what``: the
-    passages, for that line)."""
+    passages, for that line; ``add``: an add, whose line names int8 where
+    :func:`update_int8` picks it)."""
     from anygrain.encode.onnx_runtime import parse_runtime
     from anygrain.encode.runtime import Runtime
 
@@ -75,13 +78,24 @@ def update_bf16(u: StagedUpdate, what: str) -> bool:
     if not on_graph and not runs_on_onnx(idx.model):
         return True
     log.warning(
-        "%s: built in bfloat16; %s encoded in float32 on ONNX Runtime's passage graph (%s), "
+        "%s: built in bfloat16; %s encoded in %s on ONNX Runtime's passage graph (%s), "
         "as index.json records",
         idx.path,
         what,
+        "int8" if add and update_int8(u, False) else "float32",
         "--runtime onnx" if on_graph else "torch is not installed",
     )
     return False
+
+
+def update_int8(u: StagedUpdate, bf16: bool) -> bool:
+    """Whether ``u`` encodes its passages in int8: auto, as a build decides it
+    (:func:`~anygrain.phrase.dump.resolve_int8`), unless the index was asked ``int8=False``."""
+    idx = u.index
+    assert isinstance(idx, PhraseIndex)
+    asked = getattr(idx.build_settings, "int8", None)
+    options = BuildOptions(device=u.device, runtime=u.runtime)
+    return resolve_int8(False if asked is False else None, bf16, options)
 
 
 def add_rows(u: StagedUpdate) -> None:
@@ -92,7 +106,9 @@ def add_rows(u: StagedUpdate) -> None:
     record = idx.record
     seg_dir = u.work / "dump"
     n = len(u.segment)
-    bf16 = update_bf16(u, f"the {n} passage{'s' * (n != 1)} added {'are' if n != 1 else 'is'}")
+    what = f"the {n} passage{'s' * (n != 1)} added {'are' if n != 1 else 'is'}"
+    bf16 = update_bf16(u, what, add=True)
+    int8 = update_int8(u, bf16)
     stats = dump_phrases(
         u.segment,
         idx.model,
@@ -103,6 +119,7 @@ def add_rows(u: StagedUpdate) -> None:
         progress=u.progress,
         device=u.device,
         runtime=u.runtime,
+        int8=int8,
     )
     n_tok = len(idx.table)
     n_rows = len(idx.table.passage_ptr) - 1
@@ -149,7 +166,7 @@ def add_rows(u: StagedUpdate) -> None:
     if blocks:
         settings = dataclasses.replace(settings, faiss_blocks=blocks)
     # each add's precision: an index built in bf16 may hold float32 passages added since
-    add: dict[str, Any] = {"passages": stats.n_passages, "bf16": bf16}
+    add: dict[str, Any] = {"passages": stats.n_passages, "bf16": bf16, "int8": int8}
     settings = dataclasses.replace(settings, adds=[*(settings.adds or []), add])
     rewrite_manifest(
         u.staged,

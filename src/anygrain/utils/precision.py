@@ -10,6 +10,9 @@ what ran, and resuming compares them.
 For inference on a CPU with native bfloat16, :func:`bf16_linears` gives a module's copy whose linear layers
 hold bfloat16 weights: autocast casts every weight again on every call, which at the small
 batches of a search server costs most of what bf16 saves.
+
+:func:`int8_dot` says whether the CPU has int8 dot-product instructions, where a phrase
+build's passages run on ONNX Runtime's int8 graph by default (:mod:`anygrain.encode.quantize`).
 """
 
 from __future__ import annotations
@@ -83,6 +86,19 @@ def native_bf16() -> bool:
     if flags is not None and machine in ("aarch64", "arm64"):
         return "bf16" in flags
     return _torch_native_bf16()
+
+
+#: the CPU flags of int8 dot-product instructions ONNX Runtime's int8 matmuls use: x86
+#: AVX-512 VNNI or AVX-VNNI, Arm's dot product
+_INT8_DOT_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "asimddp"})
+
+
+@functools.lru_cache(maxsize=1)
+def int8_dot() -> bool:
+    """Whether this CPU has int8 dot-product instructions (:data:`_INT8_DOT_FLAGS`), where
+    int8 matmuls run much faster than float32 ones; False where its flags cannot be read."""
+    flags = _cpu_flags()
+    return flags is not None and not flags.isdisjoint(_INT8_DOT_FLAGS)
 
 
 def _torch_native_bf16() -> bool:
