@@ -105,7 +105,7 @@ def main() -> None:
         "--sure",
         default="none",
         help="comma list: none (read every passage) or the probability of the first "
-        "window's best span above which the others are not read (K = the largest --ks)",
+        "window's best span below which every passage is read whole (K = the largest --ks)",
     )
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--batch", type=int, default=32, help="questions read per call")

@@ -121,10 +121,10 @@ def test_add_records_the_precision_of_its_passages(
     s = _settings(out)
     assert s["bf16"] is True
     n_more, n_last = len(PARAGRAPHS[2:3]), len(PARAGRAPHS[3:])
-    # the second add resolves int8 as a build would: on where the CPU has int8 dot products
+    # the second add resolves int8 as a build would (auto_int8)
     assert s["adds"] == [
         {"passages": n_more, "bf16": True, "int8": False},
-        {"passages": n_last, "bf16": False, "int8": precision.int8_dot()},
+        {"passages": n_last, "bf16": False, "int8": precision.auto_int8()},
     ]
 
 

@@ -121,6 +121,8 @@ def test_int8_dot_reads_the_cpu_flags(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_auto_and_the_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(precision, "int8_dot", lambda: True)
+    assert resolve_int8(None, False, BuildOptions(device="cpu", runtime="onnx")) is False  # off
+    monkeypatch.setattr(precision, "AUTO_INT8", True)
     cpu, onnx_rt = BuildOptions(device="cpu"), BuildOptions(device="cpu", runtime="onnx")
     assert resolve_int8(None, False, onnx_rt) is True
     assert resolve_int8(None, False, cpu) is True  # auto's torch float32 becomes int8
@@ -231,6 +233,7 @@ def test_an_add_records_its_own_precision(
     assert r.exit_code == 0, r.output
     monkeypatch.setattr(precision, "native_bf16", lambda: False)
     monkeypatch.setattr(precision, "int8_dot", lambda: True)
+    monkeypatch.setattr(precision, "AUTO_INT8", True)
     r = run(app, ["add", str(out), f"squad:{last}", "--device", "cpu", "-q"])
     assert r.exit_code == 0, r.output
     s = _settings(out)
@@ -250,6 +253,7 @@ def test_no_int8_is_kept_by_adds(
 
     monkeypatch.setattr(precision, "native_bf16", lambda: False)
     monkeypatch.setattr(precision, "int8_dot", lambda: True)
+    monkeypatch.setattr(precision, "AUTO_INT8", True)
     first = write_squad(tmp_path / "first.json", PARAGRAPHS[:2])
     more = write_squad(tmp_path / "more.json", PARAGRAPHS[2:])
     out = tmp_path / "idx"

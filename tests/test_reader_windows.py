@@ -120,7 +120,7 @@ def _three(focus: bool) -> list[Hit]:
     ]
 
 
-def test_the_other_passages_are_read_only_when_the_first_is_unsure(shipped_reader: Any) -> None:
+def test_more_is_read_only_when_the_first_window_is_unsure(shipped_reader: Any) -> None:
     q = ["Which team won Super Bowl 50?"]
 
     def windows(hits: list[Hit], **settings: Any) -> tuple[int, int]:
@@ -130,10 +130,29 @@ def test_the_other_passages_are_read_only_when_the_first_is_unsure(shipped_reade
 
     assert windows(_three(True), window=96, sure=0.0) == (1, 96)  # always sure: one window
     assert windows(_three(True), window=96, sure=None) == (3, 96)  # never stops: all three
-    assert windows(_three(True), window=96, sure=1.0)[0] == 3  # no span is surer than certain
+    # no span is surer than certain: the first window, then every passage whole
+    n, longest = windows(_three(True), window=96, sure=1.0)
+    assert n >= 4 and longest > 96
     # without a focus (BM25, dense) passages are read whole, every one
     n, longest = windows(_three(False), window=96, sure=0.0)
     assert n == 3 and longest > 96
+
+
+def test_an_unsure_question_is_read_as_whole_passages(shipped_reader: Any) -> None:
+    q = ["Which team won Super Bowl 50?"]
+
+    def read(**settings: Any) -> list[Any]:
+        s = ReadSettings(passages=3, bf16=False, **settings)
+        return span_candidates(shipped_reader, q, [_three(True)], s)[0]
+
+    unsure, whole = read(window=96, sure=1.0), read(window=None)
+    # the first window's spans give way to the whole passages'
+    assert [(c.passage, c.start, c.end) for c in unsure] == [
+        (c.passage, c.start, c.end) for c in whole
+    ]
+    assert [c.reader_score for c in unsure] == pytest.approx([c.reader_score for c in whole])
+    sure = read(window=96, sure=0.0)
+    assert {c.passage for c in sure} == {0}
 
 
 def test_windows_are_no_longer_than_asked(shipped_reader: Any) -> None:

@@ -234,16 +234,16 @@ def test_add_to_a_bf16_index_without_torch(built: tuple[Path, Path], tmp_path: P
     more.write_text("Rosalind Franklin took the X-ray image of DNA known as Photo 51.\n")
     done = anygrain_without_torch(cache, "add", str(index), str(more), "-q")
     assert done.returncode == 0, done.stderr[-3000:]
-    from anygrain.utils.precision import int8_dot
+    from anygrain.utils.precision import auto_int8
 
-    # an add resolves int8 as a build does: on where the CPU has int8 dot products
-    said = [ln for ln in done.stderr.splitlines() if ("int8" if int8_dot() else "float32") in ln]
+    # an add resolves int8 as a build does (auto_int8)
+    said = [ln for ln in done.stderr.splitlines() if ("int8" if auto_int8() else "float32") in ln]
     assert len(said) == 1 and "bfloat16" in said[0] and "torch is not installed" in said[0], (
         done.stderr
     )
     settings = json.loads((index / "index.json").read_text())["settings"]
     assert settings["bf16"] is True
-    assert settings["adds"] == [{"passages": 1, "bf16": False, "int8": int8_dot()}]
+    assert settings["adds"] == [{"passages": 1, "bf16": False, "int8": auto_int8()}]
     # re-scoring re-encodes passages on the graph too (float32), whatever the index's bf16
     q = "Who took Photo 51?"
     done = anygrain_without_torch(cache, "search", str(index), q, "--rescore", "2")

@@ -117,9 +117,9 @@ class PhraseOptions:
     int8: bool | None = option(
         "Phrase indexes: encode the passages on ONNX Runtime's int8 passage graph (its "
         "encoder layers' weight matmuls quantized; CPU only, not with --bf16 or --runtime "
-        "torch). Default: on where the CPU has int8 dot-product instructions (AVX-512 VNNI, "
-        "AVX-VNNI, Arm dot product) and the passages would otherwise be encoded in float32 "
-        "(no native bfloat16). Recorded in the index",
+        "torch): faster where the CPU has int8 dot-product instructions (AVX-512 VNNI, "
+        "AVX-VNNI, Arm dot product), a little less accurate. Default: off. Recorded in the "
+        "index",
         "--int8/--no-int8",
     )
     sparse_weight: float | None = option(
@@ -211,9 +211,9 @@ class AnswerOptions:
         "found each passage, not the whole passage (32 to 512; 0: whole passages; default 128)"
     )
     read_sure: float | None = option(
-        "Answer grain over a phrase index: read the other passages only when the first "
-        "one's best span has a probability below this (0..1; 1: read every passage; default "
-        "0.33)"
+        "Answer grain over a phrase index: read every passage whole only when the first "
+        "window's best span has a probability below this (0..1; 1: read every passage's "
+        "window; default 0.33)"
     )
 
 

@@ -291,7 +291,7 @@ def resolve_int8(int8: bool | None, bf16: bool, options: BuildOptions) -> bool:
     resolved: ``int8`` when given -- True refused in one line with bf16, ``--runtime
     torch``, Ray actors or a GPU device --, else (auto) where the build runs here on the
     CPU, in float32 otherwise (no bf16, the runtime not torch), with onnxruntime, on a CPU
-    with int8 dot-product instructions (:func:`~anygrain.utils.precision.int8_dot`):
+    with int8 dot-product instructions, when :func:`~anygrain.utils.precision.auto_int8`:
     there int8 encodes much faster at about the float32 index's quality."""
     from anygrain.encode.runtime import Runtime, on_cpu, onnxruntime_installed, parse_runtime
     from anygrain.errors import AnygrainError
@@ -321,9 +321,9 @@ def resolve_int8(int8: bool | None, bf16: bool, options: BuildOptions) -> bool:
         return False
     if resolve_device(options.device).type != "cpu":
         return False
-    from anygrain.utils.precision import int8_dot
+    from anygrain.utils.precision import auto_int8
 
-    return int8_dot()
+    return auto_int8()
 
 
 #: passages per dump shard: a shard's vectors are held in memory until written, so this bounds

@@ -85,8 +85,8 @@ class ReadSettings:
     below it the answer is "no answer" (:func:`abstain_or_answer`; None: always answer).
 
     Over a phrase index each passage hit carries the phrase that found it (``focus``):
-    ``window`` tokens around it are read instead of the whole passage, and the other
-    passages only when the first one's best span is less likely than ``sure``
+    ``window`` tokens around the first one's are read instead of the whole passage, and
+    every passage whole only when the best span there is less likely than ``sure``
     (:func:`span_candidates`); hits without a focus are read whole, every one."""
 
     passages: int = DEFAULT_PASSAGES
@@ -98,8 +98,9 @@ class ReadSettings:
     # tokens read around a passage's focus (the span that found it), not the whole
     # passage; None reads whole passages
     window: int | None = DEFAULT_WINDOW
-    # the probability of the first passage's best span above which the others are not
-    # read (where the first has a focus); None reads every passage
+    # the probability of the first passage's best span (in its window) above which no
+    # more is read (where the first has a focus); below it every passage is read whole;
+    # None reads every passage's window
     sure: float | None = DEFAULT_SURE
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -198,8 +199,10 @@ def span_candidates(
     every other question's): the ``max(n, spans_per_window)`` best of every window.
 
     With a ``window`` and ``sure`` in ``settings``, a question whose first hit has a focus
-    is read in two steps: the first hit's window, then its other hits only when the best
-    span there has a probability (among that window's spans) below ``sure``."""
+    is read in two steps: the first hit's window, then, only when the best span there has a
+    probability (among that window's spans) below ``sure``, every hit whole (the window's
+    spans give way to them).  Reading the unsure questions whole, rather than the other
+    hits' windows, loses less for the time it takes (``bench/read_policy.py``)."""
     out: list[list[SpanCandidate]] = [[] for _ in questions]
     pairs = [(qi, pi) for qi, hs in enumerate(passage_hits) for pi in range(len(hs))]
     if settings.window is None or settings.sure is None:
@@ -210,9 +213,12 @@ def span_candidates(
     sure = {
         qi for qi, _ in first if out[qi] and max(c.log_prob for c in out[qi]) >= _log(settings.sure)
     }
-    done = set(first)
-    rest = [p for p in pairs if p not in done and p[0] not in sure]
-    _read_pairs(reader, questions, passage_hits, rest, settings, n, out)
+    for qi, _ in first:
+        if qi not in sure:
+            out[qi] = []
+    rest = [p for p in pairs if p[0] not in sure]
+    whole = replace(settings, window=None)
+    _read_pairs(reader, questions, passage_hits, rest, whole, n, out)
     return out
 
 

@@ -93,6 +93,17 @@ def native_bf16() -> bool:
 _INT8_DOT_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "asimddp"})
 
 
+#: whether a phrase build's auto picks int8 passages where the CPU has int8 dot products: off
+#: while the int8 index loses more open EM than the bar for it (docs/benchmarks.md); --int8 asks
+AUTO_INT8 = False
+
+
+def auto_int8() -> bool:
+    """Whether auto encodes a build's float32 passages in int8 here (:data:`AUTO_INT8` and
+    :func:`int8_dot`)."""
+    return AUTO_INT8 and int8_dot()
+
+
 @functools.lru_cache(maxsize=1)
 def int8_dot() -> bool:
     """Whether this CPU has int8 dot-product instructions (:data:`_INT8_DOT_FLAGS`), where
