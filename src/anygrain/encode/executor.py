@@ -83,6 +83,12 @@ def as_executor(executor: Executor | ExecutorKind | str | None) -> Executor:
     return executor
 
 
+def is_remote(executor: object) -> bool:
+    """Whether ``executor`` runs shards elsewhere (Ray actors), not in this process: there
+    the CPU (its bfloat16, its int8 instructions) is not this one's."""
+    return executor is not None and str(getattr(executor, "value", executor)) != "local"
+
+
 @register_executor(ExecutorKind.LOCAL)
 class LocalExecutor:
     """Every shard in this process, in row order: what a single machine does."""

@@ -76,7 +76,9 @@ def choose_runtime(
     build's setting); None lets the role decide (a reader on torch: native bfloat16)."""
     r = parse_runtime(runtime)
     if role is Role.PASSAGES:
-        remote = executor is not None and str(getattr(executor, "value", executor)) != "local"
+        from anygrain.encode.executor import is_remote
+
+        remote = is_remote(executor)
         if bf16 or remote:
             if r is Runtime.ONNX:
                 why = "bf16 (bfloat16 vectors)" if bf16 else f"the {executor} executor"

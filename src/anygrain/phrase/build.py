@@ -92,9 +92,8 @@ class PhraseSettings(IndexSettings):
     # passages encoded in bfloat16 autocast; None: where torch encodes them on a CPU with
     # native bfloat16 (resolve_bf16; the index records the resolved value)
     bf16: bool | None = None
-    # passages on ONNX Runtime's int8 passage graph; None: where the build runs on a CPU
-    # with int8 dot-product instructions and would otherwise encode in float32
-    # (phrase.dump.resolve_int8; the index records the resolved value)
+    # passages on ONNX Runtime's int8 passage graph; None: as phrase.dump.resolve_int8
+    # decides (utils.precision.auto_int8); the index records the resolved value
     int8: bool | None = None
     shard_size: int | None = None  # passages per dump shard; default: the budget's
     # resident memory the build may use (bytes, or "1.5G"): sets the defaults of the
@@ -216,6 +215,7 @@ def resolve_bf16(bf16: bool | None, model: PhraseEncoder, options: BuildOptions)
     several times slower, a GPU is left as it was, and Ray actors' CPUs are not this one's.
     ``bf16=True`` where the graph would encode is refused before anything is written: the
     index would record bfloat16 for float32 vectors."""
+    from anygrain.encode.executor import is_remote
     from anygrain.encode.onnx_runtime import TRAIN_EXTRA, parse_runtime
     from anygrain.encode.runtime import Runtime
 
@@ -228,8 +228,7 @@ def resolve_bf16(bf16: bool | None, model: PhraseEncoder, options: BuildOptions)
         return bool(bf16)
     if on_graph or parse_runtime(options.runtime) is Runtime.ONNX:
         return False
-    executor = options.executor
-    if executor is not None and str(getattr(executor, "value", executor)) != "local":
+    if is_remote(options.executor):
         return False
     if resolve_device(options.device).type != "cpu":
         return False

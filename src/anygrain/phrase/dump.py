@@ -32,7 +32,7 @@ import numpy as np
 
 from anygrain.corpus.store import CorpusStore
 from anygrain.encode.engine import EncodeSpec, OnMismatch, ShardedEncode
-from anygrain.encode.executor import Executor, ExecutorKind
+from anygrain.encode.executor import Executor, ExecutorKind, is_remote
 from anygrain.encode.jobs import ShardJob
 from anygrain.encode.manifest import DoneMapManifest
 from anygrain.encode.npy import concatenate_npy
@@ -227,7 +227,7 @@ def dump_encoding(
     if int8 or runs_on_onnx(model) or parse_runtime(options.runtime) is Runtime.ONNX:
         return {"precision": precision, "runtime": "onnx", "device": "cpu"}
     executor = options.executor
-    on_ray = executor is not None and str(getattr(executor, "value", executor)) != "local"
+    on_ray = is_remote(executor)
     device = "ray" if on_ray else resolve_device(options.device).type
     return {"precision": precision, "runtime": "torch", "device": device}
 
@@ -261,7 +261,7 @@ def passage_encoder(
         return model
     if bf16:
         raise AnygrainError("--runtime onnx encodes passages in float32; bf16 needs torch")
-    if executor is not None and str(getattr(executor, "value", executor)) != "local":
+    if is_remote(executor):
         raise AnygrainError("--runtime onnx encodes in this process; --ray runs torch actors")
     wants_onnx(Runtime.ONNX, device)  # refused on a GPU or without onnxruntime
     from anygrain.phrase.onnx import onnx_passages
@@ -297,8 +297,7 @@ def resolve_int8(int8: bool | None, bf16: bool, options: BuildOptions) -> bool:
     from anygrain.errors import AnygrainError
 
     torch_asked = parse_runtime(options.runtime) is Runtime.TORCH
-    executor = options.executor
-    remote = executor is not None and str(getattr(executor, "value", executor)) != "local"
+    remote = is_remote(options.executor)
     if int8:
         refused = (
             (bf16, "--int8 and --bf16 are two precisions of the passages: give one"),

@@ -12,7 +12,8 @@ hold bfloat16 weights: autocast casts every weight again on every call, which at
 batches of a search server costs most of what bf16 saves.
 
 :func:`int8_dot` says whether the CPU has int8 dot-product instructions, where a phrase
-build's passages run on ONNX Runtime's int8 graph by default (:mod:`anygrain.encode.quantize`).
+build's passages run faster on ONNX Runtime's int8 graph (:mod:`anygrain.encode.quantize`);
+:func:`auto_int8` whether auto picks it.
 """
 
 from __future__ import annotations
