@@ -14,6 +14,10 @@ lowers the phrase grain's to 50 ms (the SQuAD dev index, fused scores on), the t
     python bench/serve.py PHRASE_INDEX [PASSAGE_INDEX ...] \\
         --questions squad:/work/shared/data/squad-v1.1/dev-v1.1.json [--clients 4 --seconds 10]
 
+``--paths native,avx2,onnx`` serves each index once per CPU path in turn (native: the
+server's own choice; avx2: torch with oneDNN and MKL capped at AVX2, a CPU without bf16;
+onnx: ONNX Runtime float32), each entry naming its path; the report names the CPU.
+
 ``--question-precision auto,float32`` serves each index once per value in turn (float32:
 ``--question-fp32``, the baseline of the same run; auto: bfloat16 question encoding where the
 CPU has native bf16), each entry naming the precision the server reported.
@@ -38,6 +42,10 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cold_start import cpu_name  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
 # issue 33: read answers (the reader over the top passages) at p50 <= 150 ms
@@ -52,6 +60,14 @@ MAX_CLIENTS = 16
 #: ``--question-precision`` values and the server flags they pass (auto: the server's choice,
 #: bfloat16 where the CPU has native bf16)
 PRECISION_FLAGS = {"auto": [], "float32": ["--question-fp32"], "bfloat16": ["--question-bf16"]}
+#: ``--paths`` values: the server's flags and environment for each CPU path (native: its own
+#: choice; avx2: torch capped at AVX2, as on a CPU without bf16; onnx: ONNX Runtime float32)
+AVX2_ENV = {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+PATHS: dict[str, tuple[list[str], dict[str, str]]] = {
+    "native": ([], {}),
+    "avx2": (["--runtime", "torch"], AVX2_ENV),
+    "onnx": (["--runtime", "onnx"], {}),
+}
 MAX_SECONDS = 120.0
 FALLBACK_QUESTIONS = [
     "Who created Python?",
@@ -82,19 +98,25 @@ class Server:
         precision: str = "auto",
         reader: str | None = None,
         read: int | None = None,
+        path: str = "native",
+        read_threads: int | None = None,
     ) -> None:
         self.port = free_port()
-        cmd = [sys.executable, "-m", "anygrain.cli", "serve", str(index)]
+        flags, path_env = PATHS[path]
+        cmd = [sys.executable, "-m", "anygrain.cli", "serve", str(index), *flags]
         if reader:
             cmd += ["--reader", reader]
         if read:
             cmd += ["--read", str(read)]
+        if read_threads:
+            cmd += ["--read-threads", str(read_threads)]
         cmd += ["--host", HOST, "--port", str(self.port), "--log-level", "warning"]
         if threads:
             cmd += ["--threads", str(threads)]
         cmd += PRECISION_FLAGS[precision]
         env = {
             **os.environ,
+            **path_env,
             "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
         }
         self.log = log.open("w")
@@ -267,6 +289,17 @@ def main() -> None:
         help="comma-separated: auto, float32, bfloat16 (one server per value and index, "
         "in turn: the float32 row is the same run's baseline)",
     )
+    ap.add_argument(
+        "--paths",
+        default="native",
+        help=f"comma-separated CPU paths, one server each in turn: {', '.join(PATHS)}",
+    )
+    ap.add_argument(
+        "--read-threads",
+        default="",
+        help="comma-separated reading-thread counts, one server each in turn (default: the "
+        "server's)",
+    )
     a = ap.parse_args()
     for spec in a.option:
         name, eq, value = spec.partition("=")
@@ -277,6 +310,10 @@ def main() -> None:
         ap.error(f"--clients must be 1..{MAX_CLIENTS}")
     if not 0 < a.seconds <= MAX_SECONDS:
         ap.error(f"--seconds must be in (0, {MAX_SECONDS:.0f}]")
+    paths = a.paths.split(",")
+    for p in paths:
+        if p not in PATHS:
+            ap.error(f"--paths: {p!r} is not one of {', '.join(PATHS)}")
     precisions = a.question_precision.split(",")
     for p in precisions:
         if p not in PRECISION_FLAGS:
@@ -292,11 +329,14 @@ def main() -> None:
         "questions": a.questions or "built-in",
         "n_questions": len(questions),
         "cpus": os.cpu_count(),
+        "cpu": cpu_name(),
         "indexes": [],
     }
-    for d, precision in [(d, p) for d in a.indexes for p in precisions]:
-        log = a.log_dir / f"anygrain-serve-bench-{d.name}-{precision}.log"
-        server = Server(d, a.threads, log, precision, a.reader, a.read)
+    readers = [int(n) for n in a.read_threads.split(",")] if a.read_threads else [None]
+    runs = [(d, p, cpu, n) for d in a.indexes for p in precisions for cpu in paths for n in readers]
+    for d, precision, cpu, n_read in runs:
+        log = a.log_dir / f"anygrain-serve-bench-{d.name}-{precision}-{cpu}-{n_read}.log"
+        server = Server(d, a.threads, log, precision, a.reader, a.read, cpu, n_read)
         try:
             t0 = time.perf_counter()
             info = server.wait_ready()
@@ -304,6 +344,8 @@ def main() -> None:
                 "index": str(d),
                 "question_precision": info.get("question_precision", "float32"),
                 "asked": precision,
+                "path": cpu,
+                "read_threads": info.get("read_threads"),
                 "kind": info["kind"],
                 "n_passages": info["corpus"].get("n_passages"),
                 "startup_s": round(time.perf_counter() - t0, 2),

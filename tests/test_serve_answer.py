@@ -390,6 +390,56 @@ def test_a_failing_read_fails_only_its_own_request(
     assert out[qs[0]].hits[0] and out[qs[2]].hits[0]
 
 
+def test_two_reading_threads_read_at_once_with_their_own_tokenizers(
+    bm25_index: Index, reader_dir: Path, client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With two reading threads, an answer is read while another is still being read, by a
+    view of the reader that shares its weights but has a tokenizer of its own; the answers
+    are those of one thread."""
+    held, release = threading.Event(), threading.Event()
+    readers: dict[str, Any] = {}
+    real = answering.answer_hits
+
+    def slow(reader: Any, questions: Any, *args: Any, **kw: Any) -> Any:
+        readers[questions[0]] = reader
+        if questions[0] == "Who created Python?":
+            held.set()
+            assert release.wait(60), "the test never released the reader"
+        return real(reader, questions, *args, **kw)
+
+    monkeypatch.setattr(answering, "answer_hits", slow)
+    svc = SearchService(bm25_index, reader=str(reader_dir), read=READ, read_threads=2)
+    assert svc.info()["read_threads"] == 2
+    out: dict[str, Any] = {}
+    t = threading.Thread(
+        target=lambda: out.setdefault("a", svc.search(["Who created Python?"], unit="answer"))
+    )
+    t.start()
+    wait_until(held.is_set, "the first answer is being read")
+    other = svc.search(["How high is Mount Everest?"], unit="answer", k=2)
+    assert "a" not in out  # read while the first is still held
+    release.set()
+    t.join(timeout=60)
+    first, second = readers["Who created Python?"], readers["How high is Mount Everest?"]
+    assert first is not second and first.tokenizer is not second.tokenizer
+    weights = "graph" if hasattr(first, "graph") else "encoder"  # ONNX Runtime's or torch's
+    assert getattr(first, weights) is getattr(second, weights)
+    got = [h.to_json(i) for i, h in enumerate(other.hits[0], 1)]
+    same_hits(got, ask(client, "How high is Mount Everest?", k=2))
+    assert out["a"].hits[0]
+
+
+def test_read_threads_is_checked(bm25_index: Index) -> None:
+    for bad in (0, 17, 1.5, True):
+        with pytest.raises(AnygrainError, match="threads reading answers must be an integer"):
+            create_app(bm25_index.path, read_threads=bad)  # type: ignore[arg-type]
+    r = CliRunner().invoke(
+        cli_app, ["serve", str(bm25_index.path), "--read-threads", "0", "--port", "1"]
+    )
+    assert r.exit_code != 0 and "threads reading answers must be an integer" in r.output
+    assert len(r.output.strip().splitlines()) == 1
+
+
 # --- no reader ----------------------------------------------------------------------------
 @pytest.mark.usefixtures("no_shipped_reader")
 def test_answer_without_a_reader_is_a_400_naming_reader(bm25_index: Index) -> None:

@@ -68,6 +68,16 @@ ReadOpt = Annotated[
     ),
 ]
 
+ReadThreadsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--read-threads",
+        metavar="N",
+        help="Unit answer: threads reading answers at once, each on one core (1 to 16; "
+        "default 2, or 1 on a one-core machine)",
+    ),
+]
+
 
 VerifyFilesOpt = Annotated[
     bool,
@@ -156,6 +166,7 @@ def serve_cmd(
     question_bf16: QuestionBf16Opt = None,
     reader: ReaderOpt = None,
     read: ReadOpt = None,
+    read_threads: ReadThreadsOpt = None,
     verify: VerifyFilesOpt = False,
     mcp: McpOpt = False,
     max_k: MaxKOpt = 1000,
@@ -192,6 +203,7 @@ def serve_cmd(
                 reader=reader,
                 read=read,
                 max_k=max_k,
+                read_threads=read_threads,
                 api_key=api_key,
                 cors_origins=cors_origin or (),
             )

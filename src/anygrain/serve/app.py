@@ -133,6 +133,7 @@ def create_app(
     reader: str | Path | None = None,
     read: int | None = None,
     max_k: int = MAX_K,
+    read_threads: int | None = None,
     api_key: str | None = None,
     cors_origins: Sequence[str] = (),
     **load_options: Any,
@@ -145,7 +146,8 @@ def create_app(
     :data:`STAGE_THREADS`); ``question_bf16``:
     bfloat16 question encoding (default: where the CPU has native bf16); ``reader``: the
     reader of unit ``answer`` (a directory or shipped name; default: the shipped reader for
-    the corpus language, where one ships) and ``read`` the passages it reads per question;
+    the corpus language, where one ships), ``read`` the passages it reads per question and
+    ``read_threads`` the threads reading at once (default: two, at most one per core);
     ``max_k``: the most hits a request may ask for; ``api_key``: the key every request but
     the page's, the docs' and health's must carry; ``cors_origins``: the browser origins
     allowed to call the API (:mod:`.access`); ``load_options``: ``Index.load``'s
@@ -154,8 +156,10 @@ def create_app(
     origins = check_cors_origins(cors_origins)
     set_threads(STAGE_THREADS if threads is None else threads)
     if isinstance(index, SearchService):
-        if reader is not None or read is not None or max_k != MAX_K:
-            raise AnygrainError("reader, read and max_k are the SearchService's: pass them to it")
+        if reader is not None or read is not None or read_threads is not None or max_k != MAX_K:
+            raise AnygrainError(
+                "reader, read, read_threads and max_k are the SearchService's: pass them to it"
+            )
         service = index
     else:
         service = SearchService.load(
@@ -165,6 +169,7 @@ def create_app(
             reader=reader,
             read=read,
             max_k=max_k,
+            read_threads=read_threads,
             **load_options,
         )
     if warm_up:

@@ -3,6 +3,7 @@ how many passages it reads per question (:class:`anygrain.serve.service.SearchSe
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -79,6 +80,39 @@ def load_reader(
         raise
     except Exception as e:  # a damaged model directory: say which, in one line
         raise AnygrainError(f"reader {reader}: does not load ({type(e).__name__}: {e})") from e
+
+
+#: threads reading answers at once (at most one per core): reading is the costliest stage of
+#: an answer search, and each thread keeps to one core (``STAGE_THREADS``)
+READ_THREADS = 2
+
+
+#: the most reading threads a server may be given
+MAX_READ_THREADS = 16
+
+
+def reading_threads(asked: int | None, cpus: int | None) -> int:
+    """How many threads of a server read answers: ``asked`` (1 to :data:`MAX_READ_THREADS`;
+    an :class:`AnygrainError` otherwise), or by default :data:`READ_THREADS` on a machine
+    of ``cpus`` cores, at most one per core."""
+    if asked is None:
+        return max(1, min(READ_THREADS, cpus or 1))
+    if isinstance(asked, bool) or not isinstance(asked, int) or not 1 <= asked <= MAX_READ_THREADS:
+        raise AnygrainError(
+            f"read_threads: the threads reading answers must be an integer from 1 to "
+            f"{MAX_READ_THREADS}, not {asked!r}"
+        )
+    return asked
+
+
+def thread_view(reader: ReadingModel) -> ReadingModel:
+    """``reader`` for another reading thread: the same weights or graph, read concurrently
+    (torch and ONNX Runtime run one model from several threads), with a tokenizer of its
+    own -- a tokenizer sets its window size on every call, so a shared one could cut one
+    thread's windows at the other's size."""
+    view = copy.copy(reader)
+    view.tokenizer = copy.deepcopy(reader.tokenizer)
+    return view
 
 
 def sentences_of(index: Index) -> Callable[[list[int]], list[tuple[list[int], list[int]]]]:

@@ -236,6 +236,11 @@ class InfoResponse(BaseModel):
         description="Threads searching at once: 2 for a phrase index that re-scores passages "
         "(re-encoding makes search the costly stage), else 1",
     )
+    read_threads: int | None = Field(
+        default=None,
+        description="Unit answer: threads reading answers at once (null when the server has "
+        "no reader)",
+    )
     limits: dict[str, int]
     filter_fields: list[FilterField] | None = Field(
         default=None,

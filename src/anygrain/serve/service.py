@@ -75,8 +75,10 @@ from anygrain.serve.reading import (
     load_reader,
     read_settings,
     reader_label,
+    reading_threads,
     sentences_of,
     shipped_reader_for,
+    thread_view,
 )
 from anygrain.serve.requests import (  # the limits and RequestError, re-exported
     DEFAULT_K,
@@ -160,7 +162,9 @@ class SearchService:
     ``answer``; without it the shipped reader for the corpus language does, when one
     ships (loaded on the first answer request).  ``read``: passages read per question
     (default :data:`~anygrain.reader.answering.DEFAULT_PASSAGES`).  ``max_k``: the most
-    hits a request may ask for (default :data:`~anygrain.serve.requests.MAX_K`)."""
+    hits a request may ask for (default :data:`~anygrain.serve.requests.MAX_K`).
+    ``read_threads``: threads reading answers at once (default
+    :data:`~anygrain.serve.reading.READ_THREADS`, at most one per core)."""
 
     def __init__(
         self,
@@ -172,8 +176,10 @@ class SearchService:
         reader: str | Path | None = None,
         read: int | None = None,
         max_k: int = MAX_K,
+        read_threads: int | None = None,
     ) -> None:
         self.batching = batching
+        self.read_threads = reading_threads(read_threads, os.cpu_count())
         self.max_k = check_max_k(max_k)
         self.read_settings = read_settings(read)
         self.read = self.read_settings.passages  # passages read per answer question
@@ -205,6 +211,8 @@ class SearchService:
         self._reader_lock = threading.Lock()
         self._reader: ReadingModel | None = None
         self._reader_error: str | None = None  # why the default reader did not load
+        # each further reading thread's view of the reader: (the reader, the view)
+        self._views: dict[int, tuple[ReadingModel, ReadingModel]] = {}
         self._reader_given = reader is not None
         if reader is not None:
             self.reader_name: str | None = reader_label(reader)
@@ -219,13 +227,19 @@ class SearchService:
         # two where the index's search is the costly stage (Index.search_threads)
         searchers = max(1, min(index.search_threads(), os.cpu_count() or 1))
         self.search_threads = searchers
+        self._idle_readers = 0  # reading threads waiting for an answer job
         self._workers = [
             threading.Thread(target=self._encode_work, name="anygrain-encode", daemon=True),
             *(
                 threading.Thread(target=self._search_work, name=f"anygrain-search-{i}", daemon=True)
                 for i in range(searchers)
             ),
-            threading.Thread(target=self._read_work, name="anygrain-read", daemon=True),
+            *(
+                threading.Thread(
+                    target=self._read_work, args=(i,), name=f"anygrain-read-{i}", daemon=True
+                )
+                for i in range(self.read_threads)
+            ),
         ]
         for w in self._workers:
             w.start()
@@ -240,10 +254,12 @@ class SearchService:
         reader: str | Path | None = None,
         read: int | None = None,
         max_k: int = MAX_K,
+        read_threads: int | None = None,
         **load_options: Any,
     ) -> SearchService:
         read_settings(read)  # a bad --read is refused before the index loads
         check_max_k(max_k)  # and a bad --max-k
+        reading_threads(read_threads, os.cpu_count())  # and a bad --read-threads
         idx = (
             index
             if isinstance(index, Index)
@@ -257,6 +273,7 @@ class SearchService:
             reader=reader,
             read=read,
             max_k=max_k,
+            read_threads=read_threads,
         )
 
     # --- the files under the index ------------------------------------------------------
@@ -567,26 +584,56 @@ class SearchService:
                 break
         return items
 
-    def _read_work(self) -> None:
+    def _read_work(self, slot: int) -> None:
         while True:
             # what the search thread handed over while the last batch was read joins this one
-            items = self._waiting(self._reading)
+            items = self._next_reading()
             groups: dict[tuple[int, int], list[_Reading]] = {}
             for item in items:
                 groups.setdefault((id(item.index), item.k), []).append(item)
             for group in groups.values():
-                self._read_answers(group)
+                self._read_answers(group, slot)
 
-    def _read_answers(self, items: list[_Reading]) -> None:
+    def _next_reading(self) -> list[_Reading]:
+        """The next answer job (waited for) and, when batching, this reading thread's share of
+        those queued behind it: all of them while the other reading threads are busy, else an
+        equal part for each idle one (reading is split across the cores, not queued on one)."""
+        with self._counting:
+            self._idle_readers += 1
+        first = self._reading.get()
+        with self._counting:
+            self._idle_readers -= 1
+            others = self._idle_readers
+        items = [first]
+        most = -(-(1 + self._reading.qsize()) // (1 + others)) if self.batching else 1
+        while len(items) < most:
+            try:
+                items.append(self._reading.get_nowait())
+            except queue.Empty:
+                break
+        return items
+
+    def _thread_reader(self, slot: int) -> ReadingModel:
+        """The reader of reading thread ``slot``: the first reads with the reader itself, the
+        others with views of it of their own (:func:`~anygrain.serve.reading.thread_view`)."""
+        reader = self.reader()
+        if not slot:
+            return reader
+        made = self._views.get(slot)
+        if made is None or made[0] is not reader:
+            made = self._views[slot] = (reader, thread_view(reader))
+        return made[1]
+
+    def _read_answers(self, items: list[_Reading], slot: int) -> None:
         """The top ``k`` answers of every question of ``items`` (one index, one ``k``), read
-        in one reader batch; a failure is retried job by job, so one request's passages
-        cannot fail the others."""
+        in one reader batch by reading thread ``slot``; a failure is retried job by job, so
+        one request's passages cannot fail the others."""
         from anygrain.reader.answering import answer_hits
 
         index = items[0].index
         try:
             hits = answer_hits(
-                self.reader(),
+                self._thread_reader(slot),
                 [q for item in items for q in item.job.questions],
                 [p for item in items for p in item.passages],
                 items[0].k,
@@ -596,7 +643,7 @@ class SearchService:
         except Exception as e:  # reported to the waiting requests; the worker goes on
             if len(items) > 1:
                 for item in items:
-                    self._read_answers([item])
+                    self._read_answers([item], slot)
                 return
             err = RequestError(str(e)) if isinstance(e, AnygrainError) else e
             items[0].job.future.set_exception(err)
@@ -631,6 +678,7 @@ class SearchService:
             "read": self.read if answers else None,
             "question_precision": "bfloat16" if self.encode_options(self.index) else "float32",
             "search_threads": self.search_threads,
+            "read_threads": self.read_threads if answers else None,
             "limits": {
                 "max_k": self.max_k,
                 "max_question_chars": MAX_QUESTION_CHARS,
