@@ -265,3 +265,39 @@ def test_no_int8_is_kept_by_adds(
     assert r.exit_code == 0, r.output
     s = _settings(out)
     assert s["int8"] is False and s["adds"][0]["int8"] is False  # type: ignore[index]
+
+
+def test_an_onnx_build_of_a_shipped_model_loads_no_torch_model(
+    squad: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build that encodes on ONNX Runtime (``--runtime onnx``, ``--int8``) takes a shipped
+    model on its passage graph: the torch model is neither imported nor loaded for it."""
+
+    def refuse(cls: type, *args: object, **kw: object) -> None:
+        raise AssertionError("the torch phrase model was loaded")
+
+    monkeypatch.setattr(PhraseEncoder, "load", classmethod(refuse))
+    for int8 in (False, True):
+        out = tmp_path / f"shipped-{int8}"
+        Index.build(
+            f"squad:{squad}",
+            kind="phrase",
+            out=out,
+            model="phrase-minilm",
+            progress=False,
+            runtime="onnx",
+            int8=int8,
+            **ALL_TOKENS,  # type: ignore[arg-type]
+        )
+        want = {"precision": "int8" if int8 else "float32", "runtime": "onnx", "device": "cpu"}
+        assert json.loads((out / "index.json").read_text())["timings"]["encoding"] == want
+    with pytest.raises(AssertionError, match="torch phrase model was loaded"):
+        Index.build(
+            f"squad:{squad}",
+            kind="phrase",
+            out=tmp_path / "torch",
+            model="phrase-minilm",
+            progress=False,
+            runtime="torch",
+            **ALL_TOKENS,  # type: ignore[arg-type]
+        )

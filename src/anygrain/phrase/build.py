@@ -238,10 +238,16 @@ def resolve_bf16(bf16: bool | None, model: PhraseEncoder, options: BuildOptions)
 
 
 def as_phrase_model(
-    model: str | Path | PhraseEncoder | None, *, lang: str | None = None
+    model: str | Path | PhraseEncoder | None,
+    *,
+    lang: str | None = None,
+    on_graph: bool = False,
 ) -> PhraseEncoder:
     """A phrase model from an instance, a shipped model's name (``phrase-minilm``) or a saved
-    directory; ``None`` is the shipped default for ``lang``.  An untrained encoder is refused."""
+    directory; ``None`` is the shipped default for ``lang``.  An untrained encoder is refused.
+    ``on_graph``: the caller encodes passages on ONNX Runtime only, so a model whose passage
+    graph is shipped or cached comes on that graph (:class:`GraphPhraseModel`) even where
+    torch is installed: torch is not imported nor the weights loaded for nothing."""
     from anygrain.encode.onnx_runtime import torch_installed
     from anygrain.models.shipped import default_phrase_model
     from anygrain.phrase.graph_model import GraphPhraseModel
@@ -252,6 +258,11 @@ def as_phrase_model(
     if not torch_installed():
         # a base install: a shipped model on its shipped graphs (what a build asks of a model)
         return cast("PhraseEncoder", GraphPhraseModel(path))
+    if on_graph:
+        try:
+            return cast("PhraseEncoder", GraphPhraseModel(path))
+        except AnygrainError:  # no graph of these files yet: torch exports one
+            pass
     from anygrain.phrase.model import PhraseEncoder
 
     return PhraseEncoder.load(path)
@@ -298,17 +309,28 @@ def model_reference(model: str | Path | PhraseEncoder, copy_model: bool | None =
     return shared_model_reference(model, copy_model, by_name=given_by_name, noun="phrase model")
 
 
-def build_model(settings: PhraseSettings, store: CorpusStore) -> tuple[PhraseEncoder, str | None]:
+def build_model(
+    settings: PhraseSettings, store: CorpusStore, options: BuildOptions | None = None
+) -> tuple[PhraseEncoder, str | None]:
     """The model a build with ``settings`` encodes ``store`` with, loaded, and the name to
-    record: the named one, or the shipped default for ``lang`` (detected from the passages)."""
+    record: the named one, or the shipped default for ``lang`` (detected from the passages).
+    Where ``options`` encode on ONNX Runtime (``--runtime onnx``, or ``--int8``), the model
+    comes on its passage graph when one is shipped or cached (:func:`as_phrase_model`)."""
+    from anygrain.encode.onnx_runtime import parse_runtime
+    from anygrain.encode.runtime import Runtime
+
+    on_graph = not settings.bf16 and (
+        bool(settings.int8)
+        or (options is not None and parse_runtime(options.runtime) is Runtime.ONNX)
+    )
     if settings.model is not None:
         name = str(settings.model) if isinstance(settings.model, str | Path) else None
-        return as_phrase_model(settings.model), name
+        return as_phrase_model(settings.model, on_graph=on_graph), name
     from anygrain.corpus.lang import detect_lang
     from anygrain.models.shipped import default_phrase_model
 
     lang = settings.lang or detect_lang(store).value
-    return as_phrase_model(None, lang=lang), default_phrase_model(lang)
+    return as_phrase_model(None, lang=lang, on_graph=on_graph), default_phrase_model(lang)
 
 
 def write_index(

@@ -284,7 +284,7 @@ class PhraseIndex(Index, LazyModel["PhraseEncoder"]):
         """
         s = job.settings
         assert isinstance(s, PhraseSettings)
-        model, name = build_model(s, job.corpus)
+        model, name = build_model(s, job.corpus, job.options)
         write_index(
             job.out,
             job.corpus,
