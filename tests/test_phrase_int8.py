@@ -52,10 +52,11 @@ def test_the_int8_entry_is_made_once_and_quantizes_the_layers_weight_matmuls(
     float_key = json.loads((float_graph / META_FILE).read_text())["key"]
     assert q.name == meta["key"] == f"{float_key}-int8"
     assert meta["precision"] == "int8" and meta["float_key"] == float_key
-    # every file of the float entry but the graph copied as it is
+    # every file of the float entry but the graph linked as it is (not a copy of its bytes)
     for f in float_graph.iterdir():
         if f.name not in (GRAPH_FILE, META_FILE, "checksums.json", "verified.json"):
             assert (q / f.name).read_bytes() == f.read_bytes(), f.name
+            assert (q / f.name).stat().st_ino == f.stat().st_ino, f.name
     stamp = (q / GRAPH_FILE).stat().st_mtime_ns
     assert quantize_entry(cache, float_graph) == q
     assert (q / GRAPH_FILE).stat().st_mtime_ns == stamp  # cached: not quantized again

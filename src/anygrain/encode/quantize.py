@@ -12,7 +12,7 @@ activation-by-activation matmuls (``.../self/MatMul``) and every head outside th
 
 The int8 graph is an entry of its own (key ``f"{key}-int8"``) beside the float one, made
 once from it through :meth:`GraphCache.write` (atomically, checksummed, made again when
-damaged): every file of the float entry copied but ``graph.onnx`` (quantized) and its
+damaged): every file of the float entry linked (or copied) but ``graph.onnx`` (quantized) and its
 checksums, and ``meta.json`` with ``"precision": "int8"`` and ``"float_key"``.  Torch-free:
 onnx and onnxruntime only.
 """
@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -91,6 +92,16 @@ def quantize_graph(source: Path, target: Path) -> int:
     return len(nodes)
 
 
+def _link_or_copy(source: Path, target: Path) -> None:
+    """``target`` as a hard link to ``source`` (the float entry's token table is tens of MB,
+    and neither entry's files are written in place again: a damaged entry is made anew),
+    else a copy where the file system has no hard links."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
 def quantize_entry(cache: GraphCache, directory: Path) -> Path:
     """The directory of the int8 sibling of the float graph entry ``directory`` (in
     ``cache``), made from it unless already cached intact."""
@@ -101,7 +112,7 @@ def quantize_entry(cache: GraphCache, directory: Path) -> Path:
     def fill(d: Path) -> None:
         for f in sorted(src.iterdir()):
             if f.is_file() and f.name not in (GRAPH_FILE, META_FILE, *NOT_RECORDED):
-                shutil.copyfile(f, d / f.name)
+                _link_or_copy(f, d / f.name)
         quantize_graph(src / GRAPH_FILE, d / GRAPH_FILE)
         out = {**meta, "key": int8_key(key), "precision": "int8", "float_key": key}
         (d / META_FILE).write_text(json.dumps(out, indent=2), encoding="utf-8")
