@@ -102,11 +102,9 @@ def test_add_records_the_precision_of_its_passages(
 ) -> None:
     """On torch, passages added to a bf16 index are encoded in bf16; ``--runtime onnx``
     encodes them in float32, and ``settings.adds`` says which."""
-    from test_phrase_helpers import PARAGRAPHS, write_squad
+    from test_phrase_helpers import PARAGRAPHS, squad_parts
 
-    first = write_squad(tmp_path / "first.json", PARAGRAPHS[:2])
-    more = write_squad(tmp_path / "more.json", PARAGRAPHS[2:3])
-    last = write_squad(tmp_path / "last.json", PARAGRAPHS[3:])
+    first, more, last = squad_parts(tmp_path, 2, 3)
     out = tmp_path / "idx"
     run = CliRunner().invoke
     args = ["index", f"squad:{first}", "--kind", "phrase", "--out", str(out), "--bf16"]

@@ -124,6 +124,18 @@ def write_squad(
     return path
 
 
+def squad_parts(directory: Path, *cuts: int) -> list[Path]:
+    """:data:`PARAGRAPHS` cut at ``cuts`` into consecutive SQuAD files under ``directory``
+    (``first.json``, ``more.json``, ``last.json``, ...): a corpus to build, then what adds
+    append to it."""
+    names = ["first", "more", "last", *(f"part{i}" for i in range(3, len(cuts) + 1))]
+    bounds = [0, *cuts, len(PARAGRAPHS)]
+    return [
+        write_squad(directory / f"{name}.json", PARAGRAPHS[a:b])
+        for name, a, b in zip(names, bounds, bounds[1:], strict=False)
+    ]
+
+
 def fixture_index(squad: Path, model: Path, out: Path, **settings: Any) -> Any:
     """A phrase index of the SQuAD fixture built with ``settings`` (FAISS's warnings about
     training on a hundred vectors silenced)."""

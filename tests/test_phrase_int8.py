@@ -212,11 +212,9 @@ def test_the_command_line_asks_and_refuses(model_dir: Path, squad: Path, tmp_pat
 def test_an_add_records_its_own_precision(
     model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from test_phrase_helpers import PARAGRAPHS, write_squad
+    from test_phrase_helpers import PARAGRAPHS, squad_parts
 
-    first = write_squad(tmp_path / "first.json", PARAGRAPHS[:2])
-    more = write_squad(tmp_path / "more.json", PARAGRAPHS[2:3])
-    last = write_squad(tmp_path / "last.json", PARAGRAPHS[3:])
+    first, more, last = squad_parts(tmp_path, 2, 3)
     out = tmp_path / "idx"
     Index.build(
         f"squad:{first}",
@@ -250,13 +248,12 @@ def test_no_int8_is_kept_by_adds(
     model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An index asked ``int8=False`` gets float32 adds on a CPU where auto would pick int8."""
-    from test_phrase_helpers import PARAGRAPHS, write_squad
+    from test_phrase_helpers import squad_parts
 
     monkeypatch.setattr(precision, "native_bf16", lambda: False)
     monkeypatch.setattr(precision, "int8_dot", lambda: True)
     monkeypatch.setattr(precision, "AUTO_INT8", True)
-    first = write_squad(tmp_path / "first.json", PARAGRAPHS[:2])
-    more = write_squad(tmp_path / "more.json", PARAGRAPHS[2:])
+    first, more = squad_parts(tmp_path, 2)
     out = tmp_path / "idx"
     run = CliRunner().invoke
     args = ["index", f"squad:{first}", "--kind", "phrase", "--out", str(out), "--no-int8"]

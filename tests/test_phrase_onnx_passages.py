@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_phrase_helpers import PARAGRAPHS, make_tiny_model, write_squad
+from test_phrase_helpers import PARAGRAPHS, make_tiny_model, squad_parts, write_squad
 
 from anygrain.corpus.store import CorpusStore
 from anygrain.encode import onnx_runtime
@@ -309,8 +309,7 @@ def test_index_and_add_take_the_runtime_on_the_command_line(
     from anygrain.cli.main import app
 
     run = CliRunner().invoke
-    first = write_squad(tmp_path / "first.json", PARAGRAPHS[:2])
-    more = write_squad(tmp_path / "more.json", PARAGRAPHS[2:])
+    first, more = squad_parts(tmp_path, 2)
     for runtime in ("torch", "onnx"):
         out = tmp_path / runtime
         args = ["index", f"squad:{first}", "--kind", "phrase", "--out", str(out)]
