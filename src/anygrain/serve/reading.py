@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import logging
+import queue
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -113,6 +115,87 @@ def thread_view(reader: ReadingModel) -> ReadingModel:
     view = copy.copy(reader)
     view.tokenizer = copy.deepcopy(reader.tokenizer)
     return view
+
+
+class ReadingThreads:
+    """What a server's reading threads share: the answer jobs handed to them (:meth:`put`),
+    each thread's share of those queued (:meth:`next_share`) and what each reads with
+    (:meth:`reader_for`)."""
+
+    def __init__(self, threads: int, batching: bool = True) -> None:
+        self.threads = threads
+        self.batching = batching
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0  # threads waiting for a job
+        # each further thread's view of the reader: slot -> (the reader, the view)
+        self._views: dict[int, tuple[ReadingModel, ReadingModel]] = {}
+
+    def put(self, job: Any) -> None:
+        self._jobs.put(job)
+
+    def next_share(self) -> list[Any]:
+        """The next job (waited for) and, when batching, this thread's share of those queued
+        behind it: all of them while the other threads are busy, else an equal part for
+        each idle one (reading is split across the cores, not queued on one)."""
+        with self._lock:
+            self._idle += 1
+        first = self._jobs.get()
+        with self._lock:
+            self._idle -= 1
+            others = self._idle
+        items = [first]
+        most = -(-(1 + self._jobs.qsize()) // (1 + others)) if self.batching else 1
+        while len(items) < most:
+            try:
+                items.append(self._jobs.get_nowait())
+            except queue.Empty:
+                break
+        return items
+
+    def reader_for(self, slot: int, reader: ReadingModel) -> ReadingModel:
+        """What thread ``slot`` reads with: the first reads with ``reader`` itself, the
+        others with views of it of their own (:func:`thread_view`)."""
+        if not slot:
+            return reader
+        made = self._views.get(slot)
+        if made is None or made[0] is not reader:
+            made = self._views[slot] = (reader, thread_view(reader))
+        return made[1]
+
+
+def read_jobs(
+    items: list[Any],
+    reader: Callable[[], ReadingModel],
+    settings: ReadSettings,
+    settle: Callable[[list[Any], list[list[Hit]]], None],
+) -> None:
+    """The top ``k`` answers of every question of ``items`` (answer jobs of one index and
+    one ``k``: ``index``, ``job``, ``passages``, ``k``), read in one batch by ``reader()``,
+    then abstained on and handed to ``settle(jobs, hits)``; a failure is retried job by job,
+    so one request's passages cannot fail the others."""
+    from anygrain.reader.answering import answer_hits
+    from anygrain.serve.requests import RequestError  # it imports this module
+
+    try:
+        hits = answer_hits(
+            reader(),
+            [q for item in items for q in item.job.questions],
+            [p for item in items for p in item.passages],
+            items[0].k,
+            settings,
+            sentences_of(items[0].index),
+        )
+    except Exception as e:  # reported to the waiting requests; the worker goes on
+        if len(items) > 1:
+            for item in items:
+                read_jobs([item], reader, settings, settle)
+            return
+        err = RequestError(str(e)) if isinstance(e, AnygrainError) else e
+        items[0].job.future.set_exception(err)
+        return
+    abstain(hits, [(it.passages, it.job.min_confidence) for it in items], settings.passages)
+    settle([item.job for item in items], hits)
 
 
 def sentences_of(index: Index) -> Callable[[list[int]], list[tuple[list[int], list[int]]]]:

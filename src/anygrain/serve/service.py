@@ -41,9 +41,9 @@ The answer grain (unit ``answer``, any kind of index) needs a reader: the one gi
 the first answer request).  Without one, an answer request is refused with
 :class:`ReaderUnavailable` (a 400 saying to pass ``--reader``).  The search thread
 retrieves the top ``read`` passages of every answer question of a batch and hands them to
-a third stage, the *reader* thread, which reads everything handed to it meanwhile in one
-:func:`~anygrain.reader.answering.answer_hits` call: reading is the costliest stage, and
-in the search thread it would hold back every other search.
+the *reading* threads (:class:`~anygrain.serve.reading.ReadingThreads`, two where there are
+two cores): reading is the costliest stage, and in the search thread it would hold back
+every other search.
 """
 
 from __future__ import annotations
@@ -70,15 +70,14 @@ from anygrain.index.manifest import MANIFEST
 from anygrain.serve import requests
 from anygrain.serve.options import SearchOptions
 from anygrain.serve.reading import (
-    abstain,
+    ReadingThreads,
     index_options,
     load_reader,
+    read_jobs,
     read_settings,
     reader_label,
     reading_threads,
-    sentences_of,
     shipped_reader_for,
-    thread_view,
 )
 from anygrain.serve.requests import (  # the limits and RequestError, re-exported
     DEFAULT_K,
@@ -211,8 +210,6 @@ class SearchService:
         self._reader_lock = threading.Lock()
         self._reader: ReadingModel | None = None
         self._reader_error: str | None = None  # why the default reader did not load
-        # each further reading thread's view of the reader: (the reader, the view)
-        self._views: dict[int, tuple[ReadingModel, ReadingModel]] = {}
         self._reader_given = reader is not None
         if reader is not None:
             self.reader_name: str | None = reader_label(reader)
@@ -223,11 +220,10 @@ class SearchService:
         # one batch in hand between the stages: the encoder runs at most one batch ahead,
         # and what arrives meanwhile waits to be batched with what follows
         self._encoded: queue.Queue[_Encoded] = queue.Queue(maxsize=1)
-        self._reading: queue.SimpleQueue[_Reading] = queue.SimpleQueue()
+        self._readers = ReadingThreads(self.read_threads, batching)
         # two where the index's search is the costly stage (Index.search_threads)
         searchers = max(1, min(index.search_threads(), os.cpu_count() or 1))
         self.search_threads = searchers
-        self._idle_readers = 0  # reading threads waiting for an answer job
         self._workers = [
             threading.Thread(target=self._encode_work, name="anygrain-encode", daemon=True),
             *(
@@ -569,7 +565,7 @@ class SearchService:
             i = 0
             for job in jobs:
                 n = len(job.questions)
-                self._reading.put(_Reading(index, job, hits[i : i + n], k))
+                self._readers.put(_Reading(index, job, hits[i : i + n], k))
                 i += n
             return
         _settle(jobs, hits)
@@ -587,69 +583,17 @@ class SearchService:
     def _read_work(self, slot: int) -> None:
         while True:
             # what the search thread handed over while the last batch was read joins this one
-            items = self._next_reading()
+            items: list[_Reading] = self._readers.next_share()
             groups: dict[tuple[int, int], list[_Reading]] = {}
             for item in items:
                 groups.setdefault((id(item.index), item.k), []).append(item)
             for group in groups.values():
-                self._read_answers(group, slot)
-
-    def _next_reading(self) -> list[_Reading]:
-        """The next answer job (waited for) and, when batching, this reading thread's share of
-        those queued behind it: all of them while the other reading threads are busy, else an
-        equal part for each idle one (reading is split across the cores, not queued on one)."""
-        with self._counting:
-            self._idle_readers += 1
-        first = self._reading.get()
-        with self._counting:
-            self._idle_readers -= 1
-            others = self._idle_readers
-        items = [first]
-        most = -(-(1 + self._reading.qsize()) // (1 + others)) if self.batching else 1
-        while len(items) < most:
-            try:
-                items.append(self._reading.get_nowait())
-            except queue.Empty:
-                break
-        return items
-
-    def _thread_reader(self, slot: int) -> ReadingModel:
-        """The reader of reading thread ``slot``: the first reads with the reader itself, the
-        others with views of it of their own (:func:`~anygrain.serve.reading.thread_view`)."""
-        reader = self.reader()
-        if not slot:
-            return reader
-        made = self._views.get(slot)
-        if made is None or made[0] is not reader:
-            made = self._views[slot] = (reader, thread_view(reader))
-        return made[1]
-
-    def _read_answers(self, items: list[_Reading], slot: int) -> None:
-        """The top ``k`` answers of every question of ``items`` (one index, one ``k``), read
-        in one reader batch by reading thread ``slot``; a failure is retried job by job, so
-        one request's passages cannot fail the others."""
-        from anygrain.reader.answering import answer_hits
-
-        index = items[0].index
-        try:
-            hits = answer_hits(
-                self._thread_reader(slot),
-                [q for item in items for q in item.job.questions],
-                [p for item in items for p in item.passages],
-                items[0].k,
-                self.read_settings,
-                sentences_of(index),
-            )
-        except Exception as e:  # reported to the waiting requests; the worker goes on
-            if len(items) > 1:
-                for item in items:
-                    self._read_answers([item], slot)
-                return
-            err = RequestError(str(e)) if isinstance(e, AnygrainError) else e
-            items[0].job.future.set_exception(err)
-            return
-        abstain(hits, [(it.passages, it.job.min_confidence) for it in items], self.read)
-        _settle([item.job for item in items], hits)
+                read_jobs(
+                    group,
+                    lambda: self._readers.reader_for(slot, self.reader()),
+                    self.read_settings,
+                    _settle,
+                )
 
     def warm_up(self) -> None:
         """One search at startup, so the first client does not pay for torch's first call
