@@ -273,6 +273,16 @@ def wait_until(ready: Any, what: str, seconds: float = 30.0) -> None:
         time.sleep(0.01)
 
 
+def answer_in_background(svc: SearchService, out: dict[str, Any]) -> threading.Thread:
+    """An answer search for "Who created Python?" started in a thread of its own; its result
+    lands in ``out["a"]``."""
+    t = threading.Thread(
+        target=lambda: out.setdefault("a", svc.search(["Who created Python?"], unit="answer"))
+    )
+    t.start()
+    return t
+
+
 def test_concurrent_answer_requests_are_read_in_one_batch(
     bm25_index: Index, reader_dir: Path, client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -342,10 +352,7 @@ def test_reading_does_not_hold_back_other_searches(
     monkeypatch.setattr(answering, "answer_hits", slow)
     svc = SearchService(bm25_index, reader=str(reader_dir), read=READ)
     out: dict[str, Any] = {}
-    t = threading.Thread(
-        target=lambda: out.setdefault("a", svc.search(["Who created Python?"], unit="answer"))
-    )
-    t.start()
+    t = answer_in_background(svc, out)
     wait_until(reading.is_set, "the answer is being read")
     passage = svc.search(["Great Wall"], unit="passage", k=1)
     assert passage.hits[0][0].doc_id == "wall" and "a" not in out
@@ -411,10 +418,7 @@ def test_two_reading_threads_read_at_once_with_their_own_tokenizers(
     svc = SearchService(bm25_index, reader=str(reader_dir), read=READ, read_threads=2)
     assert svc.info()["read_threads"] == 2
     out: dict[str, Any] = {}
-    t = threading.Thread(
-        target=lambda: out.setdefault("a", svc.search(["Who created Python?"], unit="answer"))
-    )
-    t.start()
+    t = answer_in_background(svc, out)
     wait_until(held.is_set, "the first answer is being read")
     other = svc.search(["How high is Mount Everest?"], unit="answer", k=2)
     assert "a" not in out  # read while the first is still held
