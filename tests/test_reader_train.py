@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from reader_helpers import tiny_bert
+from reader_helpers import tiny_bert, towns_squad
 
 from anygrain.errors import AnygrainError
 from anygrain.eval.answers import has_answer
@@ -22,56 +22,7 @@ from anygrain.train.reader.trainer import ReaderTrainer, train_reader
 from anygrain.train.run_dir import LOG_FILE
 from anygrain.train.runlog import TrainLog
 
-CITIES = [
-    ("Xalor", "river port", "1203", "Mirena Vos", "copper"),
-    ("Bretan", "mountain town", "1388", "Odo Kell", "wool"),
-    ("Quenby", "coastal city", "1452", "Anselm Dray", "salt"),
-    ("Torvik", "market town", "1519", "Hilde Marr", "timber"),
-    ("Oskaro", "desert oasis", "1620", "Rafi Tamsin", "dates"),
-    ("Lumefield", "river town", "1734", "Cora Yelt", "flax"),
-]
-
-
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
-
-
-def _squad(path: Path) -> Path:
-    """Two articles of three city paragraphs each, two questions per paragraph."""
-    data = []
-    for a in range(2):
-        paras = []
-        for name, kind, year, founder, export in CITIES[3 * a : 3 * a + 3]:
-            ctx = (
-                f"{name} is a {kind} that was founded in {year} by {founder}. "
-                f"Its main export is {export}, and {export} is traded along the old roads."
-            )
-            paras.append(
-                {
-                    "context": ctx,
-                    "qas": [
-                        {
-                            "id": f"{name}-when",
-                            "question": f"When was {name} founded?",
-                            "answers": [{"text": year, "answer_start": ctx.index(year)}],
-                        },
-                        # Two annotators, the second answer occurring twice in the paragraph.
-                        {
-                            "id": f"{name}-export",
-                            "question": f"What does {name} export?",
-                            "answers": [
-                                {"text": f"{export}", "answer_start": ctx.index(export)},
-                                {
-                                    "text": f"main export is {export}",
-                                    "answer_start": ctx.index("main export"),
-                                },
-                            ],
-                        },
-                    ],
-                }
-            )
-        data.append({"title": f"Towns {a}", "paragraphs": paras})
-    path.write_text(json.dumps({"version": "1.1", "data": data}), encoding="utf-8")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +36,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def squad(tmp_path: Path) -> Path:
-    return _squad(tmp_path / "towns.json")
+    return towns_squad(tmp_path / "towns.json")
 
 
 def _config(squad: Path, out: Path, model: Path, **kw) -> ReaderTrainConfig:  # type: ignore[no-untyped-def]

@@ -145,6 +145,10 @@ READER_OPTIONS = (
     "negatives",
     "max_length",
     "selection_bce",
+    "teacher",
+    "distill",
+    "temperature",
+    "layers",
     "micro_batch",
     "max_minutes",
     "fit_budget",
@@ -156,10 +160,10 @@ READER_OPTIONS = (
 @with_panels(
     {
         panels.INPUT: ("train", "retriever", "max_examples", "max_length", "on_error"),
-        panels.MODEL: ("model", "freeze_embeddings"),
+        panels.MODEL: ("model", "layers", "teacher", "freeze_embeddings"),
         panels.TRAINING: (
-            "epochs", "batch_size", "lr", "negatives", "selection_bce", "max_minutes",
-            "fit_budget", "seed",
+            "epochs", "batch_size", "lr", "negatives", "selection_bce", "distill",
+            "temperature", "max_minutes", "fit_budget", "seed",
         ),
         panels.OUTPUT: ("out", "checkpoint_every", "resume", "quiet"),
         panels.PERFORMANCE: ("bf16", "device", "threads", "micro_batch"),

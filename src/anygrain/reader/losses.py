@@ -10,13 +10,23 @@
 * **Selection BCE** (optional): each passage's selection logit as the log-odds that it holds
   an answer (the positive: yes; the negatives, which hold none: no), so the logit means the
   same across questions and a low one says "not in these passages".
+* **Distillation** (optional, a smaller reader learning from a larger one, Hinton et al.
+  2015): the KL divergence from the teacher's start and end distributions over each window's
+  passage tokens, softened by a temperature, and each passage's selection probability as a
+  soft label.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["selection_bce", "selection_nll", "span_marginal_nll"]
+__all__ = [
+    "selection_bce",
+    "selection_distillation",
+    "selection_nll",
+    "span_distillation",
+    "span_marginal_nll",
+]
 
 NEG_INF = float("-inf")
 
@@ -60,4 +70,45 @@ def selection_bce(selection_logits: torch.Tensor, present: torch.Tensor) -> torc
     labels[:, 0] = 1.0
     loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels, reduction="none")
     loss = loss * present
+    return loss.sum(dim=1) / present.sum(dim=1).clamp(min=1)
+
+
+def span_distillation(
+    start_logits: torch.Tensor,
+    end_logits: torch.Tensor,
+    teacher_start: torch.Tensor,
+    teacher_end: torch.Tensor,
+    passage: torch.Tensor,
+    temperature: float,
+) -> torch.Tensor:
+    """Per-window ``T^2 * (KL(teacher || student) of the start + of the end distribution) / 2``
+    over the window's passage tokens, both softened by ``temperature``, shape ``(N,)``.
+    ``T^2`` keeps the gradients' scale as the temperature changes (Hinton et al. 2015)."""
+    has = passage.any(dim=1, keepdim=True)
+    valid = passage | ~has  # a window without passage tokens: nothing masked, then zeroed
+    t = float(temperature)
+
+    def kl(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+        ls = torch.log_softmax(student.float().masked_fill(~valid, NEG_INF) / t, dim=-1)
+        lt = torch.log_softmax(teacher.float().masked_fill(~valid, NEG_INF) / t, dim=-1)
+        terms = torch.where(valid, lt.exp() * (lt - ls), torch.zeros_like(ls))
+        return terms.sum(dim=-1)
+
+    both = kl(start_logits, teacher_start) + kl(end_logits, teacher_end)
+    return both * (t * t / 2) * has.squeeze(1)
+
+
+def selection_distillation(
+    selection_logits: torch.Tensor, teacher_logits: torch.Tensor, present: torch.Tensor
+) -> torch.Tensor:
+    """Per-example mean KL divergence between the teacher's and the student's "this passage
+    holds the answer" probabilities over the passages present, shape ``(B,)`` (the binary
+    cross-entropy with the teacher's probability as a soft label, less its entropy, so 0 at
+    the teacher): the student's logit learns the teacher's absolute scale, which confidence
+    is built from."""
+    bce = torch.nn.functional.binary_cross_entropy_with_logits
+    teacher = teacher_logits.float()
+    labels = torch.sigmoid(teacher)
+    loss = bce(selection_logits.float(), labels, reduction="none")
+    loss = (loss - bce(teacher, labels, reduction="none")) * present
     return loss.sum(dim=1) / present.sum(dim=1).clamp(min=1)

@@ -135,6 +135,30 @@ class Reader(Model):
         for p in emb.parameters():
             p.requires_grad_(False)
 
+    def keep_layers(self, n: int) -> list[int]:
+        """Keep ``n`` of the encoder's transformer layers, evenly spaced from the first to the
+        last (how DistilBERT starts a smaller student from its teacher); returns the kept
+        layers' former indices. The encoder's config says ``n`` layers, so the reader saves
+        and loads as an ``n``-layer one."""
+        stack = getattr(getattr(self.encoder, "encoder", None), "layer", None)
+        if not isinstance(stack, nn.ModuleList):
+            raise AnygrainError(
+                f"cannot keep layers of a {type(self.encoder).__name__}: it has no "
+                "encoder.layer stack"
+            )
+        total = len(stack)
+        if not 1 <= n <= total:
+            raise AnygrainError(f"layers must be in 1..{total} for this encoder, not {n}")
+        kept = [int(i * (total - 1) / (n - 1) + 0.5) for i in range(n)] if n > 1 else [0]
+        layers = [stack[i] for i in kept]
+        for new, layer in enumerate(layers):
+            for m in layer.modules():  # a layer's own index (its key-value cache slot)
+                if hasattr(m, "layer_idx"):
+                    m.layer_idx = new  # type: ignore[assignment]
+        self.encoder.encoder.layer = nn.ModuleList(layers)  # type: ignore[union-attr]
+        self.encoder.config.num_hidden_layers = n  # type: ignore[union-attr]
+        return kept
+
     # --- construction and files -------------------------------------------------------
     @classmethod
     def from_pretrained(

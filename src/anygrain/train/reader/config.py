@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from anygrain.errors import AnygrainError
 from anygrain.train.options import freeze_embeddings_option
@@ -40,6 +40,13 @@ class ReaderTrainConfig(SavedConfig):
     FILE = CONFIG_FILE
     WHAT = "reader training config"
     BOOKKEEPING = _BOOKKEEPING
+    # distillation came later: runs made before it match at these values
+    ADDED: ClassVar[dict[str, Any]] = {
+        "teacher": None,
+        "distill": 1.0,
+        "temperature": 2.0,
+        "layers": None,
+    }
 
     train: list[str] = option(help="SQuAD-format training data, FORMAT:PATH or PATH; repeatable")
     out: str = option(help="Reader directory to write (also holds checkpoints and log)", path=True)
@@ -65,6 +72,22 @@ class ReaderTrainConfig(SavedConfig):
         0.0,
         help="Weight of a per-passage sigmoid loss (answer here or not) on the selection "
         "head: makes its scores absolute, for confidence and abstention (0: softmax only)",
+    )
+    teacher: str | None = option(
+        None,
+        help="A trained reader (directory or shipped name) to distil from: its start, end "
+        "and selection scores on the same windows are soft targets (same tokenizer)",
+    )
+    distill: float = option(
+        1.0, help="With --teacher: weight of the distillation loss beside the gold one"
+    )
+    temperature: float = option(
+        2.0, help="With --teacher: softens the teacher's and the student's span distributions"
+    )
+    layers: int | None = option(
+        None,
+        help="Keep this many of the starting model's transformer layers, evenly spaced "
+        "(a smaller, faster reader; use with --teacher)",
     )
     # Windows per forward pass, sorted by length: on one core with bf16, 4 trained MiniLM
     # fastest (attention's memory; docs/benchmarks.md).
@@ -120,6 +143,16 @@ class ReaderTrainConfig(SavedConfig):
             problems.append("lr must be > 0")
         if not 0 <= self.selection_bce <= 100:
             problems.append("selection_bce must be in [0, 100]")
+        if not 0 <= self.distill <= 100:
+            problems.append("distill must be in [0, 100]")
+        if not 0 < self.temperature <= 100:
+            problems.append("temperature must be in (0, 100]")
+        if self.teacher is None and (self.distill, self.temperature) != (1.0, 2.0):
+            problems.append("distill and temperature need a teacher (--teacher)")
+        if self.teacher is not None and self.distill == 0:
+            problems.append("a teacher with distill 0 would not be used")
+        if self.layers is not None and self.layers < 1:
+            problems.append("layers must be >= 1")
         if not 0 <= self.warmup_ratio < 1:
             problems.append("warmup_ratio must be in [0, 1)")
         if self.max_examples is not None and self.max_examples < 1:

@@ -26,6 +26,11 @@ seed, a checkpoint (weights, optimizer, scheduler, RNG, position) is written
 every ``checkpoint_every`` steps, at the end of each epoch and on Ctrl-C, and a
 rerun continues from the last one to the same final weights as an
 uninterrupted run.
+
+With a ``teacher`` (a trained reader with the same tokenizer) the student also learns the
+teacher's start, end and selection scores on the same windows (``distill`` weighs them);
+``layers`` starts the student from a few of the starting model's layers, so a smaller,
+faster reader learns from a larger one.
 """
 
 from __future__ import annotations
@@ -41,11 +46,17 @@ import numpy as np
 import torch
 
 from anygrain.corpus.lang import text_languages
-from anygrain.errors import ErrorLog
+from anygrain.errors import AnygrainError, ErrorLog
 from anygrain.eval.answers import AnswerMatcher
 from anygrain.models.shipped import saved_model_dir
 from anygrain.reader.features import Batch, Window, collate, make_windows
-from anygrain.reader.losses import selection_bce, selection_nll, span_marginal_nll
+from anygrain.reader.losses import (
+    selection_bce,
+    selection_distillation,
+    selection_nll,
+    span_distillation,
+    span_marginal_nll,
+)
 from anygrain.reader.model import READER_CONFIG, Reader, ReaderOutput
 from anygrain.train.budget import TimeBudget, fitted_total, linear_schedule
 from anygrain.train.checkpoint import (
@@ -64,7 +75,7 @@ from anygrain.train.runlog import TrainLog, defer_sigint
 from anygrain.utils.device import autocast, resolve_device
 from anygrain.utils.threads import set_threads
 
-__all__ = ["ReaderTrainer", "StepBatch", "train_reader"]
+__all__ = ["ReaderTrainer", "StepBatch", "load_teacher", "train_reader"]
 
 CHECKPOINT_FORMAT = checkpoint_format("reader")
 
@@ -86,6 +97,35 @@ class StepBatch:
         return int(self.layout.shape[0])
 
 
+def load_teacher(name: str) -> Reader:
+    """A trained reader to distil from, frozen in eval mode (a directory or a shipped name)."""
+    if not saved_model_dir(name).joinpath(READER_CONFIG).exists():
+        raise AnygrainError(
+            f"--teacher {name}: not a trained reader (a reader directory or a shipped "
+            "reader's name)"
+        )
+    teacher = Reader.load(saved_model_dir(name))
+    teacher.eval()
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    return teacher
+
+
+def check_same_tokenizer(teacher: Reader, student: Reader, name: str) -> None:
+    """Distillation compares scores token by token: both must cut text the same way."""
+    if teacher.tokenizer.get_vocab() != student.tokenizer.get_vocab():
+        raise AnygrainError(
+            f"--teacher {name}: its tokenizer differs from the student's; distil between "
+            "readers on the same encoder family"
+        )
+
+
+def run_fingerprint(data: ReaderData, teacher: Reader | None) -> str:
+    """What the run learns from: the data, and the teacher's weights when there is one."""
+    fp = data.fingerprint()
+    return fp if teacher is None else f"{fp}+teacher:{teacher.fingerprint()}"
+
+
 # --- the trainer ---------------------------------------------------------------------------------
 class ReaderTrainer(EpochTrainer):
     """Holds the run's state; :meth:`run` trains, :meth:`step_batch` / :meth:`loss`
@@ -99,16 +139,20 @@ class ReaderTrainer(EpochTrainer):
         out: Path,
         log: TrainLog,
         progress: bool,
+        teacher: Reader | None = None,
     ) -> None:
         self.cfg = config
         self.reader = reader
+        self.teacher = teacher if config.distill > 0 else None
         self.data = data
         self.out = out
         self.log = log
         self.progress = progress
         self.device = resolve_device(config.device)
         reader.to(self.device)
-        self.data_fingerprint = data.fingerprint()
+        if self.teacher is not None:
+            self.teacher.to(self.device)
+        self.data_fingerprint = run_fingerprint(data, teacher)
         self.steps_per_epoch = math.ceil(len(data.examples) / config.batch_size)
         self.planned_steps = self.steps_per_epoch * config.epochs
         self.fitted = False  # total_steps shrunk to a time budget (see fit_to_budget)
@@ -230,9 +274,11 @@ class ReaderTrainer(EpochTrainer):
                 best = (w, list(dict.fromkeys(spans)))
         return best if best is not None else (windows[0], [])
 
-    def forward(self, sb: StepBatch) -> ReaderOutput:
-        """Run the windows in length-sorted micro-batches (less padding, less memory) and
-        return their logits in window order, padded to the longest window."""
+    def forward(self, sb: StepBatch, model: Reader | None = None) -> ReaderOutput:
+        """Run the windows through ``model`` (the reader trained) in length-sorted
+        micro-batches (less padding, less memory) and return their logits in window order,
+        padded to the longest window."""
+        model = model or self.reader
         n, width = sb.batch.input_ids.shape
         pad = self.reader.tokenizer.pad_token_id or 0
         order = sorted(range(n), key=lambda i: len(sb.windows[i]))
@@ -240,7 +286,7 @@ class ReaderTrainer(EpochTrainer):
         for c in range(0, n, self.cfg.micro_batch):
             b = collate([sb.windows[i] for i in order[c : c + self.cfg.micro_batch]], pad)
             with autocast(self.device, self.cfg.bf16):
-                o = self.reader(**{k: v.to(self.device) for k, v in b.model_inputs().items()})
+                o = model(**{k: v.to(self.device) for k, v in b.model_inputs().items()})
             extra = (0, width - o.start_logits.shape[1])
             parts.append(
                 (
@@ -278,17 +324,42 @@ class ReaderTrainer(EpochTrainer):
         n_gold = int(sb.gold_mask.any(dim=1).sum())
         span_loss = span.sum() / max(n_gold, 1)
         sel_loss = sel.mean()
-        stats = {"selection_bce": 0.0}
+        stats = {"selection_bce": 0.0, "distill": 0.0}
         if self.cfg.selection_bce > 0:
             bce = selection_bce(o.selection_logits[layout.clamp(min=0)], present).mean()
             sel_loss = sel_loss + self.cfg.selection_bce * bce
             stats["selection_bce"] = float(bce.detach())
-        return span_loss + sel_loss, {
+        total = span_loss + sel_loss
+        if self.teacher is not None:
+            kd = self.distillation(sb, o)
+            total = total + self.cfg.distill * kd
+            stats["distill"] = float(kd.detach())
+        return total, {
             **stats,
             "span_loss": float(span_loss.detach()),
             "selection_loss": float(sel_loss.detach()),
             "no_gold": sb.n_questions - n_gold,
         }
+
+    def distillation(self, sb: StepBatch, o: ReaderOutput) -> torch.Tensor:
+        """The teacher's soft targets on the step's windows: span KL on every window (what
+        it would answer in negatives too) + soft selection labels per question."""
+        assert self.teacher is not None
+        with torch.no_grad():
+            t = self.forward(sb, self.teacher)
+        span = span_distillation(
+            o.start_logits,
+            o.end_logits,
+            t.start_logits,
+            t.end_logits,
+            sb.batch.passage.to(self.device),
+            self.cfg.temperature,
+        )
+        rows = sb.layout.to(self.device).clamp(min=0)
+        sel = selection_distillation(
+            o.selection_logits[rows], t.selection_logits[rows], sb.layout.to(self.device) >= 0
+        )
+        return span.mean() + sel.mean()
 
     # -- checkpoints ------------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
@@ -346,6 +417,8 @@ class ReaderTrainer(EpochTrainer):
             "selection_loss": stats["selection_loss"],
             "selection_bce": stats["selection_bce"],
         }
+        if self.teacher is not None:
+            values["distill"] = stats["distill"]
         return StepResult(values, sb.n_questions, end_of_epoch)
 
     # -- the loop ---------------------------------------------------------------------------------
@@ -418,11 +491,16 @@ def train_reader(
         retrieval = attach_retrieved(
             data, retriever_index, config.retriever_depth, progress=progress
         )
-    fingerprint = data.fingerprint()
+    teacher = load_teacher(config.teacher) if config.teacher and config.distill > 0 else None
+    fingerprint = run_fingerprint(data, teacher)
     if run.already_trained(READER_CONFIG, fingerprint, resume=resume):
         return out
     torch.manual_seed(config.seed)
     reader = Reader.from_pretrained(config.model, **config.reader_settings())
+    if teacher is not None:
+        check_same_tokenizer(teacher, reader, str(config.teacher))
+    if config.layers is not None:
+        reader.keep_layers(config.layers)
     if saved_model_dir(config.model).joinpath(READER_CONFIG).exists():
         # Continuing from a trained reader: the run's window settings win.
         for k, v in config.reader_settings().items():
@@ -433,7 +511,7 @@ def train_reader(
     reader.config.languages = list(dict.fromkeys([*known, *text_languages(data.texts)])) or None
     if config.freeze_embeddings:
         reader.freeze_embeddings()
-    trainer = ReaderTrainer(config, reader, data, out, log, progress)
+    trainer = ReaderTrainer(config, reader, data, out, log, progress, teacher)
     ckpt = run.open(resume=resume)
     if ckpt is None:
         run.start(
