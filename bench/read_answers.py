@@ -108,7 +108,7 @@ def cmd_tune(args: argparse.Namespace) -> None:
     print(json.dumps(out, indent=1))
 
 
-def gold(reader: Any, spec: str, limit: int | None, threads: int) -> dict:
+def gold(reader: str | None, spec: str, limit: int | None, threads: int) -> dict:
     from anygrain.api import evaluate_reader as api_eval
 
     r = api_eval(
@@ -147,10 +147,11 @@ def cmd_eval(args: argparse.Namespace) -> None:
     reader = load_reader_for(idx, args.reader)
     if "gold" in args.parts:
         log("gold passage, SQuAD dev")
-        out["squad_dev_gold"] = gold(reader, dev, args.limit, args.threads)
+        # by name: the report names the reader it read with
+        out["squad_dev_gold"] = gold(args.reader, dev, args.limit, args.threads)
         log(f"{out['squad_dev_gold']}")
         xq = f"squad:{SHARED / 'xquad' / 'xquad.en.json'}"
-        out["xquad_en_gold"] = gold(reader, xq, None, args.threads)
+        out["xquad_en_gold"] = gold(args.reader, xq, None, args.threads)
         log(f"{out['xquad_en_gold']}")
     if "open" in args.parts:
         log("retrieve-then-read, SQuAD dev paragraphs")
