@@ -13,6 +13,7 @@ import torch
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 from anygrain.reader import Reader, ReaderConfig
+from anygrain.train.reader.config import ReaderTrainConfig
 
 
 def tiny_bert(seed: int = 0, layers: int = 2) -> tuple[BertModel, Any]:
@@ -89,3 +90,25 @@ def towns_squad(path: Path) -> Path:
         data.append({"title": f"Towns {a}", "paragraphs": paras})
     path.write_text(json.dumps({"version": "1.1", "data": data}), encoding="utf-8")
     return path
+
+
+def train_config(squad: Path, out: Path, model: str | Path, **kw: Any) -> ReaderTrainConfig:
+    """A reader training run over ``squad`` sized for tiny models: 64-token windows, three
+    questions a step, a checkpoint every two steps; ``kw`` overrides any setting."""
+    base: dict[str, Any] = dict(
+        train=[f"squad:{squad}"],
+        out=str(out),
+        model=str(model),
+        epochs=3,
+        batch_size=3,
+        negatives=3,
+        lr=2e-3,
+        warmup_ratio=0.0,
+        max_length=64,
+        max_question_length=16,
+        stride=16,
+        checkpoint_every=2,
+        log_every=1,
+    )
+    base.update(kw)
+    return ReaderTrainConfig(**base)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
-from reader_helpers import tiny_bert, towns_squad
+from reader_helpers import tiny_bert, towns_squad, train_config
 from typer.testing import CliRunner
 
 from anygrain.cli.main import app
@@ -29,24 +30,8 @@ from anygrain.train.runlog import TrainLog
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
-def _config(squad: Path, out: Path, model: str | Path, **kw) -> ReaderTrainConfig:  # type: ignore[no-untyped-def]
-    base = dict(
-        train=[f"squad:{squad}"],
-        out=str(out),
-        model=str(model),
-        epochs=3,
-        batch_size=3,
-        negatives=2,
-        lr=3e-3,
-        warmup_ratio=0.0,
-        max_length=64,
-        max_question_length=16,
-        stride=16,
-        checkpoint_every=2,
-        log_every=1,
-    )
-    base.update(kw)
-    return ReaderTrainConfig(**base)  # type: ignore[arg-type]
+def _config(squad: Path, out: Path, model: str | Path, **kw: Any) -> ReaderTrainConfig:
+    return train_config(squad, out, model, **{"negatives": 2, "lr": 3e-3, **kw})
 
 
 @pytest.fixture(scope="module")

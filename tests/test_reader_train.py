@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from reader_helpers import tiny_bert, towns_squad
+from reader_helpers import tiny_bert, towns_squad, train_config
 
 from anygrain.errors import AnygrainError
 from anygrain.eval.answers import has_answer
 from anygrain.reader import Reader
-from anygrain.train.reader.config import ReaderTrainConfig
 from anygrain.train.reader.data import gold_char_spans, load_reader_data
 from anygrain.train.reader.trainer import ReaderTrainer, train_reader
 from anygrain.train.run_dir import LOG_FILE
@@ -39,24 +38,7 @@ def squad(tmp_path: Path) -> Path:
     return towns_squad(tmp_path / "towns.json")
 
 
-def _config(squad: Path, out: Path, model: Path, **kw) -> ReaderTrainConfig:  # type: ignore[no-untyped-def]
-    base = dict(
-        train=[f"squad:{squad}"],
-        out=str(out),
-        model=str(model),
-        epochs=3,
-        batch_size=3,
-        negatives=3,
-        lr=2e-3,
-        warmup_ratio=0.0,
-        max_length=64,
-        max_question_length=16,
-        stride=16,
-        checkpoint_every=2,
-        log_every=1,
-    )
-    base.update(kw)
-    return ReaderTrainConfig(**base)  # type: ignore[arg-type]
+_config = train_config
 
 
 def test_gold_char_spans_finds_every_occurrence_on_word_boundaries() -> None:
