@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from reader_helpers import CITIES as TOWNS
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 from anygrain.corpus.store import CorpusStore
@@ -32,13 +33,9 @@ from anygrain.train.run_dir import LOG_FILE
 
 # --- fixtures -----------------------------------------------------------------------------------
 
+# the reader tests' six towns and five more
 CITIES = [
-    ("Xalor", "river port", "1203", "Mirena Vos", "copper"),
-    ("Bretan", "mountain town", "1388", "Odo Kell", "wool"),
-    ("Quenby", "coastal city", "1452", "Anselm Dray", "salt"),
-    ("Torvik", "market town", "1519", "Hilde Marr", "timber"),
-    ("Oskaro", "desert oasis", "1620", "Rafi Tamsin", "dates"),
-    ("Lumefield", "river town", "1734", "Cora Yelt", "flax"),
+    *TOWNS,
     ("Pendry", "harbour town", "1801", "Ivo Grane", "fish"),
     ("Sablemoor", "moorland village", "1866", "Tess Orrin", "peat"),
     ("Vantine", "hill fort", "1907", "Marek Stoll", "iron"),

@@ -99,12 +99,13 @@ class StepBatch:
 
 def load_teacher(name: str) -> Reader:
     """A trained reader to distil from, frozen in eval mode (a directory or a shipped name)."""
-    if not saved_model_dir(name).joinpath(READER_CONFIG).exists():
+    path = saved_model_dir(name)
+    if not path.joinpath(READER_CONFIG).exists():
         raise AnygrainError(
             f"--teacher {name}: not a trained reader (a reader directory or a shipped "
             "reader's name)"
         )
-    teacher = Reader.load(saved_model_dir(name))
+    teacher = Reader.load(path)
     teacher.eval()
     for p in teacher.parameters():
         p.requires_grad_(False)
@@ -143,15 +144,15 @@ class ReaderTrainer(EpochTrainer):
     ) -> None:
         self.cfg = config
         self.reader = reader
-        self.teacher = teacher if config.distill > 0 else None
+        self.teacher = teacher
         self.data = data
         self.out = out
         self.log = log
         self.progress = progress
         self.device = resolve_device(config.device)
         reader.to(self.device)
-        if self.teacher is not None:
-            self.teacher.to(self.device)
+        if teacher is not None:
+            teacher.to(self.device)
         self.data_fingerprint = run_fingerprint(data, teacher)
         self.steps_per_epoch = math.ceil(len(data.examples) / config.batch_size)
         self.planned_steps = self.steps_per_epoch * config.epochs
@@ -355,9 +356,10 @@ class ReaderTrainer(EpochTrainer):
             sb.batch.passage.to(self.device),
             self.cfg.temperature,
         )
-        rows = sb.layout.to(self.device).clamp(min=0)
+        layout = sb.layout.to(self.device)
+        rows = layout.clamp(min=0)
         sel = selection_distillation(
-            o.selection_logits[rows], t.selection_logits[rows], sb.layout.to(self.device) >= 0
+            o.selection_logits[rows], t.selection_logits[rows], layout >= 0
         )
         return span.mean() + sel.mean()
 
@@ -491,7 +493,7 @@ def train_reader(
         retrieval = attach_retrieved(
             data, retriever_index, config.retriever_depth, progress=progress
         )
-    teacher = load_teacher(config.teacher) if config.teacher and config.distill > 0 else None
+    teacher = load_teacher(config.teacher) if config.teacher else None  # distill > 0: validated
     fingerprint = run_fingerprint(data, teacher)
     if run.already_trained(READER_CONFIG, fingerprint, resume=resume):
         return out
