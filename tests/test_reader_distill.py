@@ -15,12 +15,17 @@ from typer.testing import CliRunner
 from anygrain.cli.main import app
 from anygrain.errors import AnygrainError
 from anygrain.reader import Reader, ReaderConfig
-from anygrain.reader.losses import selection_distillation, span_distillation
+from anygrain.reader.losses import (
+    hidden_distillation,
+    selection_distillation,
+    span_distillation,
+)
 from anygrain.train.reader.config import ReaderTrainConfig
 from anygrain.train.reader.data import load_reader_data
 from anygrain.train.reader.trainer import (
     ReaderTrainer,
     check_same_tokenizer,
+    check_same_width,
     load_teacher,
     train_reader,
 )
@@ -104,6 +109,29 @@ def test_the_distillation_losses() -> None:
     assert torch.allclose(at_teacher.grad, torch.zeros(1, 3), atol=1e-6)  # its minimum
 
 
+def test_the_hidden_state_loss() -> None:
+    torch.manual_seed(0)
+    teacher = tuple(torch.randn(2, 5, 4) for _ in range(5))  # embeddings + 4 layers
+    mask = torch.ones(2, 5, dtype=torch.long)
+    mask[1, 3:] = 0
+    kept = [0, 3]
+    student = (teacher[0], teacher[1], teacher[4])  # the layers the student was made of
+    assert torch.allclose(hidden_distillation(student, teacher, mask, kept), torch.zeros(2))
+    # matched to another teacher layer, the same vectors are far
+    assert bool((hidden_distillation(student, teacher, mask, [0, 2]) > 0).all())
+    # pads are not compared; a real token is, as the mean over tokens, widths and layers
+    padded = list(student)
+    padded[2] = padded[2].clone()
+    padded[2][1, 4] += 100.0
+    assert torch.allclose(hidden_distillation(tuple(padded), teacher, mask, kept), torch.zeros(2))
+    padded[2][1, 0] += 2.0
+    moved = hidden_distillation(tuple(padded), teacher, mask, kept)
+    assert float(moved[0]) == 0.0
+    assert float(moved[1]) == pytest.approx(4.0 * 4 / (3 * 4) / 2)
+    with pytest.raises(ValueError, match="2 student layers"):
+        hidden_distillation(student, teacher, mask, [0])
+
+
 @pytest.fixture(scope="module")
 def fresh_two_layers(tmp_path_factory: pytest.TempPathFactory) -> Path:
     encoder, tok = tiny_bert(seed=1, layers=2)
@@ -143,7 +171,7 @@ def test_a_student_learns_its_teachers_scores(
         for student in students:
             student.eval()
             trainer.reader = student
-            gaps.append(sum(float(trainer.distillation(b, trainer.forward(b))) for b in batches))
+            gaps.append(sum(float(trainer.distillation(b, trainer.forward(b))[0]) for b in batches))
         trainer.reader = students[0]
         loss, stats = trainer.loss(batches[0])
         plain = ReaderTrainer(
@@ -153,6 +181,49 @@ def test_a_student_learns_its_teachers_scores(
         base, _ = plain.loss(batches[0])
     assert gaps[0] < 0.95 * gaps[1], gaps
     assert float(loss) == pytest.approx(float(base) + stats["distill"], rel=1e-5)
+
+
+def test_the_hidden_state_loss_pulls_a_students_layers_to_its_teachers(
+    squad: Path, teacher: Path, tmp_path: Path
+) -> None:
+    """A two-layer student of the four-layer teacher trained with --hidden-distill ends with
+    token vectors closer to the teacher layers it was kept from (0 and 3) than the same run
+    without it, and its loss adds the weighted hidden-state term."""
+    runs = {
+        w: _config(
+            squad, tmp_path / f"h{w}", teacher, teacher=str(teacher), layers=2, epochs=2,
+            hidden_distill=w,
+        )
+        for w in (0.0, 2.0)
+    }  # fmt: skip
+    students = {w: Reader.load(train_reader(c, progress=False)) for w, c in runs.items()}
+    log = [json.loads(ln) for ln in (tmp_path / "h2.0" / LOG_FILE).read_text().splitlines()]
+    assert [r for r in log if "hidden_distill" in r and "loss" in r]
+    data = load_reader_data(runs[2.0].train)
+    trainer = ReaderTrainer(
+        runs[2.0],
+        students[2.0],
+        data,
+        tmp_path,
+        TrainLog(tmp_path / "log", echo=False),
+        False,
+        load_teacher(str(teacher)),
+    )
+    assert trainer.teacher_layers == [0, 3]
+    batches = [trainer.step_batch(0, s) for s in range(trainer.steps_per_epoch)]
+    gaps = {}
+    with torch.no_grad():
+        for w, student in students.items():
+            student.eval()
+            trainer.reader = student
+            gaps[w] = sum(float(trainer.distillation(b, trainer.forward(b, hidden=True))[1])
+                          for b in batches)  # fmt: skip
+        trainer.reader = students[2.0]
+        loss, stats = trainer.loss(batches[0])
+    assert gaps[2.0] < 0.9 * gaps[0.0], gaps
+    expect = stats["span_loss"] + stats["selection_loss"] + stats["distill"]
+    assert stats["hidden_distill"] > 0
+    assert float(loss) == pytest.approx(expect + 2.0 * stats["hidden_distill"], rel=1e-5)
 
 
 def test_a_distillation_run_resumes_to_the_same_weights(
@@ -191,7 +262,7 @@ def test_another_teacher_does_not_resume_a_run(squad: Path, teacher: Path, tmp_p
 def test_old_runs_keep_their_trajectory(squad: Path, tmp_path: Path) -> None:
     """Runs made before distillation existed (reader v2's checkpoints) still resume."""
     t = _config(squad, tmp_path, "minilm").trajectory()
-    assert not {"teacher", "distill", "temperature", "layers"} & t.keys()
+    assert not {"teacher", "distill", "temperature", "layers", "hidden_distill"} & t.keys()
     assert "layers" in _config(squad, tmp_path, "minilm", layers=3).trajectory()
 
 
@@ -202,6 +273,8 @@ def test_distillation_settings_that_cannot_work_are_refused(
         (dict(distill=0.5), "need a teacher"),
         (dict(temperature=4.0), "need a teacher"),
         (dict(teacher=str(teacher), distill=0.0), "would not be used"),
+        (dict(hidden_distill=1.0), "hidden_distill needs a teacher"),
+        (dict(teacher=str(teacher), hidden_distill=-1.0), "hidden_distill must be in"),
         (dict(teacher=str(teacher), temperature=0.0), "temperature"),
         (dict(layers=0), "layers must be >= 1"),
     ]
@@ -220,6 +293,10 @@ def test_distillation_settings_that_cannot_work_are_refused(
     student.tokenizer.add_tokens(["zzqqx"])
     with pytest.raises(AnygrainError, match="tokenizer differs"):
         check_same_tokenizer(t, student, str(teacher))
+    encoder, tok = tiny_bert(layers=2, hidden=48)
+    narrow = Reader(encoder, tok, ReaderConfig(max_length=64, stride=16, max_question_length=16))
+    with pytest.raises(AnygrainError, match="needs the same width"):
+        check_same_width(t, narrow, str(teacher))
 
 
 def test_the_cli_trains_a_student(squad: Path, teacher: Path, tmp_path: Path) -> None:
@@ -227,16 +304,13 @@ def test_the_cli_trains_a_student(squad: Path, teacher: Path, tmp_path: Path) ->
     args = ["train", "reader", "--train", f"squad:{squad}", "--out", str(out)]
     args += ["--model", str(teacher), "--teacher", str(teacher), "--layers", "1"]
     args += ["--distill", "0.5", "--temperature", "3", "--epochs", "1", "--batch-size", "6"]
+    args += ["--hidden-distill", "0.25"]
     args += ["--negatives", "1", "--max-length", "160", "-q"]
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     saved = json.loads((out / "reader_train_config.json").read_text())
-    assert (saved["teacher"], saved["distill"], saved["temperature"], saved["layers"]) == (
-        str(teacher),
-        0.5,
-        3.0,
-        1,
-    )
+    got = [saved[k] for k in ("teacher", "distill", "temperature", "layers", "hidden_distill")]
+    assert got == [str(teacher), 0.5, 3.0, 1, 0.25]
     assert len(Reader.load(out).encoder.encoder.layer) == 1  # type: ignore[union-attr,arg-type]
     alone = ["train", "reader", "--train", f"squad:{squad}", "--out", str(tmp_path / "n")]
     r = CliRunner().invoke(app, [*alone, "--distill", "0.5", "-q"])

@@ -148,6 +148,7 @@ READER_OPTIONS = (
     "teacher",
     "distill",
     "temperature",
+    "hidden_distill",
     "layers",
     "micro_batch",
     "max_minutes",
@@ -163,7 +164,7 @@ READER_OPTIONS = (
         panels.MODEL: ("model", "layers", "teacher", "freeze_embeddings"),
         panels.TRAINING: (
             "epochs", "batch_size", "lr", "negatives", "selection_bce", "distill",
-            "temperature", "max_minutes", "fit_budget", "seed",
+            "temperature", "hidden_distill", "max_minutes", "fit_budget", "seed",
         ),
         panels.OUTPUT: ("out", "checkpoint_every", "resume", "quiet"),
         panels.PERFORMANCE: ("bf16", "device", "threads", "micro_batch"),

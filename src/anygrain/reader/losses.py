@@ -112,3 +112,28 @@ def selection_distillation(
     loss = bce(selection_logits.float(), labels, reduction="none")
     loss = (loss - bce(teacher, labels, reduction="none")) * present
     return loss.sum(dim=1) / present.sum(dim=1).clamp(min=1)
+
+
+def hidden_distillation(
+    student: tuple[torch.Tensor, ...],
+    teacher: tuple[torch.Tensor, ...],
+    attention_mask: torch.Tensor,
+    teacher_layers: list[int],
+) -> torch.Tensor:
+    """Per-window mean squared error between each student layer's token vectors and those of
+    the teacher layer it stands for (TinyBERT's hidden-state loss), shape ``(N,)``.
+
+    Both tuples are the embeddings' output followed by every layer's ``[N, L, width]``;
+    student layer ``j`` is matched to teacher layer ``teacher_layers[j]`` (0-based). Pads do
+    not count; the embeddings' output is not compared (a student started from the teacher
+    shares them)."""
+    s_layers = len(student) - 1
+    if len(teacher_layers) != s_layers:
+        raise ValueError(f"{s_layers} student layers, {len(teacher_layers)} teacher layers")
+    mask = attention_mask.to(student[-1].device).float().unsqueeze(-1)  # [N, L, 1]
+    tokens = mask.sum(dim=(1, 2)).clamp(min=1) * student[-1].shape[-1]
+    per_window = torch.zeros(student[-1].shape[0], device=student[-1].device)
+    for j, t in enumerate(teacher_layers):
+        diff = (student[j + 1].float() - teacher[t + 1].float()) * mask
+        per_window = per_window + diff.pow(2).sum(dim=(1, 2)) / tokens
+    return per_window / max(s_layers, 1)

@@ -40,7 +40,7 @@ from anygrain.utils.precision import cpu_autocast
 if TYPE_CHECKING:
     from anygrain.reader.features import Batch
 
-__all__ = ["HEADS_FILE", "READER_CONFIG", "Reader", "ReaderOutput"]
+__all__ = ["HEADS_FILE", "READER_CONFIG", "Reader", "ReaderOutput", "evenly_spaced"]
 
 READER_CONFIG = config_file(ModelType.READER)
 HEADS_FILE = "reader_heads.safetensors"
@@ -53,6 +53,13 @@ class ReaderOutput:
     start_logits: torch.Tensor  # [N, L]
     end_logits: torch.Tensor  # [N, L]
     selection_logits: torch.Tensor  # [N]
+    # with hidden_states: the embeddings' output, then each transformer layer's, [N, L, width]
+    hidden: tuple[torch.Tensor, ...] | None = None
+
+
+def evenly_spaced(n: int, total: int) -> list[int]:
+    """``n`` of ``total`` layer indices, evenly spaced from the first to the last."""
+    return [int(i * (total - 1) / (n - 1) + 0.5) for i in range(n)] if n > 1 else [0]
 
 
 @register_model(ModelType.READER)
@@ -92,18 +99,21 @@ class Reader(Model):
         token_type_ids: torch.Tensor | None = None,
         *,
         token_embeds: torch.Tensor | None = None,
+        hidden_states: bool = False,
     ) -> ReaderOutput:
         """Logits of a batch of windows; ``token_embeds`` (B, L, width): the rows of the
-        encoder's token-embedding table for the tokens, in place of ``input_ids``."""
+        encoder's token-embedding table for the tokens, in place of ``input_ids``;
+        ``hidden_states``: also every layer's token vectors (layer-wise distillation)."""
         types = token_type_ids if self.uses_token_types else None
         kw = encoder_inputs(input_ids, attention_mask, types, token_embeds)
-        hidden = self.encoder(**kw)
+        hidden = self.encoder(**kw, output_hidden_states=hidden_states)
         h = hidden.last_hidden_state
         logits = self.qa(h)
         return ReaderOutput(
             start_logits=logits[..., 0],
             end_logits=logits[..., 1],
             selection_logits=self.selector(h[:, 0]).squeeze(-1),
+            hidden=tuple(hidden.hidden_states) if hidden_states else None,
         )
 
     @contextmanager
@@ -149,7 +159,7 @@ class Reader(Model):
         total = len(stack)
         if not 1 <= n <= total:
             raise AnygrainError(f"layers must be in 1..{total} for this encoder, not {n}")
-        kept = [int(i * (total - 1) / (n - 1) + 0.5) for i in range(n)] if n > 1 else [0]
+        kept = evenly_spaced(n, total)
         layers = [stack[i] for i in kept]
         for new, layer in enumerate(layers):
             for m in layer.modules():  # a layer's own index (its key-value cache slot)

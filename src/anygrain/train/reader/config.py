@@ -46,6 +46,7 @@ class ReaderTrainConfig(SavedConfig):
         "distill": 1.0,
         "temperature": 2.0,
         "layers": None,
+        "hidden_distill": 0.0,
     }
 
     train: list[str] = option(help="SQuAD-format training data, FORMAT:PATH or PATH; repeatable")
@@ -83,6 +84,11 @@ class ReaderTrainConfig(SavedConfig):
     )
     temperature: float = option(
         2.0, help="With --teacher: softens the teacher's and the student's span distributions"
+    )
+    hidden_distill: float = option(
+        0.0,
+        help="With --teacher: weight of a loss pulling each student layer's token vectors "
+        "towards those of the teacher layer it was kept from (TinyBERT's; 0: off)",
     )
     layers: int | None = option(
         None,
@@ -149,8 +155,12 @@ class ReaderTrainConfig(SavedConfig):
             problems.append("temperature must be in (0, 100]")
         if self.teacher is None and (self.distill, self.temperature) != (1.0, 2.0):
             problems.append("distill and temperature need a teacher (--teacher)")
-        if self.teacher is not None and self.distill == 0:
-            problems.append("a teacher with distill 0 would not be used")
+        if not 0 <= self.hidden_distill <= 100:
+            problems.append("hidden_distill must be in [0, 100]")
+        if self.teacher is None and self.hidden_distill > 0:
+            problems.append("hidden_distill needs a teacher (--teacher)")
+        if self.teacher is not None and self.distill == 0 and self.hidden_distill == 0:
+            problems.append("a teacher with distill 0 and hidden_distill 0 would not be used")
         if self.layers is not None and self.layers < 1:
             problems.append("layers must be >= 1")
         if not 0 <= self.warmup_ratio < 1:

@@ -51,13 +51,14 @@ from anygrain.eval.answers import AnswerMatcher
 from anygrain.models.shipped import saved_model_dir
 from anygrain.reader.features import Batch, Window, collate, make_windows
 from anygrain.reader.losses import (
+    hidden_distillation,
     selection_bce,
     selection_distillation,
     selection_nll,
     span_distillation,
     span_marginal_nll,
 )
-from anygrain.reader.model import READER_CONFIG, Reader, ReaderOutput
+from anygrain.reader.model import READER_CONFIG, Reader, ReaderOutput, evenly_spaced
 from anygrain.train.budget import TimeBudget, fitted_total, linear_schedule
 from anygrain.train.checkpoint import (
     check_compatible,
@@ -121,6 +122,20 @@ def check_same_tokenizer(teacher: Reader, student: Reader, name: str) -> None:
         )
 
 
+def layer_count(reader: Reader) -> int:
+    return int(reader.encoder.config.num_hidden_layers)  # type: ignore[union-attr, arg-type]
+
+
+def check_same_width(teacher: Reader, student: Reader, name: str) -> None:
+    """The hidden-state loss compares token vectors as they are (no projection)."""
+    widths = [int(r.encoder.config.hidden_size) for r in (teacher, student)]  # type: ignore[union-attr, arg-type]
+    if widths[0] != widths[1]:
+        raise AnygrainError(
+            f"--teacher {name}: its token vectors are {widths[0]} wide, the student's "
+            f"{widths[1]}; --hidden-distill needs the same width"
+        )
+
+
 def run_fingerprint(data: ReaderData, teacher: Reader | None) -> str:
     """What the run learns from: the data, and the teacher's weights when there is one."""
     fp = data.fingerprint()
@@ -153,6 +168,12 @@ class ReaderTrainer(EpochTrainer):
         reader.to(self.device)
         if teacher is not None:
             teacher.to(self.device)
+        # the teacher layer each student layer learns from, with hidden_distill
+        self.teacher_layers = (
+            evenly_spaced(layer_count(reader), layer_count(teacher))
+            if teacher is not None and config.hidden_distill > 0
+            else None
+        )
         self.data_fingerprint = run_fingerprint(data, teacher)
         self.steps_per_epoch = math.ceil(len(data.examples) / config.batch_size)
         self.planned_steps = self.steps_per_epoch * config.epochs
@@ -275,40 +296,52 @@ class ReaderTrainer(EpochTrainer):
                 best = (w, list(dict.fromkeys(spans)))
         return best if best is not None else (windows[0], [])
 
-    def forward(self, sb: StepBatch, model: Reader | None = None) -> ReaderOutput:
+    def forward(
+        self, sb: StepBatch, model: Reader | None = None, hidden: bool = False
+    ) -> ReaderOutput:
         """Run the windows through ``model`` (the reader trained) in length-sorted
         micro-batches (less padding, less memory) and return their logits in window order,
-        padded to the longest window."""
+        padded to the longest window (``hidden``: every layer's token vectors too)."""
         model = model or self.reader
         n, width = sb.batch.input_ids.shape
         pad = self.reader.tokenizer.pad_token_id or 0
         order = sorted(range(n), key=lambda i: len(sb.windows[i]))
-        parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        parts: list[ReaderOutput] = []
         for c in range(0, n, self.cfg.micro_batch):
             b = collate([sb.windows[i] for i in order[c : c + self.cfg.micro_batch]], pad)
             with autocast(self.device, self.cfg.bf16):
-                o = model(**{k: v.to(self.device) for k, v in b.model_inputs().items()})
+                o = model(
+                    **{k: v.to(self.device) for k, v in b.model_inputs().items()},
+                    hidden_states=hidden,
+                )
             extra = (0, width - o.start_logits.shape[1])
             parts.append(
-                (
+                ReaderOutput(
                     torch.nn.functional.pad(o.start_logits.float(), extra),
                     torch.nn.functional.pad(o.end_logits.float(), extra),
                     o.selection_logits.float(),
+                    None
+                    if o.hidden is None
+                    else tuple(torch.nn.functional.pad(h, (0, 0, *extra)) for h in o.hidden),
                 )
             )
         inverse = torch.empty(n, dtype=torch.long, device=self.device)
         inverse[torch.tensor(order, dtype=torch.long, device=self.device)] = torch.arange(
             n, device=self.device
         )
+        hiddens = [p.hidden for p in parts if p.hidden is not None]
         return ReaderOutput(
-            torch.cat([p[0] for p in parts])[inverse],
-            torch.cat([p[1] for p in parts])[inverse],
-            torch.cat([p[2] for p in parts])[inverse],
+            torch.cat([p.start_logits for p in parts])[inverse],
+            torch.cat([p.end_logits for p in parts])[inverse],
+            torch.cat([p.selection_logits for p in parts])[inverse],
+            tuple(torch.cat(layer)[inverse] for layer in zip(*hiddens, strict=True))
+            if hiddens
+            else None,
         )
 
     def loss(self, sb: StepBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """Mean span loss (over questions with a gold span in their window) + mean selection loss."""
-        o = self.forward(sb)
+        o = self.forward(sb, hidden=self.teacher_layers is not None)
         dev = self.device
         layout = sb.layout.to(dev)
         pos = layout[:, 0]
@@ -325,16 +358,17 @@ class ReaderTrainer(EpochTrainer):
         n_gold = int(sb.gold_mask.any(dim=1).sum())
         span_loss = span.sum() / max(n_gold, 1)
         sel_loss = sel.mean()
-        stats = {"selection_bce": 0.0, "distill": 0.0}
+        stats = {"selection_bce": 0.0, "distill": 0.0, "hidden_distill": 0.0}
         if self.cfg.selection_bce > 0:
             bce = selection_bce(o.selection_logits[layout.clamp(min=0)], present).mean()
             sel_loss = sel_loss + self.cfg.selection_bce * bce
             stats["selection_bce"] = float(bce.detach())
         total = span_loss + sel_loss
         if self.teacher is not None:
-            kd = self.distillation(sb, o)
-            total = total + self.cfg.distill * kd
+            kd, layer = self.distillation(sb, o)
+            total = total + self.cfg.distill * kd + self.cfg.hidden_distill * layer
             stats["distill"] = float(kd.detach())
+            stats["hidden_distill"] = float(layer.detach())
         return total, {
             **stats,
             "span_loss": float(span_loss.detach()),
@@ -342,12 +376,13 @@ class ReaderTrainer(EpochTrainer):
             "no_gold": sb.n_questions - n_gold,
         }
 
-    def distillation(self, sb: StepBatch, o: ReaderOutput) -> torch.Tensor:
+    def distillation(self, sb: StepBatch, o: ReaderOutput) -> tuple[torch.Tensor, torch.Tensor]:
         """The teacher's soft targets on the step's windows: span KL on every window (what
-        it would answer in negatives too) + soft selection labels per question."""
+        it would answer in negatives too) + soft selection labels per question; and, with
+        ``hidden_distill``, the layer-wise hidden-state loss (else 0)."""
         assert self.teacher is not None
         with torch.no_grad():
-            t = self.forward(sb, self.teacher)
+            t = self.forward(sb, self.teacher, hidden=self.teacher_layers is not None)
         span = span_distillation(
             o.start_logits,
             o.end_logits,
@@ -361,7 +396,13 @@ class ReaderTrainer(EpochTrainer):
         sel = selection_distillation(
             o.selection_logits[rows], t.selection_logits[rows], layout >= 0
         )
-        return span.mean() + sel.mean()
+        layer = torch.zeros((), device=self.device)
+        if self.teacher_layers is not None:
+            assert o.hidden is not None and t.hidden is not None
+            layer = hidden_distillation(
+                o.hidden, t.hidden, sb.batch.attention_mask, self.teacher_layers
+            ).mean()
+        return span.mean() + sel.mean(), layer
 
     # -- checkpoints ------------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
@@ -421,6 +462,8 @@ class ReaderTrainer(EpochTrainer):
         }
         if self.teacher is not None:
             values["distill"] = stats["distill"]
+        if self.teacher_layers is not None:
+            values["hidden_distill"] = stats["hidden_distill"]
         return StepResult(values, sb.n_questions, end_of_epoch)
 
     # -- the loop ---------------------------------------------------------------------------------
@@ -501,6 +544,8 @@ def train_reader(
     reader = Reader.from_pretrained(config.model, **config.reader_settings())
     if teacher is not None:
         check_same_tokenizer(teacher, reader, str(config.teacher))
+        if config.hidden_distill > 0:
+            check_same_width(teacher, reader, str(config.teacher))
     if config.layers is not None:
         reader.keep_layers(config.layers)
     if saved_model_dir(config.model).joinpath(READER_CONFIG).exists():
