@@ -21,6 +21,13 @@ threshold chosen on the first half), then refitted on all of them with the thres
 best F1 at abstaining on the unanswerable examples, and written to ``--out`` (a reader
 directory gets ``confidence.json``; default: the reader's own directory).  Prints JSON.
 
+``--soft-labels FILE`` (``bench/reference_variability.py``'s output) fits against the
+probability that an answer is right under SEVERAL references, as SQuAD dev, XQuAD and most
+evaluations count it, where the held-out training questions give one: an answer that misses
+its one reference is labelled with the measured chance that another annotator's answer
+matches it, by its token F1 against the one reference (an exact match stays 1, an
+unanswerable example 0). The measures are then reported against both labels.
+
     python bench/calibrate_reader.py --reader reader-minilm --index /work/runs/ho-phrase \
         --questions squad:/work/runs/split/validation.json --limit 1000 --out /tmp/conf.json
 """
@@ -38,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from anygrain import Index, load_questions
-from anygrain.eval.squad import exact_match, normalize_answer
+from anygrain.eval.squad import exact_match, f1, normalize_answer
 from anygrain.hits.hit import Hit, Unit
 from anygrain.models.shipped import saved_model_dir
 from anygrain.reader.answering import (
@@ -107,8 +114,33 @@ def with_share(rows: list[Any], share: float, seed: int) -> list[Any]:
     return sorted(ans + un[:keep], key=lambda r: r[0])
 
 
-def measures(conf: np.ndarray, y: np.ndarray, unans: np.ndarray, t: float) -> dict[str, Any]:
+def soft_labeller(path: Path | None) -> Any:
+    """``label(correct, f1)``: 1 or 0, or with a reference-variability file the chance that a
+    miss of the one reference is right under several."""
+    if path is None:
+        return lambda ok, _f1: float(ok)
+    bins = json.loads(path.read_text(encoding="utf-8"))["missed_first_bins"]
+
+    def label(ok: bool, score: float) -> float:
+        if ok:
+            return 1.0
+        return float(next(b for b in bins if score <= b["f1_first_upto"])["p_any_reference"])
+
+    return label
+
+
+def measures(
+    conf: np.ndarray, y: np.ndarray, unans: np.ndarray, t: float, soft: np.ndarray | None = None
+) -> dict[str, Any]:
+    extra = {}
+    if soft is not None:
+        extra = {
+            "ece_10_soft": round(ece(conf, soft), 4),
+            "ece_10_answerable_soft": round(ece(conf[~unans], soft[~unans]), 4),
+            "soft_label_mean_answerable": round(float(soft[~unans].mean()), 4),
+        }
     return {
+        **extra,
         "examples": len(y),
         "auroc": round(auroc(conf, y), 4),
         "ece_10": round(ece(conf, y), 4),
@@ -131,7 +163,11 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=20, help="passages retrieved per question")
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--unanswerable-share", type=float, default=0.2)
+    ap.add_argument(
+        "--soft-labels", type=Path, help="bench/reference_variability.py's JSON (see above)"
+    )
     args = ap.parse_args()
+    labeller = soft_labeller(args.soft_labels)
     if any(f in args.questions.lower() for f in FORBIDDEN):
         raise SystemExit(f"{args.questions}: a test set; fit on held-out training data only")
 
@@ -151,7 +187,8 @@ def main() -> None:
         ]
         for q, hs in zip(qs, found, strict=True)
     ]
-    rows: list[tuple[int, np.ndarray, bool, bool]] = []  # question, features, correct, answerable
+    # question, features, correct, answerable, label fitted on
+    rows: list[tuple[int, np.ndarray, bool, bool, float]] = []
     for kind, lists in (("answerable", answerable), ("unanswerable", unanswerable)):
         log(f"reading {kind}")
         for b in range(0, len(qs), 32):
@@ -166,14 +203,17 @@ def main() -> None:
                 answer = hs[best.passage].text[best.start : best.end]
                 ok = kind == "answerable" and exact_match(answer, q.answers) > 0
                 feats = answer_features(ranked, [h.score for h in hs])[0]
-                rows.append((b + j, feats, bool(ok), kind == "answerable"))
+                soft = labeller(ok, f1(answer, q.answers)) if kind == "answerable" else 0.0
+                rows.append((b + j, feats, bool(ok), kind == "answerable", soft))
     rows = with_share(rows, args.unanswerable_share, args.seed)
     x = np.stack([r[1] for r in rows])
     y = np.asarray([r[2] for r in rows])
+    label = np.asarray([r[4] for r in rows])
+    soft = label if args.soft_labels else None
     unans = ~np.asarray([r[3] for r in rows])
     first = np.asarray([r[0] < len(qs) // 2 for r in rows])
     fp = reader_fingerprint(saved_model_dir(args.reader))
-    half = fit_calibration(x[first], y[first], fp)
+    half = fit_calibration(x[first], label[first], fp)
     t_half, _ = best_threshold(half.probability(x[first]), unans[first])
     report: dict[str, Any] = {
         "reader": str(args.reader),
@@ -183,12 +223,17 @@ def main() -> None:
         "limit": len(qs),
         "examples": len(rows),
         "unanswerable": int(unans.sum()),
+        "soft_labels": str(args.soft_labels) if args.soft_labels else None,
         "fit_on_first_half_measured_on_second": measures(
-            half.probability(x[~first]), y[~first], unans[~first], t_half
+            half.probability(x[~first]),
+            y[~first],
+            unans[~first],
+            t_half,
+            None if soft is None else soft[~first],
         ),
     }
-    cal = fit_calibration(x, y, fp)
-    threshold, f1 = best_threshold(cal.probability(x), unans)
+    cal = fit_calibration(x, label, fp)
+    threshold, abstain_f1 = best_threshold(cal.probability(x), unans)
     cal = type(cal)(
         weights=cal.weights,
         bias=cal.bias,
@@ -203,10 +248,11 @@ def main() -> None:
             "unanswerable_share": args.unanswerable_share,
             "read": report["read"],
             "seed": args.seed,
-            "abstention_f1": round(f1, 4),
+            "abstention_f1": round(abstain_f1, 4),
+            **({"soft_labels": str(args.soft_labels)} if args.soft_labels else {}),
         },
     )
-    report["all"] = measures(cal.probability(x), y, unans, threshold)
+    report["all"] = measures(cal.probability(x), y, unans, threshold, soft)
     report["weights"] = dict(zip(cal.features, cal.weights, strict=True))
     out = args.out or saved_model_dir(args.reader)
     report["written"] = str(cal.save(out))

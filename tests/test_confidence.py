@@ -86,6 +86,22 @@ def test_confidence_is_a_probability_monotone_in_each_score() -> None:
         Calibration((-1.0,) * 5, 0.0, (0.0,) * 5, (1.0,) * 5, "f")
 
 
+def test_a_calibration_fits_probabilities_as_labels() -> None:
+    """Soft labels (the chance that an answer missing its one reference matches another
+    annotator's) fit as probabilities: the mean confidence follows the labels' mean."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2000, len(FEATURES)))
+    right = x[:, 2] + rng.normal(size=2000) > 0
+    hard = fit_calibration(x, right.astype(float), "f")
+    soft_labels = np.where(right, 1.0, 0.3)
+    soft = fit_calibration(x, soft_labels, "f")
+    assert float(hard.probability(x).mean()) == pytest.approx(float(right.mean()), abs=0.01)
+    assert float(soft.probability(x).mean()) == pytest.approx(float(soft_labels.mean()), abs=0.01)
+    # the answers labelled 0.3 instead of 0 are the ones whose confidence rises
+    wrong = ~right
+    assert soft.probability(x)[wrong].mean() > hard.probability(x)[wrong].mean() + 0.1
+
+
 def test_min_confidence_0_answers_all_1_abstains_with_the_evidence(
     setup: tuple[Path, Path, Path],
 ) -> None:
