@@ -39,6 +39,13 @@ def _config(squad: Path, out: Path, model: str | Path, **kw: Any) -> ReaderTrain
     return train_config(squad, out, model, **{"negatives": 2, "lr": 3e-3, **kw})
 
 
+def _trainer(config: ReaderTrainConfig, student: Reader, tmp: Path, teacher: Path) -> ReaderTrainer:
+    """A trainer over ``config``'s data holding ``student`` and ``teacher`` (to score batches)."""
+    data = load_reader_data(config.train)
+    log = TrainLog(tmp / "log", echo=False)
+    return ReaderTrainer(config, student, data, tmp, log, False, load_teacher(str(teacher)))
+
+
 @pytest.fixture(scope="module")
 def squad(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return towns_squad(tmp_path_factory.mktemp("towns") / "towns.json")
@@ -156,15 +163,7 @@ def test_a_student_learns_its_teachers_scores(
     assert len([r for r in log if "distill" in r]) == 8
 
     data = load_reader_data(with_teacher.train)
-    trainer = ReaderTrainer(
-        with_teacher,
-        students[0],
-        data,
-        tmp_path,
-        TrainLog(tmp_path / "log", echo=False),
-        False,
-        load_teacher(str(teacher)),
-    )
+    trainer = _trainer(with_teacher, students[0], tmp_path, teacher)
     batches = [trainer.step_batch(0, s) for s in range(trainer.steps_per_epoch)]
     gaps = []
     with torch.no_grad():
@@ -199,16 +198,7 @@ def test_the_hidden_state_loss_pulls_a_students_layers_to_its_teachers(
     students = {w: Reader.load(train_reader(c, progress=False)) for w, c in runs.items()}
     log = [json.loads(ln) for ln in (tmp_path / "h2.0" / LOG_FILE).read_text().splitlines()]
     assert [r for r in log if "hidden_distill" in r and "loss" in r]
-    data = load_reader_data(runs[2.0].train)
-    trainer = ReaderTrainer(
-        runs[2.0],
-        students[2.0],
-        data,
-        tmp_path,
-        TrainLog(tmp_path / "log", echo=False),
-        False,
-        load_teacher(str(teacher)),
-    )
+    trainer = _trainer(runs[2.0], students[2.0], tmp_path, teacher)
     assert trainer.teacher_layers == [0, 3]
     batches = [trainer.step_batch(0, s) for s in range(trainer.steps_per_epoch)]
     gaps = {}
