@@ -39,6 +39,7 @@ import json
 import random
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,7 @@ def with_share(rows: list[Any], share: float, seed: int) -> list[Any]:
     return sorted(ans + un[:keep], key=lambda r: r[0])
 
 
-def soft_labeller(path: Path | None) -> Any:
+def soft_labeller(path: Path | None) -> Callable[[bool, float], float]:
     """``label(correct, f1)``: 1 or 0, or with a reference-variability file the chance that a
     miss of the one reference is right under several."""
     if path is None:
@@ -203,8 +204,8 @@ def main() -> None:
                 answer = hs[best.passage].text[best.start : best.end]
                 ok = kind == "answerable" and exact_match(answer, q.answers) > 0
                 feats = answer_features(ranked, [h.score for h in hs])[0]
-                soft = labeller(ok, f1(answer, q.answers)) if kind == "answerable" else 0.0
-                rows.append((b + j, feats, bool(ok), kind == "answerable", soft))
+                target = labeller(ok, f1(answer, q.answers)) if kind == "answerable" else 0.0
+                rows.append((b + j, feats, bool(ok), kind == "answerable", target))
     rows = with_share(rows, args.unanswerable_share, args.seed)
     x = np.stack([r[1] for r in rows])
     y = np.asarray([r[2] for r in rows])

@@ -53,10 +53,6 @@ def sample(path: Path, n: int, seed: int) -> list[tuple[str, str, str, list[str]
     return rows[:n]
 
 
-def bin_of(score: float) -> int:
-    return next(i for i, edge in enumerate(EDGES) if score <= edge)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reader", required=True, help="a reader that never trained on --squad")
