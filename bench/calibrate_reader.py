@@ -8,11 +8,15 @@ them by default):
 * answerable: its top passages are read as the answer grain reads them (``ReadSettings()``:
   the default passages, window and weight), and its best answer is labelled by SQuAD exact
   match;
-* unanswerable: only retrieved passages (of the top ``--depth``) that hold none of its
-  answers and are not its gold passage are read, so its best answer is wrong by design
-  (the "not in these documents" case).  A seeded ``--unanswerable-share`` of the examples
-  are unanswerable (most questions asked of a user's documents are answerable, and the
-  share sets the calibration's base rate).
+* unanswerable: only retrieved passages (of the top ``--depth``) that cannot answer it are
+  read, so its best answer is wrong by design (the "not in these documents" case).
+  ``--unanswerable`` says which: ``other-documents`` (the default) reads the top passages of
+  OTHER documents than its gold passage's, as when the document that answers is not in the
+  index at all; ``retrieved`` the top passages that hold none of its answers and are not its
+  gold passage (mostly its own document's other passages: the topic is there, the answer
+  is not); ``both`` samples from the two alike.  A seeded ``--unanswerable-share`` of the
+  examples are unanswerable (most questions asked of a user's documents are answerable,
+  and the share sets the calibration's base rate).
 
 The logistic calibration (:mod:`anygrain.reader.confidence`) is fitted on the first half
 of the questions and measured on the second (AUROC, ECE over 10 bins on all examples and on
@@ -59,6 +63,7 @@ from anygrain.reader.answering import (
 from anygrain.reader.confidence import best_threshold, fit_calibration, reader_fingerprint
 
 FORBIDDEN = ("dev-v1.1", "dev-v2.0", "tatqa")
+UNANSWERABLE = ("other-documents", "retrieved", "both")
 
 
 def log(msg: str) -> None:
@@ -102,6 +107,15 @@ def abstention(conf: np.ndarray, target: np.ndarray, t: float) -> dict[str, floa
 def holds_answer(hit: Hit, answers: list[str]) -> bool:
     text = normalize_answer(hit.text)
     return any(normalize_answer(a) and normalize_answer(a) in text for a in answers)
+
+
+def gold_documents(index: Index, questions: list[Any]) -> list[set[str]]:
+    """The documents of each question's gold passages in ``index`` (empty when none is in it)."""
+    store = index.corpus
+    return [
+        {store.passage(store.row_of(pid)).doc_id for pid in q.gold if pid in store}
+        for q in questions
+    ]
 
 
 def with_share(rows: list[Any], share: float, seed: int) -> list[Any]:
@@ -161,9 +175,10 @@ def main() -> None:
     ap.add_argument("--questions", required=True, help="held-out training questions")
     ap.add_argument("--out", type=Path, help="file or directory (default: the reader's)")
     ap.add_argument("--limit", type=int, default=400)
-    ap.add_argument("--depth", type=int, default=20, help="passages retrieved per question")
+    ap.add_argument("--depth", type=int, default=100, help="passages retrieved per question")
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--unanswerable-share", type=float, default=0.2)
+    ap.add_argument("--unanswerable", choices=UNANSWERABLE, default="other-documents")
     ap.add_argument(
         "--soft-labels", type=Path, help="bench/reference_variability.py's JSON (see above)"
     )
@@ -181,21 +196,30 @@ def main() -> None:
     log(f"{len(qs)} questions; retrieving {args.depth} passages each")
     texts = [q.text for q in qs]
     found = idx.search(texts, args.depth, **idx.unit_options(Unit.PASSAGE))
-    answerable = [list(h[: s.passages]) for h in found]
-    unanswerable = [
-        [h for h in hs if not holds_answer(h, q.answers) and h.passage_id not in q.gold][
-            : s.passages
+    kinds = {"answerable": [list(h[: s.passages]) for h in found]}
+    if args.unanswerable in ("retrieved", "both"):
+        kinds["retrieved"] = [
+            [h for h in hs if not holds_answer(h, q.answers) and h.passage_id not in q.gold][
+                : s.passages
+            ]
+            for q, hs in zip(qs, found, strict=True)
         ]
-        for q, hs in zip(qs, found, strict=True)
-    ]
+    if args.unanswerable in ("other-documents", "both"):
+        docs = gold_documents(idx, qs)
+        kinds["other-documents"] = [
+            [h for h in hs if docs[i] and h.doc_id not in docs[i]][: s.passages]
+            for i, hs in enumerate(found)
+        ]
     # question, features, correct, answerable, label fitted on
     rows: list[tuple[int, np.ndarray, bool, bool, float]] = []
-    for kind, lists in (("answerable", answerable), ("unanswerable", unanswerable)):
+    for kind, lists in kinds.items():
         log(f"reading {kind}")
         for b in range(0, len(qs), 32):
             part = lists[b : b + 32]
             cands = span_candidates(reader, texts[b : b + 32], part, s)
             for j, (c, hs) in enumerate(zip(cands, part, strict=True)):
+                if not hs:
+                    continue
                 ranked = ranked_answers(c, hs, s.retriever_weight)
                 if not ranked:
                     continue
@@ -224,6 +248,7 @@ def main() -> None:
         "limit": len(qs),
         "examples": len(rows),
         "unanswerable": int(unans.sum()),
+        "unanswerable_from": args.unanswerable,
         "soft_labels": str(args.soft_labels) if args.soft_labels else None,
         "fit_on_first_half_measured_on_second": measures(
             half.probability(x[~first]),
@@ -247,6 +272,7 @@ def main() -> None:
             "index": str(args.index),
             "examples": len(rows),
             "unanswerable_share": args.unanswerable_share,
+            "unanswerable": args.unanswerable,
             "read": report["read"],
             "seed": args.seed,
             "abstention_f1": round(abstain_f1, 4),

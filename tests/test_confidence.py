@@ -102,6 +102,34 @@ def test_a_calibration_fits_probabilities_as_labels() -> None:
     assert soft.probability(x)[wrong].mean() > hard.probability(x)[wrong].mean() + 0.1
 
 
+def test_the_calibration_bench_finds_each_question_s_own_documents(
+    setup: tuple[Path, Path, Path],
+) -> None:
+    """bench/calibrate_reader.py makes a question unanswerable by reading only passages of
+    other documents than its gold passage's: it must find that document in the index, and
+    none for a question whose gold passage is not there."""
+    import importlib.util
+
+    from anygrain import Index
+    from anygrain.corpus.questions import Question
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "calibrate_reader.py"
+    spec = importlib.util.spec_from_file_location("calibrate_reader", script)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    index = Index.load(setup[0])
+    store = index.corpus
+    first, last = store.passage(0), store.passage(len(store) - 1)
+    assert first.doc_id != last.doc_id
+    qs = [
+        Question(id="a", text="?", answers=["x"], gold=[first.id, "not-there"]),
+        Question(id="b", text="?", answers=["x"], gold=[last.id]),
+        Question(id="c", text="?", answers=["x"], gold=["not-there"]),
+    ]
+    assert bench.gold_documents(index, qs) == [{first.doc_id}, {last.doc_id}, set()]
+
+
 def test_min_confidence_0_answers_all_1_abstains_with_the_evidence(
     setup: tuple[Path, Path, Path],
 ) -> None:
