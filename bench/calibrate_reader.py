@@ -113,7 +113,7 @@ def gold_documents(index: Index, questions: list[Any]) -> list[set[str]]:
     """The documents of each question's gold passages in ``index`` (empty when none is in it)."""
     store = index.corpus
     return [
-        {store.passage(store.row_of(pid)).doc_id for pid in q.gold if pid in store}
+        set(store.column("doc_id", [store.row_of(pid) for pid in q.gold if pid in store]))
         for q in questions
     ]
 
