@@ -168,6 +168,15 @@ def measures(
     }
 
 
+def held_out_sample(args: argparse.Namespace) -> tuple[list[Any], Index, Any]:
+    """A seeded sample of ``args.limit`` answerable questions of ``args.questions``, the index
+    they are asked of and the reader (``args.reader``) for it."""
+    qs = [q for q in load_questions(args.questions) if q.answers]
+    random.Random(args.seed).shuffle(qs)
+    idx = Index.load(args.index)
+    return qs[: args.limit], idx, load_reader_for(idx, args.reader)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reader", required=True, help="reader directory or shipped name")
@@ -187,11 +196,7 @@ def main() -> None:
     if any(f in args.questions.lower() for f in FORBIDDEN):
         raise SystemExit(f"{args.questions}: a test set; fit on held-out training data only")
 
-    qs = [q for q in load_questions(args.questions) if q.answers]
-    random.Random(args.seed).shuffle(qs)
-    qs = qs[: args.limit]
-    idx = Index.load(args.index)
-    reader = load_reader_for(idx, args.reader)
+    qs, idx, reader = held_out_sample(args)
     s = ReadSettings()
     log(f"{len(qs)} questions; retrieving {args.depth} passages each")
     texts = [q.text for q in qs]
