@@ -44,6 +44,7 @@ from calibrate_reader import (  # noqa: E402
     gold_documents,
     held_out_sample,
     log,
+    with_share,
 )
 
 from anygrain.eval.squad import exact_match, normalize_answer  # noqa: E402
@@ -54,7 +55,7 @@ from anygrain.reader.answering import (  # noqa: E402
     ranked_answers,
     span_candidates,
 )
-from anygrain.reader.confidence import FEATURES, best_threshold  # noqa: E402
+from anygrain.reader.confidence import FEATURES, best_threshold, fit_logistic  # noqa: E402
 from anygrain.sparse.analyzers import EnglishAnalyzer  # noqa: E402
 
 EXTRA = ("overlap", "overlap_near", "names", "support", "overlap_best")
@@ -91,7 +92,7 @@ def collect(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, np.ndarra
     }
     terms = [set(t) for t in analyzer.tokenize(texts)]
     names = [names_of(t) for t in texts]
-    rows: list[list[float]] = []
+    rows: list[tuple[int, list[float], bool, bool]] = []
     for answerable, lists in kinds.items():
         log(f"reading {'answerable' if answerable else 'other documents'}")
         for b in range(0, len(qs), 32):
@@ -121,41 +122,18 @@ def collect(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, np.ndarra
                     max(share(terms[i], c) for c in covered),
                 ]
                 base = answer_features(ranked, [h.score for h in hs])[0]
-                rows.append([i, answerable, ok, *base, *extra])
-    d = np.asarray(rows, dtype=np.float64)
+                rows.append((i, [*base, *extra], ok, answerable))
     # every answerable example and a seeded share of unanswerable ones, as calibrate_reader
-    ans, un = np.where(d[:, 1] > 0)[0], np.where(d[:, 1] == 0)[0]
-    un = un[np.random.default_rng(args.seed).permutation(len(un))]
-    un = un[: round(args.unanswerable_share / (1 - args.unanswerable_share) * len(ans))]
-    d = d[np.sort(np.concatenate([ans, un]))]
+    rows = with_share(rows, args.unanswerable_share, args.seed)
+    d = np.asarray([[r[0], r[3], r[2], *r[1]] for r in rows], dtype=np.float64)
     return d[:, 0].astype(int), d[:, 1] > 0, d[:, 2] > 0, d[:, 3:]
 
 
-def fit(x: np.ndarray, y: np.ndarray, l2: float = 1e-3) -> Any:
-    """The calibration's model (non-negative weights over standardised features) for any
-    number of features: ``anygrain.reader.confidence.fit_calibration`` fixes its features."""
-    from scipy.optimize import minimize
-
-    mean, scale = x.mean(0), x.std(0)
-    scale = np.where(scale > 1e-9, scale, 1.0)
-    z = (x - mean) / scale
-    n, d = z.shape
-
-    def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        logit = z @ theta[:d] + theta[d]
-        p = 1 / (1 + np.exp(-np.clip(logit, -50, 50)))
-        g = p - y
-        nll = np.logaddexp(0, logit) - y * logit
-        w = theta[:d]
-        return float(nll.mean() + 0.5 * l2 * w @ w), np.concatenate(
-            [z.T @ g / n + l2 * w, [g.mean()]]
-        )
-
-    bounds = [(0.0, None)] * d + [(None, None)]
-    theta = minimize(loss, np.zeros(d + 1), jac=True, method="L-BFGS-B", bounds=bounds).x
-    return lambda xx: (
-        1 / (1 + np.exp(-np.clip(((xx - mean) / scale) @ theta[:d] + theta[d], -50, 50)))
-    )
+def fit(x: np.ndarray, y: np.ndarray) -> Any:
+    """The probability function of the calibration's model fitted on ``x`` (any number of
+    features: ``fit_calibration`` fixes them to the shipped five)."""
+    w, bias, mean, scale = fit_logistic(x, y)
+    return lambda xx: 1 / (1 + np.exp(-np.clip(bias + ((xx - mean) / scale) @ w, -50, 50)))
 
 
 def cross(
@@ -202,12 +180,23 @@ def main() -> None:
     base = list(range(len(FEATURES)))
     sets = [base] + [base + [len(FEATURES) + k] for k in range(len(EXTRA))]
     sets.append(base + [len(FEATURES) + k for k in range(len(EXTRA))])
+    # what the shipped five abstain on, fitted on all examples at their best-F1 threshold
+    conf = fit(np.nan_to_num(x[:, base], nan=-10.0), ok.astype(float))(
+        np.nan_to_num(x[:, base], nan=-10.0)
+    )
+    abstain = conf < best_threshold(conf, ~answerable)[0]
     report = {
         "reader": args.reader,
         "questions": args.questions,
         "examples": len(qid),
         "unanswerable": int((~answerable).sum()),
         "seconds": round(time.perf_counter() - t0, 1),
+        "shipped_five_in_sample": {
+            "abstained": int(abstain.sum()),
+            "unanswerable": int((abstain & ~answerable).sum()),
+            "answerable": int((abstain & answerable).sum()),
+            "answerable_answered_wrongly": int((abstain & answerable & ~ok).sum()),
+        },
         "feature_sets": {
             "+".join(names[c] for c in cols): cross(qid, answerable, ok, x[:, cols])
             for cols in sets

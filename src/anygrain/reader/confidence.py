@@ -42,6 +42,7 @@ __all__ = [
     "Calibration",
     "confidence_for",
     "fit_calibration",
+    "fit_logistic",
     "load_calibration",
     "reader_fingerprint",
 ]
@@ -198,21 +199,14 @@ def confidence_for(reader: Any) -> Calibration | None:
     return _CACHE[key]
 
 
-def fit_calibration(
-    x: np.ndarray,
-    y: np.ndarray,
-    reader_fingerprint: str,
-    *,
-    l2: float = 1e-3,
-    info: dict[str, Any] | None = None,
-) -> Calibration:
-    """Fit the logistic model on feature rows ``x`` and labels ``y`` (1: correct), every
-    weight bounded at 0 (L-BFGS-B where SciPy is installed, else projected gradient
-    descent) so the confidence is monotone in each feature."""
+def fit_logistic(
+    x: np.ndarray, y: np.ndarray, *, l2: float = 1e-3
+) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
+    """``(weights, bias, mean, scale)`` of a logistic model of labels ``y`` over the
+    standardised columns of ``x`` (any number), every weight bounded at 0 (L-BFGS-B where
+    SciPy is installed, else projected gradient descent)."""
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
-    if x.ndim != 2 or x.shape[1] != len(FEATURES) or len(x) != len(y) or len(x) < 2:
-        raise AnygrainError(f"need (N, {len(FEATURES)}) features and N labels, N >= 2")
     mean = x.mean(axis=0)
     scale = x.std(axis=0)
     scale = np.where(scale > 1e-9, scale, 1.0)
@@ -241,10 +235,27 @@ def fit_calibration(
             _, g = loss(theta)
             theta -= 0.5 * g
             theta[:d] = np.maximum(theta[:d], 0.0)
-    w = np.maximum(theta[:d], 0.0)
+    return np.maximum(theta[:d], 0.0), float(theta[d]), mean, scale
+
+
+def fit_calibration(
+    x: np.ndarray,
+    y: np.ndarray,
+    reader_fingerprint: str,
+    *,
+    l2: float = 1e-3,
+    info: dict[str, Any] | None = None,
+) -> Calibration:
+    """Fit the logistic model on feature rows ``x`` (:data:`FEATURES`) and labels ``y``
+    (1: correct) with :func:`fit_logistic`, so the confidence is monotone in each feature."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if x.ndim != 2 or x.shape[1] != len(FEATURES) or len(x) != len(y) or len(x) < 2:
+        raise AnygrainError(f"need (N, {len(FEATURES)}) features and N labels, N >= 2")
+    w, bias, mean, scale = fit_logistic(x, y, l2=l2)
     return Calibration(
         weights=tuple(float(v) for v in w),
-        bias=float(theta[d]),
+        bias=bias,
         mean=tuple(float(v) for v in mean),
         scale=tuple(float(v) for v in scale),
         reader_fingerprint=reader_fingerprint,
